@@ -1,0 +1,3 @@
+from gormes.cli.main import main
+
+main()

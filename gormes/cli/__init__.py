@@ -1,0 +1,1 @@
+"""The `gormes` command line: one module per command group, loaded on demand."""

@@ -1,0 +1,100 @@
+"""Entry point of the `gormes` command.
+
+Subcommands are imported only when they run, so `gormes --help` stays fast: add
+a command by naming its module and attribute in `COMMANDS`. Errors of gormes's
+own (`GormesError`) become one line on stderr and a non-zero exit, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import click
+
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    # name: (module, attribute, one-line help shown by `gormes --help`)
+    "events": ("gormes.cli.events", "events", "List events from the log."),
+    "tail": ("gormes.cli.tail", "tail", "Print events as JSON lines; --follow keeps printing new ones."),
+    "append": ("gormes.cli.append", "append", "Append one typed event to a stream."),
+    "import": ("gormes.cli.jsonl", "import_", "Append events from a JSONL file (one event per line)."),
+    "export": ("gormes.cli.jsonl", "export", "Write the log (or part of it) as JSONL."),
+    "types": ("gormes.cli.events", "types", "List the event types this gormes knows."),
+    "query": ("gormes.cli.query", "query", "Run a read-only SQL query against the database."),
+    "projections": ("gormes.cli.projections", "projections", "Show, rebuild or check projections."),
+    "demo": ("gormes.cli.demo", "demo", "Run the demo: several actors append, a tail follows, a projection prints."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        spec = COMMANDS.get(name)
+        if spec is None:
+            return None
+        module = importlib.import_module(spec[0])
+        return getattr(module, spec[1])
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+class Config:
+    """What every command gets from the global options."""
+
+    def __init__(self, db: str | None) -> None:
+        from gormes.events.sqlite_log import default_db_path
+
+        self.db = Path(db) if db else default_db_path()
+
+
+@click.group(cls=LazyGroup)
+@click.option(
+    "--db",
+    envvar="GORMES_DB",
+    metavar="PATH",
+    help="Database file (env GORMES_DB; default $XDG_DATA_HOME/gormes/gormes.db).",
+)
+@click.version_option(package_name="gormes")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None) -> None:
+    """gormes: an event-sourced actor runtime for AI agents.
+
+    Every state change is a typed event in one SQLite log; read models are
+    projections of it.
+    """
+    ctx.obj = Config(db)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from gormes.errors import GormesError
+
+    try:
+        cli.main(args=argv, prog_name="gormes", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("gormes: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except GormesError as exc:
+        click.echo(f"gormes: error: {exc}", err=True)
+        sys.exit(getattr(exc, "exit_code", 1))
+    except BrokenPipeError:
+        # Output piped into `head` and the like: not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""The SQLite event store: one writer task with group commit, reads in threads,
+subscriptions that neither skip nor repeat.
+
+Every append, append_many and transact call becomes a request on the writer's
+channel. The writer takes whatever has queued up, runs it all in one transaction
+in a worker thread (one thread hop and one fsync per batch) and wakes each caller
+only after COMMIT returned, so an acknowledged event is durable. A request that
+fails (a version conflict, an exception in a transact function) is undone alone;
+the rest of its batch commits.
+
+    async with SQLiteEventStore.open("gormes.db") as store:
+        await store.append("job-1", [JobSubmitted(...)], expected_version=0)
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from os import PathLike
+from typing import Any, TypeVar
+
+import trio
+
+from gormes.errors import StoreClosed, StoreError, StoreReadOnly
+from gormes.events.base import Event, Recorded
+from gormes.events.codec import Codec, default_codec
+from gormes.events.sqlite_log import SQLiteLog, WriteBatch, translate_error
+from gormes.events.store import AppendRequest, AppendResult
+
+T = TypeVar("T")
+
+MAX_BATCH = 4096
+PAGE = 1000
+
+
+class _Request:
+    __slots__ = ("kind", "payload", "done", "result", "error")
+
+    def __init__(self, kind: str, payload: Any) -> None:
+        self.kind = kind  # "append" | "transact"
+        self.payload = payload
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class SQLiteTransaction:
+    """The `Transaction` handed to `transact` functions."""
+
+    def __init__(self, batch: WriteBatch) -> None:
+        self._batch = batch
+        self.conn: sqlite3.Connection = batch.log.conn
+        self.now = batch.now
+
+    def stream_version(self, stream: str) -> int:
+        return self._batch.version(stream)
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+        self._batch.flush()
+        return self._batch.log.read_stream(stream, after_version)
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> AppendResult:
+        return self._batch.append([AppendRequest(stream, events, expected_version)])[0]
+
+    def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        return self._batch.append(requests)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        self._batch.flush()
+        return self.conn.execute(sql, params)
+
+
+class _Changes:
+    """Wakes followers when the log grows, in this process or any other.
+
+    In-process, the writer calls `bump()` after each commit. Across processes a
+    waiter that times out polls `PRAGMA data_version` on a connection of its own,
+    which changes whenever another connection committed: a cheap check with no read
+    of the events table.
+    """
+
+    def __init__(self, watcher: SQLiteLog, poll_interval: float) -> None:
+        self.generation = 0
+        self._event = trio.Event()
+        self._watcher = watcher
+        self._poll_interval = poll_interval
+        self._data_version = self._read_data_version()
+
+    def _read_data_version(self) -> int:
+        return self._watcher.conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def bump(self) -> None:
+        self.generation += 1
+        self._event.set()
+        self._event = trio.Event()
+
+    def poll(self) -> None:
+        dv = self._read_data_version()
+        if dv != self._data_version:
+            self._data_version = dv
+            self.bump()
+
+    async def wait(self, seen_generation: int) -> None:
+        while self.generation == seen_generation:
+            with trio.move_on_after(self._poll_interval):
+                await self._event.wait()
+            if self.generation == seen_generation:
+                self.poll()
+
+
+class SQLiteEventStore:
+    def __init__(
+        self,
+        log: SQLiteLog,
+        *,
+        poll_interval: float = 0.005,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        self.log = log
+        self.path = log.path
+        self.codec = log.codec
+        self.readonly = log.readonly
+        self._max_batch = max_batch
+        self._send, self._recv = trio.open_memory_channel[_Request](math.inf)
+        self._readers: list[SQLiteLog] = []
+        self._changes = _Changes(log.reader(), poll_interval)
+        self._closed = False
+        self.batches_committed = 0
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        path: str | PathLike[str],
+        *,
+        readonly: bool = False,
+        durability: str = "full",
+        codec: Codec = default_codec,
+        clock: Callable[[], float] = time.time,
+        poll_interval: float = 0.005,
+        max_batch: int = MAX_BATCH,
+    ) -> AsyncIterator[SQLiteEventStore]:
+        log = await trio.to_thread.run_sync(
+            lambda: SQLiteLog(
+                path, readonly=readonly, durability=durability, codec=codec, clock=clock
+            )
+        )
+        store = cls(log, poll_interval=poll_interval, max_batch=max_batch)
+        # The caller's exception is re-raised outside the nursery so that it reaches
+        # them as itself, not wrapped in an ExceptionGroup.
+        body_error: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                if not store.readonly:
+                    nursery.start_soon(store._writer)
+                try:
+                    yield store
+                except BaseException as exc:
+                    body_error = exc
+                finally:
+                    await store.aclose()
+        finally:
+            store._close_connections()
+        if body_error is not None:
+            raise body_error
+
+    async def aclose(self) -> None:
+        """Stop taking writes; requests already queued are still committed."""
+        if not self._closed:
+            self._closed = True
+            await self._send.aclose()
+
+    def _close_connections(self) -> None:
+        for reader in self._readers:
+            reader.close()
+        self._readers.clear()
+        self._changes._watcher.close()
+        self.log.close()
+
+    # -- writes -------------------------------------------------------------
+
+    async def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> AppendResult:
+        results = await self._submit("append", [AppendRequest(stream, events, expected_version)])
+        return results[0]
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        return await self._submit("append", list(requests))
+
+    async def transact(self, fn: Callable[[SQLiteTransaction], T]) -> T:
+        """Run `fn(tx)` in the writer's thread inside one transaction, committed durably.
+
+        If `fn` raises, everything it wrote is undone and the exception is re-raised
+        here; the other requests of the same batch are unaffected.
+        """
+        return await self._submit("transact", fn)
+
+    async def _submit(self, kind: str, payload: Any) -> Any:
+        if self.readonly:
+            raise StoreReadOnly(f"{self.path} is read-only: cannot write events")
+        if self._closed:
+            raise StoreClosed("the event store is closed")
+        req = _Request(kind, payload)
+        try:
+            self._send.send_nowait(req)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise StoreClosed("the event store is closed") from None
+        await req.done.wait()
+        if req.error is not None:
+            raise req.error
+        return req.result
+
+    async def _writer(self) -> None:
+        async with self._recv:
+            async for first in self._recv:
+                batch = [first]
+                while len(batch) < self._max_batch:
+                    try:
+                        batch.append(self._recv.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                await trio.to_thread.run_sync(self._commit, batch)
+                self.batches_committed += 1
+                for req in batch:
+                    req.done.set()
+                self._changes.bump()
+
+    def _commit(self, batch: list[_Request]) -> None:
+        """Runs in a worker thread: one transaction, one fsync, for the whole batch."""
+        log = self.log
+        try:
+            log.begin()
+        except BaseException as exc:
+            for req in batch:
+                req.error = exc
+            return
+        wb = WriteBatch(log)
+        try:
+            for req in batch:
+                if req.kind == "append":
+                    try:
+                        req.result = wb.append(req.payload)
+                    except StoreError as exc:
+                        req.error = exc
+                else:
+                    self._run_transact(wb, req)
+            wb.finish()
+            log.commit()
+        except BaseException as exc:
+            log.rollback()
+            if isinstance(exc, sqlite3.Error):
+                exc = translate_error(exc, log.path)
+            for req in batch:
+                req.error = exc
+                req.result = None
+
+    @staticmethod
+    def _run_transact(wb: WriteBatch, req: _Request) -> None:
+        conn = wb.log.conn
+        wb.flush()
+        mark = wb.mark()
+        conn.execute("SAVEPOINT transact")
+        try:
+            req.result = req.payload(SQLiteTransaction(wb))
+            wb.flush()
+        except Exception as exc:
+            conn.execute("ROLLBACK TO transact")
+            conn.execute("RELEASE transact")
+            wb.restore(mark)
+            req.error = translate_error(exc, wb.log.path) if isinstance(exc, sqlite3.Error) else exc
+            return
+        conn.execute("RELEASE transact")
+
+    # -- reads --------------------------------------------------------------
+
+    async def _read(self, fn: Callable[[SQLiteLog], T]) -> T:
+        if self._closed and not self._readers and self.log is None:  # pragma: no cover
+            raise StoreClosed("the event store is closed")
+        reader = self._readers.pop() if self._readers else None
+        if reader is None:
+            reader = await trio.to_thread.run_sync(self.log.reader)
+        try:
+            return await trio.to_thread.run_sync(fn, reader)
+        finally:
+            self._readers.append(reader)
+
+    async def head(self) -> int:
+        return await self._read(lambda r: r.head())
+
+    async def stream_version(self, stream: str) -> int:
+        return await self._read(lambda r: r.stream_version(stream))
+
+    async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+        return await self._read(lambda r: r.read_stream(stream, after_version))
+
+    async def read_all(
+        self,
+        after_position: int = 0,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+    ) -> list[Recorded]:
+        return await self._read(lambda r: r.read_all(after_position, limit, types))
+
+    async def read_page(
+        self, after_position: int, limit: int = PAGE, types: Sequence[str] | None = None
+    ) -> tuple[list[Recorded], int, int]:
+        return await self._read(lambda r: r.read_page(after_position, limit, types))
+
+    async def wait_for_change(self, generation: int) -> None:
+        await self._changes.wait(generation)
+
+    @property
+    def generation(self) -> int:
+        return self._changes.generation
+
+    async def subscribe(
+        self, after: int = 0, types: Sequence[str] | None = None, page: int = PAGE
+    ) -> AsyncIterator[Recorded]:
+        """Every event after `after` in position order, then new ones as they commit.
+
+        Each page is read from one snapshot, and SQLite makes a committed prefix of
+        positions visible atomically, so following by position never skips and
+        never repeats.
+        """
+        position = after
+        while True:
+            generation = self._changes.generation
+            records, scanned, head = await self.read_page(position, page, types)
+            for record in records:
+                yield record
+            position = scanned
+            if scanned >= head:
+                await self._changes.wait(generation)
+
+
+@asynccontextmanager
+async def open_store(path: str | PathLike[str], **kwargs: Any) -> AsyncIterator[SQLiteEventStore]:
+    async with SQLiteEventStore.open(path, **kwargs) as store:
+        yield store

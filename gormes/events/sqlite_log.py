@@ -1,0 +1,439 @@
+"""The synchronous core of the SQLite event log: schema, checks, appends and reads.
+
+`SQLiteLog` is plain blocking sqlite3. The async store (`sqlite.py`) runs it in
+worker threads and adds group commit and subscriptions; the CLI's read commands
+and the eventsourcing recorder facade use it directly.
+
+Positions are SQLite rowids of a table without AUTOINCREMENT written by one
+writer at a time (the database write lock), so they are gap-free and in commit
+order: a rolled-back insert gives its rowid back.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gormes.errors import (
+    ConcurrencyError,
+    NotAGormesDatabase,
+    SchemaTooNew,
+    StoreError,
+    StoreFull,
+    StoreReadOnly,
+)
+from gormes.events.base import Event, Recorded
+from gormes.events.codec import Codec, default_codec
+from gormes.events.store import AppendRequest, AppendResult
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x676F726D  # "gorm"
+BUSY_TIMEOUT_S = 30.0
+DURABILITY = {"full": "FULL", "normal": "NORMAL"}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events(
+    position INTEGER PRIMARY KEY,
+    stream TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    type_version INTEGER NOT NULL DEFAULT 1,
+    data TEXT NOT NULL,
+    recorded_at REAL NOT NULL,
+    UNIQUE(stream, version)
+);
+CREATE TABLE IF NOT EXISTS tracking(
+    projection TEXT PRIMARY KEY,
+    position INTEGER NOT NULL
+);
+"""
+
+_COLUMNS = "position, stream, version, type, type_version, data, recorded_at"
+_INSERT = (
+    "INSERT INTO events(stream, version, type, type_version, data, recorded_at) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
+def default_db_path() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return Path(base) / "gormes" / "gormes.db"
+
+
+def translate_error(exc: sqlite3.Error, path: str | os.PathLike[str]) -> StoreError:
+    """Turn sqlite3's errors into gormes errors a person can act on."""
+    text = str(exc)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or "disk is full" in text:
+        return StoreFull(f"disk full: cannot write to {path}; nothing of this write was recorded")
+    if code == sqlite3.SQLITE_READONLY or "readonly" in text:
+        return StoreReadOnly(f"{path} is read-only: cannot write events")
+    if "not a database" in text or code == sqlite3.SQLITE_NOTADB:
+        return NotAGormesDatabase(f"{path} is not a gormes database (not SQLite)")
+    if code == sqlite3.SQLITE_CANTOPEN or "unable to open" in text:
+        return StoreError(f"cannot open database {path}: {text}")
+    return StoreError(f"database error on {path}: {text}")
+
+
+def _inspect(path: Path) -> tuple[int, int, int]:
+    """(application_id, user_version, table count) of an existing file, read-only."""
+    uri = f"file:{path}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        raise translate_error(exc, path) from None
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        user_version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise NotAGormesDatabase(f"{path} is not a gormes database: {exc}") from None
+    finally:
+        conn.close()
+    return app_id, user_version, tables
+
+
+def check_file(path: Path) -> bool:
+    """Check an existing file is ours and not too new; True when it is still empty."""
+    if path.is_dir():
+        raise NotAGormesDatabase(f"{path} is a directory, not a gormes database")
+    app_id, user_version, tables = _inspect(path)
+    if app_id != APPLICATION_ID:
+        if app_id == 0 and user_version == 0 and tables == 0:
+            return True
+        raise NotAGormesDatabase(
+            f"{path} is an SQLite database but not a gormes one "
+            f"(application_id {app_id:#x}); refusing to touch it"
+        )
+    if user_version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{path} has schema version {user_version}, newer than this gormes "
+            f"understands ({SCHEMA_VERSION}); upgrade gormes to open it"
+        )
+    return False
+
+
+def _writable(path: Path) -> bool:
+    if path.exists():
+        return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    return os.access(path.parent, os.W_OK)
+
+
+def connect(
+    path: str | os.PathLike[str],
+    *,
+    readonly: bool = False,
+    create: bool = True,
+    durability: str = "full",
+) -> tuple[sqlite3.Connection, bool]:
+    """Open (and if needed create) a gormes database; returns (connection, readonly).
+
+    Nothing is written to a file that fails the checks. A file we may not write is
+    opened read-only rather than refused, so reading commands still work on it.
+    """
+    if durability not in DURABILITY:
+        raise StoreError(f"durability must be one of {sorted(DURABILITY)}, not {durability!r}")
+    p = Path(path)
+    exists = p.exists()
+    if exists:
+        empty = check_file(p)
+    else:
+        if readonly or not create:
+            raise StoreError(f"no gormes database at {p}")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise StoreReadOnly(f"cannot create {p.parent}: {exc.strerror}") from None
+            raise StoreError(f"cannot create {p.parent}: {exc.strerror}") from None
+        empty = True
+    if not readonly and not _writable(p):
+        if not exists:
+            raise StoreReadOnly(f"cannot create {p}: directory is not writable")
+        readonly = True
+    try:
+        if readonly:
+            conn = sqlite3.connect(
+                f"file:{p}?mode=ro", uri=True, isolation_level=None,
+                check_same_thread=False, timeout=BUSY_TIMEOUT_S,
+            )
+        else:
+            conn = sqlite3.connect(
+                p, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
+            if empty:
+                _create_schema(conn, p)
+    except sqlite3.Error as exc:
+        raise translate_error(exc, p) from None
+    if readonly and empty:
+        conn.close()
+        raise StoreError(f"{p} is empty and read-only: not a gormes database yet")
+    return conn, readonly
+
+
+def _create_schema(conn: sqlite3.Connection, path: Path) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if app_id == 0:  # another process may have won the race
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+Row = tuple[int, str, int, str, int, Any, float]
+InlineApply = Callable[[sqlite3.Connection, list[Recorded]], None]
+
+
+class SQLiteLog:
+    """Blocking access to one gormes database through one connection."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        create: bool = True,
+        durability: str = "full",
+        codec: Codec = default_codec,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.codec = codec
+        self.clock = clock
+        self.durability = durability
+        self.conn, self.readonly = connect(
+            path, readonly=readonly, create=create, durability=durability
+        )
+        # Inline projections run inside every write transaction (the job ledger).
+        self.inline: list[InlineApply] = []
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def reader(self) -> SQLiteLog:
+        """Another connection to the same file, for reads from another thread."""
+        return SQLiteLog(
+            self.path, readonly=self.readonly, create=False,
+            durability=self.durability, codec=self.codec, clock=self.clock,
+        )
+
+    # -- reads --------------------------------------------------------------
+
+    def head(self) -> int:
+        return self.conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+
+    def stream_version(self, stream: str) -> int:
+        row = self.conn.execute(
+            "SELECT coalesce(max(version), 0) FROM events WHERE stream = ?", (stream,)
+        ).fetchone()
+        return row[0]
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+        rows = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND version > ? ORDER BY version",
+            (stream, after_version),
+        ).fetchall()
+        return self._decode(rows)
+
+    def read_all(
+        self,
+        after_position: int = 0,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+        *,
+        upto: int | None = None,
+    ) -> list[Recorded]:
+        sql, params = self._select(after_position, limit, types, upto=upto)
+        return self._decode(self.conn.execute(sql, params).fetchall())
+
+    def read_page(
+        self, after_position: int, limit: int, types: Sequence[str] | None = None
+    ) -> tuple[list[Recorded], int, int]:
+        """(events, scanned up to, head), all from one snapshot.
+
+        With a type filter the last matching event can be far behind the head;
+        `scanned` lets a follower move past the events it filtered out, and
+        `scanned == head` tells it that it has caught up.
+        """
+        conn = self.conn
+        conn.execute("BEGIN")
+        try:
+            head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+            upto = min(head, after_position + limit) if types else head
+            sql, params = self._select(after_position, limit, types, upto=upto)
+            rows = conn.execute(sql, params).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        scanned = rows[-1][0] if len(rows) == limit else max(upto, after_position)
+        return self._decode(rows), scanned, head
+
+    def _select(
+        self,
+        after_position: int,
+        limit: int | None,
+        types: Sequence[str] | None,
+        *,
+        upto: int | None = None,
+    ) -> tuple[str, list[Any]]:
+        sql = f"SELECT {_COLUMNS} FROM events WHERE position > ?"
+        params: list[Any] = [after_position]
+        if upto is not None:
+            sql += " AND position <= ?"
+            params.append(upto)
+        if types:
+            clauses = []
+            for t in types:
+                clauses.append("type GLOB ?" if any(c in t for c in "*?[") else "type = ?")
+                params.append(t)
+            sql += " AND (" + " OR ".join(clauses) + ")"
+        sql += " ORDER BY position"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return sql, params
+
+    def _decode(self, rows: Iterable[Row]) -> list[Recorded]:
+        decode = self.codec.decode
+        return [
+            Recorded(pos, stream, version, type_, decode(type_, tv, data), at)
+            for pos, stream, version, type_, tv, data, at in rows
+        ]
+
+    # -- writes -------------------------------------------------------------
+
+    def begin(self) -> None:
+        if self.readonly:
+            raise StoreReadOnly(f"{self.path} is read-only: cannot write events")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise translate_error(exc, self.path) from None
+
+    def commit(self) -> None:
+        try:
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.rollback()
+            raise translate_error(exc, self.path) from None
+
+    def rollback(self) -> None:
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+    def append_now(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> AppendResult:
+        """Append in a transaction of its own (no group commit): for scripts and tests."""
+        self.begin()
+        try:
+            batch = WriteBatch(self)
+            result = batch.append([AppendRequest(stream, events, expected_version)])[0]
+            batch.finish()
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+        return result
+
+
+class WriteBatch:
+    """The writes of one transaction: many callers' appends, checked and inserted.
+
+    Versions are looked up once per stream per batch and kept current as rows are
+    added, so a batch of single-event appends costs one lookup per stream and one
+    executemany for all of them.
+    """
+
+    def __init__(self, log: SQLiteLog) -> None:
+        self.log = log
+        self.now = log.clock()
+        self._versions: dict[str, int] = {}
+        self._rows: list[tuple[str, int, str, int, str, float]] = []
+        self._events: list[Event] = []
+        self._next_position = log.head() + 1
+        self.records: list[Recorded] = []
+
+    def version(self, stream: str) -> int:
+        v = self._versions.get(stream)
+        if v is None:
+            v = self._versions[stream] = self.log.stream_version(stream)
+        return v
+
+    def append(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        """Check every request's expected version, then stage all or none of them."""
+        staged: dict[str, int] = {}
+        for req in requests:
+            actual = staged.get(req.stream)
+            if actual is None:
+                actual = self.version(req.stream)
+            if req.expected_version is not None and req.expected_version != actual:
+                raise ConcurrencyError(req.stream, req.expected_version, actual)
+            staged[req.stream] = actual + len(req.events)
+        encode = self.log.codec.encode
+        results = []
+        for req in requests:
+            version = self._versions[req.stream]
+            first = self._next_position
+            for event in req.events:
+                version += 1
+                type_, tv, data = encode(event)
+                self._rows.append((req.stream, version, type_, tv, data, self.now))
+                self._events.append(event)
+            self._next_position += len(req.events)
+            self._versions[req.stream] = version
+            results.append(AppendResult(req.stream, first, self._next_position - 1, version))
+        return results
+
+    def flush(self) -> None:
+        """Insert the staged rows so that SQL run next in the transaction sees them."""
+        if not self._rows:
+            return
+        conn = self.log.conn
+        first = self._next_position - len(self._rows)
+        try:
+            conn.executemany(_INSERT, self._rows)
+        except sqlite3.Error as exc:
+            raise translate_error(exc, self.log.path) from None
+        last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        if last != self._next_position - 1:  # pragma: no cover - would mean a gap
+            raise StoreError(f"position mismatch: expected {self._next_position - 1}, got {last}")
+        if self.log.inline:
+            records = [
+                Recorded(first + i, r[0], r[1], r[2], e, r[5])
+                for i, (r, e) in enumerate(zip(self._rows, self._events))
+            ]
+            for apply in self.log.inline:
+                apply(conn, records)
+            self.records.extend(records)
+        self._rows.clear()
+        self._events.clear()
+
+    def mark(self) -> tuple[dict[str, int], int, int]:
+        """A point to return to if a savepoint is rolled back (call after `flush`)."""
+        return dict(self._versions), self._next_position, len(self.records)
+
+    def restore(self, mark: tuple[dict[str, int], int, int]) -> None:
+        self._versions, self._next_position, n_records = dict(mark[0]), mark[1], mark[2]
+        self._rows.clear()
+        self._events.clear()
+        del self.records[n_records:]
+
+    def finish(self) -> None:
+        self.flush()
