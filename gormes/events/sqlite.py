@@ -319,24 +319,56 @@ class SQLiteEventStore:
     def generation(self) -> int:
         return self._changes.generation
 
-    async def subscribe(
+    def subscribe(
         self, after: int = 0, types: Sequence[str] | None = None, page: int = PAGE
-    ) -> AsyncIterator[Recorded]:
+    ) -> Subscription:
         """Every event after `after` in position order, then new ones as they commit.
 
         Each page is read from one snapshot, and SQLite makes a committed prefix of
         positions visible atomically, so following by position never skips and
         never repeats.
         """
-        position = after
-        while True:
-            generation = self._changes.generation
-            records, scanned, head = await self.read_page(position, page, types)
-            for record in records:
-                yield record
-            position = scanned
-            if scanned >= head:
-                await self._changes.wait(generation)
+        return Subscription(self, after, types, page)
+
+
+class Subscription:
+    """An async iterator over the log from a position on; it never ends by itself.
+
+    A plain class rather than an async generator, so that a consumer may stop at
+    any point (break, cancellation) with nothing left to finalize.
+    """
+
+    def __init__(
+        self, store: SQLiteEventStore, after: int, types: Sequence[str] | None, page: int
+    ) -> None:
+        self._store = store
+        self.position = after  # the last position delivered (or filtered out)
+        self._types = types
+        self._page = page
+        self._buffer: list[Recorded] = []
+        self._next = 0
+        self._page_scanned = after
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Recorded:
+        while self._next >= len(self._buffer):
+            # a page is used up: move past everything it scanned, filtered-out tail too
+            self.position = max(self.position, self._page_scanned)
+            generation = self._store.generation
+            records, scanned, head = await self._store.read_page(
+                self.position, self._page, self._types
+            )
+            self._buffer, self._next, self._page_scanned = records, 0, scanned
+            if not records:
+                self.position = scanned
+                if scanned >= head:
+                    await self._store.wait_for_change(generation)
+        record = self._buffer[self._next]
+        self._next += 1
+        self.position = record.position
+        return record
 
 
 @asynccontextmanager

@@ -1,0 +1,283 @@
+"""The EventStore contract, on a real SQLite file."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+import trio
+
+from gormes.errors import ConcurrencyError, NotAGormesDatabase, SchemaTooNew, StoreReadOnly
+from gormes.events.notes import NoteAdded
+from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.sqlite_log import APPLICATION_ID, SCHEMA_VERSION, SQLiteLog
+from gormes.events.store import AppendRequest
+
+
+def note(text: str) -> NoteAdded:
+    return NoteAdded(text=text, author="test")
+
+
+def positions_and_versions(path: Path) -> tuple[list[int], dict[str, list[int]]]:
+    conn = sqlite3.connect(path)
+    rows = conn.execute("SELECT position, stream, version FROM events ORDER BY position").fetchall()
+    conn.close()
+    streams: dict[str, list[int]] = {}
+    for _, stream, version in rows:
+        streams.setdefault(stream, []).append(version)
+    return [r[0] for r in rows], streams
+
+
+async def test_append_assigns_versions_from_one_and_positions_in_order(store):
+    r1 = await store.append("a", [note("1"), note("2")], expected_version=0)
+    r2 = await store.append("b", [note("3")], expected_version=0)
+    r3 = await store.append("a", [note("4")], expected_version=2)
+    assert (r1.first_position, r1.last_position, r1.version) == (1, 2, 2)
+    assert (r2.first_position, r2.last_position, r2.version) == (3, 3, 1)
+    assert (r3.first_position, r3.version) == (4, 3)
+    assert await store.head() == 4
+    stream_a = await store.read_stream("a")
+    assert [(r.version, r.event.text) for r in stream_a] == [(1, "1"), (2, "2"), (3, "4")]
+    assert [r.version for r in await store.read_stream("a", after_version=1)] == [2, 3]
+
+
+async def test_version_mismatch_raises_and_writes_nothing(store):
+    await store.append("a", [note("1")], expected_version=0)
+    head = await store.head()
+    with pytest.raises(ConcurrencyError) as info:
+        await store.append("a", [note("2"), note("3")], expected_version=0)
+    assert (info.value.expected, info.value.actual) == (0, 1)
+    with pytest.raises(ConcurrencyError):
+        await store.append("new", [note("x")], expected_version=3)
+    assert await store.head() == head
+    assert await store.read_stream("new") == []
+
+
+async def test_append_many_is_atomic_across_streams(store):
+    await store.append("parent", [note("p")], expected_version=0)
+    results = await store.append_many(
+        [AppendRequest("child", [note("done")], 0), AppendRequest("parent", [note("child_done")], 1)]
+    )
+    assert [r.version for r in results] == [1, 2]
+    with pytest.raises(ConcurrencyError):
+        await store.append_many(
+            [AppendRequest("other", [note("x")], 0), AppendRequest("parent", [note("y")], 1)]
+        )
+    assert await store.read_stream("other") == []
+    assert await store.head() == 3
+
+
+async def test_any_expected_version_skips_the_check(store):
+    await store.append("a", [note("1")])
+    await store.append("a", [note("2")])
+    assert [r.version for r in await store.read_stream("a")] == [1, 2]
+
+
+async def test_fifty_concurrent_appenders_give_gap_free_commit_order(store, db_path):
+    acknowledged: list[tuple[str, int, int]] = []
+
+    async def appender(i: int) -> None:
+        version = 0
+        for j in range(20):
+            await trio.sleep(random.random() / 1000)
+            result = await store.append(f"s{i % 10}-{i}", [note(f"{i}/{j}")], expected_version=version)
+            version = result.version
+            acknowledged.append((result.stream, result.version, result.last_position))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(50):
+            nursery.start_soon(appender, i)
+
+    positions, streams = positions_and_versions(db_path)
+    assert positions == list(range(1, 50 * 20 + 1))
+    assert all(v == list(range(1, 21)) for v in streams.values())
+    assert len(streams) == 50
+    # each caller was told the position its event really got
+    by_position = {r.position: (r.stream, r.version) for r in await store.read_all()}
+    assert all(by_position[pos] == (s, v) for s, v, pos in acknowledged)
+    assert store.batches_committed < 50 * 20  # group commit shared transactions
+
+
+async def test_concurrent_appends_to_one_stream_conflict_and_lose_nothing(store):
+    outcomes: list[str] = []
+
+    async def writer(i: int) -> None:
+        try:
+            await store.append("hot", [note(str(i))], expected_version=0)
+            outcomes.append("ok")
+        except ConcurrencyError:
+            outcomes.append("conflict")
+
+    async with trio.open_nursery() as nursery:
+        for i in range(20):
+            nursery.start_soon(writer, i)
+    assert outcomes.count("ok") == 1 and outcomes.count("conflict") == 19
+    assert len(await store.read_stream("hot")) == 1
+
+
+async def test_read_all_filters_by_type_and_glob(store):
+    await store.append("a", [note("1")])
+    assert [r.type for r in await store.read_all(types=["note.added"])] == ["note.added"]
+    assert [r.type for r in await store.read_all(types=["note.*"])] == ["note.added"]
+    assert await store.read_all(types=["job.*"]) == []
+    await store.append("a", [note(str(i)) for i in range(9)])
+    assert [r.position for r in await store.read_all(after_position=3, limit=4)] == [4, 5, 6, 7]
+
+
+async def test_transact_reads_decides_and_appends_in_one_transaction(store):
+    await store.append("counter", [note("1")], expected_version=0)
+
+    def increment_if_below_three(tx):
+        version = tx.stream_version("counter")
+        if version >= 3:
+            return None
+        return tx.append("counter", [note(str(version + 1))], expected_version=version)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(10):
+            nursery.start_soon(store.transact, increment_if_below_three)
+    assert [r.event.text for r in await store.read_stream("counter")] == ["1", "2", "3"]
+
+
+async def test_a_failing_transact_is_undone_alone(store):
+    def half_then_fail(tx):
+        tx.append("x", [note("partial")], expected_version=0)
+        tx.execute("CREATE TABLE scratch(a)")
+        raise RuntimeError("boom")
+
+    async def fails() -> None:
+        with pytest.raises(RuntimeError, match="boom"):
+            await store.transact(half_then_fail)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fails)
+        nursery.start_soon(store.append, "y", [note("kept")], 0)
+    assert await store.read_stream("x") == []
+    assert [r.event.text for r in await store.read_stream("y")] == ["kept"]
+    rows = await store.transact(lambda tx: tx.execute("SELECT name FROM sqlite_master WHERE name='scratch'").fetchall())
+    assert rows == []
+
+
+async def test_subscribe_neither_skips_nor_repeats_while_writers_run(store):
+    total = 2000
+    seen: list[int] = []
+
+    async def follow() -> None:
+        async for record in store.subscribe(after=0):
+            seen.append(record.position)
+            if len(seen) == total:
+                return
+
+    async def writer(w: int) -> None:
+        for j in range(total // 4 // 5):
+            await store.append(f"w{w}", [note(f"{j}.{k}") for k in range(5)])
+            if j % 7 == 0:
+                await trio.sleep(0)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow)
+            for w in range(4):
+                nursery.start_soon(writer, w)
+    assert seen == list(range(1, total + 1))
+
+
+async def test_subscribe_with_type_filter_moves_past_other_events(store):
+    await store.append("a", [note(str(i)) for i in range(2500)])
+    got = []
+    async for record in store.subscribe(after=0, types=["note.*"], page=300):
+        got.append(record.position)
+        if len(got) == 2500:
+            break
+    assert got == list(range(1, 2501))
+
+
+async def test_subscribe_sees_appends_from_another_connection(store, db_path):
+    other = SQLiteLog(db_path)
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for record in store.subscribe(after=0):
+            seen.append(record.event.text)
+            if len(seen) == 3:
+                return
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow)
+            for i in range(3):
+                await trio.to_thread.run_sync(other.append_now, "elsewhere", [note(str(i))])
+    other.close()
+    assert seen == ["0", "1", "2"]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def test_a_file_that_is_not_sqlite_is_refused_untouched(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello, I am not a database\n" * 100)
+    before = digest(path)
+    with pytest.raises(NotAGormesDatabase):
+        async with SQLiteEventStore.open(path):
+            pass
+    assert digest(path) == before
+
+
+async def test_a_foreign_sqlite_database_is_refused_untouched(tmp_path):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t(x)")
+    conn.commit()
+    conn.close()
+    before = digest(path)
+    with pytest.raises(NotAGormesDatabase, match="not a gormes"):
+        SQLiteLog(path)
+    assert digest(path) == before
+    assert not (tmp_path / "other.db-wal").exists()
+
+
+async def test_a_database_from_a_newer_schema_is_refused_untouched(db_path):
+    SQLiteLog(db_path).close()
+    conn = sqlite3.connect(db_path)
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    before = digest(db_path)
+    with pytest.raises(SchemaTooNew, match="newer"):
+        SQLiteLog(db_path)
+    assert digest(db_path) == before
+
+
+async def test_new_database_is_marked_as_ours_and_in_wal_mode(db_path):
+    log = SQLiteLog(db_path, durability="normal")
+    assert log.conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    assert log.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert log.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    log.close()
+    log = SQLiteLog(db_path)
+    assert log.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL, the default
+    log.close()
+
+
+async def test_a_readonly_store_reads_but_refuses_writes(db_path):
+    log = SQLiteLog(db_path)
+    log.append_now("a", [note("1")])
+    log.close()
+    async with SQLiteEventStore.open(db_path, readonly=True) as store:
+        assert [r.event.text for r in await store.read_all()] == ["1"]
+        with pytest.raises(StoreReadOnly):
+            await store.append("a", [note("2")])
+
+
+async def test_events_survive_reopening(db_path):
+    async with SQLiteEventStore.open(db_path) as store:
+        await store.append("a", [note("1"), note("2")], 0)
+    async with SQLiteEventStore.open(db_path) as store:
+        assert [r.event for r in await store.read_stream("a")] == [note("1"), note("2")]
+        await store.append("a", [note("3")], 2)
+        assert await store.head() == 3
