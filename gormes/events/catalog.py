@@ -10,6 +10,7 @@ import importlib
 
 DOMAIN_MODULES = (
     "gormes.events.notes",
+    "gormes.events.jobs",
 )
 
 

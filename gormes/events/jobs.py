@@ -1,0 +1,243 @@
+"""Job events: every transition of a durable job, on the job's own stream `job-<id>`.
+
+Times are integer milliseconds since the epoch, decided by the caller (the queue
+reads its clock, the pure rules never do). Anything random (backoff jitter) is
+drawn before deciding and recorded here, so folding a stream again gives the
+same state and rebuilding the ledger gives the same rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from gormes.events.base import Event
+
+Status = Literal[
+    "waiting", "delayed", "active", "paused", "waiting-children",
+    "completed", "failed", "dead", "cancelled",
+]
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "dead", "cancelled"})
+STATUSES: tuple[str, ...] = (
+    "waiting", "delayed", "active", "paused", "waiting-children",
+    "completed", "failed", "dead", "cancelled",
+)
+ChildPolicy = Literal["fail_parent", "remove_dep", "ignore", "continue"]
+ChildOutcome = Literal["complete", "failed", "dead", "cancelled", "timeout"]
+TranscriptKind = Literal["log", "tool_call", "llm_turn", "error"]
+
+
+class Backoff(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Retry delay: exponential is `2^(n-1) x delay_ms`, fixed is `delay_ms`; +-jitter."""
+
+    kind: Literal["exponential", "fixed"] = "exponential"
+    delay_ms: int = 1000
+    jitter: float = 0.2
+
+
+class JobOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a submitter may choose. Unknown keys are refused when parsed."""
+
+    queue: str = "default"
+    priority: int = 0  # lower runs first
+    delay_ms: int = 0
+    max_attempts: int = 3
+    backoff: Backoff = Backoff()
+    timeout_ms: int | None = None
+    max_stalled: int = 5  # clamped to 1..100
+    parent_id: str | None = None
+    on_child_fail: ChildPolicy = "fail_parent"  # applies when THIS job, as a child, fails
+    max_children: int | None = None
+    idempotency_key: str | None = None
+    max_waiting: int | None = None  # admission control for the queue
+    remove_on_complete: bool = False
+    remove_on_fail: bool = False
+
+
+class Tokens(msgspec.Struct, frozen=True, kw_only=True):
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(
+            input=self.input + other.input,
+            output=self.output + other.output,
+            cache_read=self.cache_read + other.cache_read,
+        )
+
+
+class TranscriptEntry(msgspec.Struct, frozen=True, kw_only=True):
+    kind: TranscriptKind = "log"
+    text: str = ""
+    data: Any = None
+
+
+# -- lifecycle --------------------------------------------------------------
+
+
+class JobSubmitted(Event, tag="job.submitted", kw_only=True):
+    job_id: str
+    name: str
+    data: Any
+    options: JobOptions
+    depth: int = 0
+    created_at: int
+    delay_until: int | None = None  # set when submitted delayed
+    replay_of: str | None = None
+
+
+class JobClaimed(Event, tag="job.claimed", kw_only=True):
+    worker_id: str
+    lock_token: str
+    lease_ms: int
+    lock_until: int
+    at: int
+
+
+class JobLeaseRenewed(Event, tag="job.lease_renewed", kw_only=True):
+    lock_token: str
+    lock_until: int
+    at: int
+
+
+class JobCompleted(Event, tag="job.completed", kw_only=True):
+    result: Any = None
+    at: int
+
+
+class JobAwaitingChildren(Event, tag="job.awaiting_children", kw_only=True):
+    """The holder returned while children are still live: the lock is dropped and
+    the job runs again once they are all terminal (it reads their child_done)."""
+
+    at: int
+
+
+class JobFailed(Event, tag="job.failed", kw_only=True):
+    """An attempt failed. `status` is where it went: `delayed` (retry at
+    `delay_until`, after `backoff_ms` chosen with jitter), `dead` or `failed`."""
+
+    error: str
+    status: Literal["delayed", "dead", "failed"]
+    attempt_consumed: bool = True
+    delay_until: int | None = None
+    backoff_ms: int | None = None
+    unrecoverable: bool = False
+    at: int
+
+
+class JobStalled(Event, tag="job.stalled", kw_only=True):
+    """The lease expired past the grace: requeued (or dead at max_stalled)."""
+
+    dead: bool = False
+    at: int
+
+
+class JobTimedOut(Event, tag="job.timed_out", kw_only=True):
+    """Dead without retry: "timeout exceeded", "handler ignored abort", ..."""
+
+    error: str
+    at: int
+
+
+class JobReleased(Event, tag="job.released", kw_only=True):
+    """The holder gave the job back without consuming an attempt (shutdown, lease lost)."""
+
+    reason: str = ""
+    at: int
+
+
+class JobPromoted(Event, tag="job.promoted", kw_only=True):
+    at: int
+
+
+class JobPaused(Event, tag="job.paused", kw_only=True):
+    at: int
+
+
+class JobResumed(Event, tag="job.resumed", kw_only=True):
+    at: int
+
+
+class JobCancelled(Event, tag="job.cancelled", kw_only=True):
+    reason: str = "cancelled"
+    at: int
+
+
+class JobRetried(Event, tag="job.retried", kw_only=True):
+    at: int
+
+
+class JobPruned(Event, tag="job.pruned", kw_only=True):
+    at: int
+
+
+# -- while it runs ------------------------------------------------------------
+
+
+class JobProgressed(Event, tag="job.progressed", kw_only=True):
+    progress: Any
+    at: int
+
+
+class JobTokensAdded(Event, tag="job.tokens_added", kw_only=True):
+    tokens: Tokens
+    from_child: str | None = None
+    at: int
+
+
+class JobTranscribed(Event, tag="job.transcribed", kw_only=True):
+    entry: TranscriptEntry
+    at: int
+
+
+# -- family and inbox ---------------------------------------------------------
+
+
+class JobChildAdded(Event, tag="job.child_added", kw_only=True):
+    child_id: str
+    at: int
+
+
+class JobMessageSent(Event, tag="job.message_sent", kw_only=True):
+    message_id: str
+    sender: str
+    payload: Any
+    at: int
+
+
+class JobChildDone(Event, tag="job.child_done", kw_only=True):
+    """A child reached a terminal state; also a message in this job's inbox."""
+
+    message_id: str
+    child_id: str
+    outcome: ChildOutcome
+    result: Any = None
+    error: str | None = None
+    policy: ChildPolicy = "fail_parent"
+    at: int
+
+
+class JobChildrenSettled(Event, tag="job.children_settled", kw_only=True):
+    """No live child is left (or one failed under `continue`): runnable again."""
+
+    at: int
+
+
+class JobInboxRead(Event, tag="job.inbox_read", kw_only=True):
+    message_ids: tuple[str, ...]
+    at: int
+
+
+JobEvent = (
+    JobSubmitted | JobClaimed | JobLeaseRenewed | JobCompleted | JobAwaitingChildren
+    | JobFailed | JobStalled | JobTimedOut | JobReleased | JobPromoted | JobPaused
+    | JobResumed | JobCancelled | JobRetried | JobPruned | JobProgressed | JobTokensAdded
+    | JobTranscribed | JobChildAdded | JobMessageSent | JobChildDone | JobChildrenSettled
+    | JobInboxRead
+)
+
+
+def job_stream(job_id: str) -> str:
+    return f"job-{job_id}"
