@@ -23,7 +23,9 @@ class _EventMeta(type(msgspec.Struct)):  # type: ignore[misc]
 
     def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any):  # noqa: N804
         cls = super().__new__(mcls, name, bases, ns, **kw)
-        if isinstance(cls.__struct_config__.tag, str):
+        # Only classes given an explicit tag are event types; msgspec would
+        # otherwise tag abstract bases with their class name.
+        if isinstance(kw.get("tag"), str):
             from gormes.events.codec import default_codec
 
             default_codec.register(cls)

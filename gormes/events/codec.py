@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from gormes.errors import InvalidEventData, UnknownEventType
+from gormes.events.base import UnknownEvent
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -64,13 +65,11 @@ class Codec:
 
     def encode(self, event: Any) -> tuple[str, int, str]:
         """Return (type, schema_version, json text) for storage."""
-        from gormes.events.base import UnknownEvent
-
         if isinstance(event, UnknownEvent):
             return event.type, event.schema_version, self._encoder.encode(event.data).decode()
         cls = type(event)
         tag = cls.__struct_config__.tag
-        if self._classes.get(tag) is not cls:
+        if self._classes.get(tag) is not cls:  # also catches UnknownEvent subclasses' tags
             raise UnknownEventType(f"event class {cls.__qualname__} is not registered")
         return tag, cls.schema_version, self._encoder.encode(event).decode()
 
@@ -81,8 +80,6 @@ class Codec:
 
     def decode(self, tag: str, schema_version: int, data: str | bytes) -> Any:
         """Decode a stored row; never raises for malformed or unknown rows."""
-        from gormes.events.base import UnknownEvent
-
         cls = self._classes.get(tag)
         if cls is not None and schema_version == cls.schema_version:
             try:

@@ -14,7 +14,6 @@ the rest of its batch commits.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -32,19 +31,27 @@ from gormes.events.store import AppendRequest, AppendResult
 
 T = TypeVar("T")
 
-MAX_BATCH = 4096
 PAGE = 1000
 
 
 class _Request:
-    __slots__ = ("kind", "payload", "done", "result", "error")
+    __slots__ = ("kind", "payload", "result", "error")
 
     def __init__(self, kind: str, payload: Any) -> None:
         self.kind = kind  # "append" | "transact"
         self.payload = payload
-        self.done = trio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
+
+
+class _Batch:
+    """Requests that will share one transaction, and the event set once it committed."""
+
+    __slots__ = ("requests", "done")
+
+    def __init__(self) -> None:
+        self.requests: list[_Request] = []
+        self.done = trio.Event()
 
 
 class SQLiteTransaction:
@@ -119,14 +126,13 @@ class SQLiteEventStore:
         log: SQLiteLog,
         *,
         poll_interval: float = 0.005,
-        max_batch: int = MAX_BATCH,
     ) -> None:
         self.log = log
         self.path = log.path
         self.codec = log.codec
         self.readonly = log.readonly
-        self._max_batch = max_batch
-        self._send, self._recv = trio.open_memory_channel[_Request](math.inf)
+        self._batch = _Batch()  # filling up while the previous one commits
+        self._work = trio.Event()
         self._readers: list[SQLiteLog] = []
         self._changes = _Changes(log.reader(), poll_interval)
         self._closed = False
@@ -143,14 +149,13 @@ class SQLiteEventStore:
         codec: Codec = default_codec,
         clock: Callable[[], float] = time.time,
         poll_interval: float = 0.005,
-        max_batch: int = MAX_BATCH,
     ) -> AsyncIterator[SQLiteEventStore]:
         log = await trio.to_thread.run_sync(
             lambda: SQLiteLog(
                 path, readonly=readonly, durability=durability, codec=codec, clock=clock
             )
         )
-        store = cls(log, poll_interval=poll_interval, max_batch=max_batch)
+        store = cls(log, poll_interval=poll_interval)
         # The caller's exception is re-raised outside the nursery so that it reaches
         # them as itself, not wrapped in an ExceptionGroup.
         body_error: BaseException | None = None
@@ -171,9 +176,8 @@ class SQLiteEventStore:
 
     async def aclose(self) -> None:
         """Stop taking writes; requests already queued are still committed."""
-        if not self._closed:
-            self._closed = True
-            await self._send.aclose()
+        self._closed = True
+        self._work.set()
 
     def _close_connections(self) -> None:
         for reader in self._readers:
@@ -207,29 +211,28 @@ class SQLiteEventStore:
         if self._closed:
             raise StoreClosed("the event store is closed")
         req = _Request(kind, payload)
-        try:
-            self._send.send_nowait(req)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise StoreClosed("the event store is closed") from None
-        await req.done.wait()
+        batch = self._batch
+        batch.requests.append(req)
+        self._work.set()
+        await batch.done.wait()
         if req.error is not None:
             raise req.error
         return req.result
 
     async def _writer(self) -> None:
-        async with self._recv:
-            async for first in self._recv:
-                batch = [first]
-                while len(batch) < self._max_batch:
-                    try:
-                        batch.append(self._recv.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                await trio.to_thread.run_sync(self._commit, batch)
-                self.batches_committed += 1
-                for req in batch:
-                    req.done.set()
-                self._changes.bump()
+        while True:
+            await self._work.wait()
+            self._work = trio.Event()
+            batch = self._batch
+            if not batch.requests:
+                if self._closed:
+                    return
+                continue
+            self._batch = _Batch()
+            await trio.to_thread.run_sync(self._commit, batch.requests)
+            self.batches_committed += 1
+            batch.done.set()
+            self._changes.bump()
 
     def _commit(self, batch: list[_Request]) -> None:
         """Runs in a worker thread: one transaction, one fsync, for the whole batch."""
@@ -242,6 +245,9 @@ class SQLiteEventStore:
             return
         wb = WriteBatch(log)
         try:
+            wb.prefetch_versions(
+                r.stream for req in batch if req.kind == "append" for r in req.payload
+            )
             for req in batch:
                 if req.kind == "append":
                     try:
@@ -251,7 +257,7 @@ class SQLiteEventStore:
                 else:
                     self._run_transact(wb, req)
             wb.finish()
-            log.commit()
+            log.commit(wb.versions)
         except BaseException as exc:
             log.rollback()
             if isinstance(exc, sqlite3.Error):

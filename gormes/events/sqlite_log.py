@@ -12,6 +12,7 @@ order: a rolled-back insert gives its rowid back.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import sqlite3
 import time
@@ -34,6 +35,7 @@ from gormes.events.store import AppendRequest, AppendResult
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x676F726D  # "gorm"
 BUSY_TIMEOUT_S = 30.0
+VERSION_CACHE_MAX = 200_000
 DURABILITY = {"full": "FULL", "normal": "NORMAL"}
 
 _SCHEMA = """
@@ -82,9 +84,27 @@ def translate_error(exc: sqlite3.Error, path: str | os.PathLike[str]) -> StoreEr
     return StoreError(f"database error on {path}: {text}")
 
 
+def read_only_uri(path: str | os.PathLike[str]) -> str:
+    """The URI that opens `path` read-only, also from read-only media.
+
+    SQLite can read a WAL database only if it may create the `-shm` file beside
+    it, unless told the file is immutable. On a read-only directory with no
+    `-wal` file left over (a cleanly closed database) nothing can change the file,
+    so `immutable=1` is exact there.
+    """
+    p = Path(path)
+    uri = p.absolute().as_uri() + "?mode=ro"
+    wal = p.with_name(p.name + "-wal")
+    shm = p.with_name(p.name + "-shm")
+    if not os.access(p.parent, os.W_OK) and not shm.exists():
+        if not wal.exists() or wal.stat().st_size == 0:
+            uri += "&immutable=1"
+    return uri
+
+
 def _inspect(path: Path) -> tuple[int, int, int]:
     """(application_id, user_version, table count) of an existing file, read-only."""
-    uri = f"file:{path}?mode=ro"
+    uri = read_only_uri(path)
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
     except sqlite3.Error as exc:
@@ -161,7 +181,7 @@ def connect(
     try:
         if readonly:
             conn = sqlite3.connect(
-                f"file:{p}?mode=ro", uri=True, isolation_level=None,
+                read_only_uri(p), uri=True, isolation_level=None,
                 check_same_thread=False, timeout=BUSY_TIMEOUT_S,
             )
         else:
@@ -223,6 +243,10 @@ class SQLiteLog:
         )
         # Inline projections run inside every write transaction (the job ledger).
         self.inline: list[InlineApply] = []
+        # Stream versions as of our last commit. Valid while no other connection
+        # has committed, which `PRAGMA data_version` on this connection tells.
+        self.version_cache: dict[str, int] = {}
+        self._data_version = -1
 
     def close(self) -> None:
         self.conn.close()
@@ -323,15 +347,23 @@ class SQLiteLog:
             raise StoreReadOnly(f"{self.path} is read-only: cannot write events")
         try:
             self.conn.execute("BEGIN IMMEDIATE")
+            data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error as exc:
+            self.rollback()
             raise translate_error(exc, self.path) from None
+        if data_version != self._data_version or len(self.version_cache) > VERSION_CACHE_MAX:
+            self.version_cache.clear()
+            self._data_version = data_version
 
-    def commit(self) -> None:
+    def commit(self, versions: dict[str, int] | None = None) -> None:
+        """Commit; `versions` (streams written and their new versions) feed the cache."""
         try:
             self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self.rollback()
             raise translate_error(exc, self.path) from None
+        if versions:
+            self.version_cache.update(versions)
 
     def rollback(self) -> None:
         if self.conn.in_transaction:
@@ -349,7 +381,7 @@ class SQLiteLog:
         except BaseException:
             self.rollback()
             raise
-        self.commit()
+        self.commit(batch.versions)
         return result
 
 
@@ -364,6 +396,7 @@ class WriteBatch:
     def __init__(self, log: SQLiteLog) -> None:
         self.log = log
         self.now = log.clock()
+        self._cache = log.version_cache  # read-only here: updated only after COMMIT
         self._versions: dict[str, int] = {}
         self._rows: list[tuple[str, int, str, int, str, float]] = []
         self._events: list[Event] = []
@@ -373,8 +406,37 @@ class WriteBatch:
     def version(self, stream: str) -> int:
         v = self._versions.get(stream)
         if v is None:
-            v = self._versions[stream] = self.log.stream_version(stream)
+            v = self._cache.get(stream)
+            if v is None:
+                v = self.log.stream_version(stream)
+            self._versions[stream] = v
         return v
+
+    @property
+    def versions(self) -> dict[str, int]:
+        return self._versions
+
+    def prefetch_versions(self, streams: Iterable[str]) -> None:
+        """Look up the versions of many streams in one query (a batch of appends)."""
+        versions, cache = self._versions, self._cache
+        missing = []
+        for s in set(streams):
+            if s not in versions:
+                v = cache.get(s)
+                if v is None:
+                    missing.append(s)
+                else:
+                    versions[s] = v
+        for i in range(0, len(missing), 20000):
+            chunk = missing[i : i + 20000]
+            for s in chunk:
+                self._versions[s] = 0
+            rows = self.log.conn.execute(
+                "SELECT stream, max(version) FROM events "
+                "WHERE stream IN (SELECT value FROM json_each(?)) GROUP BY stream",
+                (json.dumps(chunk),),
+            )
+            self._versions.update(rows)
 
     def append(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         """Check every request's expected version, then stage all or none of them."""

@@ -1,0 +1,137 @@
+"""Durable append throughput: gormes against raw sqlite3 and eventsourcing.
+
+- gormes: 1,000 concurrent appenders, one per stream (random ids), each appending
+  single events with its expected version and waiting for its own durable commit
+  (group commit shares the fsyncs); every round adds one event to every stream;
+- raw sqlite3: the same rows (same streams, same versions, same JSON) into the
+  same table shape, 1,000 rows per commit;
+- eventsourcing: its SQLite recorder saving one event per call.
+All three use WAL and synchronous=FULL. Prints one JSON line; figures are medians.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import PAYLOAD, median, progress, report, scratch_dir  # noqa: E402
+
+from gormes.events.notes import NoteAdded  # noqa: E402
+from gormes.events.sqlite import SQLiteEventStore  # noqa: E402
+from gormes.events.sqlite_log import _SCHEMA  # noqa: E402
+
+APPENDERS = 1000
+ROUNDS = 5
+
+
+STREAMS = [f"bench-{uuid.uuid4().hex}" for _ in range(APPENDERS)]
+def bench_gormes(path: Path) -> float:
+    """All appenders start together and each appends ROUNDS events, one at a time."""
+    event = NoteAdded(text=PAYLOAD, author="bench")
+
+    async def run(store: SQLiteEventStore, first_version: int, rounds: int) -> float:
+        go = trio.Event()
+        ready = 0
+
+        async def appender(i: int) -> None:
+            nonlocal ready
+            ready += 1
+            await go.wait()
+            for r in range(rounds):
+                await store.append(STREAMS[i], [event], expected_version=first_version + r)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(APPENDERS):
+                nursery.start_soon(appender, i)
+            while ready < APPENDERS:
+                await trio.sleep(0)
+            start = time.perf_counter()
+            go.set()
+        return APPENDERS * rounds / (time.perf_counter() - start)
+
+    async def main() -> list[float]:
+        async with SQLiteEventStore.open(path) as store:
+            await run(store, 0, 1)  # warm up
+            return [await run(store, 1 + r * 3, 3) for r in range(ROUNDS)]
+
+    return median(trio.run(main))
+
+
+def bench_raw(path: Path) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    data = '{"type":"note.added","text":"%s","author":"bench","tags":[]}' % PAYLOAD
+    rates = []
+    for r in range(ROUNDS * 3 + 1):
+        rows = [(STREAMS[i], r + 1, "note.added", 1, data, time.time()) for i in range(APPENDERS)]
+        start = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO events(stream, version, type, type_version, data, recorded_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        conn.execute("COMMIT")
+        if r > 0:  # the first round warms up
+            rates.append(APPENDERS / (time.perf_counter() - start))
+    conn.close()
+    return median(rates)
+
+
+def bench_eventsourcing(path: Path, count: int = 1000) -> float:
+    from eventsourcing.persistence import StoredEvent
+    from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
+    datastore = SQLiteDatastore(str(path))
+    recorder = SQLiteApplicationRecorder(datastore)
+    recorder.create_table()
+    state = ('{"text":"%s","author":"bench"}' % PAYLOAD).encode()
+    events = [
+        StoredEvent(originator_id=uuid.uuid4(), originator_version=1, topic="note.added", state=state)
+        for _ in range(count)
+    ]
+    recorder.insert_events([events[0]])  # warm up
+    start = time.perf_counter()
+    for event in events[1:]:
+        recorder.insert_events([event])
+    rate = (count - 1) / (time.perf_counter() - start)
+    datastore.close()
+    return rate
+
+
+def main() -> None:
+    with scratch_dir() as d:
+        progress("append: gormes ...")
+        gormes_eps = bench_gormes(d / "gormes.db")
+        progress("append: raw sqlite3 ...")
+        raw_eps = bench_raw(d / "raw.db")
+        progress("append: eventsourcing ...")
+        es_eps = bench_eventsourcing(d / "es.db")
+    report(
+        {
+            "benchmark": "append",
+            "gormes_eps": round(gormes_eps),
+            "raw_sqlite_eps": round(raw_eps),
+            "eventsourcing_eps": round(es_eps),
+            "vs_raw": round(gormes_eps / raw_eps, 3),
+            "vs_eventsourcing": round(gormes_eps / es_eps, 1),
+            "appenders": APPENDERS,
+            "rounds": ROUNDS,
+            "appends_per_appender_per_round": 3,
+            "durability": "full",
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()
