@@ -4,7 +4,7 @@ Each job is an actor with its own stream `job-<id>`; the inline `ledger`
 projection (gormes/projections/ledger.py) is the queue's index and is exactly
 current with every append, because it is updated inside the append transaction.
 A command runs as `store.transact(fn)`: `fn` reads the ledger to find the job(s),
-folds their streams, lets the pure rules (gormes/actors/jobs.py) decide, and
+folds their streams, lets the pure rules (gormes/actors/job_rules.py) decide, and
 appends with the expected version, all in the writer thread under the database
 write lock. So a claim can never hand one job to two workers, in this process
 or any other.
@@ -24,14 +24,24 @@ raise `LockLost` when the token is stale; `renew` returns False instead, and
 
 from __future__ import annotations
 
+import random as _random
+import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
 
+from gormes.actors import job_rules as rules
+from gormes.actors.job_session import JobSession, new_id
+from gormes.actors.job_views import (
+    MESSAGE_COLUMNS, InboxMessage, Job, JobStats, PruneResult, job_from_row, message_from_row,
+)
 from gormes.actors.jobs import InvalidJob, InvalidTransition, JobNotFound, LockLost
-from gormes.events.jobs import Backoff, JobOptions, Tokens, TranscriptEntry
+from gormes.events.jobs import (
+    STATUSES, TERMINAL, Backoff, JobOptions, Tokens, TranscriptEntry,
+)
+from gormes.projections import ledger
 
 # Re-exported so that callers need one import.
 SubmitOptions = JobOptions
@@ -44,64 +54,28 @@ __all__ = [
 DEFAULT_LEASE_MS = 30_000
 DEFAULT_STALL_GRACE_MS = 15_000
 DEFAULT_MAX_DEPTH = 5
+SWEEP_LIMIT = 500  # jobs handled per sweep transaction
+
+_TERMINAL_SQL = "('completed', 'failed', 'dead', 'cancelled')"
+_KEY_FREED_SQL = "('dead', 'cancelled', 'failed')"
+_plain = msgspec.json.Decoder()
 
 
-class Job(msgspec.Struct, kw_only=True):
-    """A job as the ledger shows it (the JSON of `gormes jobs get --json`)."""
-
-    id: str
-    name: str
-    queue: str
-    status: str
-    priority: int
-    data: Any
-    result: Any = None
-    error: str | None = None
-    attempts_made: int = 0
-    attempts_started: int = 0
-    stalled_counter: int = 0
-    max_attempts: int = 3
-    max_stalled: int = 5
-    parent_id: str | None = None
-    depth: int = 0
-    progress: Any = None
-    tokens: Tokens = Tokens()
-    created_at: int = 0
-    started_at: int | None = None
-    finished_at: int | None = None
-    lock_token: str | None = None
-    lock_until: int | None = None
-    delay_until: int | None = None
-    idempotency_key: str | None = None
-    worker_id: str | None = None
-    live_children: int = 0
-    options: JobOptions = JobOptions()
-    coalesced: bool = False  # submit returned an existing job (idempotency / max_waiting)
+def _json_data(data: Any, what: str = "job data") -> Any:
+    """Refuse data that is not JSON; return it as plain JSON values."""
+    try:
+        return _plain.decode(msgspec.json.encode(data))
+    except (TypeError, msgspec.EncodeError, OverflowError) as exc:
+        raise InvalidJob(f"{what} is not JSON: {exc}") from None
 
 
-class InboxMessage(msgspec.Struct, kw_only=True):
-    id: str
-    job_id: str
-    sender: str  # "operator", the parent's id, or "child:<id>" for child_done
-    payload: Any
-    sent_at: int
-    read_at: int | None = None
-
-
-class JobStats(msgspec.Struct, kw_only=True):
-    total: int
-    by_status: dict[str, int]
-    by_queue: dict[str, dict[str, int]]
-    tokens: Tokens = Tokens()
-
-
-class PruneResult(msgspec.Struct, kw_only=True):
-    ids: list[str]
-    dry_run: bool
-
-    @property
-    def count(self) -> int:
-        return len(self.ids)
+def deep_merge(base: Any, overrides: Any) -> Any:
+    if isinstance(base, dict) and isinstance(overrides, dict):
+        merged = dict(base)
+        for key, value in overrides.items():
+            merged[key] = deep_merge(base.get(key), value) if key in base else value
+        return merged
+    return overrides if overrides is not None else base
 
 
 class JobQueue:
@@ -115,8 +89,12 @@ class JobQueue:
         random: Callable[[], float] | None = None,
         max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
-        """Prefer `await JobQueue.open(store)`, which also installs the ledger."""
-        raise NotImplementedError("JobQueue is not built yet")
+        """Prefer `await JobQueue.open(store)`, which also installs the ledger; the
+        constructor assumes `ledger.install(store)` was already awaited."""
+        self.store = store
+        self.clock = clock
+        self.random = random or _random.random
+        self.max_depth = max_depth
 
     @classmethod
     async def open(
@@ -129,7 +107,35 @@ class JobQueue:
     ) -> JobQueue:
         """Create the ledger tables if needed, catch the ledger up with the log and
         install it as an inline projection of `store`; then return the queue."""
-        raise NotImplementedError
+        await ledger.install(store)
+        return cls(store, clock=clock, random=random, max_depth=max_depth)
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def _now(self) -> int:
+        return int(self.clock() * 1000)
+
+    async def _transact(self, fn: Callable[[JobSession], Any], now: int | None = None) -> Any:
+        return await self.store.transact(
+            lambda tx: fn(JobSession(tx, self._now() if now is None else now))
+        )
+
+    @staticmethod
+    def _job(s: JobSession, job_id: str, *, coalesced: bool = False) -> Job:
+        cur = s.tx.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise JobNotFound(f"no job {job_id}")
+        return job_from_row([d[0] for d in cur.description], row, coalesced=coalesced)
+
+    @staticmethod
+    def _existing(s: JobSession, job_id: str) -> None:
+        if s.state(job_id) is None:
+            raise JobNotFound(f"no job {job_id}")
+
+    async def _read(self, fn: Callable[[Any], Any]) -> Any:
+        # The store's pool of read connections (each a SQLiteLog with `.conn`).
+        return await self.store._read(lambda log: fn(log.conn))
 
     # -- submitting and reading ------------------------------------------------
 
@@ -141,10 +147,54 @@ class JobQueue:
         is not JSON, an unknown or terminal parent, depth over the cap, or a parent
         at max_children. Returns an existing job with `coalesced=True` when its
         idempotency key is held or the queue is at max_waiting."""
-        raise NotImplementedError
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidJob("job name must not be empty")
+        opts = rules.validate_options(rules.parse_options(options))
+        plain = _json_data(data)
+        return await self._transact(lambda s: self._submit(s, name, plain, opts, None))
+
+    def _submit(
+        self, s: JobSession, name: str, data: Any, opts: JobOptions, replay_of: str | None
+    ) -> Job:
+        if opts.idempotency_key is not None:
+            held = s.ids_where(
+                f"SELECT id FROM jobs WHERE idempotency_key = ? AND status NOT IN {_KEY_FREED_SQL}"
+                " ORDER BY created_at DESC, id DESC LIMIT 1", (opts.idempotency_key,),
+            )
+            if held:
+                return self._job(s, held[0], coalesced=True)
+        if opts.max_waiting is not None:
+            rows = s.rows(
+                "SELECT count(*), max(id) FROM jobs WHERE status = 'waiting' AND queue = ?",
+                (opts.queue,),
+            )
+            count, newest = rows[0]
+            if count >= opts.max_waiting:
+                return self._job(s, newest, coalesced=True)
+        depth = 0
+        job_id = new_id()
+        if opts.parent_id is not None:
+            parent = s.state(opts.parent_id)
+            if parent is None:
+                raise InvalidJob(f"no parent job {opts.parent_id}")
+            depth = parent.depth + 1
+            if depth > self.max_depth:
+                raise InvalidJob(f"job depth {depth} exceeds the cap of {self.max_depth}")
+        s.run(job_id, rules.Submit(
+            now=s.now, job_id=job_id, name=name, data=data, options=opts, depth=depth,
+            replay_of=replay_of,
+        ))
+        if opts.parent_id is not None:
+            s.run(opts.parent_id, rules.AddChild(now=s.now, child_id=job_id))
+        return self._job(s, job_id)
 
     async def get(self, job_id: str) -> Job | None:
-        raise NotImplementedError
+        def read(conn: Any) -> Job | None:
+            cur = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
+            row = cur.fetchone()
+            return None if row is None else job_from_row([d[0] for d in cur.description], row)
+
+        return await self._read(read)
 
     async def list(
         self,
@@ -154,18 +204,68 @@ class JobQueue:
         limit: int = 100,
     ) -> list[Job]:
         """Newest first."""
-        raise NotImplementedError
+        if status is not None and status not in STATUSES:
+            raise InvalidJob(f"unknown status {status!r} (known: {', '.join(STATUSES)})")
+        where, params = [], []
+        for column, value in (("status", status), ("queue", queue), ("name", name)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+
+        def read(conn: Any) -> list[Job]:
+            cur = conn.execute(sql, (*params, limit))
+            cols = [d[0] for d in cur.description]
+            return [job_from_row(cols, row) for row in cur.fetchall()]
+
+        return await self._read(read)
 
     async def stats(self) -> JobStats:
-        raise NotImplementedError
+        def read(conn: Any) -> JobStats:
+            by_status = {status: 0 for status in STATUSES}
+            by_queue: dict[str, dict[str, int]] = {}
+            total = 0
+            for queue, status, n in conn.execute(
+                "SELECT queue, status, count(*) FROM jobs GROUP BY queue, status"
+            ):
+                by_status[status] = by_status.get(status, 0) + n
+                by_queue.setdefault(queue, {})[status] = n
+                total += n
+            i, o, c = conn.execute(
+                "SELECT coalesce(sum(tokens_input), 0), coalesce(sum(tokens_output), 0),"
+                " coalesce(sum(tokens_cache_read), 0) FROM jobs WHERE parent_id IS NULL"
+            ).fetchone()
+            return JobStats(
+                total=total, by_status=by_status, by_queue=by_queue,
+                tokens=Tokens(input=i, output=o, cache_read=c),
+            )
+
+        return await self._read(read)
 
     async def transcript(self, job_id: str) -> list[TranscriptEntry]:
         """The capped transcript the ledger keeps (the log keeps every entry)."""
-        raise NotImplementedError
+        def read(conn: Any) -> list[TranscriptEntry]:
+            rows = conn.execute(
+                "SELECT kind, text, data FROM transcript WHERE job_id = ? ORDER BY seq", (job_id,)
+            ).fetchall()
+            return [
+                TranscriptEntry(kind=k, text=t or "", data=None if d is None else _plain.decode(d))
+                for k, t, d in rows
+            ]
+
+        return await self._read(read)
 
     async def inbox(self, job_id: str) -> list[InboxMessage]:
         """All messages of a job, read or not (operator view; no receipts)."""
-        raise NotImplementedError
+        def read(conn: Any) -> list[InboxMessage]:
+            rows = conn.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM inbox WHERE job_id = ? ORDER BY sent_at, id",
+                (job_id,),
+            ).fetchall()
+            return [message_from_row(row) for row in rows]
+
+        return await self._read(read)
 
     # -- the holder (a worker) ---------------------------------------------------
 
@@ -179,114 +279,305 @@ class JobQueue:
         """Claim the next waiting job with one of `names` (in `queues`, default all),
         by priority then age. Due delayed jobs are promoted first. The returned Job
         carries the fresh `lock_token` and `lock_until`."""
-        raise NotImplementedError
+        names = sorted(set(names))
+        queues = None if queues is None else sorted(set(queues))
+        if not names or queues == []:
+            return None
+        if lease_ms <= 0:
+            raise InvalidJob("lease_ms must be > 0")
+        sql = f"SELECT id FROM jobs WHERE status = 'waiting' AND name IN ({','.join('?' * len(names))})"
+        params: list[Any] = list(names)
+        if queues is not None:
+            sql += f" AND queue IN ({','.join('?' * len(queues))})"
+            params += queues
+        sql += " ORDER BY priority, created_at, id LIMIT 1"
+
+        def claim(s: JobSession) -> Job | None:
+            self._promote_due(s)
+            found = s.ids_where(sql, params)
+            if not found:
+                return None
+            s.run(found[0], rules.Claim(
+                now=s.now, worker_id=worker_id, lock_token=secrets.token_hex(16),
+                lease_ms=lease_ms,
+            ))
+            return self._job(s, found[0])
+
+        return await self._transact(claim)
 
     async def renew(self, job_id: str, token: str, lease_ms: int = DEFAULT_LEASE_MS) -> bool:
         """Extend the lease; False when the token no longer holds the job."""
-        raise NotImplementedError
+        def renew(s: JobSession) -> bool:
+            try:
+                s.run(job_id, rules.Renew(now=s.now, token=token, lease_ms=lease_ms))
+            except (LockLost, InvalidTransition):
+                return False
+            return True
 
-    async def complete(self, job_id: str, token: str, result: Any = None) -> Job:
+        return await self._transact(renew)
+
+    async def _holder_command(self, job_id: str, make: Callable[[int], rules.Command]) -> Job | None:
+        def run(s: JobSession) -> Job | None:
+            self._existing(s, job_id)
+            s.run(job_id, make(s.now))
+            state = s.state(job_id)
+            if state is not None and state.terminal and _removed(s, job_id):
+                return None
+            return self._job(s, job_id)
+
+        return await self._transact(run)
+
+    async def complete(self, job_id: str, token: str, result: Any = None) -> Job | None:
         """Finish the attempt. With live children the job goes `waiting-children`
-        (and runs again when they are all terminal) instead of `completed`."""
-        raise NotImplementedError
+        (and runs again when they are all terminal) instead of `completed`.
+        Returns None when remove_on_complete took the job out of the ledger."""
+        plain = _json_data(result, "job result")
+        return await self._holder_command(
+            job_id, lambda now: rules.Complete(now=now, token=token, result=plain)
+        )
 
     async def fail(
         self, job_id: str, token: str, error: Any, *, unrecoverable: bool = False
-    ) -> Job:
+    ) -> Job | None:
         """Record a failed attempt: `delayed` by the backoff, or `dead` when
-        unrecoverable or attempts are used up. A non-str error is recorded as str()."""
-        raise NotImplementedError
+        unrecoverable or attempts are used up. A non-str error is recorded as str().
+        Returns None when remove_on_fail took the job out of the ledger."""
+        text = error if isinstance(error, str) else str(error)
+        draw = self.random()
+        return await self._holder_command(job_id, lambda now: rules.Fail(
+            now=now, token=token, error=text, unrecoverable=unrecoverable, jitter_draw=draw
+        ))
 
-    async def time_out(self, job_id: str, token: str, error: str = "timeout exceeded") -> Job:
-        """The handler overran its timeout (or ignored the abort): `dead`, attempts + 1,
-        no retry. The worker calls this; `sweep_timeouts` is the wall-clock backstop."""
-        raise NotImplementedError
+    async def time_out(
+        self, job_id: str, token: str, error: str = "timeout exceeded"
+    ) -> Job | None:
+        """The handler overran its timeout (or ignored the abort: pass "handler
+        ignored abort"): `dead`, attempts + 1, no retry. The worker calls this;
+        `sweep_timeouts` is the wall-clock backstop."""
+        return await self._holder_command(
+            job_id, lambda now: rules.TimeOut(now=now, token=token, error=error)
+        )
 
     async def release(self, job_id: str, token: str, reason: str = "") -> Job:
         """Infrastructure abort (shutdown, lease lost): back to `waiting` without
         consuming an attempt."""
-        raise NotImplementedError
+        job = await self._holder_command(
+            job_id, lambda now: rules.Release(now=now, token=token, reason=reason)
+        )
+        assert job is not None
+        return job
 
     async def progress(self, job_id: str, token: str, progress: Any) -> None:
-        raise NotImplementedError
+        plain = _json_data(progress, "progress")
+        await self._holder_command(
+            job_id, lambda now: rules.Progress(now=now, token=token, progress=plain)
+        )
 
     async def add_tokens(
         self, job_id: str, token: str, input: int = 0, output: int = 0, cache_read: int = 0
     ) -> None:
         """Add token deltas (fenced)."""
-        raise NotImplementedError
+        tokens = Tokens(input=input, output=output, cache_read=cache_read)
+        await self._holder_command(
+            job_id, lambda now: rules.AddTokens(now=now, token=token, tokens=tokens)
+        )
 
     async def log(self, job_id: str, token: str, entry: TranscriptEntry | str) -> None:
         """Append a transcript entry (fenced)."""
-        raise NotImplementedError
+        if isinstance(entry, str):
+            entry = TranscriptEntry(kind="log", text=entry)
+        entry = TranscriptEntry(
+            kind=entry.kind, text=entry.text, data=_json_data(entry.data, "transcript data")
+        )
+        await self._holder_command(
+            job_id, lambda now: rules.Transcribe(now=now, token=token, entry=entry)
+        )
 
     async def read_inbox(self, job_id: str, token: str) -> list[InboxMessage]:
         """Unread messages, marking them read (a receipt event). A second read
         returns nothing new; a wrong token reads nothing."""
-        raise NotImplementedError
+        def read(s: JobSession) -> list[InboxMessage]:
+            if s.state(job_id) is None:
+                return []
+            events = s.run(job_id, rules.ReadInbox(now=s.now, token=token))
+            if not events:
+                return []
+            ids = events[0].message_ids  # type: ignore[attr-defined]
+            rows = s.rows(
+                f"SELECT {MESSAGE_COLUMNS} FROM inbox WHERE id IN ({','.join('?' * len(ids))})"
+                " ORDER BY sent_at, id", ids,
+            )
+            return [message_from_row(row) for row in rows]
+
+        return await self._transact(read)
 
     # -- operators -------------------------------------------------------------
 
+    async def _operator_command(self, job_id: str, make: Callable[[int], rules.Command]) -> Job:
+        def run(s: JobSession) -> Job:
+            self._existing(s, job_id)
+            s.run(job_id, make(s.now))
+            return self._job(s, job_id)
+
+        return await self._transact(run)
+
     async def pause(self, job_id: str) -> Job:
         """waiting, delayed or active -> paused (progress kept). Other states: `InvalidTransition`."""
-        raise NotImplementedError
+        return await self._operator_command(job_id, lambda now: rules.Pause(now=now))
 
     async def resume(self, job_id: str) -> Job:
-        """paused -> waiting (or waiting-children while children are live)."""
-        raise NotImplementedError
+        """paused -> waiting."""
+        return await self._operator_command(job_id, lambda now: rules.Resume(now=now))
+
+    async def retry(self, job_id: str) -> Job:
+        """failed or dead -> waiting, resetting attempts, error, started_at, stalled_counter."""
+        return await self._operator_command(job_id, lambda now: rules.Retry(now=now))
 
     async def cancel(self, job_id: str) -> list[str]:
         """Cancel the job and every non-terminal descendant; returns the ids cancelled."""
-        raise NotImplementedError
+        def cancel(s: JobSession) -> list[str]:
+            self._existing(s, job_id)
+            s.run(job_id, rules.Cancel(now=s.now))
+            done = [job_id]
+            descendants = s.ids_where(
+                "WITH RECURSIVE d(id, depth) AS (SELECT id, 1 FROM jobs WHERE parent_id = ?"
+                " UNION SELECT j.id, d.depth + 1 FROM jobs j JOIN d ON j.parent_id = d.id)"
+                " SELECT id FROM d ORDER BY depth, id", (job_id,),
+            )
+            for child in descendants:
+                state = s.state(child)
+                if state is not None and not state.terminal:
+                    s.run(child, rules.Cancel(now=s.now, reason="cancelled with its parent"))
+                    done.append(child)
+            return done
+
+        return await self._transact(cancel)
 
     async def send(self, job_id: str, payload: Any, sender: str = "operator") -> InboxMessage:
         """Put a message in a non-terminal job's inbox. `sender` is "operator" or
         the job's parent id; anyone else is refused."""
-        raise NotImplementedError
+        plain = _json_data(payload, "message payload")
 
-    async def retry(self, job_id: str) -> Job:
-        """failed or dead -> waiting, resetting attempts, error, started_at, stalled_counter."""
-        raise NotImplementedError
+        def send(s: JobSession) -> InboxMessage:
+            self._existing(s, job_id)
+            message_id = new_id()
+            s.run(job_id, rules.SendMessage(
+                now=s.now, message_id=message_id, sender=sender, payload=plain
+            ))
+            row = s.rows(f"SELECT {MESSAGE_COLUMNS} FROM inbox WHERE id = ?", (message_id,))[0]
+            return message_from_row(row)
+
+        return await self._transact(send)
 
     async def replay(self, job_id: str, data_overrides: Any = None) -> Job:
         """A terminal job -> a new job with the same name, queue, priority and options,
-        data deep-merged with `data_overrides`, no parent."""
-        raise NotImplementedError
+        data deep-merged with `data_overrides`, no parent (and no idempotency key)."""
+        overrides = _json_data(data_overrides, "replay data")
+
+        def replay(s: JobSession) -> Job:
+            state = s.state(job_id)
+            if state is None:
+                raise JobNotFound(f"no job {job_id}")
+            if not state.terminal:
+                raise InvalidTransition(f"cannot replay job {job_id}: it is {state.status}")
+            opts = msgspec.structs.replace(
+                state.options, parent_id=None, idempotency_key=None, delay_ms=0
+            )
+            data = deep_merge(state.data, overrides)
+            return self._submit(s, state.name, data, opts, replay_of=job_id)
+
+        return await self._transact(replay)
 
     async def prune(self, older_than_ms: int, *, dry_run: bool = False) -> PruneResult:
         """Remove terminal jobs that finished more than `older_than_ms` ago from the
         ledger (their streams stay in the log)."""
-        raise NotImplementedError
+        if older_than_ms < 0:
+            raise InvalidJob("older_than must not be negative")
+
+        def prune(s: JobSession) -> PruneResult:
+            ids = s.ids_where(
+                f"SELECT id FROM jobs WHERE status IN {_TERMINAL_SQL} AND finished_at < ?"
+                " ORDER BY finished_at, id", (s.now - older_than_ms,),
+            )
+            if not dry_run:
+                for job_id in ids:
+                    s.run(job_id, rules.Prune(now=s.now))
+            return PruneResult(ids=ids, dry_run=dry_run)
+
+        return await self._transact(prune)
 
     # -- sweeps (the worker runs these periodically) ------------------------------
+
+    async def _sweep(
+        self, now: int | None, select: Callable[[JobSession], list[str]],
+        make: Callable[[int], rules.Command],
+    ) -> list[str]:
+        def sweep(s: JobSession) -> list[str]:
+            return [job_id for job_id in select(s) if s.run(job_id, make(s.now))]
+
+        return await self._transact(sweep, now)
 
     async def sweep_stalled(
         self, now: int | None = None, grace_ms: int = DEFAULT_STALL_GRACE_MS
     ) -> list[str]:
         """Requeue (or kill at max_stalled) active jobs whose lease expired more
         than `grace_ms` ago. Returns the ids handled."""
-        raise NotImplementedError
+        return await self._sweep(
+            now,
+            lambda s: s.ids_where(
+                "SELECT id FROM jobs WHERE status IN ('active', 'waiting-children')"
+                " AND lock_until IS NOT NULL AND lock_until + ? < ? LIMIT ?",
+                (grace_ms, s.now, SWEEP_LIMIT),
+            ),
+            lambda now: rules.CheckStall(now=now, grace_ms=grace_ms),
+        )
+
+    @staticmethod
+    def _promote_due(s: JobSession) -> list[str]:
+        due = s.ids_where(
+            "SELECT id FROM jobs WHERE status = 'delayed' AND delay_until <= ?"
+            " ORDER BY delay_until LIMIT ?", (s.now, SWEEP_LIMIT),
+        )
+        return [job_id for job_id in due if s.run(job_id, rules.Promote(now=s.now))]
 
     async def promote_delayed(self, now: int | None = None) -> list[str]:
-        raise NotImplementedError
+        return await self._transact(self._promote_due, now)
 
     async def sweep_timeouts(self, now: int | None = None) -> list[str]:
         """Kill jobs active past 2 x timeout (or 2 x lease x max_stalled without one)."""
-        raise NotImplementedError
+        return await self._sweep(
+            now,
+            lambda s: s.ids_where(
+                "SELECT id FROM jobs WHERE status = 'active' AND claimed_at + 2 * coalesce("
+                "timeout_ms, lease_ms * max_stalled) < ? LIMIT ?", (s.now, SWEEP_LIMIT),
+            ),
+            lambda now: rules.TimeOut(now=now, token=None, error="timeout exceeded"),
+        )
 
     async def unblock_parents(self) -> list[str]:
         """Return to waiting any parent stranded in waiting-children with no live child."""
-        raise NotImplementedError
+        return await self._sweep(
+            None,
+            lambda s: s.ids_where(
+                "SELECT id FROM jobs WHERE status = 'waiting-children' AND live_children = 0"
+                " LIMIT ?", (SWEEP_LIMIT,),
+            ),
+            lambda now: rules.Settle(now=now),
+        )
 
     # -- waking idle workers -------------------------------------------------------
 
     @property
     def generation(self) -> int:
         """Changes whenever the log grows (this process or another)."""
-        raise NotImplementedError
+        return self.store.generation
 
     async def wait_for_work(self, seen_generation: int) -> None:
         """Return once the log changed after `seen_generation` (milliseconds after a
         submit, in this process or another). Read `generation` BEFORE the claim that
         found nothing, then wait with it."""
-        raise NotImplementedError
+        await self.store.wait_for_change(seen_generation)
+
+
+def _removed(s: JobSession, job_id: str) -> bool:
+    return not s.rows("SELECT 1 FROM jobs WHERE id = ?", (job_id,))

@@ -1,0 +1,112 @@
+"""The typed views of the job queue: what `JobQueue` returns and the CLI prints.
+
+Built from ledger rows (`job_from_row`, `message_from_row`); JSON columns are decoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from gormes.events.jobs import JobOptions, Tokens
+
+_decode = msgspec.json.Decoder()
+_options = msgspec.json.Decoder(JobOptions)
+
+
+class Job(msgspec.Struct, kw_only=True):
+    """A job as the ledger shows it (the JSON of `gormes jobs get --json`)."""
+
+    id: str
+    name: str
+    queue: str
+    status: str
+    priority: int
+    data: Any
+    result: Any = None
+    error: str | None = None
+    attempts_made: int = 0
+    attempts_started: int = 0
+    stalled_counter: int = 0
+    max_attempts: int = 3
+    max_stalled: int = 5
+    parent_id: str | None = None
+    depth: int = 0
+    progress: Any = None
+    tokens: Tokens = Tokens()
+    created_at: int = 0
+    started_at: int | None = None
+    finished_at: int | None = None
+    lock_token: str | None = None
+    lock_until: int | None = None
+    delay_until: int | None = None
+    idempotency_key: str | None = None
+    worker_id: str | None = None
+    live_children: int = 0
+    options: JobOptions = JobOptions()
+    coalesced: bool = False  # submit returned an existing job (idempotency / max_waiting)
+
+
+class InboxMessage(msgspec.Struct, kw_only=True):
+    id: str
+    job_id: str
+    sender: str  # "operator", the parent's id, or "child:<id>" for child_done
+    payload: Any
+    sent_at: int
+    read_at: int | None = None
+
+
+class JobStats(msgspec.Struct, kw_only=True):
+    total: int
+    by_status: dict[str, int]
+    by_queue: dict[str, dict[str, int]]
+    tokens: Tokens = Tokens()
+
+
+class PruneResult(msgspec.Struct, kw_only=True):
+    ids: list[str]
+    dry_run: bool
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else _decode.decode(text)
+
+
+def job_from_row(columns: Sequence[str], row: Sequence[Any], *, coalesced: bool = False) -> Job:
+    r = dict(zip(columns, row))
+    return Job(
+        id=r["id"], name=r["name"], queue=r["queue"], status=r["status"],
+        priority=r["priority"], data=_json(r["data"]), result=_json(r["result"]),
+        error=r["error"], attempts_made=r["attempts_made"],
+        attempts_started=r["attempts_started"], stalled_counter=r["stalled_counter"],
+        max_attempts=r["max_attempts"], max_stalled=r["max_stalled"],
+        parent_id=r["parent_id"], depth=r["depth"], progress=_json(r["progress"]),
+        tokens=Tokens(
+            input=r["tokens_input"], output=r["tokens_output"],
+            cache_read=r["tokens_cache_read"],
+        ),
+        created_at=r["created_at"], started_at=r["started_at"],
+        finished_at=r["finished_at"], lock_token=r["lock_token"],
+        lock_until=r["lock_until"], delay_until=r["delay_until"],
+        idempotency_key=r["idempotency_key"], worker_id=r["worker_id"],
+        live_children=r["live_children"],
+        options=_options.decode(r["options"]) if r["options"] else JobOptions(),
+        coalesced=coalesced,
+    )
+
+
+MESSAGE_COLUMNS = "id, job_id, sender, payload, sent_at, read_at"
+
+
+def message_from_row(row: Sequence[Any]) -> InboxMessage:
+    id_, job_id, sender, payload, sent_at, read_at = row
+    return InboxMessage(
+        id=id_, job_id=job_id, sender=sender, payload=_json(payload),
+        sent_at=sent_at, read_at=read_at,
+    )

@@ -1,0 +1,378 @@
+"""The `ledger` projection: the job queue's index (jobs, inbox, capped transcript).
+
+It runs INLINE: `install` adds `inline_apply` to the store's write transactions,
+so the ledger is exactly current with every append and a claim reads it under
+the same write lock that appends the claim. `inline_apply` also keeps the
+`tracking` row, and first applies any events it missed (written by a process
+without the ledger installed), so the ledger never skips an event.
+
+`LEDGER` also has the shape of the projection runner's `Projection` (name,
+version, tables, setup, apply), so `ProjectionRunner(store, LEDGER).rebuild()`
+rebuilds it and maintenance can check it. `apply` is deterministic in the records
+alone: every value comes from the events (times included), never from a clock.
+
+Tables are created with sqlite-utils on a separate connection (`setup_file`),
+outside any write transaction; rows are written with plain SQL only.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gormes.events.base import Recorded
+from gormes.events.codec import default_codec
+from gormes.events.jobs import (
+    JobAwaitingChildren, JobCancelled, JobChildAdded, JobChildDone, JobChildrenSettled,
+    JobClaimed, JobCompleted, JobFailed, JobInboxRead, JobLeaseRenewed, JobMessageSent,
+    JobPaused, JobProgressed, JobPromoted, JobPruned, JobReleased, JobResumed, JobRetried,
+    JobStalled, JobSubmitted, JobTimedOut, JobTokensAdded, JobTranscribed,
+)
+
+NAME = "ledger"
+VERSION = 1
+TRANSCRIPT_CAP = 200  # entries kept per job in the ledger; the log keeps all
+STALLED_ERROR = "max stalled count exceeded"
+
+_json = msgspec.json.Encoder()
+
+
+def _enc(value: Any) -> str | None:
+    return None if value is None else _json.encode(value).decode()
+
+
+def _jobs_columns() -> dict[str, type]:
+    return {
+        "id": str, "name": str, "queue": str, "status": str, "priority": int,
+        "data": str, "result": str, "error": str,
+        "attempts_made": int, "attempts_started": int, "stalled_counter": int,
+        "max_attempts": int, "max_stalled": int, "timeout_ms": int,
+        "parent_id": str, "depth": int, "live_children": int, "progress": str,
+        "tokens_input": int, "tokens_output": int, "tokens_cache_read": int,
+        "created_at": int, "started_at": int, "finished_at": int, "claimed_at": int,
+        "lock_token": str, "lock_until": int, "lease_ms": int, "worker_id": str,
+        "delay_until": int, "idempotency_key": str, "options": str, "version": int,
+        "updated_at": int,
+    }
+
+
+def setup(db: Any) -> None:
+    """Create the tables and indexes if missing (a `sqlite_utils.Database`)."""
+    db["jobs"].create(
+        _jobs_columns(), pk="id", if_not_exists=True,
+        not_null={"name", "queue", "status", "priority", "created_at"},
+        defaults={
+            "attempts_made": 0, "attempts_started": 0, "stalled_counter": 0, "depth": 0,
+            "live_children": 0, "tokens_input": 0, "tokens_output": 0, "tokens_cache_read": 0,
+        },
+    )
+    db["jobs"].create_index(
+        ["status", "queue", "name", "priority", "created_at"], if_not_exists=True,
+        index_name="jobs_claim",
+    )
+    db["jobs"].create_index(["status", "delay_until"], if_not_exists=True, index_name="jobs_delay")
+    db["jobs"].create_index(["status", "lock_until"], if_not_exists=True, index_name="jobs_lock")
+    db["jobs"].create_index(["parent_id"], if_not_exists=True, index_name="jobs_parent")
+    db["jobs"].create_index(["idempotency_key"], if_not_exists=True, index_name="jobs_idem")
+    db["jobs"].create_index(["status", "finished_at"], if_not_exists=True, index_name="jobs_done")
+    db["inbox"].create(
+        {"id": str, "job_id": str, "sender": str, "payload": str, "sent_at": int, "read_at": int},
+        pk="id", if_not_exists=True, not_null={"job_id", "sender", "sent_at"},
+    )
+    db["inbox"].create_index(["job_id", "sent_at"], if_not_exists=True, index_name="inbox_job")
+    db["transcript"].create(
+        {"job_id": str, "seq": int, "kind": str, "text": str, "data": str, "at": int},
+        pk=("job_id", "seq"), if_not_exists=True,
+    )
+
+
+def setup_file(path: str | Path) -> None:
+    """Create the ledger's tables on a connection of their own (blocking)."""
+    import sqlite_utils
+
+    from gormes.projections import bookkeeping
+
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    try:
+        db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+        setup(db)
+        bookkeeping.ensure_tables(conn)
+        if bookkeeping.built_version(conn, NAME) is None:
+            bookkeeping.set_built_version(conn, NAME, VERSION)
+    finally:
+        conn.close()
+
+
+# -- applying events -------------------------------------------------------------
+
+
+def _delete_job(conn: sqlite3.Connection, job_id: str) -> None:
+    conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+    conn.execute("DELETE FROM inbox WHERE job_id = ?", (job_id,))
+    conn.execute("DELETE FROM transcript WHERE job_id = ?", (job_id,))
+
+
+_UNLOCK = "lock_token = NULL, lock_until = NULL, lease_ms = NULL, worker_id = NULL"
+_REQUEUE = "status = CASE WHEN status = 'waiting-children' THEN status ELSE 'waiting' END"
+
+
+def apply_one(conn: sqlite3.Connection, rec: Recorded) -> None:  # noqa: C901 - one dispatch
+    e = rec.event
+    job_id = rec.stream[4:]
+    x = conn.execute
+
+    def update(sets: str, *params: Any) -> None:
+        x(f"UPDATE jobs SET {sets}, version = ? WHERE id = ?", (*params, rec.version, job_id))
+
+    if isinstance(e, JobSubmitted):
+        o = e.options
+        x(
+            "INSERT INTO jobs(id, name, queue, status, priority, data, max_attempts, max_stalled,"
+            " timeout_ms, parent_id, depth, created_at, delay_until, idempotency_key, options,"
+            " version, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                e.job_id, e.name, o.queue, "delayed" if e.delay_until is not None else "waiting",
+                o.priority, _enc(e.data), o.max_attempts, o.max_stalled, o.timeout_ms,
+                o.parent_id, e.depth, e.created_at, e.delay_until, o.idempotency_key,
+                _enc(o), rec.version, e.created_at,
+            ),
+        )
+    elif isinstance(e, JobClaimed):
+        update(
+            "status = 'active', attempts_started = attempts_started + 1,"
+            " started_at = coalesce(started_at, ?), claimed_at = ?, lock_token = ?,"
+            " lock_until = ?, lease_ms = ?, worker_id = ?, delay_until = NULL, updated_at = ?",
+            e.at, e.at, e.lock_token, e.lock_until, e.lease_ms, e.worker_id, e.at,
+        )
+    elif isinstance(e, JobLeaseRenewed):
+        update("lock_until = ?", e.lock_until)
+    elif isinstance(e, JobCompleted):
+        if _option(conn, job_id, "remove_on_complete"):
+            _delete_job(conn, job_id)
+            return
+        update(
+            f"status = 'completed', result = ?, finished_at = ?, attempts_made = attempts_made + 1,"
+            f" {_UNLOCK}, updated_at = ?", _enc(e.result), e.at, e.at,
+        )
+    elif isinstance(e, JobAwaitingChildren):
+        update(f"status = 'waiting-children', {_UNLOCK}, updated_at = ?", e.at)
+    elif isinstance(e, JobFailed):
+        if e.status != "delayed" and _option(conn, job_id, "remove_on_fail"):
+            _delete_job(conn, job_id)
+            return
+        update(
+            f"status = ?, error = ?, attempts_made = attempts_made + ?, delay_until = ?,"
+            f" finished_at = ?, {_UNLOCK}, updated_at = ?",
+            e.status, e.error, 1 if e.attempt_consumed else 0, e.delay_until,
+            None if e.status == "delayed" else e.at, e.at,
+        )
+    elif isinstance(e, JobStalled):
+        if e.dead:
+            if _option(conn, job_id, "remove_on_fail"):
+                _delete_job(conn, job_id)
+                return
+            update(
+                f"status = 'dead', error = ?, finished_at = ?, stalled_counter = stalled_counter + 1,"
+                f" attempts_made = attempts_made + 1, {_UNLOCK}, updated_at = ?",
+                STALLED_ERROR, e.at, e.at,
+            )
+        else:
+            update(f"{_REQUEUE}, stalled_counter = stalled_counter + 1, {_UNLOCK}, updated_at = ?", e.at)
+    elif isinstance(e, JobTimedOut):
+        if _option(conn, job_id, "remove_on_fail"):
+            _delete_job(conn, job_id)
+            return
+        update(
+            f"status = 'dead', error = ?, finished_at = ?, attempts_made = attempts_made + 1,"
+            f" {_UNLOCK}, updated_at = ?", e.error, e.at, e.at,
+        )
+    elif isinstance(e, JobReleased):
+        update(f"{_REQUEUE}, {_UNLOCK}, updated_at = ?", e.at)
+    elif isinstance(e, JobPromoted):
+        update("status = 'waiting', delay_until = NULL, updated_at = ?", e.at)
+    elif isinstance(e, JobPaused):
+        update(f"status = 'paused', {_UNLOCK}, updated_at = ?", e.at)
+    elif isinstance(e, JobResumed):
+        update("status = 'waiting', updated_at = ?", e.at)
+    elif isinstance(e, JobCancelled):
+        update(f"status = 'cancelled', error = ?, finished_at = ?, {_UNLOCK}, updated_at = ?",
+               e.reason, e.at, e.at)
+    elif isinstance(e, JobRetried):
+        update(
+            f"status = 'waiting', attempts_made = 0, error = NULL, started_at = NULL,"
+            f" stalled_counter = 0, finished_at = NULL, result = NULL, delay_until = NULL,"
+            f" {_UNLOCK}, updated_at = ?", e.at,
+        )
+    elif isinstance(e, JobPruned):
+        _delete_job(conn, job_id)
+    elif isinstance(e, JobProgressed):
+        update("progress = ?, updated_at = ?", _enc(e.progress), e.at)
+    elif isinstance(e, JobTokensAdded):
+        t = e.tokens
+        update(
+            "tokens_input = tokens_input + ?, tokens_output = tokens_output + ?,"
+            " tokens_cache_read = tokens_cache_read + ?", t.input, t.output, t.cache_read,
+        )
+    elif isinstance(e, JobTranscribed):
+        x(
+            "INSERT INTO transcript(job_id, seq, kind, text, data, at) VALUES (?,?,?,?,?,?)",
+            (job_id, rec.version, e.entry.kind, e.entry.text, _enc(e.entry.data), e.at),
+        )
+        x(
+            "DELETE FROM transcript WHERE job_id = ? AND seq <= coalesce((SELECT seq FROM"
+            " transcript WHERE job_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?), -1)",
+            (job_id, job_id, TRANSCRIPT_CAP),
+        )
+    elif isinstance(e, JobChildAdded):
+        update(
+            "live_children = live_children + 1, status = CASE WHEN status IN"
+            " ('waiting', 'delayed', 'active') THEN 'waiting-children' ELSE status END,"
+            " updated_at = ?", e.at,
+        )
+    elif isinstance(e, JobMessageSent):
+        x(
+            "INSERT INTO inbox(id, job_id, sender, payload, sent_at) VALUES (?,?,?,?,?)",
+            (e.message_id, job_id, e.sender, _enc(e.payload), e.at),
+        )
+    elif isinstance(e, JobChildDone):
+        payload = {
+            "type": "child_done", "child_id": e.child_id, "outcome": e.outcome,
+            "result": e.result, "error": e.error,
+        }
+        x(
+            "INSERT INTO inbox(id, job_id, sender, payload, sent_at) VALUES (?,?,?,?,?)",
+            (e.message_id, job_id, f"child:{e.child_id}", _enc(payload), e.at),
+        )
+        update("live_children = max(live_children - 1, 0), updated_at = ?", e.at)
+    elif isinstance(e, JobChildrenSettled):
+        update(
+            "status = CASE WHEN lock_token IS NOT NULL THEN 'active' ELSE 'waiting' END,"
+            " updated_at = ?", e.at,
+        )
+    elif isinstance(e, JobInboxRead):
+        marks = ",".join("?" * len(e.message_ids))
+        x(
+            f"UPDATE inbox SET read_at = ? WHERE job_id = ? AND read_at IS NULL AND id IN ({marks})",
+            (e.at, job_id, *e.message_ids),
+        )
+
+
+def _option(conn: sqlite3.Connection, job_id: str, key: str) -> bool:
+    row = conn.execute(
+        "SELECT json_extract(options, ?) FROM jobs WHERE id = ?", (f"$.{key}", job_id)
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def apply(conn: sqlite3.Connection, records: Sequence[Recorded]) -> None:
+    """Fold a batch of events into the ledger (ignores everything but `job-*`)."""
+    for rec in records:
+        if rec.type.startswith("job.") and rec.stream.startswith("job-"):
+            apply_one(conn, rec)
+
+
+# -- inline application and tracking ----------------------------------------------
+
+_SELECT = (
+    "SELECT position, stream, version, type, type_version, data, recorded_at FROM events"
+    " WHERE position > ? AND position < ? AND type GLOB 'job.*' ORDER BY position"
+)
+
+
+def _tracked(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT position FROM tracking WHERE projection = ?", (NAME,)).fetchone()
+    return row[0] if row else 0
+
+
+def _track(conn: sqlite3.Connection, position: int) -> None:
+    conn.execute(
+        "INSERT INTO tracking(projection, position) VALUES (?, ?) "
+        "ON CONFLICT(projection) DO UPDATE SET position = excluded.position",
+        (NAME, position),
+    )
+
+
+def catch_up(conn: sqlite3.Connection, before: int | None = None) -> int:
+    """Apply every event after the tracked position (and before `before`); returns
+    the new tracked position. Call inside a write transaction."""
+    after = _tracked(conn)
+    if before is None:
+        before = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0] + 1
+    if before - 1 <= after:
+        return after
+    decode = default_codec.decode
+    for pos, stream, version, type_, tv, data, at in conn.execute(_SELECT, (after, before)).fetchall():
+        if stream.startswith("job-"):
+            apply_one(conn, Recorded(pos, stream, version, type_, decode(type_, tv, data), at))
+    _track(conn, before - 1)
+    return before - 1
+
+
+def inline_apply(conn: sqlite3.Connection, records: list[Recorded]) -> None:
+    """The store's inline hook: apply a just-inserted batch, exactly once, in order."""
+    if not records:
+        return
+    tracked = _tracked(conn)
+    first = records[0].position
+    if first > tracked + 1:
+        catch_up(conn, before=first)
+        tracked = first - 1
+    apply(conn, [r for r in records if r.position > tracked])
+    _track(conn, max(tracked, records[-1].position))
+
+
+def reset(conn: sqlite3.Connection) -> None:
+    """Empty the ledger and its tracking (a rebuild then catches up from 0)."""
+    for table in ("jobs", "inbox", "transcript"):
+        conn.execute(f"DELETE FROM {table}")
+    _track(conn, 0)
+
+
+async def install(store: Any) -> None:
+    """Create the tables (outside any write transaction), catch up with the log and
+    make the ledger inline on `store` (an SQLiteEventStore). Idempotent."""
+    import trio
+
+    await trio.to_thread.run_sync(setup_file, store.path)
+
+    def attach(tx: Any) -> int:
+        tx.execute("SELECT 1")  # flush anything staged before us in this batch
+        position = catch_up(tx.conn)
+        if inline_apply not in store.log.inline:
+            store.log.inline.append(inline_apply)
+        return position
+
+    await store.transact(attach)
+
+
+async def rebuild(store: Any) -> int:
+    """Empty the ledger and fold the whole log again, in one transaction."""
+
+    def run(tx: Any) -> int:
+        tx.execute("SELECT 1")
+        reset(tx.conn)
+        return catch_up(tx.conn)
+
+    return await store.transact(run)
+
+
+class LedgerProjection:
+    """The ledger in the projection runner's shape."""
+
+    name = NAME
+    version = VERSION
+    tables = ("jobs", "inbox", "transcript")
+    types = ("job.*",)
+
+    def setup(self, db: Any) -> None:
+        setup(db)
+
+    def apply(self, conn: sqlite3.Connection, records: list[Recorded]) -> None:
+        apply(conn, records)
+
+
+LEDGER = LedgerProjection()
