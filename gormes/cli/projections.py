@@ -1,0 +1,138 @@
+"""`gormes projections status|rebuild [--check]`."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group()
+def projections() -> None:
+    """Show, rebuild or check the projections (read models) of the log."""
+
+
+@projections.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_obj
+def status(obj, as_json: bool) -> None:
+    """Each projection's version, tracked position, lag and failed batches."""
+    from gormes.events.sqlite_log import SQLiteLog
+    from gormes.projections import registry
+    from gormes.projections.bookkeeping import read_status
+
+    log = SQLiteLog(obj.db, readonly=True)
+    try:
+        statuses = read_status(
+            log.conn, [(p.name, p.version) for p in registry.all_projections()]
+        )
+    finally:
+        log.close()
+    if as_json:
+        _echo_json(statuses)
+        return
+    rows = [
+        (s.name, str(s.version), str(s.position), str(s.head), str(s.lag), str(s.failures), s.state)
+        for s in statuses
+    ]
+    _echo_table(("NAME", "VERSION", "POSITION", "HEAD", "LAG", "FAILURES", "STATE"), rows)
+    for s in statuses:
+        if s.last_error:
+            click.echo(f"{s.name}: last failure: {s.last_error}")
+
+
+@projections.command()
+@click.argument("names", nargs=-1)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Rebuild into a scratch copy and report any difference from the live tables "
+    "(exit 1 if there is one); the live database is not written.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def rebuild(ctx: click.Context, names: tuple[str, ...], check: bool, as_json: bool) -> None:
+    """Rebuild projections (all, or those NAMES) from the start of the log."""
+    import sys
+
+    import trio
+
+    from gormes.projections import maintenance, registry
+
+    selected = registry.select(names)
+    db = ctx.obj.db
+    with _progress() as progress_for:
+        if not check:
+            rebuilt = trio.run(maintenance.rebuild, db, selected, progress_for)
+        else:
+            results = trio.run(maintenance.check, db, selected, progress_for)
+    if not check:
+        _report_rebuilt(rebuilt, as_json)
+        return
+    _report_check(results, as_json)
+    if any(r.differs for r in results):
+        # Not ctx.exit(1): main() runs click with standalone_mode=False, which
+        # turns click's Exit into a return value that main() does not pass on.
+        sys.exit(1)
+
+
+def _report_rebuilt(results: list, as_json: bool) -> None:
+    if as_json:
+        _echo_json(results)
+        return
+    for r in results:
+        click.echo(f"{r.name}: rebuilt (version {r.version}) up to position {r.position}")
+
+
+def _report_check(results: list, as_json: bool) -> None:
+    if as_json:
+        _echo_json(results)
+        return
+    for r in results:
+        if r.state == "not built":
+            click.echo(f"{r.name}: not built yet, nothing to compare")
+        elif r.differs:
+            click.echo(f"{r.name}: DIFFERS from a rebuild at position {r.position}")
+            for difference in r.differences:
+                click.echo(f"  {difference}")
+        else:
+            click.echo(f"{r.name}: identical to a rebuild at position {r.position}")
+
+
+def _echo_json(items: list) -> None:
+    import msgspec
+
+    click.echo(msgspec.json.encode(items).decode())
+
+
+def _echo_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
+class _progress:
+    """Per-projection progress callbacks: a rich bar on stderr when it is a terminal."""
+
+    def __enter__(self):
+        import sys
+
+        if not sys.stderr.isatty():
+            return lambda projection: None
+        from rich.console import Console
+        from rich.progress import Progress
+
+        self._bar = Progress(console=Console(stderr=True), transient=True)
+        self._bar.start()
+        return self._callback_for
+
+    def __exit__(self, *exc) -> None:
+        bar = getattr(self, "_bar", None)
+        if bar is not None:
+            bar.stop()
+
+    def _callback_for(self, projection):
+        task = self._bar.add_task(projection.name, total=None)
+
+        def advance(position: int, head: int) -> None:
+            self._bar.update(task, completed=position, total=max(head, 1))
+
+        return advance

@@ -1,0 +1,243 @@
+"""The projection runner: folds the log into a projection's tables, exactly once.
+
+Each batch is applied in one store transaction that also moves the projection's
+`tracking` row, so a batch's effects and its position commit together or not at
+all. A runner catches up from its tracking position, then follows the log live;
+`wait(position)` gives read-your-writes to code in the same process.
+
+A projection is anything with this shape (see `streams.py`):
+
+    name: str                 # also its row in `tracking`
+    version: int              # bump it when `setup` or `apply` change meaning
+    tables: Sequence[str]     # dropped by a rebuild
+    setup(db)                 # sqlite_utils.Database: create or migrate the tables
+    apply(conn, records)      # plain SQL on conn; never sqlite-utils' insert/upsert
+    types (optional)          # only these event types (GLOB patterns); default all
+
+`apply` must be deterministic in the records alone: a rebuild from position 0
+has to give the same rows.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+import trio
+
+from gormes.errors import GormesError, ProjectionError
+from gormes.events.base import Recorded
+from gormes.projections import bookkeeping
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+    from gormes.events.sqlite import SQLiteEventStore, SQLiteTransaction
+
+BATCH = 1000
+
+Progress = Callable[[int, int], None]  # (position applied, head)
+
+
+class _Page(NamedTuple):
+    after: int  # the position it was read after
+    records: list[Recorded]
+    scanned: int  # tracking moves here once the page is applied
+    head: int
+
+
+class Projection(Protocol):
+    name: str
+    version: int
+    tables: Sequence[str]
+
+    def setup(self, db: sqlite_utils.Database) -> None: ...
+
+    def apply(self, conn: sqlite3.Connection, records: list[Recorded]) -> None: ...
+
+
+class ProjectionRunner:
+    """Keeps one projection's tables in step with the log of one store."""
+
+    def __init__(
+        self, store: SQLiteEventStore, projection: Projection, *, batch_size: int = BATCH
+    ) -> None:
+        from gormes.events.catalog import load_all
+
+        load_all()
+        self.store = store
+        self.projection = projection
+        self.batch_size = batch_size
+        self.position = 0
+        self.error: ProjectionError | None = None
+        self._moved = trio.Event()
+        self._prepared = False
+
+    @property
+    def name(self) -> str:
+        return self.projection.name
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Create or migrate the tables; start over from 0 if the version changed."""
+        projection = self.projection
+
+        def prepare(tx: SQLiteTransaction) -> int:
+            conn = tx.conn
+            bookkeeping.ensure_tables(conn)
+            built = bookkeeping.built_version(conn, projection.name)
+            if built != projection.version:
+                _reset(tx, projection)
+            else:
+                projection.setup(_database(conn))
+            return bookkeeping.tracked_position(conn, projection.name)
+
+        self._moved_to(await self.store.transact(prepare))
+        self._prepared = True
+
+    async def catch_up(self, upto: int | None = None, progress: Progress | None = None) -> int:
+        """Apply every event up to `upto` (default: the head as it grows); return the position.
+
+        Raises `ProjectionError` if a batch fails: that batch is undone, tracking
+        stays where it was and the failure is recorded.
+        """
+        if not self._prepared:
+            await self.prepare()
+        self.error = None
+        while True:
+            page = await self._read(self.position, upto)
+            if page.scanned <= page.after:
+                return self.position
+            position = await self._apply(page)
+            if progress is not None:
+                progress(position, page.head if upto is None else min(page.head, upto))
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Catch up, then follow the log until cancelled or until a batch fails."""
+        await self.prepare()
+        self.error = None
+        task_status.started()
+        store = self.store
+        while True:
+            generation = store.generation
+            caught_up, _ = await self._step(None)
+            if caught_up:
+                await store.wait_for_change(generation)
+
+    async def rebuild(self, upto: int | None = None, progress: Progress | None = None) -> int:
+        """Drop the tables, reset tracking, set up afresh and apply the log from 0."""
+        projection = self.projection
+
+        def reset(tx: SQLiteTransaction) -> None:
+            bookkeeping.ensure_tables(tx.conn)
+            _reset(tx, projection)
+
+        await self.store.transact(reset)
+        self.error = None
+        self._moved_to(0)
+        self._prepared = True
+        return await self.catch_up(upto, progress)
+
+    async def wait(self, position: int, timeout: float | None = None) -> bool:
+        """Wait until the projection has applied `position`; False if `timeout` ran out.
+
+        Needs this runner to be running (`run`) or catching up in another task.
+        Raises the runner's `ProjectionError` if it stopped on a failed batch.
+        """
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            while self.position < position:
+                if self.error is not None:
+                    raise self.error
+                await self._moved.wait()
+            return True
+        return False
+
+    # -- one batch ----------------------------------------------------------
+
+    async def _read(self, after: int, upto: int | None) -> _Page:
+        if upto is not None and after >= upto:
+            return _Page(after, [], after, after)
+        limit = self.batch_size if upto is None else min(self.batch_size, upto - after)
+        types = getattr(self.projection, "types", None)
+        records, scanned, head = await self.store.read_page(after, limit, types)
+        return _Page(after, records, scanned, head)
+
+    async def _step(self, upto: int | None) -> tuple[bool, int]:
+        """Read and apply one page; (caught up, head)."""
+        page = await self._read(self.position, upto)
+        if page.scanned <= page.after:
+            return True, page.head
+        position = await self._apply(page)
+        return position >= page.head, page.head
+
+    async def _apply(self, page: _Page) -> int:
+        """Apply a page and advance tracking in one transaction; the new position."""
+        try:
+            position = await self.store.transact(lambda tx: self._apply_batch(tx, page))
+        except Exception as exc:
+            error = await self._fail(page.after, page.scanned, exc)
+            raise error from exc
+        self._moved_to(position)
+        return position
+
+    def _apply_batch(self, tx: SQLiteTransaction, page: _Page) -> int:
+        """In the writer thread: apply and advance tracking, in one transaction."""
+        conn, name, scanned = tx.conn, self.projection.name, page.scanned
+        current = bookkeeping.tracked_position(conn, name)
+        if current != page.after:
+            # Another runner (another process, a rebuild) moved it: resume from there
+            # rather than apply these events a second time.
+            return current
+        if page.records:
+            self.projection.apply(conn, page.records)
+        bookkeeping.set_position(conn, name, scanned)
+        bookkeeping.resolve_failures(conn, name, tx.now, applied_upto=scanned)
+        return scanned
+
+    async def _fail(self, after: int, scanned: int, exc: Exception) -> ProjectionError:
+        """Record a failed batch where status and the doctor will see it; wake waiters."""
+        projection = self.projection
+        error = f"{type(exc).__name__}: {exc}"
+        self.error = ProjectionError(
+            f"projection {projection.name!r} failed on events {after + 1}..{scanned}: {error}"
+        )
+        self._wake()
+        try:
+            await self.store.transact(
+                lambda tx: bookkeeping.record_failure(
+                    tx.conn, projection.name, projection.version, after + 1, scanned, error,
+                    tx.now,
+                )
+            )
+        except GormesError:
+            pass  # the store itself is failing (disk full, closed): the raise still surfaces it
+        return self.error
+
+    def _moved_to(self, position: int) -> None:
+        self.position = position
+        self._wake()
+
+    def _wake(self) -> None:
+        self._moved.set()
+        self._moved = trio.Event()
+
+
+def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
+    """sqlite-utils over the transaction's connection: its schema changes nest as savepoints."""
+    import sqlite_utils
+
+    return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+
+
+def _reset(tx: SQLiteTransaction, projection: Projection) -> None:
+    conn = tx.conn
+    db = _database(conn)
+    for table in projection.tables:
+        db.table(table).drop(ignore=True)
+    projection.setup(db)
+    bookkeeping.set_position(conn, projection.name, 0)
+    bookkeeping.set_built_version(conn, projection.name, projection.version)
+    bookkeeping.resolve_failures(conn, projection.name, tx.now)
