@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "query": ("gormes.cli.query", "query", "Run a read-only SQL query against the database."),
     "projections": ("gormes.cli.projections", "projections", "Show, rebuild or check projections."),
     "demo": ("gormes.cli.demo", "demo", "Run the demo: several actors append, a tail follows, a projection prints."),
+    "jobs": ("gormes.cli.jobs", "jobs", "Submit, list, inspect and steer durable jobs."),
+    "worker": ("gormes.cli.worker", "worker", "Run job handlers until SIGINT or SIGTERM."),
 }
 
 
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     from gormes.errors import GormesError
 
     try:
-        cli.main(args=argv, prog_name="gormes", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="gormes", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("gormes: interrupted", err=True)
         sys.exit(130)
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
