@@ -1,4 +1,4 @@
-"""The job actor's pure rules: state, commands, decide and evolve.
+"""The job actor's pure state and `evolve`, and the job queue's errors.
 
 No I/O, no clock, no randomness: the time (`now`, ms since the epoch) and any
 random draw (backoff jitter) arrive on the command. `decide` lives in
@@ -19,7 +19,6 @@ from gormes.events.jobs import (
     JobReleased, JobResumed, JobRetried, JobStalled, JobSubmitted, JobTimedOut,
     JobTokensAdded, JobTranscribed, Tokens,
 )
-
 
 
 class JobError(GormesError):

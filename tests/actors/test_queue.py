@@ -260,11 +260,17 @@ async def test_inbox_senders_and_terminal_targets(queue):
 
 
 async def test_unblock_parents_sweep(queue, store):
-    # A parent left in waiting-children with no live child (e.g. written by an older
-    # process) is returned to waiting by the sweep.
+    # A parent stranded in waiting-children with no live child (its child_done was
+    # written without the settling event, as by a crash of older code) is unblocked.
+    from gormes.events.jobs import JobChildAdded, JobChildDone
+
     parent = await queue.submit("p")
-    child = await queue.submit("c", options={"parent_id": parent.id})
-    await queue.cancel(child.id)
+    await store.append(f"job-{parent.id}", [
+        JobChildAdded(child_id="ghost", at=1),
+        JobChildDone(message_id="m", child_id="ghost", outcome="complete", at=2),
+    ], expected_version=1)
+    assert (await queue.get(parent.id)).status == "waiting-children"
+    assert await queue.unblock_parents() == [parent.id]
     assert (await queue.get(parent.id)).status == "waiting"
     assert await queue.unblock_parents() == []
 
