@@ -1,0 +1,131 @@
+"""`gormes import FILE|-` and `gormes export`: the log as JSON lines."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from gormes.cli.events import STREAM_HELP, TYPE_HELP
+
+PROGRESS_MIN_EVENTS = 10_000
+
+
+@click.command("import")
+@click.argument("source", metavar="FILE|-")
+@click.option("--ignore-versions", is_flag=True,
+              help="Append every line at the end of its stream, ignoring its 'version'.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON: imported, first_position, last_position.")
+@click.pass_obj
+def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
+    """Append events from a JSONL file ('-' for stdin), all of them or none.
+
+    Each line is a JSON object with at least stream, type and data (the shape
+    `gormes export` writes). Every line is validated before anything is written;
+    the first bad line is reported by number. A line's 'version', when present,
+    must follow its stream's current version, so an export is not imported twice.
+    """
+    from gormes.cli import output
+    from gormes.errors import UserError
+    from gormes.events import jsonl
+    from gormes.events.catalog import load_all
+    from gormes.events.sqlite_log import SQLiteLog
+
+    load_all()
+    if source == "-":
+        parsed = jsonl.parse_lines(sys.stdin.buffer)
+    else:
+        path = Path(source)
+        try:
+            with path.open("rb") as lines:
+                parsed = jsonl.parse_lines(lines)
+        except OSError as exc:
+            raise UserError(f"cannot read {source}: {exc.strerror}") from None
+    if not parsed:
+        raise UserError(f"{source} holds no events")
+    log = SQLiteLog(obj.db)
+    try:
+        result = jsonl.import_lines(log, parsed, check_versions=not ignore_versions)
+    finally:
+        log.close()
+    if as_json:
+        output.write_json_objects([result])
+    else:
+        click.echo(
+            f"imported {result.imported} events "
+            f"(positions {result.first_position}..{result.last_position})"
+        )
+
+
+@click.command()
+@click.option("--after", type=click.IntRange(min=0), default=0, metavar="POS",
+              help="Only events after this position.")
+@click.option("--type", "types", multiple=True, metavar="T", help=TYPE_HELP)
+@click.option("--stream", "streams", multiple=True, metavar="S", help=STREAM_HELP)
+@click.option("--out", type=click.Path(dir_okay=False, writable=False), default=None,
+              metavar="FILE", help="Write to FILE (replaced whole at the end) instead of stdout.")
+@click.pass_obj
+def export(obj, after: int, types: tuple[str, ...], streams: tuple[str, ...],
+           out: str | None) -> None:
+    """Write the log (or part of it) as JSON lines, the shape of `gormes tail --json`.
+
+    Reads one consistent snapshot. On a terminal, a progress bar on stderr shows
+    how far a large export has got.
+    """
+    from gormes.events import jsonl
+
+    log = jsonl.open_for_reading(obj.db)
+    try:
+        head = log.head()
+        with ExportProgress(jsonl.count(log, after, head), after) as on_page:
+            if out is None:
+                jsonl.export(log, sys.stdout.buffer, after, types=types, streams=streams,
+                             upto=head, on_page=on_page)
+                sys.stdout.buffer.flush()
+            else:
+                _export_to_file(log, Path(out), after, types, streams, head, on_page)
+    finally:
+        log.close()
+
+
+def _export_to_file(log, path: Path, after, types, streams, head, on_page) -> None:
+    from gormes.errors import UserError
+    from gormes.events import jsonl
+
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        with partial.open("wb") as out:
+            jsonl.export(log, out, after, types=types, streams=streams, upto=head,
+                         on_page=on_page)
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+
+
+class ExportProgress:
+    """A context giving an `on_page(position)` callback: a rich progress bar on a
+    terminal's stderr for large exports, nothing otherwise."""
+
+    def __init__(self, total: int, after: int) -> None:
+        self.total = total
+        self.after = after
+        self.bar = None
+
+    def __enter__(self):
+        if self.total < PROGRESS_MIN_EVENTS or not sys.stderr.isatty():
+            return None
+        from rich.console import Console
+        from rich.progress import Progress
+
+        self.bar = Progress(console=Console(stderr=True), transient=True)
+        self.bar.start()
+        task = self.bar.add_task("exporting", total=self.total)
+        return lambda position: self.bar.update(task, completed=position - self.after)
+
+    def __exit__(self, *exc_info) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,139 @@
+"""`gormes query SQL`: read-only SQL against the database.
+
+Three locks keep it read-only: the file is opened with `mode=ro`, the connection
+has `PRAGMA query_only`, and an authorizer allows only reads (SELECT, reading
+columns, functions, and pragmas that only report), so a write statement is
+refused before it runs, with one line naming what it would have done.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import click
+
+# Pragmas that take an argument yet only report (`PRAGMA table_info(events)`).
+REPORTING_PRAGMAS = frozenset({
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+    "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check",
+    "function_list", "pragma_list", "module_list", "collation_list", "database_list",
+    "compile_options",
+})
+
+_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+            sqlite3.SQLITE_RECURSIVE}
+
+# Pragmas that act even without an argument.
+ACTING_PRAGMAS = frozenset({"wal_checkpoint", "optimize", "incremental_vacuum"})
+
+_ACTION_NAMES = {
+    getattr(sqlite3, f"SQLITE_{name}"): name.replace("_", " ")
+    for name in (
+        "CREATE_INDEX", "CREATE_TABLE", "CREATE_TEMP_INDEX", "CREATE_TEMP_TABLE",
+        "CREATE_TEMP_TRIGGER", "CREATE_TEMP_VIEW", "CREATE_TRIGGER", "CREATE_VIEW",
+        "DELETE", "DROP_INDEX", "DROP_TABLE", "DROP_TEMP_INDEX", "DROP_TEMP_TABLE",
+        "DROP_TEMP_TRIGGER", "DROP_TEMP_VIEW", "DROP_TRIGGER", "DROP_VIEW", "INSERT",
+        "TRANSACTION", "UPDATE", "ATTACH", "DETACH", "ALTER_TABLE", "REINDEX", "ANALYZE",
+        "CREATE_VTABLE", "DROP_VTABLE", "SAVEPOINT",
+    )
+}
+
+
+# What SQLite itself says when a write gets past the guard to the other locks.
+_WRITE_REFUSALS = ("readonly", "read-only", "may not be modified")
+
+
+class ReadOnlyGuard:
+    """An sqlite3 authorizer that denies anything but reading, remembering why."""
+
+    def __init__(self) -> None:
+        self.refused: str | None = None
+
+    def __call__(self, action: int, arg1, arg2, db_name, trigger) -> int:
+        if action in _ALLOWED:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_PRAGMA:
+            name = (arg1 or "").lower()
+            if name in REPORTING_PRAGMAS or (arg2 is None and name not in ACTING_PRAGMAS):
+                return sqlite3.SQLITE_OK
+            self.refused = f"PRAGMA {arg1}" + ("" if arg2 is None else f" = {arg2}")
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master" and trigger is None:
+            # Asked when a table-valued function such as json_each is first used;
+            # nothing is written. A real edit of the schema table needs
+            # `PRAGMA writable_schema` (refused above) and the read-only connection.
+            return sqlite3.SQLITE_OK
+        if arg1 in ("sqlite_master", "sqlite_temp_master", "sqlite_schema"):
+            self.refused = "a schema change"
+        else:
+            self.refused = _ACTION_NAMES.get(action, f"action {action}")
+            if arg1:
+                self.refused += f" {arg1}"
+        return sqlite3.SQLITE_DENY
+
+
+def open_read_only(path: Path) -> tuple[sqlite3.Connection, ReadOnlyGuard]:
+    """Open an existing gormes database so that nothing can write through it."""
+    from gormes.errors import StoreError
+    from gormes.events.sqlite_log import check_file, read_only_uri, translate_error
+
+    if not path.exists():
+        raise StoreError(f"no gormes database at {path}")
+    if check_file(path):
+        raise StoreError(f"{path} is empty: not a gormes database yet")
+    try:
+        conn = sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None)
+        conn.execute("PRAGMA query_only = 1")
+    except sqlite3.Error as exc:
+        raise translate_error(exc, path) from None
+    guard = ReadOnlyGuard()
+    conn.set_authorizer(guard)
+    return conn, guard
+
+
+def run(conn: sqlite3.Connection, guard: ReadOnlyGuard, sql: str):
+    """(column names, cursor over the rows) of one read-only statement."""
+    from gormes.errors import ReadOnlyQuery, UserError
+
+    try:
+        cursor = conn.execute(sql)
+    except (sqlite3.Error, sqlite3.Warning) as exc:
+        if guard.refused is None and any(w in str(exc) for w in _WRITE_REFUSALS):
+            guard.refused = str(exc)
+        if guard.refused is not None:
+            raise ReadOnlyQuery(
+                f"refused: the query would write ({guard.refused}); gormes query is read-only"
+            ) from None
+        raise UserError(f"query failed: {exc}") from None
+    columns = [d[0] for d in cursor.description or ()]
+    return columns, cursor
+
+
+@click.command()
+@click.argument("sql")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per row (column name: value); blobs as base64.")
+@click.pass_obj
+def query(obj, sql: str, as_json: bool) -> None:
+    """Run one read-only SQL statement and print its rows.
+
+    Tables: events(position, stream, version, type, type_version, data,
+    recorded_at), tracking(projection, position), and the projections' tables.
+    Any statement that would write is refused (exit status 2).
+    """
+    from gormes.cli import output
+    from gormes.errors import UserError
+
+    conn, guard = open_read_only(Path(obj.db))
+    try:
+        columns, cursor = run(conn, guard, sql)
+        try:
+            if as_json:
+                output.write_json_objects(dict(zip(columns, row)) for row in cursor)
+            else:
+                output.print_rows_table(columns, cursor)
+        except sqlite3.Error as exc:
+            raise UserError(f"query failed: {exc}") from None
+    finally:
+        conn.close()

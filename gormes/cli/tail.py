@@ -1,0 +1,109 @@
+"""`gormes tail`: print events line by line; `--follow` keeps printing new ones,
+including those other processes append, until SIGINT or SIGTERM (exit 0)."""
+
+from __future__ import annotations
+
+import signal
+
+import click
+
+from gormes.cli.events import STREAM_HELP, TYPE_HELP
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@click.command()
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing events as they are appended, until interrupted.")
+@click.option("--stream", "streams", multiple=True, metavar="S", help=STREAM_HELP)
+@click.option("--type", "types", multiple=True, metavar="T", help=TYPE_HELP)
+@click.option("--after", type=click.IntRange(min=0), default=0, metavar="POS",
+              help="Start after this position (default: from the first event).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per line: position, stream, version, type, "
+                   "schema_version, recorded_at, data.")
+@click.pass_obj
+def tail(obj, follow: bool, streams: tuple[str, ...], types: tuple[str, ...],
+         after: int, as_json: bool) -> None:
+    """Print events, one per line, flushed as each is written.
+
+    Without --json each line is: position, time, stream and version, type, data.
+    With --follow, SIGINT or SIGTERM ends it with exit status 0.
+    """
+    if follow:
+        _follow(obj.db, after, types, streams, as_json)
+        return
+    from gormes.events import jsonl
+
+    log = jsonl.open_for_reading(obj.db)
+    try:
+        for page in jsonl.pages(log, after, types=types, streams=streams):
+            _print(page, as_json)
+    finally:
+        log.close()
+
+
+def _print(records, as_json: bool) -> None:
+    from gormes.cli import output
+
+    if as_json:
+        output.write_json_lines(records, flush_each=True)
+    else:
+        output.print_human_lines(records, flush_each=True)
+
+
+def _follow(db, after: int, types: tuple[str, ...], streams: tuple[str, ...],
+            as_json: bool) -> None:
+    # A stop request that arrives before trio listens for it still ends us cleanly.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    import trio
+
+    try:
+        trio.run(_follow_until_signalled, db, after, types, streams, as_json)
+    except BaseException as exc:  # noqa: BLE001 - sorted out just below
+        error = _first_real_error(exc)
+        if error is not None:
+            raise error from None
+
+
+async def _follow_until_signalled(db, after: int, types: tuple[str, ...],
+                                  streams: tuple[str, ...], as_json: bool) -> None:
+    import trio
+
+    from gormes.events.jsonl import STORED_JSON, stream_matcher
+    from gormes.events.sqlite import SQLiteEventStore
+
+    wanted = stream_matcher(streams)
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            async with SQLiteEventStore.open(db, readonly=True, codec=STORED_JSON) as store:
+                async for record in store.subscribe(after, list(types) or None):
+                    if wanted(record.stream):
+                        _print([record], as_json)
+
+
+def _first_real_error(exc: BaseException) -> BaseException | None:
+    """What to raise after trio.run failed: None for an interrupt, else the first
+    error inside any exception groups (so gormes errors still print as one line)."""
+    leaves = list(_leaves(exc))
+    if all(isinstance(e, KeyboardInterrupt) for e in leaves):
+        return None
+    for leaf in leaves:
+        if not isinstance(leaf, KeyboardInterrupt):
+            return leaf
+    return exc  # pragma: no cover
+
+
+def _leaves(exc: BaseException):
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc

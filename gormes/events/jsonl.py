@@ -1,0 +1,304 @@
+"""The log as JSON lines: one object per event, for export, import and `tail --json`.
+
+Each line is
+
+    {"position": 7, "stream": "job-1", "version": 2, "type": "note.added",
+     "schema_version": 1, "recorded_at": 1700000000.25, "data": {...}}
+
+where `data` is the event's JSON exactly as stored (it is copied, not decoded and
+re-encoded, so a row this gormes cannot decode is exported unchanged).
+
+Import reads lines of the same shape; only `stream`, `type` and `data` are
+required. Every line is validated before anything is written, and all events go
+in one transaction: a file is imported whole or not at all. When a line carries
+`version`, the stream must be at `version - 1` when that line is appended, so
+importing the same export twice fails instead of duplicating it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import IO, Any
+
+import msgspec
+
+from gormes.errors import ConcurrencyError, UserError
+from gormes.events.base import Event, Recorded, UnknownEvent
+from gormes.events.codec import Codec, default_codec
+from gormes.events.sqlite_log import SQLiteLog, WriteBatch
+from gormes.events.store import AppendRequest
+
+PAGE = 2000
+_COLUMNS = "position, stream, version, type, type_version, data, recorded_at"
+
+
+class StoredJSONCodec(Codec):
+    """Reads rows without interpreting them: every event comes back as an
+    `UnknownEvent` whose `data` is the stored JSON text (a `msgspec.Raw`)."""
+
+    def decode(self, tag: str, schema_version: int, data: str | bytes) -> Any:
+        return UnknownEvent(type=tag, data=msgspec.Raw(data), schema_version=schema_version)
+
+
+STORED_JSON = StoredJSONCodec()
+
+
+class EventLine(msgspec.Struct):
+    position: int
+    stream: str
+    version: int
+    type: str
+    schema_version: int
+    recorded_at: float
+    data: msgspec.Raw
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def stored_json(record: Recorded) -> msgspec.Raw:
+    """The event's data as JSON text: the stored text when read with `STORED_JSON`."""
+    event = record.event
+    if isinstance(event, UnknownEvent) and isinstance(event.data, msgspec.Raw):
+        return event.data
+    _, _, text = default_codec.encode(event)
+    return msgspec.Raw(text)
+
+
+def to_line(record: Recorded) -> bytes:
+    """One event as one JSON line (with the trailing newline)."""
+    event = record.event
+    schema_version = event.schema_version
+    line = EventLine(
+        record.position, record.stream, record.version, record.type,
+        schema_version, record.recorded_at, stored_json(record),
+    )
+    return _encoder.encode(line) + b"\n"
+
+
+# -- reading ----------------------------------------------------------------
+
+
+def open_for_reading(path: Any) -> SQLiteLog:
+    """Open an existing gormes database read-only, decoding nothing."""
+    return SQLiteLog(path, readonly=True, create=False, codec=STORED_JSON)
+
+
+def _pattern_clause(column: str, patterns: Sequence[str], params: list[Any]) -> str:
+    clauses = []
+    for pattern in patterns:
+        glob = any(c in pattern for c in "*?[")
+        clauses.append(f"{column} GLOB ?" if glob else f"{column} = ?")
+        params.append(pattern)
+    return "(" + " OR ".join(clauses) + ")"
+
+
+def select(
+    log: SQLiteLog,
+    after: int = 0,
+    *,
+    types: Sequence[str] = (),
+    streams: Sequence[str] = (),
+    limit: int | None = None,
+    upto: int | None = None,
+) -> list[Recorded]:
+    """Events after `after` (up to `upto`), filtered by type and stream
+    (exact names or GLOB patterns such as `job.*`), in position order."""
+    sql = f"SELECT {_COLUMNS} FROM events WHERE position > ?"
+    params: list[Any] = [after]
+    if upto is not None:
+        sql += " AND position <= ?"
+        params.append(upto)
+    if types:
+        sql += " AND " + _pattern_clause("type", types, params)
+    if streams:
+        sql += " AND " + _pattern_clause("stream", streams, params)
+    sql += " ORDER BY position"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    rows = log.conn.execute(sql, params).fetchall()
+    decode = STORED_JSON.decode
+    return [
+        Recorded(pos, stream, version, type_, decode(type_, tv, data), at)
+        for pos, stream, version, type_, tv, data, at in rows
+    ]
+
+
+def pages(
+    log: SQLiteLog,
+    after: int = 0,
+    *,
+    types: Sequence[str] = (),
+    streams: Sequence[str] = (),
+    limit: int | None = None,
+    upto: int | None = None,
+    page: int = PAGE,
+) -> Iterator[list[Recorded]]:
+    """Like `select`, a page at a time, so a large log never sits in memory.
+
+    Pass `upto` (the head when the read began) for a consistent snapshot: the
+    positions up to it are committed and never change.
+    """
+    if upto is None:
+        upto = log.head()
+    remaining = limit
+    while remaining is None or remaining > 0:
+        size = page if remaining is None else min(page, remaining)
+        records = select(log, after, types=types, streams=streams, limit=size, upto=upto)
+        if not records:
+            return
+        yield records
+        after = records[-1].position
+        if remaining is not None:
+            remaining -= len(records)
+
+
+def stream_matcher(patterns: Sequence[str]) -> Callable[[str], bool]:
+    """A test of stream names against exact names or GLOB patterns, exactly as
+    `select` does in SQL (SQLite itself evaluates the GLOB), for filtering events
+    that arrive by subscription. Answers are cached per stream name."""
+    if not patterns:
+        return lambda stream: True
+    import sqlite3
+
+    exact = [p for p in patterns if not any(c in p for c in "*?[")]
+    globs = [p for p in patterns if p not in exact]
+    known: dict[str, bool] = {}
+
+    def matches(stream: str) -> bool:
+        answer = known.get(stream)
+        if answer is None:
+            answer = stream in exact
+            if not answer and globs:
+                conn = sqlite3.connect(":memory:")
+                try:
+                    answer = any(
+                        conn.execute("SELECT ? GLOB ?", (stream, g)).fetchone()[0] for g in globs
+                    )
+                finally:
+                    conn.close()
+            if len(known) > 100_000:
+                known.clear()
+            known[stream] = answer
+        return answer
+
+    return matches
+
+
+def count(log: SQLiteLog, after: int = 0, upto: int | None = None) -> int:
+    """How many positions lie in (after, upto]: the work an export will scan."""
+    head = log.head() if upto is None else upto
+    return max(0, head - after)
+
+
+def export(
+    log: SQLiteLog,
+    out: IO[bytes],
+    after: int = 0,
+    *,
+    types: Sequence[str] = (),
+    streams: Sequence[str] = (),
+    upto: int | None = None,
+    on_page: Callable[[int], None] | None = None,
+) -> int:
+    """Write events after `after` as JSON lines; returns how many were written.
+
+    `on_page(position)` is called after each page with the last position scanned.
+    """
+    written = 0
+    for records in pages(log, after, types=types, streams=streams, upto=upto):
+        out.write(b"".join(to_line(r) for r in records))
+        written += len(records)
+        if on_page is not None:
+            on_page(records[-1].position)
+    return written
+
+
+# -- importing --------------------------------------------------------------
+
+
+class ImportLine(msgspec.Struct, forbid_unknown_fields=False):
+    stream: str
+    type: str
+    data: dict[str, Any]
+    version: int | None = None
+    schema_version: int | None = None
+
+
+class ParsedLine(msgspec.Struct, frozen=True):
+    number: int
+    stream: str
+    event: Event
+    version: int | None
+
+
+class ImportResult(msgspec.Struct, frozen=True):
+    imported: int
+    first_position: int
+    last_position: int
+
+
+_line_decoder = msgspec.json.Decoder(ImportLine)
+
+
+def parse_line(number: int, text: str | bytes, codec: Codec = default_codec) -> ParsedLine:
+    """Validate one line strictly; a `UserError` names the line and what is wrong."""
+    try:
+        line = _line_decoder.decode(text)
+    except msgspec.ValidationError as exc:
+        raise UserError(f"line {number}: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise UserError(f"line {number}: malformed JSON: {exc}") from None
+    if not line.stream:
+        raise UserError(f"line {number}: stream must not be empty")
+    if line.version is not None and line.version < 1:
+        raise UserError(f"line {number}: version must be at least 1, not {line.version}")
+    inner = line.data.get("type")
+    if inner is not None and inner != line.type:
+        raise UserError(f"line {number}: data says type {inner!r} but the line says {line.type!r}")
+    try:
+        event = codec.parse(line.type, line.data, line.schema_version)
+    except UserError as exc:
+        raise UserError(f"line {number}: {exc}") from None
+    return ParsedLine(number, line.stream, event, line.version)
+
+
+def parse_lines(lines: Iterable[str | bytes], codec: Codec = default_codec) -> list[ParsedLine]:
+    """Validate every line (blank lines are skipped) before anything is written."""
+    parsed = []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        parsed.append(parse_line(number, text, codec))
+    return parsed
+
+
+def import_lines(
+    log: SQLiteLog, lines: Sequence[ParsedLine], *, check_versions: bool = True
+) -> ImportResult:
+    """Append every parsed line in one transaction: all of them or none."""
+    if not lines:
+        return ImportResult(0, 0, 0)
+    log.begin()
+    try:
+        batch = WriteBatch(log)
+        first = last = 0
+        for line in lines:
+            expected = line.version - 1 if check_versions and line.version is not None else None
+            try:
+                result = batch.append([AppendRequest(line.stream, [line.event], expected)])[0]
+            except ConcurrencyError as exc:
+                raise UserError(
+                    f"line {line.number}: stream {line.stream!r} is at version {exc.actual}, "
+                    f"so the line's version {line.version} does not follow "
+                    "(already imported? use --ignore-versions to append anyway)"
+                ) from None
+            first = first or result.first_position
+            last = result.last_position
+        batch.finish()
+    except BaseException:
+        log.rollback()
+        raise
+    log.commit(batch.versions)
+    return ImportResult(len(lines), first, last)

@@ -1,0 +1,98 @@
+"""Helpers for acceptance tests: they run the real `gormes` CLI in subprocesses
+against real database files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gormes.events.notes import NoteAdded
+from gormes.events.sqlite_log import SQLiteLog
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def gormes_command(db: Path | str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "gormes", "--db", str(db), *args]
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("GORMES_DB", None)
+    env["COLUMNS"] = "200"
+    return env
+
+
+def run_gormes(
+    db: Path | str, *args: str, input: str | bytes | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    if isinstance(input, bytes):
+        input = input.decode()
+    return subprocess.run(
+        gormes_command(db, *args), input=input, capture_output=True, text=True,
+        env=cli_env(), timeout=timeout, cwd=REPO,
+    )
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    """Non-zero exit, nothing on stdout, exactly one line on stderr, no traceback."""
+    assert result.returncode != 0, result
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gormes: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    return lines[0]
+
+
+def digest(path: Path) -> str:
+    """A hash of a file, or of a directory's listing and file contents."""
+    h = hashlib.sha256()
+    if path.is_dir():
+        for child in sorted(path.rglob("*")):
+            h.update(str(child.relative_to(path)).encode())
+            if child.is_file():
+                h.update(child.read_bytes())
+    elif path.exists():
+        h.update(path.read_bytes())
+    else:
+        h.update(b"<missing>")
+    return h.hexdigest()
+
+
+def write_notes(db: Path, notes: Sequence[tuple[str, str]]) -> None:
+    """Append (stream, text) notes, one transaction each, and close cleanly."""
+    log = SQLiteLog(db)
+    try:
+        for stream, text in notes:
+            log.append_now(stream, [NoteAdded(text=text)])
+    finally:
+        log.close()
+
+
+SAMPLE = [
+    ("job-1", "first"),
+    ("job-2", "second"),
+    ("run-1", "third"),
+    ("job-1", "fourth"),
+]
+
+
+def remount_read_only(mount_point: Path) -> None:
+    done = subprocess.run(
+        ["mount", "-o", "remount,ro", str(mount_point)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        import pytest
+
+        pytest.skip(f"cannot remount the tmpfs read-only: {done.stderr.strip()}")
