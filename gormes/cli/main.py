@@ -64,14 +64,24 @@ class Config:
     metavar="PATH",
     help="Database file (env GORMES_DB; default $XDG_DATA_HOME/gormes/gormes.db).",
 )
+@click.option(
+    "--durability",
+    type=click.Choice(["full", "normal"]),
+    envvar="GORMES_DURABILITY",
+    help="full (default): every commit is fsynced. normal: faster; the last commits "
+    "may be lost on power loss (never corrupted). Env GORMES_DURABILITY.",
+)
 @click.version_option(package_name="gormes")
 @click.pass_context
-def cli(ctx: click.Context, db: str | None) -> None:
+def cli(ctx: click.Context, db: str | None, durability: str | None) -> None:
     """gormes: an event-sourced actor runtime for AI agents.
 
     Every state change is a typed event in one SQLite log; read models are
     projections of it.
     """
+    if durability:
+        # every store this process opens picks it up (see sqlite_log.default_durability)
+        os.environ["GORMES_DURABILITY"] = durability
     ctx.obj = Config(db)
 
 

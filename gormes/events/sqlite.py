@@ -145,7 +145,7 @@ class SQLiteEventStore:
         path: str | PathLike[str],
         *,
         readonly: bool = False,
-        durability: str = "full",
+        durability: str | None = None,
         codec: Codec = default_codec,
         clock: Callable[[], float] = time.time,
         poll_interval: float = 0.005,

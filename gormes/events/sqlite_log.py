@@ -69,6 +69,15 @@ def default_db_path() -> Path:
     return Path(base) / "gormes" / "gormes.db"
 
 
+def default_durability() -> str:
+    """`full` (fsync on every commit) unless GORMES_DURABILITY says `normal`.
+
+    `normal` in WAL mode keeps the database consistent after a crash but may lose
+    the last commits on power loss: faster, and a documented choice, not a default.
+    """
+    return os.environ.get("GORMES_DURABILITY", "full")
+
+
 def translate_error(exc: sqlite3.Error, path: str | os.PathLike[str]) -> StoreError:
     """Turn sqlite3's errors into gormes errors a person can act on."""
     text = str(exc)
@@ -151,13 +160,14 @@ def connect(
     *,
     readonly: bool = False,
     create: bool = True,
-    durability: str = "full",
+    durability: str | None = None,
 ) -> tuple[sqlite3.Connection, bool]:
     """Open (and if needed create) a gormes database; returns (connection, readonly).
 
     Nothing is written to a file that fails the checks. A file we may not write is
     opened read-only rather than refused, so reading commands still work on it.
     """
+    durability = durability or default_durability()
     if durability not in DURABILITY:
         raise StoreError(f"durability must be one of {sorted(DURABILITY)}, not {durability!r}")
     p = Path(path)
@@ -230,14 +240,14 @@ class SQLiteLog:
         *,
         readonly: bool = False,
         create: bool = True,
-        durability: str = "full",
+        durability: str | None = None,
         codec: Codec = default_codec,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path)
         self.codec = codec
         self.clock = clock
-        self.durability = durability
+        self.durability = durability or default_durability()
         self.conn, self.readonly = connect(
             path, readonly=readonly, create=create, durability=durability
         )
