@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m gormes.demo
+	rm -rf .demo
+	$(BIN)/gormes --db .demo/gormes.db demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

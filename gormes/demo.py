@@ -1,0 +1,153 @@
+"""The demo `make demo` runs: several actors append, a follower tails, projections print.
+
+1. Three agent actors (a coordinator and two researchers spawned as its children)
+   record notes concurrently; each command is decided purely, appended with the
+   stream's expected version and folded into the actor's state.
+2. A follower subscribed to the log prints every event as it commits, the way
+   `gormes tail --follow` does.
+3. The `streams` projection is caught up and printed.
+4. A few durable jobs are submitted and drained by an in-process worker; the
+   job ledger is printed.
+
+Everything lands in one SQLite file you can explore afterwards with
+`gormes --db PATH events|tail|query|projections|jobs`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+import trio
+from rich.console import Console
+from rich.table import Table
+
+from gormes.actors import Behavior, ExitReason
+from gormes.actors.actor import ActorExit
+from gormes.events.base import Event, UnknownEvent
+from gormes.events.notes import NoteAdded
+from gormes.events.sqlite import SQLiteEventStore
+
+OBSERVATIONS = {
+    "scout": ["queue depth is 3", "token budget 40% used", "found 2 candidate sources"],
+    "analyst": ["source A contradicts B", "confidence 0.72", "draft answer ready"],
+}
+
+
+class Observe(msgspec.Struct, frozen=True):
+    text: str
+
+
+class Agent(Behavior[int, Observe]):
+    """An agent that records what it observes; its state is how many notes it wrote."""
+
+    kind = "agent"
+
+    def initial(self) -> int:
+        return 0
+
+    def evolve(self, state: int, event: Event | UnknownEvent) -> int:
+        return state + 1 if isinstance(event, NoteAdded) else state
+
+    def decide(self, state: int, command: Observe) -> Sequence[Event]:
+        return [NoteAdded(text=f"#{state + 1}: {command.text}", author="agent")]
+
+    def on_child_exit(self, state: int, exit: ActorExit) -> Sequence[Event]:
+        outcome = "finished" if not exit.abnormal else f"ended abnormally ({exit.reason.value})"
+        return [NoteAdded(text=f"child {exit.address.stream} {outcome}", author="supervisor")]
+
+
+async def run_agents(store: SQLiteEventStore, console: Console) -> None:
+    from gormes.actors import ActorRuntime
+
+    rng = random.Random(7)
+    async with ActorRuntime.open(store) as runtime:
+        coordinator = await runtime.get(Agent(), "coordinator")
+        await coordinator.ask(Observe("plan: two researchers, one report"))
+
+        async def research(name: str) -> None:
+            child = await coordinator.spawn(Agent(), name)
+            for text in OBSERVATIONS[name]:
+                await trio.sleep(rng.uniform(0.005, 0.03))
+                await child.ask(Observe(text))
+            exit = await child.stop()
+            assert exit.reason is ExitReason.STOPPED
+
+        async with trio.open_nursery() as nursery:
+            for name in OBSERVATIONS:
+                nursery.start_soon(research, name)
+        await coordinator.ask(Observe("report written"))
+        state = await coordinator.state()
+        console.print(f"[bold]coordinator[/] wrote {state.value} notes (stream version {state.version})")
+
+
+async def follow(store: SQLiteEventStore, console: Console, after: int, until: trio.Event) -> None:
+    """Print each event as it commits, until `until` is set and the log is drained."""
+    subscription = store.subscribe(after=after)
+    while True:
+        with trio.move_on_after(0.2) as scope:
+            record = await subscription.__anext__()
+        if scope.cancelled_caught:
+            if until.is_set():
+                return
+            continue
+        text = getattr(record.event, "text", "")
+        console.print(
+            f"  [dim]{record.position:>4}[/] {record.stream:<18} v{record.version:<2} "
+            f"[cyan]{record.type}[/] {text}",
+            soft_wrap=True,
+        )
+
+
+async def print_streams(store: SQLiteEventStore, console: Console) -> None:
+    from gormes.projections.runner import ProjectionRunner
+    from gormes.projections.streams import StreamsProjection
+
+    runner = ProjectionRunner(store, StreamsProjection())
+    position = await runner.catch_up()
+    rows = await store.transact(
+        lambda tx: tx.execute(
+            "SELECT stream, first_type, version, first_position, last_position "
+            "FROM streams ORDER BY first_position"
+        ).fetchall()
+    )
+    table = Table(title=f"streams projection (at position {position})")
+    for column in ("stream", "first type", "version", "first", "last"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    console.print(table)
+
+
+async def run_jobs(store: SQLiteEventStore, console: Console) -> None:
+    from gormes.demo_jobs import drain_demo_jobs
+
+    await drain_demo_jobs(store, console)
+
+
+async def main(db: Path, console: Console | None = None) -> None:
+    from gormes.events.catalog import load_all
+
+    load_all()
+    console = console or Console()
+    console.print(f"[bold]gormes demo[/] writing to {db}\n")
+    async with SQLiteEventStore.open(db) as store:
+        start = await store.head()
+        agents_done = trio.Event()
+        async with trio.open_nursery() as nursery:
+            console.print("[bold]1-2.[/] actors append; a follower tails the log as they do:")
+            nursery.start_soon(follow, store, console, start, agents_done)
+            await run_agents(store, console)
+            agents_done.set()
+        console.print()
+        console.print("[bold]3.[/] the streams projection, folded from the log:")
+        await print_streams(store, console)
+        console.print()
+        console.print("[bold]4.[/] durable jobs, drained by a worker:")
+        await run_jobs(store, console)
+        head = await store.head()
+    console.print(f"\n{head} events in {db}. Look around:")
+    for command in ("events --type 'job.*'", "jobs list", "projections rebuild --check"):
+        console.print(f"  .venv/bin/gormes --db {db} {command}", soft_wrap=True)

@@ -1,0 +1,19 @@
+"""`gormes demo`: the walk-through `make demo` runs."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.pass_obj
+def demo(obj) -> None:
+    """Actors append concurrently, a follower tails them, projections and jobs print.
+
+    Writes to the database given by --db (`make demo` uses a fresh .demo/gormes.db).
+    """
+    import trio
+
+    from gormes.demo import main
+
+    trio.run(main, obj.db)

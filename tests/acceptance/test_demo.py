@@ -1,0 +1,43 @@
+"""`gormes demo` (what `make demo` runs) works end to end on a fresh file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def gormes(db, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gormes", "--db", str(db), *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def test_demo_runs_and_leaves_a_consistent_log(tmp_path):
+    db = tmp_path / "demo" / "gormes.db"
+    result = gormes(db, "demo")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "streams projection" in out and "job ledger" in out
+
+    events = [json.loads(line) for line in gormes(db, "events", "--json").stdout.splitlines()]
+    assert [e["position"] for e in events] == list(range(1, len(events) + 1))
+    notes = [e for e in events if e["type"] == "note.added"]
+    # every note the follower printed is in the log, in order
+    for note in notes:
+        assert note["data"]["text"] in out
+    # the coordinator recorded both children finishing
+    assert sum("finished" in n["data"]["text"] for n in notes if n["stream"] == "agent-coordinator") == 2
+
+    jobs = json.loads(gormes(db, "jobs", "list", "--json").stdout)
+    assert len(jobs) == 5 and {j["status"] for j in jobs} == {"completed"}
+    parent = next(j for j in jobs if j["name"] == "summarize")
+    children = [j for j in jobs if j["parent_id"] == parent["id"]]
+    assert len(children) == 3
+    assert parent["tokens"]["input"] == 300 + sum(c["tokens"]["input"] for c in children)
+    flaky = next(j for j in jobs if j["name"] == "flaky")
+    assert flaky["attempts_made"] == 2
+
+    check = gormes(db, "projections", "rebuild", "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
