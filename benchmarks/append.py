@@ -24,7 +24,7 @@ from _common import PAYLOAD, median, progress, report, scratch_dir  # noqa: E402
 
 from gormes.events.notes import NoteAdded  # noqa: E402
 from gormes.events.sqlite import SQLiteEventStore  # noqa: E402
-from gormes.events.sqlite_log import _SCHEMA  # noqa: E402
+from gormes.events.sqlite_schema import _SCHEMA  # noqa: E402
 
 APPENDERS = 1000
 ROUNDS = 5

@@ -52,7 +52,7 @@ class Config:
     """What every command gets from the global options."""
 
     def __init__(self, db: str | None) -> None:
-        from gormes.events.sqlite_log import default_db_path
+        from gormes.events.sqlite_schema import default_db_path
 
         self.db = Path(db) if db else default_db_path()
 

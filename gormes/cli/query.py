@@ -76,7 +76,7 @@ class ReadOnlyGuard:
 def open_read_only(path: Path) -> tuple[sqlite3.Connection, ReadOnlyGuard]:
     """Open an existing gormes database so that nothing can write through it."""
     from gormes.errors import StoreError
-    from gormes.events.sqlite_log import check_file, read_only_uri, translate_error
+    from gormes.events.sqlite_schema import check_file, read_only_uri, translate_error
 
     if not path.exists():
         raise StoreError(f"no gormes database at {path}")

@@ -34,7 +34,8 @@ from eventsourcing.persistence import (
 )
 
 from gormes.events.base import Recorded
-from gormes.events.sqlite_log import SQLiteLog, translate_error
+from gormes.events.sqlite_log import SQLiteLog
+from gormes.events.sqlite_schema import translate_error
 
 TYPE_VERSION = 1
 _NOTIFICATION_COLUMNS = "position, stream, version, type, data"

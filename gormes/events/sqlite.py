@@ -26,7 +26,8 @@ import trio
 from gormes.errors import StoreClosed, StoreError, StoreReadOnly
 from gormes.events.base import Event, Recorded
 from gormes.events.codec import Codec, default_codec
-from gormes.events.sqlite_log import SQLiteLog, WriteBatch, translate_error
+from gormes.events.sqlite_log import SQLiteLog, WriteBatch
+from gormes.events.sqlite_schema import translate_error
 from gormes.events.store import AppendRequest, AppendResult
 
 T = TypeVar("T")

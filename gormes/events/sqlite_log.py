@@ -1,4 +1,4 @@
-"""The synchronous core of the SQLite event log: schema, checks, appends and reads.
+"""The synchronous core of the SQLite event log: appends and reads.
 
 `SQLiteLog` is plain blocking sqlite3. The async store (`sqlite.py`) runs it in
 worker threads and adds group commit and subscriptions; the CLI's read commands
@@ -11,7 +11,6 @@ order: a rolled-back insert gives its rowid back.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sqlite3
@@ -20,211 +19,22 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gormes.errors import (
-    ConcurrencyError,
-    NotAGormesDatabase,
-    SchemaTooNew,
-    StoreError,
-    StoreFull,
-    StoreReadOnly,
-)
+from gormes.errors import ConcurrencyError, StoreError, StoreReadOnly
 from gormes.events.base import Event, Recorded
 from gormes.events.codec import Codec, default_codec
+from gormes.events.sqlite_schema import (
+    VERSION_CACHE_MAX,
+    connect,
+    default_durability,
+    translate_error,
+)
 from gormes.events.store import AppendRequest, AppendResult
-
-SCHEMA_VERSION = 1
-APPLICATION_ID = 0x676F726D  # "gorm"
-BUSY_TIMEOUT_S = 30.0
-VERSION_CACHE_MAX = 200_000
-DURABILITY = {"full": "FULL", "normal": "NORMAL"}
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events(
-    position INTEGER PRIMARY KEY,
-    stream TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    type_version INTEGER NOT NULL DEFAULT 1,
-    data TEXT NOT NULL,
-    recorded_at REAL NOT NULL,
-    UNIQUE(stream, version)
-);
-CREATE TABLE IF NOT EXISTS tracking(
-    projection TEXT PRIMARY KEY,
-    position INTEGER NOT NULL
-);
-"""
 
 _COLUMNS = "position, stream, version, type, type_version, data, recorded_at"
 _INSERT = (
     "INSERT INTO events(stream, version, type, type_version, data, recorded_at) "
     "VALUES (?, ?, ?, ?, ?, ?)"
 )
-
-
-def default_db_path() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "share"
-    )
-    return Path(base) / "gormes" / "gormes.db"
-
-
-def default_durability() -> str:
-    """`full` (fsync on every commit) unless GORMES_DURABILITY says `normal`.
-
-    `normal` in WAL mode keeps the database consistent after a crash but may lose
-    the last commits on power loss: faster, and a documented choice, not a default.
-    """
-    return os.environ.get("GORMES_DURABILITY", "full")
-
-
-def translate_error(exc: sqlite3.Error, path: str | os.PathLike[str]) -> StoreError:
-    """Turn sqlite3's errors into gormes errors a person can act on."""
-    text = str(exc)
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code == sqlite3.SQLITE_FULL or "disk is full" in text:
-        return StoreFull(f"disk full: cannot write to {path}; nothing of this write was recorded")
-    if code == sqlite3.SQLITE_READONLY or "readonly" in text:
-        return StoreReadOnly(f"{path} is read-only: cannot write events")
-    if "not a database" in text or code == sqlite3.SQLITE_NOTADB:
-        return NotAGormesDatabase(f"{path} is not a gormes database (not SQLite)")
-    if code == sqlite3.SQLITE_CANTOPEN or "unable to open" in text:
-        return StoreError(f"cannot open database {path}: {text}")
-    return StoreError(f"database error on {path}: {text}")
-
-
-def read_only_uri(path: str | os.PathLike[str]) -> str:
-    """The URI that opens `path` read-only, also from read-only media.
-
-    SQLite can read a WAL database only if it may create the `-shm` file beside
-    it, unless told the file is immutable. On a read-only directory with no
-    `-wal` file left over (a cleanly closed database) nothing can change the file,
-    so `immutable=1` is exact there.
-    """
-    p = Path(path)
-    uri = p.absolute().as_uri() + "?mode=ro"
-    wal = p.with_name(p.name + "-wal")
-    shm = p.with_name(p.name + "-shm")
-    if not os.access(p.parent, os.W_OK) and not shm.exists():
-        if not wal.exists() or wal.stat().st_size == 0:
-            uri += "&immutable=1"
-    return uri
-
-
-def _inspect(path: Path) -> tuple[int, int, int]:
-    """(application_id, user_version, table count) of an existing file, read-only."""
-    uri = read_only_uri(path)
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
-    except sqlite3.Error as exc:
-        raise translate_error(exc, path) from None
-    try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        user_version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-    except sqlite3.DatabaseError as exc:
-        raise NotAGormesDatabase(f"{path} is not a gormes database: {exc}") from None
-    finally:
-        conn.close()
-    return app_id, user_version, tables
-
-
-def check_file(path: Path) -> bool:
-    """Check an existing file is ours and not too new; True when it is still empty."""
-    if path.is_dir():
-        raise NotAGormesDatabase(f"{path} is a directory, not a gormes database")
-    app_id, user_version, tables = _inspect(path)
-    if app_id != APPLICATION_ID:
-        if app_id == 0 and user_version == 0 and tables == 0:
-            return True
-        raise NotAGormesDatabase(
-            f"{path} is an SQLite database but not a gormes one "
-            f"(application_id {app_id:#x}); refusing to touch it"
-        )
-    if user_version > SCHEMA_VERSION:
-        raise SchemaTooNew(
-            f"{path} has schema version {user_version}, newer than this gormes "
-            f"understands ({SCHEMA_VERSION}); upgrade gormes to open it"
-        )
-    return False
-
-
-def _writable(path: Path) -> bool:
-    if path.exists():
-        return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-    return os.access(path.parent, os.W_OK)
-
-
-def connect(
-    path: str | os.PathLike[str],
-    *,
-    readonly: bool = False,
-    create: bool = True,
-    durability: str | None = None,
-) -> tuple[sqlite3.Connection, bool]:
-    """Open (and if needed create) a gormes database; returns (connection, readonly).
-
-    Nothing is written to a file that fails the checks. A file we may not write is
-    opened read-only rather than refused, so reading commands still work on it.
-    """
-    durability = durability or default_durability()
-    if durability not in DURABILITY:
-        raise StoreError(f"durability must be one of {sorted(DURABILITY)}, not {durability!r}")
-    p = Path(path)
-    exists = p.exists()
-    if exists:
-        empty = check_file(p)
-    else:
-        if readonly or not create:
-            raise StoreError(f"no gormes database at {p}")
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise StoreReadOnly(f"cannot create {p.parent}: {exc.strerror}") from None
-            raise StoreError(f"cannot create {p.parent}: {exc.strerror}") from None
-        empty = True
-    if not readonly and not _writable(p):
-        if not exists:
-            raise StoreReadOnly(f"cannot create {p}: directory is not writable")
-        readonly = True
-    try:
-        if readonly:
-            conn = sqlite3.connect(
-                read_only_uri(p), uri=True, isolation_level=None,
-                check_same_thread=False, timeout=BUSY_TIMEOUT_S,
-            )
-        else:
-            conn = sqlite3.connect(
-                p, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
-            if empty:
-                _create_schema(conn, p)
-    except sqlite3.Error as exc:
-        raise translate_error(exc, p) from None
-    if readonly and empty:
-        conn.close()
-        raise StoreError(f"{p} is empty and read-only: not a gormes database yet")
-    return conn, readonly
-
-
-def _create_schema(conn: sqlite3.Connection, path: Path) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        if app_id == 0:  # another process may have won the race
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
 
 
 Row = tuple[int, str, int, str, int, Any, float]

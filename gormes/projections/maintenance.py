@@ -88,7 +88,7 @@ async def check(
 ) -> list[CheckResult]:
     """Rebuild each projection in a scratch copy and report how the live tables differ."""
     from gormes.events.sqlite import SQLiteEventStore
-    from gormes.events.sqlite_log import check_file
+    from gormes.events.sqlite_schema import check_file
 
     db = Path(db)
     check_file(db)  # a clear error for a missing or foreign file, before copying it

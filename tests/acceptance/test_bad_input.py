@@ -25,7 +25,8 @@ from cli_helpers import (
     write_notes,
 )
 
-from gormes.events.sqlite_log import APPLICATION_ID, SCHEMA_VERSION, SQLiteLog
+from gormes.events.sqlite_log import SQLiteLog
+from gormes.events.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION
 
 GOOD_LINE = json.dumps({"stream": "s", "type": "note.added", "data": {"text": "x"}})
 

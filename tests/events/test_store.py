@@ -13,7 +13,8 @@ import trio
 from gormes.errors import ConcurrencyError, NotAGormesDatabase, SchemaTooNew, StoreReadOnly
 from gormes.events.notes import NoteAdded
 from gormes.events.sqlite import SQLiteEventStore
-from gormes.events.sqlite_log import APPLICATION_ID, SCHEMA_VERSION, SQLiteLog
+from gormes.events.sqlite_log import SQLiteLog
+from gormes.events.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION
 from gormes.events.store import AppendRequest
 
 
