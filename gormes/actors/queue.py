@@ -116,7 +116,7 @@ class JobQueue(QueueAdmin):
 
     async def _read(self, fn: Callable[[Any], Any]) -> Any:
         # The store's pool of read connections (each a SQLiteLog with `.conn`).
-        return await self.store._read(lambda log: fn(log.conn))
+        return await self.store.read_with(lambda log: fn(log.conn))
 
     # -- submitting and reading ------------------------------------------------
 

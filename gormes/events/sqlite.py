@@ -286,9 +286,12 @@ class SQLiteEventStore:
 
     # -- reads --------------------------------------------------------------
 
-    async def _read(self, fn: Callable[[SQLiteLog], T]) -> T:
-        if self._closed and not self._readers and self.log is None:  # pragma: no cover
-            raise StoreClosed("the event store is closed")
+    async def read_with(self, fn: Callable[[SQLiteLog], T]) -> T:
+        """Run `fn(log)` in a worker thread on one of the store's read connections.
+
+        For read models (projection tables) that need SQL of their own; `fn` must
+        only read. Each call sees one consistent snapshot if it opens a transaction.
+        """
         reader = self._readers.pop() if self._readers else None
         if reader is None:
             reader = await trio.to_thread.run_sync(self.log.reader)
@@ -298,13 +301,13 @@ class SQLiteEventStore:
             self._readers.append(reader)
 
     async def head(self) -> int:
-        return await self._read(lambda r: r.head())
+        return await self.read_with(lambda r: r.head())
 
     async def stream_version(self, stream: str) -> int:
-        return await self._read(lambda r: r.stream_version(stream))
+        return await self.read_with(lambda r: r.stream_version(stream))
 
     async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
-        return await self._read(lambda r: r.read_stream(stream, after_version))
+        return await self.read_with(lambda r: r.read_stream(stream, after_version))
 
     async def read_all(
         self,
@@ -312,12 +315,12 @@ class SQLiteEventStore:
         limit: int | None = None,
         types: Sequence[str] | None = None,
     ) -> list[Recorded]:
-        return await self._read(lambda r: r.read_all(after_position, limit, types))
+        return await self.read_with(lambda r: r.read_all(after_position, limit, types))
 
     async def read_page(
         self, after_position: int, limit: int = PAGE, types: Sequence[str] | None = None
     ) -> tuple[list[Recorded], int, int]:
-        return await self._read(lambda r: r.read_page(after_position, limit, types))
+        return await self.read_with(lambda r: r.read_page(after_position, limit, types))
 
     async def wait_for_change(self, generation: int) -> None:
         await self._changes.wait(generation)
