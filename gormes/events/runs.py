@@ -1,0 +1,275 @@
+"""Run events: everything an agent run observed, on the run's own stream `run-<id>`.
+
+A run reaches the outside world only through its `RunContext`
+(gormes/actors/run_context.py). Each thing the context observes for the handler
+(a model reply, a tool result, inbox messages, a clock reading, a random draw, a
+child's outcome...) is appended here BEFORE the handler sees it. Every such
+observation carries `seq`: 1, 2, 3... in the order the handler asked, per run.
+Replay walks the observations by `seq` and serves them back to the same handler.
+
+Events that are not observations carry no `seq`: `run.started`, the terminal
+`run.completed | run.failed | run.cancelled`, `run.suspended`/`run.resumed`
+(a job attempt of the run stopped and a later one took it up) and
+`run.message_sent` (written by whoever sends the run a message).
+
+Only events-layer types appear here: the providers' neutral model types are
+converted to and from `RecordedReply` by gormes/actors/runs.py, so no provider's
+wire format and no actors-layer class reaches the log.
+
+Tokens are counted once: a model turn's usage is in its `run.llm_turn`; usage the
+handler reports itself is `run.tokens_added`; a child's total is in the parent's
+`run.child_finished`. A run's total is the sum of the three.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+import msgspec
+
+from gormes.events.base import Event
+from gormes.events.jobs import Tokens
+
+RunStatus = Literal["running", "suspended", "completed", "failed", "cancelled"]
+RUN_TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+ToolOutcomeKind = Literal["ok", "error", "denied"]
+ChildStatus = Literal["completed", "failed", "cancelled"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+def run_stream(run_id: str) -> str:
+    return f"run-{run_id}"
+
+
+def canonical_arguments(arguments: Any) -> tuple[str, str]:
+    """A tool call's arguments as (canonical JSON text, sha256 hex of that text).
+
+    `arguments` is a JSON-compatible value, or JSON text as a model sends it (text
+    is decoded first, so `{"b":1, "a":2}` and `{"a":2,"b":1}` hash the same).
+    Raises `msgspec.DecodeError` for text that is not JSON.
+    """
+    value = msgspec.json.decode(arguments) if isinstance(arguments, (str, bytes)) else arguments
+    text = msgspec.json.encode(value, order="sorted")
+    return text.decode(), hashlib.sha256(text).hexdigest()
+
+
+# -- recorded copies of what a run saw -------------------------------------------
+
+
+class RecordedToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call as the model asked for it; `arguments` is the JSON text it sent."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class RecordedReply(msgspec.Struct, frozen=True, kw_only=True):
+    """A neutral copy of a model reply (an assistant message and how it ended)."""
+
+    content: str
+    tool_calls: tuple[RecordedToolCall, ...] = ()
+    finish_reason: str = "stop"
+    model: str = ""
+
+
+class InboxItem(msgspec.Struct, frozen=True, kw_only=True):
+    """A message as the run read it. `sent_at` is ms since the epoch, as the sender
+    recorded it; `sender` is "operator", "run:<id>", "job:<id>" or a free name."""
+
+    id: str
+    sender: str
+    payload: Any
+    sent_at: int
+
+
+class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a forked run came from: the source run and the stream version copied up to."""
+
+    run_id: str
+    position: int
+
+
+# -- lifecycle --------------------------------------------------------------------
+
+
+class RunStarted(Event, tag="run.started", kw_only=True):
+    run_id: str
+    handler: str
+    handler_version: str  # sha256 of the handler function's source
+    input: Any = None
+    parent_run_id: str | None = None
+    depth: int = 0  # 0 for a top-level run, parent's + 1 for a subagent
+    deadline_s: float | None = None  # a budget relative to the start; None: no deadline
+    tools: tuple[str, ...] | None = None  # the allowlist; None: every op the trust allows
+    model: str | None = None  # provider spec, "scripted:PATH" or "openai:MODEL"
+    max_iterations: int | None = None
+    trust: str = "agent"
+    job_id: str | None = None
+    forked_from: ForkOrigin | None = None
+    max_depth: int = 3
+
+
+class RunCompleted(Event, tag="run.completed", kw_only=True):
+    result: Any = None
+    tokens: Tokens = Tokens()  # the run's total, its children's included
+
+
+class RunFailed(Event, tag="run.failed", kw_only=True):
+    error: str
+    tokens: Tokens = Tokens()
+
+
+class RunCancelled(Event, tag="run.cancelled", kw_only=True):
+    reason: str = "cancelled"
+    tokens: Tokens = Tokens()
+
+
+class RunSuspended(Event, tag="run.suspended", kw_only=True):
+    """The job attempt running this run stopped without ending it (pause, lease
+    lost, worker shutdown); a later attempt resumes it."""
+
+    reason: str
+    job_attempt: int | None = None
+
+
+class RunResumed(Event, tag="run.resumed", kw_only=True):
+    """A later job attempt took the run up again: the handler runs from the start
+    and is served its recorded observations up to `replayed_seq`, then goes live."""
+
+    replayed_seq: int
+    job_attempt: int | None = None
+
+
+# -- observations (each with its seq) --------------------------------------------
+
+
+class RunLlmTurn(Event, tag="run.llm_turn", kw_only=True):
+    seq: int
+    request_hash: str  # gormes.actors.providers.base.request_hash of the request
+    model: str
+    message_count: int
+    reply: RecordedReply
+    usage: Tokens
+    duration_ms: int = 0
+
+
+class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True):
+    """One failed attempt at a model turn. Retryable failures are retried by the
+    context (with a bounded backoff) and each is its own observation; the turn that
+    finally succeeds is a `run.llm_turn` with the same request_hash."""
+
+    seq: int
+    request_hash: str
+    error: str
+    retryable: bool
+    attempt: int = 1
+
+
+class RunToolCalled(Event, tag="run.tool_called", kw_only=True):
+    seq: int
+    operation: str
+    arguments: str  # canonical JSON text (or the raw text when it was not JSON)
+    args_hash: str
+    outcome: ToolOutcomeKind
+    result: Any = None
+    error: str | None = None
+    duration_ms: int = 0
+
+
+class RunInboxRead(Event, tag="run.inbox_read", kw_only=True):
+    """The messages one `inbox()` call returned; also their read receipt."""
+
+    seq: int
+    messages: tuple[InboxItem, ...] = ()
+
+
+class RunClockRead(Event, tag="run.clock_read", kw_only=True):
+    seq: int
+    value: float  # seconds since the epoch
+
+
+class RunRandomDrawn(Event, tag="run.random_drawn", kw_only=True):
+    seq: int
+    value: float  # in [0, 1)
+
+
+class RunProgressed(Event, tag="run.progress", kw_only=True):
+    seq: int
+    progress: Any
+
+
+class RunTokensAdded(Event, tag="run.tokens_added", kw_only=True):
+    """Usage the handler reported itself (not from `llm()`, which records its own)."""
+
+    seq: int
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+
+
+class RunLogged(Event, tag="run.logged", kw_only=True):
+    seq: int
+    level: LogLevel = "info"
+    message: str
+
+
+class RunChildSpawned(Event, tag="run.child_spawned", kw_only=True):
+    seq: int
+    child_run_id: str
+    handler: str
+    input: Any = None
+    tools: tuple[str, ...] | None = None
+    model: str | None = None
+
+
+class RunChildFinished(Event, tag="run.child_finished", kw_only=True):
+    """Recorded in the PARENT when the parent's handler observed the child's end
+    (`await child.result()`), so the parent's order does not depend on timing."""
+
+    seq: int
+    child_run_id: str
+    status: ChildStatus
+    result: Any = None
+    error: str | None = None
+    tokens: Tokens = Tokens()  # the child's total, its own children's included
+
+
+# -- written by others -------------------------------------------------------------
+
+
+class RunMessageSent(Event, tag="run.message_sent", kw_only=True):
+    """A message for the run's inbox, appended to the run's stream by its sender."""
+
+    message_id: str
+    sender: str
+    payload: Any = None
+    sent_at: int  # ms since the epoch
+
+
+RunObservation = (
+    RunLlmTurn | RunLlmFailed | RunToolCalled | RunInboxRead | RunClockRead
+    | RunRandomDrawn | RunProgressed | RunTokensAdded | RunLogged | RunChildSpawned
+    | RunChildFinished
+)
+RunEvent = (
+    RunStarted | RunCompleted | RunFailed | RunCancelled | RunSuspended | RunResumed
+    | RunObservation | RunMessageSent
+)
+OBSERVATION_TYPES: tuple[type, ...] = (
+    RunLlmTurn, RunLlmFailed, RunToolCalled, RunInboxRead, RunClockRead, RunRandomDrawn,
+    RunProgressed, RunTokensAdded, RunLogged, RunChildSpawned, RunChildFinished,
+)
+TERMINAL_TYPES: tuple[type, ...] = (RunCompleted, RunFailed, RunCancelled)
+
+
+def tokens_of(event: Event) -> Tokens:
+    """The tokens one event adds to its run's total (zero for most events)."""
+    if isinstance(event, RunLlmTurn):
+        return event.usage
+    if isinstance(event, RunTokensAdded):
+        return Tokens(input=event.input, output=event.output, cache_read=event.cache_read)
+    if isinstance(event, RunChildFinished):
+        return event.tokens
+    return Tokens()
