@@ -11,6 +11,7 @@ import importlib
 DOMAIN_MODULES = (
     "gormes.events.notes",
     "gormes.events.jobs",
+    "gormes.events.runs",
 )
 
 
