@@ -12,6 +12,7 @@ DOMAIN_MODULES = (
     "gormes.events.notes",
     "gormes.events.jobs",
     "gormes.events.runs",
+    "gormes.events.audit",
 )
 
 

@@ -1,0 +1,47 @@
+"""Audit events: one per operation call, allowed or denied, from any entry point.
+
+The executor (gormes/ops/executor.py) appends an `OperationAudited` for every
+call to the day's stream `audit-<yyyy-mm-dd>` (UTC, from the executor's clock), so
+a day of audit can be read, exported or pruned as one stream. It records who
+called what and how it ended, never the input or the output themselves: the
+input is kept as the sha256 of its canonical JSON (runs record tool results on
+their own streams).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Literal
+
+from gormes.events.base import Event
+
+AUDIT_STREAM_PREFIX = "audit-"
+
+AuditOutcome = Literal["ok", "error", "denied", "invalid", "timeout", "cancelled"]
+
+
+def audit_stream(at_ms: int) -> str:
+    """The stream an audit event recorded at `at_ms` (ms since the epoch) goes to."""
+    day = datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d")
+    return AUDIT_STREAM_PREFIX + day
+
+
+class OperationAudited(Event, tag="audit.operation", kw_only=True):
+    """One operation call. `allowed` is whether the handler ran (the name was
+    known, the trust class allowed and the input valid); `outcome` says how the
+    call ended: ok, error (the handler raised), denied (refused before or by the
+    handler), invalid (input did not validate), timeout or cancelled."""
+
+    operation: str
+    audit_kind: str | None  # None when the operation is unknown
+    caller: str
+    trust: str
+    run_id: str | None = None
+    job_id: str | None = None
+    allowed: bool
+    outcome: AuditOutcome
+    error: str | None = None  # the error's class and first line, at most 300 characters
+    duration_ms: float
+    input_sha256: str | None = None
+    mutating: bool = False
+    at: int  # ms since the epoch, from the executor's clock

@@ -1,0 +1,224 @@
+"""The executor: the one door through which any entry point runs an operation.
+
+For every call (the CLI, an agent's tool call, a gateway, cron) it, in order:
+finds the operation (unknown -> `UnknownOperation`, a denial); checks the caller's
+trust class against the spec BEFORE anything else runs (-> `OperationDenied`);
+validates the input with msgspec (-> `InvalidOperationInput`); runs the handler
+under the spec's timeout (-> `OperationTimeout`); and appends one
+`OperationAudited` event (gormes/events/audit.py) whatever happened, even when the
+handler raised or the call was cancelled. The original error always propagates.
+
+    executor = Executor(default_registry(), store, workspace=Path("."), jobs=queue)
+    out = await executor.call("fs.read", '{"path": "README.md"}', Caller(trust="gateway", id="gw-1"))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from gormes.events.audit import OperationAudited, audit_stream
+from gormes.ops.registry import Registry
+from gormes.ops.spec import (
+    TRUST_CLASSES, Caller, InvalidOperationInput, OperationContext, OperationDenied,
+    OperationError, OperationSpec, OperationTimeout, UnknownOperation,
+)
+
+if TYPE_CHECKING:
+    from gormes.actors.queue import JobQueue
+
+RawInput = bytes | bytearray | memoryview | str | dict | msgspec.Struct | None
+
+ERROR_TEXT_MAX = 300
+SHELL_ENV = "GORMES_SHELL_ENABLED"
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+
+
+class InvalidOperationOutput(OperationError):
+    """A handler returned something that is not its spec's output type (a bug)."""
+
+
+def shell_enabled_from_env() -> bool:
+    return os.environ.get(SHELL_ENV, "") == "1"
+
+
+class Executor:
+    def __init__(
+        self,
+        registry: Registry,
+        store: Any,
+        *,
+        workspace: Path | str | None = None,
+        jobs: JobQueue | None = None,
+        clock: Callable[[], float] = time.time,
+        shell_enabled: bool | None = None,
+    ) -> None:
+        """`store` receives the audit events; `shell_enabled` None reads the
+        environment (GORMES_SHELL_ENABLED=1) once, here."""
+        self.registry = registry
+        self.store = store
+        self.workspace = None if workspace is None else Path(workspace)
+        self.jobs = jobs
+        self.clock = clock
+        self.shell_enabled = shell_enabled_from_env() if shell_enabled is None else shell_enabled
+
+    def context_for(self, caller: Caller) -> OperationContext:
+        return OperationContext(
+            caller=caller, workspace=self.workspace, jobs=self.jobs, clock=self.clock,
+            shell_enabled=self.shell_enabled, store=self.store,
+        )
+
+    async def call(self, name: str, raw_input: RawInput, caller: Caller) -> Any:
+        """Run operation `name` for `caller` and return its output (an instance of
+        the spec's output type). `raw_input` may be JSON text or bytes (a model's
+        tool arguments), a dict, or a Struct; empty text or None means `{}`."""
+        started = trio.current_time()
+        spec = self.registry.get(name)
+        record = _CallRecord(name, spec, caller, _raw_digest(raw_input))
+        try:
+            if spec is None:
+                raise UnknownOperation(f"unknown operation {name!r}")
+            if caller.trust not in TRUST_CLASSES or not spec.allows(caller.trust):
+                raise OperationDenied(
+                    f"{spec.name} may not be run by a {caller.trust!r} caller"
+                    f" (allowed: {', '.join(t for t in TRUST_CLASSES if spec.allows(t))})"
+                )
+            value = decode_input(spec, raw_input)
+            record.input_sha256 = input_digest(value)
+            record.allowed = True
+            with trio.move_on_after(spec.timeout) as deadline:
+                result = await spec.handler(self.context_for(caller), value)
+            if deadline.cancelled_caught:
+                raise OperationTimeout(f"{spec.name} timed out after {spec.timeout:g}s")
+            result = _check_output(spec, result)
+        except BaseException as exc:
+            record.failed(exc)
+            try:
+                await self._append(record, started)
+            except Exception as audit_exc:
+                exc.add_note(f"gormes: the audit event could not be appended: {audit_exc}")
+            raise
+        # An unaudited success is not a success: an append error propagates.
+        await self._append(record, started)
+        return result
+
+    async def call_json(self, name: str, raw_input: RawInput, caller: Caller) -> bytes:
+        """`call`, with the output encoded as JSON (what a model is shown)."""
+        return msgspec.json.encode(await self.call(name, raw_input, caller))
+
+    async def _append(self, record: _CallRecord, started: float) -> None:
+        duration_ms = round((trio.current_time() - started) * 1000, 3)
+        at = int(self.clock() * 1000)
+        event = record.event(duration_ms=duration_ms, at=at)
+        # Shielded so that a cancelled call is still audited.
+        with trio.CancelScope(shield=True):
+            await self.store.append(audit_stream(at), [event])
+
+
+def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
+    """Validate `raw` into the spec's input type, or raise `InvalidOperationInput`."""
+    kind = spec.input_type
+    try:
+        if isinstance(raw, kind):
+            return raw
+        if raw is None or (isinstance(raw, (str, bytes, bytearray)) and not raw.strip()):
+            return msgspec.convert({}, kind)
+        if isinstance(raw, (str, bytes, bytearray, memoryview)):
+            return msgspec.json.decode(raw, type=kind)
+        if isinstance(raw, msgspec.Struct):
+            return msgspec.convert(msgspec.to_builtins(raw), kind)
+        if isinstance(raw, dict):
+            return msgspec.convert(raw, kind)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InvalidOperationInput(f"invalid input for {spec.name}: {exc}") from None
+    raise InvalidOperationInput(
+        f"invalid input for {spec.name}: expected a JSON object, got {type(raw).__name__}"
+    )
+
+
+def input_digest(value: Any) -> str:
+    """sha256 of the input's canonical JSON (keys sorted)."""
+    return hashlib.sha256(_encoder.encode(value)).hexdigest()
+
+
+def _raw_digest(raw: RawInput) -> str | None:
+    """A digest of input that may not validate: its bytes, or its JSON when possible."""
+    if isinstance(raw, str):
+        return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return hashlib.sha256(bytes(raw)).hexdigest()
+    try:
+        return input_digest(raw)
+    except (TypeError, ValueError, msgspec.EncodeError):
+        return None
+
+
+def _check_output(spec: OperationSpec, result: Any) -> Any:
+    if isinstance(result, spec.output_type):
+        return result
+    try:
+        return msgspec.convert(result, spec.output_type, from_attributes=True)
+    except msgspec.ValidationError as exc:
+        raise InvalidOperationOutput(
+            f"{spec.name} returned {type(result).__name__}, not {spec.output_type.__name__}: {exc}"
+        ) from None
+
+
+def _outcome(exc: BaseException) -> str:
+    if isinstance(exc, OperationDenied):
+        return "denied"
+    if isinstance(exc, InvalidOperationInput):
+        return "invalid"
+    if isinstance(exc, OperationTimeout):
+        return "timeout"
+    if isinstance(exc, trio.Cancelled):
+        return "cancelled"
+    return "error"
+
+
+def _error_text(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 1] + "…"
+
+
+class _CallRecord:
+    """What the audit event will say, filled in as the call goes."""
+
+    def __init__(self, name: str, spec: OperationSpec | None, caller: Caller, digest: str | None) -> None:
+        self.name = spec.name if spec is not None else name
+        self.spec = spec
+        self.caller = caller
+        self.input_sha256 = digest
+        self.allowed = False
+        self.outcome = "ok"
+        self.error: str | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        self.outcome = _outcome(exc)
+        self.error = _error_text(exc)
+
+    def event(self, *, duration_ms: float, at: int) -> OperationAudited:
+        return OperationAudited(
+            operation=self.name[:200],
+            audit_kind=None if self.spec is None else self.spec.audit_kind,
+            caller=self.caller.id,
+            trust=self.caller.trust,
+            run_id=self.caller.run_id,
+            job_id=self.caller.job_id,
+            allowed=self.allowed,
+            outcome=self.outcome,  # type: ignore[arg-type]
+            error=self.error,
+            duration_ms=duration_ms,
+            input_sha256=self.input_sha256,
+            mutating=False if self.spec is None else self.spec.mutating,
+            at=at,
+        )

@@ -1,0 +1,123 @@
+"""The one registry of operations, and the model tool schemas derived from it.
+
+Registration refuses a spec that could not be called safely: a bad name, no trust
+class or an unknown one, no audit kind, an input type msgspec cannot describe as a
+JSON object, a non-positive timeout, and above all an operator-only operation
+marked prompt-visible (a model must never be offered what only an operator may run).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from gormes.ops.spec import TRUST_CLASSES, InvalidOperationSpec, OperationSpec, ToolSchema
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+
+
+def wire_name(name: str) -> str:
+    """The operation's name with dots as double underscores, for providers whose
+    tool names allow only [A-Za-z0-9_-] (`fs.read` -> `fs__read`)."""
+    return name.replace(".", "__")
+
+
+def input_schema(input_type: type) -> dict[str, Any]:
+    """The JSON schema of a Struct type as one object schema, its `$defs` inlined."""
+    if not (isinstance(input_type, type) and issubclass(input_type, msgspec.Struct)):
+        raise InvalidOperationSpec(f"input type {input_type!r} is not a msgspec Struct")
+    if input_type.__struct_config__.array_like:
+        raise InvalidOperationSpec(f"input type {input_type.__name__} must not be array_like")
+    try:
+        (top,), defs = msgspec.json.schema_components([input_type])
+    except (TypeError, ValueError) as exc:
+        raise InvalidOperationSpec(f"input type {input_type.__name__} has no JSON schema: {exc}") from None
+    root_name = top["$ref"].rsplit("/", 1)[1]
+    schema = dict(defs.pop(root_name))
+    schema.pop("title", None)
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+class Registry:
+    def __init__(self, specs: Iterable[OperationSpec] = ()) -> None:
+        self._specs: dict[str, OperationSpec] = {}
+        self._schemas: dict[str, dict[str, Any]] = {}
+        for spec in specs:
+            self.register(spec)
+
+    def register(self, spec: OperationSpec) -> OperationSpec:
+        schema = _validate(spec)
+        if spec.name in self._specs:
+            raise InvalidOperationSpec(f"operation {spec.name!r} is registered twice")
+        clash = [n for n in self._specs if wire_name(n) == wire_name(spec.name)]
+        if clash:
+            raise InvalidOperationSpec(f"operation {spec.name!r} clashes with {clash[0]!r}")
+        self._specs[spec.name] = spec
+        self._schemas[spec.name] = schema
+        return spec
+
+    def get(self, name: str) -> OperationSpec | None:
+        """The spec called `name`, also found by its wire name (`fs__read`)."""
+        spec = self._specs.get(name)
+        if spec is None and "__" in name:
+            spec = self._specs.get(name.replace("__", "."))
+        return spec
+
+    def __contains__(self, name: str) -> bool:
+        return self.get(name) is not None
+
+    def list(self, trust: str | None = None, prompt_visible: bool | None = None) -> list[OperationSpec]:
+        """Specs sorted by name; `trust` keeps those that class may call,
+        `prompt_visible` those with that flag."""
+        return [
+            spec for name, spec in sorted(self._specs.items())
+            if (trust is None or spec.allows(trust))
+            and (prompt_visible is None or spec.prompt_visible == prompt_visible)
+        ]
+
+    def input_schema(self, name: str) -> dict[str, Any]:
+        return self._schemas[name]
+
+    def tool_schemas(self, trust: str, allow: Iterable[str] | None = None) -> list[ToolSchema]:
+        """What a model acting with `trust` is offered: the prompt-visible specs
+        that class may call (narrowed to `allow`, a tool allowlist, when given)."""
+        allowed = None if allow is None else set(allow)
+        return [
+            ToolSchema(name=spec.name, description=spec.description, parameters=self._schemas[spec.name])
+            for spec in self.list(trust=trust, prompt_visible=True)
+            if allowed is None or spec.name in allowed
+        ]
+
+
+def _validate(spec: OperationSpec) -> dict[str, Any]:
+    where = f"operation {spec.name!r}"
+    if not isinstance(spec.name, str) or not _NAME.match(spec.name):
+        raise InvalidOperationSpec(f"{where}: name must be dotted lowercase words (like fs.read)")
+    if not spec.description.strip():
+        raise InvalidOperationSpec(f"{where}: description is empty")
+    if not spec.trust:
+        raise InvalidOperationSpec(f"{where}: no trust class may call it")
+    unknown = sorted(set(spec.trust) - set(TRUST_CLASSES))
+    if unknown:
+        raise InvalidOperationSpec(
+            f"{where}: unknown trust class {', '.join(unknown)} (known: {', '.join(TRUST_CLASSES)})"
+        )
+    if spec.operator_only and spec.prompt_visible:
+        raise InvalidOperationSpec(f"{where}: an operator-only operation must never be prompt-visible")
+    if not spec.audit_kind or not spec.audit_kind.strip():
+        raise InvalidOperationSpec(f"{where}: no audit kind")
+    if not spec.timeout > 0:
+        raise InvalidOperationSpec(f"{where}: timeout must be > 0 seconds")
+    if not callable(spec.handler):
+        raise InvalidOperationSpec(f"{where}: handler is not callable")
+    if not isinstance(spec.output_type, type):
+        raise InvalidOperationSpec(f"{where}: output type {spec.output_type!r} is not a type")
+    try:
+        return input_schema(spec.input_type)
+    except InvalidOperationSpec as exc:
+        raise InvalidOperationSpec(f"{where}: {exc}") from None

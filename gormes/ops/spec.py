@@ -1,0 +1,167 @@
+"""What an operation is, who may call it, and what its handler is given.
+
+An `OperationSpec` describes one operation (`fs.read`, `job.submit`, ...): its
+typed input and output, its trust classes and limits, and the async handler that
+does the work. The executor (gormes/ops/executor.py) is the only caller of
+handlers; it checks the trust class, validates the input, enforces the timeout and
+audits every call before and after the handler runs.
+
+Trust classes: `operator` (the local CLI), `gateway` (remote callers),
+`child-agent` (subagents), `system` (cron, the daemon).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+
+from gormes.errors import GormesError, UserError
+
+if TYPE_CHECKING:
+    from gormes.actors.queue import JobQueue
+
+TrustClass = Literal["operator", "gateway", "child-agent", "system"]
+TRUST_CLASSES: tuple[str, ...] = ("operator", "gateway", "child-agent", "system")
+
+Outcome = Literal["ok", "error", "denied", "invalid", "timeout", "cancelled"]
+
+
+# -- errors ---------------------------------------------------------------------
+
+
+class OperationError(GormesError):
+    """Base of the errors the operation layer raises on purpose."""
+
+
+class OperationDenied(UserError, OperationError):
+    """The caller may not run this operation (unknown name, trust class, refused)."""
+
+
+class UnknownOperation(OperationDenied):
+    """No operation of that name is registered."""
+
+
+class OperationUnavailable(OperationDenied):
+    """The operation is registered but switched off or not configured here
+    (no workspace for the fs tools, no job queue, shell.run not enabled)."""
+
+
+class PathOutsideWorkspace(OperationDenied):
+    """A path that resolves outside the workspace root (`..`, absolute, symlink)."""
+
+
+class InvalidOperationInput(UserError, OperationError):
+    """Input that does not match the operation's input type."""
+
+
+class OperationTimeout(OperationError):
+    """The handler overran the operation's timeout and was cancelled."""
+
+    exit_code = 1
+
+
+class InvalidOperationSpec(OperationError, ValueError):
+    """A spec the registry refuses (a programming error, raised at registration)."""
+
+
+# -- callers and contexts ---------------------------------------------------------
+
+
+class Caller(msgspec.Struct, frozen=True, kw_only=True):
+    """Who calls: a trust class, an id ("cli", "run-<id>", "job-<id>", "cron"),
+    and optionally the run and the job the caller acts for."""
+
+    trust: str  # one of TRUST_CLASSES; checked by the executor on every call
+    id: str
+    run_id: str | None = None
+    job_id: str | None = None
+
+    @property
+    def sender(self) -> str:
+        """The name this caller signs job inbox messages with: "operator" for the
+        operator, else the job it acts for (a parent messaging its child), else its id."""
+        if self.trust == "operator":
+            return "operator"
+        return self.job_id or self.id
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperationContext:
+    """What a handler may use; built by the executor for each call."""
+
+    caller: Caller
+    workspace: Path | None = None  # the fs tools refuse to run without one
+    jobs: JobQueue | None = None  # the job operations refuse to run without one
+    clock: Callable[[], float] = time.time  # seconds since the epoch, like time.time
+    shell_enabled: bool = False
+    store: Any = None
+
+
+Handler = Callable[[OperationContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperationSpec:
+    """One operation. `input_type` and `output_type` are msgspec Structs; the
+    handler receives a validated `input_type` instance and returns `output_type`."""
+
+    name: str
+    description: str
+    input_type: type
+    output_type: type
+    handler: Handler
+    trust: frozenset[str]
+    audit_kind: str
+    mutating: bool = False
+    idempotent: bool = True
+    prompt_visible: bool = False
+    timeout: float = 10.0  # seconds
+    doctor_checks: tuple[str, ...] = field(default_factory=tuple)
+
+    def allows(self, trust: str) -> bool:
+        return trust in self.trust
+
+    @property
+    def operator_only(self) -> bool:
+        return self.trust == frozenset({"operator"})
+
+    def info(self) -> OperationInfo:
+        return OperationInfo(
+            name=self.name,
+            description=self.description,
+            trust=[t for t in TRUST_CLASSES if t in self.trust],
+            mutating=self.mutating,
+            idempotent=self.idempotent,
+            prompt_visible=self.prompt_visible,
+            timeout=self.timeout,
+            audit_kind=self.audit_kind,
+            doctor_checks=list(self.doctor_checks),
+        )
+
+
+class OperationInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A spec without its handler and types: what `gormes ops list --json` prints."""
+
+    name: str
+    description: str
+    trust: list[str]
+    mutating: bool
+    idempotent: bool
+    prompt_visible: bool
+    timeout: float
+    audit_kind: str
+    doctor_checks: list[str]
+
+
+class ToolSchema(msgspec.Struct, frozen=True, kw_only=True):
+    """A model tool in a provider-neutral shape: `parameters` is the JSON schema
+    of the operation's input (an object schema, `$defs` inlined under it)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
