@@ -115,6 +115,21 @@ class InvalidModelReply(ProviderError):
         super().__init__(message, retryable=retryable)
 
 
+def parse_tool_arguments(call: ToolCall, *, source: str = "model") -> dict[str, Any]:
+    """A tool call's arguments as a JSON object, or `InvalidModelReply` saying why not."""
+    try:
+        value = msgspec.json.decode(call.arguments)
+    except msgspec.DecodeError:
+        raise InvalidModelReply(
+            f"{source}: arguments of tool call {call.name!r} are not JSON: {call.arguments[:80]!r}"
+        ) from None
+    if not isinstance(value, dict):
+        raise InvalidModelReply(
+            f"{source}: arguments of tool call {call.name!r} are not a JSON object: {call.arguments[:80]!r}"
+        )
+    return value
+
+
 @runtime_checkable
 class Provider(Protocol):
     """A model behind the neutral interface.
