@@ -1,0 +1,10 @@
+"""The default registry: every built-in operation."""
+
+from __future__ import annotations
+
+from gormes.ops import fs, jobs, shell, time_ops
+from gormes.ops.registry import Registry
+
+
+def default_registry() -> Registry:
+    return Registry([*fs.SPECS, *time_ops.SPECS, *jobs.SPECS, *shell.SPECS])

@@ -1,0 +1,142 @@
+"""Job operations over the durable queue: job.submit, job.get, job.send, job.cancel.
+
+They wrap `JobQueue` (gormes/actors/queue.py), which the executor hands over in
+the context; without one they are refused. What they return is a `JobSummary`:
+the job without its lock token, which only the holding worker may see. A message
+sent with job.send is signed by the caller (`Caller.sender`): "operator" for the
+operator, else the job the caller acts for, so the queue's rule (only an
+operator or the job's parent may write to its inbox) applies to models too.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from gormes.actors.jobs import JobNotFound
+from gormes.events.jobs import JobOptions, Tokens
+from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
+
+JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
+
+
+class JobSummary(msgspec.Struct, kw_only=True):
+    id: str
+    name: str
+    queue: str
+    status: str
+    priority: int
+    data: Any = None
+    result: Any = None
+    error: str | None = None
+    progress: Any = None
+    attempts_made: int = 0
+    max_attempts: int = 3
+    parent_id: str | None = None
+    depth: int = 0
+    live_children: int = 0
+    tokens: Tokens = Tokens()
+    created_at: int = 0
+    started_at: int | None = None
+    finished_at: int | None = None
+    coalesced: bool = False
+
+
+def _summary(job: Any) -> JobSummary:
+    return msgspec.convert(job, JobSummary, from_attributes=True)
+
+
+def _queue(ctx: OperationContext) -> Any:
+    if ctx.jobs is None:
+        raise OperationUnavailable("no job queue is configured: the job operations are off")
+    return ctx.jobs
+
+
+class JobSubmitInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Submit a durable job."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1, description="The job handler's name.")]
+    data: Any = None
+    options: JobOptions | None = None
+
+
+async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary:
+    return _summary(await _queue(ctx).submit(value.name, value.data, value.options))
+
+
+class JobGetInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Look a job up by id."""
+
+    id: JobId
+
+
+async def job_get(ctx: OperationContext, value: JobGetInput) -> JobSummary:
+    job = await _queue(ctx).get(value.id)
+    if job is None:
+        raise JobNotFound(f"no job {value.id}")
+    return _summary(job)
+
+
+class JobSendInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Put a message in a running job's inbox."""
+
+    id: JobId
+    payload: Any
+
+
+class MessageSent(msgspec.Struct, kw_only=True):
+    id: str
+    job_id: str
+    sender: str
+    sent_at: int
+
+
+async def job_send(ctx: OperationContext, value: JobSendInput) -> MessageSent:
+    message = await _queue(ctx).send(value.id, value.payload, sender=ctx.caller.sender)
+    return MessageSent(id=message.id, job_id=message.job_id, sender=message.sender, sent_at=message.sent_at)
+
+
+class JobCancelInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Cancel a job and all its live descendants."""
+
+    id: JobId
+
+
+class JobCancelled(msgspec.Struct, kw_only=True):
+    cancelled: list[str]  # the job first, then the descendants cancelled with it
+
+
+async def job_cancel(ctx: OperationContext, value: JobCancelInput) -> JobCancelled:
+    return JobCancelled(cancelled=await _queue(ctx).cancel(value.id))
+
+
+_EVERYONE = frozenset({"operator", "gateway", "child-agent", "system"})
+
+SPECS = (
+    OperationSpec(
+        name="job.submit", description="Submit a durable job to the queue; returns the job.",
+        input_type=JobSubmitInput, output_type=JobSummary, handler=job_submit, trust=_EVERYONE,
+        audit_kind="job.write", mutating=True, idempotent=False, prompt_visible=True,
+        timeout=10.0, doctor_checks=("job-queue",),
+    ),
+    OperationSpec(
+        name="job.get", description="Get a job's status, result or error by id.",
+        input_type=JobGetInput, output_type=JobSummary, handler=job_get, trust=_EVERYONE,
+        audit_kind="job.read", prompt_visible=True, timeout=10.0, doctor_checks=("job-queue",),
+    ),
+    OperationSpec(
+        name="job.send", description="Send a message to a job's inbox (you must be its parent).",
+        input_type=JobSendInput, output_type=MessageSent, handler=job_send, trust=_EVERYONE,
+        audit_kind="job.write", mutating=True, idempotent=False, prompt_visible=True,
+        timeout=10.0, doctor_checks=("job-queue",),
+    ),
+    OperationSpec(
+        # Not for child agents: a subagent must not cancel work it does not own.
+        name="job.cancel", description="Cancel a job and its live descendants.",
+        input_type=JobCancelInput, output_type=JobCancelled, handler=job_cancel,
+        trust=frozenset({"operator", "gateway", "system"}), audit_kind="job.write",
+        mutating=True, idempotent=False, prompt_visible=True, timeout=10.0,
+        doctor_checks=("job-queue",),
+    ),
+)
