@@ -1,0 +1,249 @@
+"""A local HTTP server that speaks the OpenAI chat-completions wire protocol.
+
+It stands in for a paid API in tests: a real server on 127.0.0.1 (ephemeral port,
+in a thread) that answers `POST /v1/chat/completions` the way OpenAI does, as
+server-sent events when the request says `"stream": true` and as one JSON object
+otherwise. A test queues what the next requests get and then reads back what the
+server received.
+
+    with ChatServer() as server:
+        server.queue(ToolCallsReply([("call_1", "fs.read", '{"path": "README.md"}')]))
+        provider = OpenAIProvider("gpt-test", base_url=server.base_url, api_key="sk-test")
+        ...
+        server.requests[0].body["stream"]
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TextReply:
+    text: str
+    prompt_tokens: int = 11
+    completion_tokens: int = 7
+    cached_tokens: int = 0
+    fragment: int = 4  # characters per streamed content delta
+    send_usage: bool = True
+    model: str = "gpt-test-2025-01-01"
+
+
+@dataclass(frozen=True)
+class ToolCallsReply:
+    calls: list[tuple[str, str, str]]  # (id, name, arguments JSON text)
+    text: str = ""
+    prompt_tokens: int = 20
+    completion_tokens: int = 9
+    cached_tokens: int = 0
+    fragment: int = 5  # characters per streamed arguments delta
+    model: str = "gpt-test-2025-01-01"
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    status: int
+    message: str
+    body: str | None = None  # sent as is instead of OpenAI's error object
+
+
+@dataclass(frozen=True)
+class RawStream:
+    """Streams these SSE lines verbatim (for malformed and broken streams)."""
+
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class RawBody:
+    """A 200 reply with this JSON text as body (for malformed whole replies)."""
+
+    body: str
+
+
+Plan = TextReply | ToolCallsReply | ErrorReply | RawStream | RawBody
+
+
+@dataclass(frozen=True)
+class ReceivedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class ChatServer:
+    requests: list[ReceivedRequest] = field(default_factory=list)
+    _plans: deque[Plan] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def queue(self, *plans: Plan) -> None:
+        with self._lock:
+            self._plans.extend(plans)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> ChatServer:
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05})
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    def _next_plan(self, received: ReceivedRequest) -> Plan:
+        with self._lock:
+            self.requests.append(received)
+            if not self._plans:
+                return ErrorReply(500, "the test queued no reply for this request")
+            return self._plans.popleft()
+
+
+def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(_ChatHandler):
+        chat_server = server
+
+    return Handler
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    chat_server: ChatServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # keep test output clean
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw.decode(errors="replace")
+        received = ReceivedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        plan = self.chat_server._next_plan(received)
+        if self.path != "/v1/chat/completions":
+            return self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+        stream = isinstance(body, dict) and body.get("stream") is True
+        if isinstance(plan, ErrorReply):
+            if plan.body is not None:
+                return self._send_text(plan.status, plan.body, "text/plain")
+            return self._send_json(plan.status, {"error": {"message": plan.message, "type": "test_error", "code": None}})
+        if isinstance(plan, RawBody):
+            return self._send_text(200, plan.body, "application/json")
+        if isinstance(plan, RawStream):
+            return self._send_events(plan.lines)
+        if stream:
+            include_usage = bool(body.get("stream_options", {}).get("include_usage"))
+            return self._send_events(_stream_lines(plan, include_usage))
+        return self._send_json(200, _whole_reply(plan))
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        self._send_text(status, json.dumps(payload), "application/json")
+
+    def _send_text(self, status: int, text: str, content_type: str) -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _send_events(self, lines: list[str]) -> None:
+        # Chunked transfer encoding, as real servers stream: one HTTP chunk per event.
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for line in lines:
+            data = (line + "\n\n").encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.close_connection = True
+
+
+def _usage(plan: TextReply | ToolCallsReply) -> dict[str, Any]:
+    return {
+        "prompt_tokens": plan.prompt_tokens,
+        "completion_tokens": plan.completion_tokens,
+        "total_tokens": plan.prompt_tokens + plan.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": plan.cached_tokens},
+    }
+
+
+def _whole_reply(plan: TextReply | ToolCallsReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": plan.text or None}
+    finish = "stop"
+    if isinstance(plan, ToolCallsReply):
+        finish = "tool_calls"
+        message["tool_calls"] = [
+            {"id": id_, "type": "function", "function": {"name": name, "arguments": args}}
+            for id_, name, args in plan.calls
+        ]
+    reply = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": plan.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+    }
+    if not (isinstance(plan, TextReply) and not plan.send_usage):
+        reply["usage"] = _usage(plan)
+    return reply
+
+
+def _chunk(plan: TextReply | ToolCallsReply, delta: dict[str, Any], finish: str | None = None) -> str:
+    payload = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": plan.model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
+    return "data: " + json.dumps(payload)
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _stream_lines(plan: TextReply | ToolCallsReply, include_usage: bool) -> list[str]:
+    lines = [_chunk(plan, {"role": "assistant", "content": ""})]
+    lines += [_chunk(plan, {"content": piece}) for piece in _pieces(plan.text, plan.fragment)]
+    finish = "stop"
+    if isinstance(plan, ToolCallsReply):
+        finish = "tool_calls"
+        for index, (id_, name, args) in enumerate(plan.calls):
+            head = {"index": index, "id": id_, "type": "function", "function": {"name": name, "arguments": ""}}
+            lines.append(_chunk(plan, {"tool_calls": [head]}))
+            for piece in _pieces(args, plan.fragment):
+                lines.append(_chunk(plan, {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+    lines.append(_chunk(plan, {}, finish))
+    if include_usage and not (isinstance(plan, TextReply) and not plan.send_usage):
+        usage_chunk = {
+            "id": "chatcmpl-test",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": plan.model,
+            "choices": [],
+            "usage": _usage(plan),
+        }
+        lines.append("data: " + json.dumps(usage_chunk))
+    lines.append("data: [DONE]")
+    return lines

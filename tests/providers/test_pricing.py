@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+
+from gormes.actors.providers import Usage
+from gormes.actors.providers.pricing import (
+    Price,
+    PricingError,
+    PricingTable,
+    cost,
+    default_table,
+    format_cost,
+    shipped_table,
+)
+from gormes.errors import UserError
+
+TABLE = PricingTable(
+    {
+        "gpt-4o*": Price(input=2.5, output=10.0, cache_read=1.25),
+        "gpt-4o-mini*": Price(input=0.15, output=0.6),
+        "gpt-4o-mini-special": Price(input=1.0, output=1.0),
+    }
+)
+
+
+def test_the_most_specific_entry_wins_whatever_the_order():
+    assert TABLE.price("gpt-4o-2024-08-06").input == 2.5
+    assert TABLE.price("gpt-4o-mini-2024-07-18").input == 0.15
+    assert TABLE.price("gpt-4o-mini-special").input == 1.0
+    assert TABLE.price("openai/gpt-4o-mini").input == 0.15  # a vendor/ prefix is looked through
+
+
+def test_cost_prices_cached_input_apart():
+    usage = Usage(input=1_000_000, output=100_000, cache_read=400_000)
+    assert TABLE.cost("gpt-4o", usage) == pytest.approx(0.6 * 2.5 + 0.4 * 1.25 + 0.1 * 10.0)
+    # No cache price: cached tokens cost the input price.
+    assert TABLE.cost("gpt-4o-mini", usage) == pytest.approx(1.0 * 0.15 + 0.1 * 0.6)
+
+
+def test_an_unknown_model_has_an_unknown_price_not_zero():
+    assert TABLE.cost("llama-3-70b", Usage(input=10, output=10)) is None
+    assert format_cost(None) == "unknown price"
+    assert format_cost(0.0) == "$0"
+    assert format_cost(0.01234) == "$0.0123"
+    assert format_cost(0.0000123) == "$1.2e-05"
+
+
+def test_the_shipped_table_loads_and_prices_known_models():
+    table = shipped_table()
+    assert table.cost("scripted", Usage(input=1000, output=1000)) == 0.0
+    assert table.cost("gpt-4o-mini-2024-07-18", Usage(input=1_000_000, output=0)) == pytest.approx(0.15)
+    assert table.cost("claude-opus-4-5-20251101", Usage(input=0, output=1_000_000)) == pytest.approx(25.0)
+    assert table.cost("no-such-model", Usage(input=1, output=1)) is None
+    assert cost("gpt-4o", Usage(input=0, output=1_000_000), table) == pytest.approx(10.0)
+
+
+def test_gormes_pricing_extends_and_overrides_the_shipped_table(tmp_path):
+    path = tmp_path / "prices.toml"
+    path.write_text('[models."gpt-4o*"]\ninput = 1.0\noutput = 2.0\n\n[models."my-local-llm"]\ninput = 0\noutput = 0\n')
+    table = default_table({"GORMES_PRICING": str(path)})
+    assert table.price("gpt-4o-2024-08-06") == Price(input=1.0, output=2.0)
+    assert table.cost("my-local-llm", Usage(input=5, output=5)) == 0.0
+    assert table.price("gpt-4o-mini").input == 0.15
+    assert default_table({}) is shipped_table()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "no such file"),
+        ("[models", "not valid TOML"),
+        ('[models."x"]\ninput = 1\n', "missing required field `output`"),
+        ('[models."x"]\ninput = -1\noutput = 1\n', "Expected `float` >= 0"),
+        ('[model."x"]\ninput = 1\noutput = 1\n', "unknown field `model`"),
+    ],
+)
+def test_a_bad_pricing_table_is_one_clear_line(tmp_path, content, problem):
+    path = tmp_path / "prices.toml"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(PricingError) as caught:
+        PricingTable.load(path)
+    message = str(caught.value)
+    assert isinstance(caught.value, UserError) and "\n" not in message
+    assert message.startswith(f"pricing table {path}: ") and problem in message
