@@ -165,18 +165,36 @@ async def test_an_error_entry_fails_its_turn_once_then_the_retry_gets_the_reply(
             await provider.complete(second)
         assert not caught.value.retryable
 
-    # A new provider (a new run) plays the errors again.
+    # A new provider plays the errors again.
     with pytest.raises(ProviderError, match="rate limited"):
         await ScriptedProvider.open(path).complete(first)
 
 
-async def test_errors_count_per_conversation_not_per_provider(tmp_path):
+async def test_every_run_meets_its_errors_even_on_a_shared_provider(tmp_path):
     path = write_script(tmp_path, [{"error": "flaky"}, {"text": "ok"}])
     provider = ScriptedProvider.open(path)
-    for task in ("a", "b"):
-        with pytest.raises(ProviderError, match="flaky"):
-            await provider.complete(request(Message(role="user", content=task)))
-        assert (await provider.complete(request(Message(role="user", content=task)))).message.content == "ok"
+    outcomes: dict[int, list[str]] = {}
+
+    async def run(i: int, task: str) -> None:
+        # A run retries in the task that made the call, as the agent loop does.
+        seen = outcomes.setdefault(i, [])
+        while True:
+            try:
+                reply = await provider.complete(request(Message(role="user", content=task)))
+            except ProviderError as exc:
+                assert exc.retryable
+                seen.append("error")
+                await trio.sleep(0.001)
+                continue
+            seen.append(reply.message.content)
+            return
+
+    async with trio.open_nursery() as nursery:
+        for i, task in enumerate(["a", "b", "a", "a"]):  # identical conversations included
+            nursery.start_soon(run, i, task)
+    async with trio.open_nursery() as nursery:  # later runs on the same provider
+        nursery.start_soon(run, 4, "a")
+    assert outcomes == {i: ["error", "ok"] for i in range(5)}
 
 
 async def test_no_matching_agent_is_a_provider_error(tmp_path):

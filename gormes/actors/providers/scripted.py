@@ -11,12 +11,14 @@ share one script concurrently:
   the request. No shared cursor, so concurrent runs cannot steal each other's
   replies, and a forked run continuing at turn N gets reply N.
 - An `error` entry fails the turn that follows it once; the retried request then
-  gets the next entry. Attempts are counted per provider and per identical
-  request, so runs with different conversations never share an error.
+  gets the next entry. Attempts are counted per trio task (a run retries in the
+  task that made the call) and per request, so every run meets its script's
+  errors, whether or not runs share one provider, and no two runs share one.
 """
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -172,13 +174,15 @@ def estimate_usage(request: ModelRequest, reply: Message) -> Usage:
 
 
 class ScriptedProvider:
-    """Serves a script's replies. Open one per run to replay a script's errors anew."""
+    """Serves a script's replies; one provider may serve any number of concurrent runs."""
 
     def __init__(self, script: Script, *, name: str) -> None:
         self.name = name
         self.model = script.model
         self._agents = compile_agents(script)
-        self._attempts: dict[tuple[str, int, str], int] = {}
+        self._attempts: weakref.WeakKeyDictionary[trio.lowlevel.Task, dict[tuple[str, int, str], int]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
     def open(cls, path: str | Path, **config: Any) -> ScriptedProvider:
@@ -201,9 +205,10 @@ class ScriptedProvider:
             )
         turn = agent.turns[turn_index]
         if turn.errors:
+            attempts = self._attempts.setdefault(trio.lowlevel.current_task(), {})
             key = (agent.name, turn_index, request_hash(request))
-            attempt = self._attempts.get(key, 0)
-            self._attempts[key] = attempt + 1
+            attempt = attempts.get(key, 0)
+            attempts[key] = attempt + 1
             if attempt < len(turn.errors) or turn.reply is None:
                 failure = turn.errors[min(attempt, len(turn.errors) - 1)]
                 raise ProviderError(f"{self.name}: {failure.error}", retryable=failure.retryable)
