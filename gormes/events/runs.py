@@ -165,6 +165,8 @@ class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True):
     error: str
     retryable: bool
     attempt: int = 1
+    model: str = ""
+    error_type: str = "ProviderError"  # the exception class raised (InvalidModelReply...)
 
 
 class RunToolCalled(Event, tag="run.tool_called", kw_only=True):
@@ -175,6 +177,7 @@ class RunToolCalled(Event, tag="run.tool_called", kw_only=True):
     outcome: ToolOutcomeKind
     result: Any = None
     error: str | None = None
+    error_type: str | None = None  # the executor's exception class, when not "ok"
     duration_ms: int = 0
 
 

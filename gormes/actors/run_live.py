@@ -1,0 +1,379 @@
+"""The live `RunContext`: reaches the world, records each observation, then returns it.
+
+Recording is `append, durable, then return`: the append is shielded from
+cancellation, so an observation on the log is always one the handler received
+(a deadline or a cancel lands at the handler's next checkpoint instead).
+A lock keeps `seq` order and stream order the same.
+
+The run's lifecycle (run.started, the terminal event, cancel scopes, children's
+nursery) is driven by gormes/actors/runs.py; this module is only the door.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from gormes.actors.providers.base import (
+    Message, ModelReply, ModelRequest, ProviderError, ToolCall, ToolSpec, Usage, request_hash,
+)
+from gormes.actors.run_context import (
+    ChildOutcome, ChildRun, RunContext, SpawnRefused, ToolCallFailed, UnknownRunHandler,
+)
+from gormes.errors import UserError
+from gormes.events.base import Event
+from gormes.events.jobs import Tokens
+from gormes.events.runs import (
+    InboxItem, LogLevel, RecordedReply, RecordedToolCall, RunChildFinished, RunChildSpawned,
+    RunClockRead, RunInboxRead, RunLlmFailed, RunLlmTurn, RunLogged, RunMessageSent,
+    RunProgressed, RunRandomDrawn, RunTokensAdded, RunToolCalled, canonical_arguments,
+    run_stream, tokens_of,
+)
+
+if TYPE_CHECKING:
+    from gormes.actors.job_context import JobContext
+    from gormes.actors.providers.base import Provider
+    from gormes.actors.runs import LiveRun, RunManager
+
+TokenSink = Callable[[Tokens], Awaitable[None]]
+
+CHILD_TRUST = "child-agent"
+
+
+# -- converting the providers' neutral types to recorded ones and back ------------
+
+
+def record_reply(reply: ModelReply) -> RecordedReply:
+    return RecordedReply(
+        content=reply.message.content,
+        tool_calls=tuple(
+            RecordedToolCall(id=c.id, name=c.name, arguments=c.arguments)
+            for c in reply.message.tool_calls
+        ),
+        finish_reason=reply.finish_reason,
+        model=reply.model,
+    )
+
+
+def reply_from_record(turn: RunLlmTurn) -> ModelReply:
+    """The ModelReply a recorded turn stands for (what replay hands the handler)."""
+    r = turn.reply
+    message = Message(
+        role="assistant",
+        content=r.content,
+        tool_calls=tuple(ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in r.tool_calls),
+    )
+    usage = Usage(input=turn.usage.input, output=turn.usage.output, cache_read=turn.usage.cache_read)
+    return ModelReply(message=message, usage=usage, finish_reason=r.finish_reason, model=r.model)
+
+
+def error_text(exc: BaseException) -> str:
+    """One line for the log: our own errors as they read, others with their type."""
+    from gormes.errors import GormesError
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, GormesError) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _ms(started: float) -> int:
+    return int((trio.current_time() - started) * 1000)
+
+
+class LiveChildRun(ChildRun):
+    def __init__(self, parent: LiveRunContext, child: LiveRun) -> None:
+        self._parent = parent
+        self._child = child
+        self._observed: ChildOutcome | None = None
+        self._observing = trio.Lock()
+
+    @property
+    def run_id(self) -> str:
+        return self._child.run_id
+
+    @property
+    def handler(self) -> str:
+        return self._child.handler
+
+    async def result(self) -> ChildOutcome:
+        async with self._observing:
+            if self._observed is None:
+                await self._child.done.wait()
+                o = self._child.outcome
+                assert o is not None
+                outcome = ChildOutcome(
+                    run_id=o.run_id, status=o.status, result=o.result, error=o.error, tokens=o.tokens,  # type: ignore[arg-type]
+                )
+                await self._parent._record(lambda seq: RunChildFinished(
+                    seq=seq, child_run_id=o.run_id, status=outcome.status, result=o.result,
+                    error=o.error, tokens=o.tokens,
+                ))
+                self._observed = outcome
+            return self._observed
+
+    async def cancel(self, reason: str = "cancelled by parent") -> None:
+        self._child.cancel(reason)
+
+
+class LiveRunContext(RunContext):
+    """`next_seq` > 1 continues a run whose first observations are already recorded
+    (a fork or a resumed run); `tokens` is then the total recorded so far."""
+
+    def __init__(
+        self,
+        manager: RunManager,
+        run: LiveRun,
+        provider: Provider | None,
+        *,
+        next_seq: int = 1,
+        tokens: Tokens = Tokens(),
+        token_sink: TokenSink | None = None,
+        job: JobContext | None = None,
+    ) -> None:
+        self._manager = manager
+        self._run = run
+        self._provider = provider
+        self._store = manager.store
+        self._stream = run_stream(run.run_id)
+        self._seq = next_seq
+        self._lock = trio.Lock()
+        self.total_tokens = tokens
+        self._token_sink = token_sink
+        self._job = job
+        self._inbox_after = 0  # the stream version the run's inbox was read up to
+        self._read_ids: set[str] = set()
+        self.children_nursery: trio.Nursery | None = None  # set by the driver
+
+    # -- what the run is ---------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self._run.run_id
+
+    @property
+    def handler(self) -> str:
+        return self._run.handler
+
+    @property
+    def input(self) -> Any:
+        return self._run.input
+
+    @property
+    def depth(self) -> int:
+        return self._run.depth
+
+    @property
+    def max_depth(self) -> int:
+        return self._run.max_depth
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return self._run.parent_run_id
+
+    @property
+    def trust(self) -> str:
+        return self._run.trust
+
+    @property
+    def allowed_tools(self) -> tuple[str, ...] | None:
+        return self._run.tools
+
+    @property
+    def model(self) -> str | None:
+        return self._run.model
+
+    @property
+    def model_name(self) -> str:
+        return self._provider.model if self._provider is not None else ""
+
+    @property
+    def max_iterations(self) -> int | None:
+        return self._run.max_iterations
+
+    @property
+    def next_seq(self) -> int:
+        return self._seq
+
+    # -- recording ---------------------------------------------------------------------
+
+    async def _record(self, make: Callable[[int], Event]) -> Event:
+        async with self._lock:
+            event = make(self._seq)
+            with trio.CancelScope(shield=True):
+                await self._store.append(self._stream, [event])
+            self._seq += 1
+            self.total_tokens = self.total_tokens + tokens_of(event)
+        return event
+
+    async def _count(self, tokens: Tokens) -> None:
+        """Usage of this run's own (not a child's total): also to the job, if any."""
+        if self._token_sink is not None and (tokens.input or tokens.output or tokens.cache_read):
+            await self._token_sink(tokens)
+
+    # -- observations ------------------------------------------------------------------
+
+    def tool_schemas(self) -> tuple[ToolSpec, ...]:
+        executor = self._manager.executor
+        if executor is None:
+            return ()
+        schemas = executor.registry.tool_schemas(self.trust, self.allowed_tools)
+        return tuple(ToolSpec(name=s.name, description=s.description, parameters=s.parameters) for s in schemas)
+
+    async def llm(self, request: ModelRequest) -> ModelReply:
+        if self._provider is None:
+            raise UserError(f"run {self.run_id} has no model: start it with a model spec")
+        digest = request_hash(request)
+        attempt = 0
+        while True:
+            attempt += 1
+            started = trio.current_time()
+            try:
+                reply = await self._provider.complete(request)
+            except ProviderError as exc:
+                await self._record(lambda seq, exc=exc, n=attempt: RunLlmFailed(
+                    seq=seq, request_hash=digest, error=error_text(exc), retryable=exc.retryable,
+                    attempt=n, model=request.model, error_type=type(exc).__name__,
+                ))
+                if not exc.retryable or attempt > self._manager.llm_retries:
+                    raise
+                await trio.sleep(min(self._manager.llm_backoff_s * 2 ** (attempt - 1), 30.0))
+                continue
+            usage = Tokens(input=reply.usage.input, output=reply.usage.output, cache_read=reply.usage.cache_read)
+            await self._record(lambda seq: RunLlmTurn(
+                seq=seq, request_hash=digest, model=request.model,
+                message_count=len(request.messages), reply=record_reply(reply), usage=usage,
+                duration_ms=_ms(started),
+            ))
+            await self._count(usage)
+            return reply
+
+    async def tool(self, name: str, arguments: Any) -> Any:
+        executor = self._manager.executor
+        spec = executor.registry.get(name) if executor is not None else None
+        operation = spec.name if spec is not None else name
+        try:
+            args_text, args_hash = canonical_arguments(arguments)
+        except (msgspec.DecodeError, TypeError) as exc:
+            raw = arguments if isinstance(arguments, str) else repr(arguments)
+            return await self._tool_failed(
+                operation, raw, hashlib.sha256(raw.encode()).hexdigest(), "error",
+                f"arguments are not JSON: {exc}", "InvalidArguments", 0,
+            )
+        allowed = {s.name for s in self.tool_schemas()}
+        if executor is None or operation not in allowed:
+            offered = ", ".join(sorted(allowed)) or "none"
+            return await self._tool_failed(
+                operation, args_text, args_hash, "denied",
+                f"{operation} is not allowed for this run (allowed: {offered})", "ToolNotAllowed", 0,
+            )
+        from gormes.ops.spec import Caller, OperationDenied
+
+        caller = Caller(trust=self.trust, id=self._stream, run_id=self.run_id, job_id=self._run.job_id)
+        started = trio.current_time()
+        try:
+            output = await executor.call(operation, args_text, caller)
+        except OperationDenied as exc:
+            return await self._tool_failed(
+                operation, args_text, args_hash, "denied", error_text(exc), type(exc).__name__, _ms(started))
+        except Exception as exc:  # noqa: BLE001 - a failed tool is an observation, not a crash
+            return await self._tool_failed(
+                operation, args_text, args_hash, "error", error_text(exc), type(exc).__name__, _ms(started))
+        result = msgspec.to_builtins(output)
+        await self._record(lambda seq: RunToolCalled(
+            seq=seq, operation=operation, arguments=args_text, args_hash=args_hash,
+            outcome="ok", result=result, duration_ms=_ms(started),
+        ))
+        return result
+
+    async def _tool_failed(
+        self, operation: str, args_text: str, args_hash: str, outcome: Any,
+        error: str, error_type: str, duration_ms: int,
+    ) -> Any:
+        await self._record(lambda seq: RunToolCalled(
+            seq=seq, operation=operation, arguments=args_text, args_hash=args_hash,
+            outcome=outcome, error=error, error_type=error_type, duration_ms=duration_ms,
+        ))
+        raise ToolCallFailed(operation, outcome, error)
+
+    async def spawn(
+        self,
+        handler: str,
+        input: Any,
+        *,
+        tools: tuple[str, ...] | list[str] | None = None,
+        model: str | None = None,
+        deadline_s: float | None = None,
+    ) -> ChildRun:
+        if self.depth + 1 > self.max_depth:
+            raise SpawnRefused(f"depth cap reached: run {self.run_id} is at depth {self.depth} of {self.max_depth}")
+        try:
+            self._manager.handlers.get(handler)
+        except UnknownRunHandler as exc:
+            raise SpawnRefused(str(exc)) from None
+        assert self.children_nursery is not None, "spawn outside the run's driver"
+        mine = tuple(s.name for s in self.tool_schemas())
+        child_tools = mine if tools is None else tuple(t for t in tools if t in mine)
+        child_model = model or self.model
+        child_id = self._manager.new_id()
+        await self._record(lambda seq: RunChildSpawned(
+            seq=seq, child_run_id=child_id, handler=handler, input=input,
+            tools=None if tools is None else tuple(tools), model=model,
+        ))
+        child = await self._manager._start_child(
+            self, run_id=child_id, handler=handler, input=input, tools=child_tools,
+            model=child_model, deadline_s=deadline_s,
+        )
+        return LiveChildRun(self, child)
+
+    @property
+    def token_sink(self) -> TokenSink | None:
+        return self._token_sink
+
+    async def inbox(self) -> list[InboxItem]:
+        records = await self._store.read_stream(self._stream, self._inbox_after)
+        items: list[InboxItem] = []
+        for r in records:
+            self._inbox_after = r.version
+            e = r.event
+            if isinstance(e, RunMessageSent) and e.message_id not in self._read_ids:
+                items.append(InboxItem(id=e.message_id, sender=e.sender, payload=e.payload, sent_at=e.sent_at))
+        if self._job is not None:
+            for m in await self._job.inbox():
+                items.append(InboxItem(id=m.id, sender=m.sender, payload=m.payload, sent_at=m.sent_at))
+        items.sort(key=lambda m: (m.sent_at, m.id))
+        self._read_ids.update(m.id for m in items)
+        await self._record(lambda seq: RunInboxRead(seq=seq, messages=tuple(items)))
+        return items
+
+    def mark_read(self, message_ids: set[str]) -> None:
+        """For a continued run: messages its recorded inbox reads already returned."""
+        self._read_ids |= message_ids
+
+    async def progress(self, progress: Any) -> None:
+        await self._record(lambda seq: RunProgressed(seq=seq, progress=progress))
+        if self._job is not None:
+            await self._job.progress(progress)
+
+    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0) -> None:
+        if min(input, output, cache_read) < 0:
+            raise UserError("token counts must not be negative")
+        await self._record(lambda seq: RunTokensAdded(seq=seq, input=input, output=output, cache_read=cache_read))
+        await self._count(Tokens(input=input, output=output, cache_read=cache_read))
+
+    async def now(self) -> float:
+        value = self._manager.clock()
+        await self._record(lambda seq: RunClockRead(seq=seq, value=value))
+        return value
+
+    async def random(self) -> float:
+        value = self._manager.random()
+        await self._record(lambda seq: RunRandomDrawn(seq=seq, value=value))
+        return value
+
+    async def log(self, message: str, level: LogLevel = "info") -> None:
+        await self._record(lambda seq: RunLogged(seq=seq, level=level, message=message))
