@@ -103,7 +103,7 @@ class Executor:
             record.failed(exc)
             try:
                 await self._append(record, started)
-            except Exception as audit_exc:
+            except Exception as audit_exc:  # noqa: BLE001 (the original error wins)
                 exc.add_note(f"gormes: the audit event could not be appended: {audit_exc}")
             raise
         # An unaudited success is not a success: an append error propagates.

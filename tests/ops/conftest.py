@@ -1,49 +1,13 @@
-"""Fixtures for the operation tests: a registry with test operations whose handlers
-record every call, over a real SQLite store."""
+"""Fixtures for the operation tests (helpers are in ops_helpers.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import msgspec
 import pytest
 import trio
 
-from gormes.events.audit import OperationAudited
 from gormes.ops.registry import Registry
-from gormes.ops.spec import OperationContext, OperationSpec
-
-
-class EchoInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    text: str
-    times: Annotated[int, msgspec.Meta(ge=1, le=10)] = 1
-
-
-class EchoOutput(msgspec.Struct, kw_only=True):
-    text: str
-
-
-class Recorder:
-    """The handlers' side of the story: every input a handler actually received."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, object]] = []
-
-
-def make_echo(recorder: Recorder, name: str):
-    async def echo(ctx: OperationContext, value: EchoInput) -> EchoOutput:
-        recorder.calls.append((name, value))
-        return EchoOutput(text=value.text * value.times)
-
-    return echo
-
-
-def spec(name: str, handler, *, trust: set[str], prompt_visible: bool = False, **kw) -> OperationSpec:
-    return OperationSpec(
-        name=name, description=f"test operation {name}", input_type=EchoInput,
-        output_type=EchoOutput, handler=handler, trust=frozenset(trust),
-        audit_kind="test", prompt_visible=prompt_visible, **kw,
-    )
+from gormes.ops.spec import OperationContext
+from ops_helpers import EchoInput, EchoOutput, Recorder, make_echo, spec
 
 
 @pytest.fixture
@@ -69,8 +33,3 @@ def registry(recorder: Recorder) -> Registry:
         spec("test.boom", boom, trust={"operator"}),
         spec("test.sleepy", sleepy, trust={"operator"}, timeout=0.05),
     ])
-
-
-async def audit_events(store) -> list[OperationAudited]:
-    records = await store.read_all(types=["audit.operation"])
-    return [r.event for r in records]

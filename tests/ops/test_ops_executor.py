@@ -8,8 +8,9 @@ import hashlib
 import msgspec
 import pytest
 import trio
+import trio.lowlevel
 
-from conftest import EchoInput, EchoOutput, audit_events
+from ops_helpers import EchoInput, EchoOutput, audit_events
 from gormes.events.audit import audit_stream
 from gormes.ops.executor import Executor
 from gormes.ops.spec import (
@@ -134,7 +135,7 @@ async def test_a_cancelled_call_is_still_audited(executor, recorder, store):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(executor.call, "test.sleepy", {"text": "x"}, OPERATOR)
             while not recorder.calls:
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
             scope.cancel()
     (event,) = await audit_events(store)
     assert (event.allowed, event.outcome) == (True, "cancelled")

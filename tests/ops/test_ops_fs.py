@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import audit_events
+from ops_helpers import audit_events
 from gormes.ops.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.fs import FsEntry, GrepMatch

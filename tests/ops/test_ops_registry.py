@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from conftest import EchoInput, EchoOutput, make_echo, spec
+from ops_helpers import EchoInput, EchoOutput, make_echo, spec
 from gormes.ops.registry import Registry, input_schema, wire_name
 from gormes.ops.spec import InvalidOperationSpec, OperationSpec, ToolSchema
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import audit_events
+from ops_helpers import audit_events
 from gormes.ops.builtin import default_registry
 from gormes.ops.executor import SHELL_ENV, Executor
 from gormes.ops.spec import (

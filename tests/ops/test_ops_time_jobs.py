@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import audit_events
+from ops_helpers import audit_events
 from gormes.actors.jobs import InvalidJob, JobNotFound
 from gormes.actors.queue import JobQueue
 from gormes.ops.builtin import default_registry
