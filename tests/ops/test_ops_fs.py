@@ -6,11 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ops_helpers import audit_events
 from gormes.ops.builtin import default_registry
 from gormes.ops.executor import Executor
-from gormes.ops.fs import FsEntry, GrepMatch
+from gormes.ops.fs import FsEntry, GrepMatch, resolve_inside
 from gormes.ops.spec import (
     Caller, InvalidOperationInput, OperationUnavailable, PathOutsideWorkspace,
 )
@@ -160,3 +162,34 @@ async def test_the_fs_tools_do_not_write(executor, workspace):
     after = sorted((p, p.stat().st_mtime_ns) for p in workspace.rglob("*") if not p.is_symlink())
     assert before == after
     assert os.path.islink(workspace / "link_out")
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("sandbox")
+    outside = base / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret")
+    root = base / "ws"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "a.md").write_text("a")
+    (root / "link_out").symlink_to(outside)
+    (root / "docs" / "up").symlink_to("..")
+    (root / "docs" / "up_up").symlink_to("../..")
+    return root.resolve(), outside.resolve()
+
+
+SEGMENTS = ["..", ".", "docs", "a.md", "link_out", "up", "up_up", "secret.txt", "outside", "ws", ""]
+
+
+@given(st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=7), st.booleans())
+def test_no_path_of_any_shape_resolves_outside_the_root(sandbox, segments, absolute):
+    root, _ = sandbox
+    path = "/".join(segments)
+    if absolute:
+        path = str(root.parent) + "/" + path
+    try:
+        resolved = resolve_inside(root, path)
+    except (PathOutsideWorkspace, InvalidOperationInput):
+        return
+    assert resolved.is_relative_to(root)
