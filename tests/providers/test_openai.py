@@ -3,7 +3,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from openai_server import ChatServer, ErrorReply, RawBody, RawStream, TextReply, ToolCallsReply
+from openai_server import (
+    ChatServer,
+    ErrorReply,
+    RawBody,
+    RawStream,
+    TextReply,
+    ToolCallsReply,
+)
 
 from gormes.actors.providers import (
     InvalidModelReply,

@@ -17,7 +17,11 @@ from gormes.actors.providers import (
     Usage,
     open_provider,
 )
-from gormes.actors.providers.scripted import ScriptedProvider, ScriptError, estimate_tokens
+from gormes.actors.providers.scripted import (
+    ScriptedProvider,
+    ScriptError,
+    estimate_tokens,
+)
 from gormes.errors import UserError
 
 SCRIPT = {
@@ -104,12 +108,12 @@ async def test_concurrent_agents_sharing_a_script_each_get_their_own_replies(scr
         results: dict[int, list[ModelReply]] = {}
         jitter = random.Random(seed)
 
-        async def run(i: int, task: str) -> None:
+        async def run(i: int, task: str, results: dict[int, list[ModelReply]], jitter: random.Random) -> None:
             results[i] = await converse(provider, task, jitter=jitter)
 
         async with trio.open_nursery() as nursery:
             for i, task in enumerate(tasks):
-                nursery.start_soon(run, i, task)
+                nursery.start_soon(run, i, task, results, jitter)
         assert results[0] == results[2] and results[1] == results[3]
         assert results[0][-1].message.content == "Events are typed and append-only."
         assert results[1][-1].message.content == "An actor owns one stream."

@@ -129,14 +129,16 @@ class OpenAIProvider:
             headers["Authorization"] = f"Bearer {self.api_key}"
         url = f"{self.base_url}/chat/completions"
         try:
-            async with httpx.AsyncClient(timeout=self.timeout, verify=self._ssl_context()) as client:
-                async with client.stream("POST", url, content=msgspec.json.encode(body), headers=headers) as response:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        raise _http_error(self.name, response)
-                    if self.stream:
-                        return await _read_stream(self.name, request, response.aiter_lines())
-                    return _read_whole(self.name, request, await response.aread())
+            async with (
+                httpx.AsyncClient(timeout=self.timeout, verify=self._ssl_context()) as client,
+                client.stream("POST", url, content=msgspec.json.encode(body), headers=headers) as response,
+            ):
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise _http_error(self.name, response)
+                if self.stream:
+                    return await _read_stream(self.name, request, response.aiter_lines())
+                return _read_whole(self.name, request, await response.aread())
         except httpx.TransportError as exc:
             raise ProviderError(f"{self.name}: cannot reach {url}: {exc or type(exc).__name__}", retryable=True) from None
 
@@ -253,7 +255,7 @@ class _StreamAssembly:
             self._dispatch()
         elif line.startswith("data:"):
             value = line[5:]
-            self._data.append(value[1:] if value.startswith(" ") else value)
+            self._data.append(value.removeprefix(" "))
 
     def _dispatch(self) -> None:
         if not self._data:
