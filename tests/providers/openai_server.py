@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +33,7 @@ class TextReply:
     fragment: int = 4  # characters per streamed content delta
     send_usage: bool = True
     model: str = "gpt-test-2025-01-01"
+    pause: float = 0.0  # seconds between streamed chunks
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,8 @@ class _ChatHandler(BaseHTTPRequestHandler):
             return self._send_events(plan.lines)
         if stream:
             include_usage = bool(body.get("stream_options", {}).get("include_usage"))
-            return self._send_events(_stream_lines(plan, include_usage))
+            pause = plan.pause if isinstance(plan, TextReply) else 0.0
+            return self._send_events(_stream_lines(plan, include_usage), pause)
         return self._send_json(200, _whole_reply(plan))
 
     def _send_json(self, status: int, payload: Any) -> None:
@@ -163,19 +166,23 @@ class _ChatHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.close_connection = True
 
-    def _send_events(self, lines: list[str]) -> None:
+    def _send_events(self, lines: list[str], pause: float = 0.0) -> None:
         # Chunked transfer encoding, as real servers stream: one HTTP chunk per event.
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
         self.end_headers()
-        for line in lines:
-            data = (line + "\n\n").encode()
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
         self.close_connection = True
+        try:
+            for line in lines:
+                data = (line + "\n\n").encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+                time.sleep(pause)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away mid-stream (a cancelled call)
 
 
 def _usage(plan: TextReply | ToolCallsReply) -> dict[str, Any]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import trio
 from openai_server import (
     ChatServer,
     ErrorReply,
@@ -227,6 +228,15 @@ async def test_a_malformed_whole_reply_is_an_invalid_reply(server, body, problem
     server.queue(RawBody(body))
     with pytest.raises(InvalidModelReply, match=problem):
         await provider_for(server, stream=False).complete(ASK)
+
+
+async def test_a_deadline_cancels_a_call_mid_stream(server):
+    server.queue(TextReply("a slow and steady reply", fragment=2, pause=0.02), TextReply("next"))
+    provider = provider_for(server)
+    with trio.move_on_after(0.1) as scope:
+        await provider.complete(ASK)
+    assert scope.cancelled_caught
+    assert (await provider.complete(ASK)).message.content == "next"
 
 
 async def test_an_unreachable_server_is_retryable():
