@@ -81,6 +81,8 @@ class LiveRun:
     deadline_s: float | None = None
     job_id: str | None = None
     parent: LiveRun | None = None
+    # Why a top-level run was cancelled from outside (a job's abort reason), if known.
+    outside_reason: Callable[[], str | None] | None = None
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     cancel_reason: str | None = None
     done: trio.Event = field(default_factory=trio.Event)
@@ -98,7 +100,8 @@ class LiveRun:
     def why_cancelled_from_outside(self) -> str:
         parent = self.parent
         if parent is None:
-            return "runtime closed"
+            known = self.outside_reason() if self.outside_reason is not None else None
+            return known or "runtime closed"
         if parent.cancel_reason is not None:
             return f"parent run cancelled: {parent.cancel_reason}"
         if parent.scope.deadline <= trio.current_time():
@@ -206,6 +209,7 @@ class RunManager:
         max_depth: int | None = None,
         token_sink: TokenSink | None = None,
         job: JobContext | None = None,
+        outside_reason: Callable[[], str | None] | None = None,
     ) -> RunHandle:
         """Start a top-level run; returns once `run.started` is durable. An unknown
         handler, a bad model spec or input that is not JSON raise before anything
@@ -218,6 +222,7 @@ class RunManager:
             tools=None if tools is None else tuple(tools), model=model,
             max_iterations=max_iterations, deadline_s=deadline_s, job_id=job_id,
             max_depth=self.max_depth if max_depth is None else max_depth,
+            outside_reason=outside_reason,
         )
         ctx = LiveRunContext(self, run, provider, token_sink=token_sink, job=job)
         await self._nursery.start(self._new_run, run, ctx, fn)
@@ -283,10 +288,14 @@ class RunManager:
                     except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's
                         status, error = "failed", error_text(exc)
                     children.cancel_scope.cancel()  # children never awaited end with the parent
-        except trio.Cancelled:
-            reason = run.cancel_reason or run.why_cancelled_from_outside()
+        except BaseException as exc:
+            # Cancelled from outside (possibly grouped by a nursery), or a bug of ours.
+            if _only_cancelled(exc):
+                ending, why = "cancelled", run.cancel_reason or run.why_cancelled_from_outside()
+            else:
+                ending, why = "failed", error_text(exc)
             with trio.CancelScope(shield=True):
-                await self._finish(run, live, "cancelled", None, reason)
+                await self._finish(run, live, ending, None, why)
             raise
         finally:
             self.live.pop(run.run_id, None)
@@ -328,6 +337,12 @@ class RunManager:
 
     async def send(self, run_id: str, payload: Any, *, sender: str = "operator") -> str:
         return await send_message(self.store, run_id, payload, sender=sender, clock=self.clock, ids=self.new_id)
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
 
 
 def _require_json(value: Any, what: str) -> None:

@@ -1,0 +1,61 @@
+"""Fixtures for run tests: a real store, a workspace with files, the real ops
+executor over it, and `script(...)`, which writes a `scripted:` model script."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gormes.events.runs import run_stream
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "notes").mkdir(parents=True)
+    (root / "README.md").write_text("gormes: every step is an event\n")
+    (root / "notes" / "a.txt").write_text("alpha\n")
+    return root
+
+
+@pytest.fixture
+def executor(store, workspace: Path):
+    from gormes.ops.builtin import default_registry
+    from gormes.ops.executor import Executor
+
+    return Executor(default_registry(), store, workspace=workspace, shell_enabled=True)
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Callable[..., str]:
+    """script(agent, agent, ...) -> "scripted:PATH"; each agent is
+    {"match": text?, "replies": [...]} (see the scripted provider)."""
+    counter = iter(range(1000))
+
+    def write(*agents: dict[str, Any]) -> str:
+        path = tmp_path / f"script-{next(counter)}.json"
+        path.write_text(json.dumps({"agents": list(agents)}))
+        return f"scripted:{path}"
+
+    return write
+
+
+async def run_events(store, run_id: str) -> list:
+    return [r.event for r in await store.read_stream(run_stream(run_id))]
+
+
+async def types_of(store, run_id: str) -> list[str]:
+    return [e.type for e in await run_events(store, run_id)]
+
+
+async def wait_until(check, timeout: float = 5.0) -> None:
+    """Poll an async `check()` until it is true (store writes finish in threads)."""
+    import trio
+
+    with trio.fail_after(timeout):
+        while not await check():
+            await trio.sleep(0.005)
