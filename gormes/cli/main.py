@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("gormes.cli.demo", "demo", "Run the demo: several actors append, a tail follows, a projection prints."),
     "jobs": ("gormes.cli.jobs", "jobs", "Submit, list, inspect and steer durable jobs."),
     "worker": ("gormes.cli.worker", "worker", "Run job handlers until SIGINT or SIGTERM."),
+    "run": ("gormes.cli.runs", "run", "Start an agent run (or any run handler) and wait for its outcome."),
+    "runs": ("gormes.cli.runs", "runs", "List recorded runs; show one as a timeline and a tree."),
     "ops": ("gormes.cli.ops", "ops", "List operations, print the tool schemas a trust class gets, call one as the operator."),
 }
 

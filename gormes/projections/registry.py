@@ -14,9 +14,10 @@ from gormes.projections.runner import Projection
 
 def _all() -> list[Projection]:
     from gormes.projections.ledger import LEDGER
+    from gormes.projections.runs import runs
     from gormes.projections.streams import streams
 
-    return [streams, LEDGER]
+    return [streams, LEDGER, runs]
 
 
 def all_projections() -> list[Projection]:

@@ -1,0 +1,142 @@
+"""`gormes run` (start a run in this process and wait for it) and
+`gormes runs list|show` (read recorded runs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+
+from gormes.errors import UserError
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(msgspec.json.encode(value).decode())
+
+
+@click.command("run")
+@click.argument("handler")
+@click.option("--prompt", help="The agent's task (input {\"prompt\": TEXT}).")
+@click.option("--input", "input_json", metavar="JSON", help="The handler's input as JSON (instead of --prompt).")
+@click.option("--system", help="The agent's system prompt.")
+@click.option("--model", metavar="SPEC", help="scripted:PATH (a script, not a model) or openai:MODEL.")
+@click.option("--tools", metavar="A,B", help="Tool allowlist (default: every prompt-visible tool).")
+@click.option("--max-iterations", type=click.IntRange(min=1), help="Model turns before giving up.")
+@click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS")
+@click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
+              help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.pass_obj
+def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, system: str | None,
+        model: str | None, tools: str | None, max_iterations: int | None, deadline_s: float | None,
+        workspace: str | None, as_json: bool) -> None:
+    """Start a run of HANDLER ("agent" for the built-in agent loop) and wait for it."""
+    import trio
+
+    from gormes.actors.runs import RunManager
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.ops.builtin import default_registry
+    from gormes.ops.executor import Executor
+
+    if input_json is not None:
+        try:
+            run_input = msgspec.json.decode(input_json.encode())
+        except msgspec.DecodeError as exc:
+            raise UserError(f"malformed JSON for --input: {exc}") from None
+    elif prompt is not None:
+        run_input = {"prompt": prompt}
+        if system:
+            run_input["system"] = system
+    else:
+        raise UserError("give the run's input: --prompt TEXT or --input JSON")
+    allow = [t.strip() for t in tools.split(",") if t.strip()] if tools is not None else None
+
+    async def main() -> Any:
+        async with SQLiteEventStore.open(obj.db) as store:
+            executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
+            async with RunManager.open(store, executor=executor) as runs:
+                handle = await runs.start(
+                    handler, run_input, model=model, tools=allow, max_iterations=max_iterations,
+                    deadline_s=deadline_s,
+                )
+                if not as_json:
+                    click.echo(f"run {handle.run_id} started")
+                return await handle.outcome()
+
+    outcome = trio.run(main)
+    if as_json:
+        _emit_json(outcome)
+    else:
+        t = outcome.tokens
+        click.echo(f"run {outcome.run_id} {outcome.status}  tokens in {t.input} out {t.output}")
+        if outcome.status == "completed":
+            result = outcome.result
+            click.echo(result if isinstance(result, str) else msgspec.json.encode(result).decode())
+        else:
+            click.echo(f"error: {outcome.error}", err=True)
+    sys.exit(0 if outcome.status == "completed" else 1)
+
+
+@click.group()
+def runs() -> None:
+    """List and inspect recorded runs."""
+
+
+@runs.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of run rows.")
+@click.pass_obj
+def list_(obj: Any, as_json: bool) -> None:
+    """Every run, newest first (from the `runs` projection, caught up first)."""
+    import trio
+
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.projections.runner import ProjectionRunner
+    from gormes.projections.runs import COLUMNS, TABLE
+    from gormes.projections.runs import runs as projection
+
+    async def main() -> list[dict[str, Any]]:
+        async with SQLiteEventStore.open(obj.db) as store:
+            await ProjectionRunner(store, projection).catch_up()
+            rows = await store.read_with(lambda log: log.conn.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM {TABLE} ORDER BY started_at DESC, run_id DESC"
+            ).fetchall())
+            return [dict(zip(COLUMNS, row)) for row in rows]
+
+    rows = trio.run(main)
+    if as_json:
+        _emit_json(rows)
+        return
+    if not rows:
+        click.echo("no runs")
+        return
+    for r in rows:
+        parent = f"  parent {r['parent_run_id']}" if r["parent_run_id"] else ""
+        error = f"  {r['error']}" if r["error"] else ""
+        click.echo(f"{r['run_id']}  {r['status']:<10} {r['handler']:<12} depth {r['depth']}  "
+                   f"turns {r['iterations']}  tokens {r['tokens_input']}/{r['tokens_output']}{parent}{error}")
+
+
+@runs.command()
+@click.argument("run_id")
+@click.option("--tree", is_flag=True, help="Show the children's runs too, as a tree.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_obj
+def show(obj: Any, run_id: str, tree: bool, as_json: bool) -> None:
+    """A run's timeline: model turns, tool calls, inbox, children, tokens and cost."""
+    import trio
+
+    from gormes.cli.runs_view import format_view, run_view
+    from gormes.events.sqlite import SQLiteEventStore
+
+    async def main() -> dict[str, Any]:
+        async with SQLiteEventStore.open(obj.db, readonly=True) as store:
+            return await run_view(store, run_id, tree=tree)
+
+    view = trio.run(main)
+    if as_json:
+        _emit_json(view)
+    else:
+        click.echo("\n".join(format_view(view)))

@@ -1,0 +1,105 @@
+"""Tool denial (allowlist, operator-only by name, from a subagent) and inbox
+steering: a message sent mid-run reaches the model before its next turn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import trio
+
+from gormes.actors.runs import RunManager
+from gormes.events.runs import RunChildFinished, RunInboxRead, RunLlmTurn, RunToolCalled
+from gormes.ops.builtin import default_registry
+from gormes.ops.executor import Executor
+from gormes.ops.registry import Registry
+from gormes.ops.spec import OperationSpec
+
+from conftest import run_events
+
+
+def call(name: str, **arguments) -> dict:
+    return {"name": name, "arguments": arguments}
+
+
+async def test_tools_outside_the_allowlist_and_operator_only_tools_are_denied(store, executor, script, workspace: Path):
+    marker = workspace / "touched"
+    model = script({"replies": [
+        {"tool_calls": [
+            call("fs.list", path="."),  # registered, prompt-visible, but not in the allowlist
+            call("shell.run", argv=["touch", str(marker)]),  # operator-only, asked by name
+            call("fs.read", path="README.md"),
+        ]},
+        {"text": "done"},
+    ]})
+    async with RunManager.open(store, executor=executor) as runs:
+        outcome = await runs.run("agent", {"prompt": "p"}, model=model, tools=["fs.read"])
+    assert outcome.status == "completed"
+    events = await run_events(store, outcome.run_id)
+    tools = [e for e in events if isinstance(e, RunToolCalled)]
+    assert [(t.operation, t.outcome) for t in tools] == [
+        ("fs.list", "denied"), ("shell.run", "denied"), ("fs.read", "ok")]
+    assert "not allowed for this run" in tools[1].error
+    assert not marker.exists()
+    # the model was offered fs.read and agent.spawn only, and told about the denials
+    last = [e for e in events if isinstance(e, RunLlmTurn)][-1]
+    assert last.message_count == 5
+
+
+async def test_a_subagent_cannot_run_an_operator_only_tool_even_by_name(store, executor, script, workspace: Path):
+    marker = workspace / "touched"
+    model = script(
+        {"match": "CHILD", "replies": [
+            {"tool_calls": [call("shell.run", argv=["touch", str(marker)])]}, {"text": "tried"}]},
+        {"replies": [{"tool_calls": [call("agent.spawn", prompt="CHILD", tools=["shell.run", "fs.read"])]},
+                     {"text": "parent done"}]},
+    )
+    async with RunManager.open(store, executor=executor) as runs:
+        outcome = await runs.run("agent", {"prompt": "p"}, model=model, tools=["shell.run", "fs.read"])
+    assert outcome.status == "completed"
+    child_id = next(e for e in await run_events(store, outcome.run_id) if isinstance(e, RunChildFinished)).child_run_id
+    child = await run_events(store, child_id)
+    assert child[0].trust == "child-agent"
+    denied = next(e for e in child if isinstance(e, RunToolCalled))
+    assert (denied.operation, denied.outcome) == ("shell.run", "denied")
+    assert not marker.exists()
+
+
+class PauseInput(msgspec.Struct, frozen=True):
+    pass
+
+
+class PauseOutput(msgspec.Struct, frozen=True):
+    resumed: bool
+
+
+async def test_an_inbox_message_steers_the_agent_before_its_next_turn(store, workspace: Path, script):
+    reached, go = trio.Event(), trio.Event()
+
+    async def pause(ctx, value):
+        reached.set()
+        await go.wait()
+        return PauseOutput(resumed=True)
+
+    registry = Registry([*default_registry().list(), OperationSpec(
+        name="test.pause", description="Wait until the test says go.", input_type=PauseInput,
+        output_type=PauseOutput, handler=pause, trust=frozenset({"operator", "child-agent"}),
+        audit_kind="test", prompt_visible=True,
+    )])
+    executor = Executor(registry, store, workspace=workspace)
+    model = script({"replies": [{"tool_calls": [call("test.pause")]}, {"text": "steered"}]})
+    async with RunManager.open(store, executor=executor) as runs:
+        handle = await runs.start("agent", {"prompt": "p"}, model=model)
+        await reached.wait()
+        message_id = await handle.send("focus on the tests", sender="operator")
+        go.set()
+        outcome = await handle.outcome()
+    assert outcome.status == "completed"
+    events = await run_events(store, outcome.run_id)
+    reads = [e for e in events if isinstance(e, RunInboxRead)]
+    assert [len(r.messages) for r in reads] == [0, 1]
+    assert reads[1].messages[0].id == message_id
+    assert reads[1].messages[0].payload == "focus on the tests"
+    turns = [e for e in events if isinstance(e, RunLlmTurn)]
+    # read before the second turn, which saw it: user, assistant, tool, injected user
+    assert reads[1].seq < turns[1].seq and turns[1].message_count == 4
