@@ -1,0 +1,218 @@
+"""Recorded runs, as replay reads them: from the database or from a JSONL file.
+
+A `RecordedRun` is one run's stream split into what replay needs: its
+`run.started`, its observations in `seq` order, and how it ended. A `RunSource`
+hands out recorded runs by id; `DatabaseRuns` reads a gormes database read-only,
+`FileRuns` a JSONL file in the shape `gormes export` writes (no database needed).
+
+Anything replay cannot trust is refused with one clear `UserError` line before
+any handler runs: an unknown run id, a line that is not JSON (a truncated file),
+an event type or schema version this gormes does not know (a run recorded by an
+incompatible gormes), data that does not fit its type (a model reply that is not
+valid), or observations with gaps in their `seq`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from gormes.errors import InvalidEventData, UnknownEventType, UserError
+from gormes.events.base import Recorded, UnknownEvent
+from gormes.events.catalog import load_all
+from gormes.events.codec import default_codec
+from gormes.events.run_export import UnknownRun, run_stream_name
+from gormes.events.runs import (
+    OBSERVATION_TYPES,
+    TERMINAL_TYPES,
+    RunChildSpawned,
+    RunStarted,
+)
+
+__all__ = [
+    "DatabaseRuns",
+    "FileRuns",
+    "IncompatibleRecording",
+    "RecordedRun",
+    "RunSource",
+    "UnknownRun",
+    "split_run",
+]
+
+
+class IncompatibleRecording(UserError):
+    """A run holds events this gormes cannot read: recorded by another version."""
+
+
+class RecordedRun(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    started: RunStarted
+    started_position: int
+    observations: tuple[Recorded, ...]  # in seq order: seq i is observations[i - 1]
+    end: Recorded | None  # run.completed | run.failed | run.cancelled, None while running
+    records: tuple[Recorded, ...]  # the whole stream, in version order
+
+    @property
+    def child_run_ids(self) -> list[str]:
+        return [r.event.child_run_id for r in self.observations if isinstance(r.event, RunChildSpawned)]
+
+
+class RunSource(Protocol):
+    def load(self, run_id: str) -> RecordedRun: ...
+
+
+def split_run(run_id: str, records: Iterable[Recorded]) -> RecordedRun:
+    """Check a run's stream and split it into start, observations and end."""
+    records = tuple(records)
+    if not records:
+        raise UnknownRun(f"no run {run_id!r} (no events on stream {run_stream_name(run_id)!r})")
+    for record in records:
+        if isinstance(record.event, UnknownEvent):
+            raise IncompatibleRecording(
+                f"run {run_id!r} was recorded by an incompatible gormes: the event at "
+                f"position {record.position} has type {record.type!r} (schema version "
+                f"{record.event.schema_version}), which this gormes cannot read"
+            )
+    first = records[0]
+    if not isinstance(first.event, RunStarted):
+        raise UserError(
+            f"run {run_id!r} does not begin with run.started (position {first.position} "
+            f"is {first.type!r}): the recording is incomplete"
+        )
+    observations = sorted(
+        (r for r in records if isinstance(r.event, OBSERVATION_TYPES)),
+        key=lambda r: r.event.seq,  # type: ignore[union-attr]
+    )
+    for expected, record in enumerate(observations, start=1):
+        seq = record.event.seq  # type: ignore[union-attr]
+        if seq != expected:
+            raise UserError(
+                f"run {run_id!r}: observation seq {expected} is missing (position "
+                f"{record.position} has seq {seq}): the recording is incomplete"
+            )
+    end = next((r for r in records if isinstance(r.event, TERMINAL_TYPES)), None)
+    return RecordedRun(
+        run_id=run_id,
+        started=first.event,
+        started_position=first.position,
+        observations=tuple(observations),
+        end=end,
+        records=records,
+    )
+
+
+class DatabaseRuns:
+    """Runs read from a gormes database, opened read-only (replay never writes)."""
+
+    def __init__(self, path: str | Path) -> None:
+        from gormes.events.sqlite_log import SQLiteLog
+
+        load_all()
+        path = Path(path)
+        if not path.exists():
+            raise UserError(f"no database at {path}")
+        self._log = SQLiteLog(path, readonly=True, create=False)
+
+    def load(self, run_id: str) -> RecordedRun:
+        return split_run(run_id, self._log.read_stream(run_stream_name(run_id)))
+
+    def head(self) -> int:
+        return self._log.head()
+
+    def close(self) -> None:
+        self._log.close()
+
+    def __enter__(self) -> DatabaseRuns:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+class _FileLine(msgspec.Struct):
+    position: int
+    stream: str
+    version: int
+    type: str
+    data: dict[str, Any]
+    schema_version: int = 1
+    recorded_at: float = 0.0
+
+
+_line_decoder = msgspec.json.Decoder(_FileLine)
+
+
+def _decode_line(number: int, text: bytes, where: str) -> Recorded:
+    try:
+        line = _line_decoder.decode(text)
+    except msgspec.ValidationError as exc:
+        raise UserError(f"{where} line {number}: {exc}") from None
+    except msgspec.DecodeError:
+        raise UserError(
+            f"{where} line {number}: not valid JSON (is the file truncated or corrupt?)"
+        ) from None
+    try:
+        event = default_codec.from_dict(line.type, line.schema_version, line.data)
+    except UnknownEventType:
+        raise IncompatibleRecording(
+            f"{where} line {number}: event type {line.type!r} is unknown to this gormes "
+            "(recorded by an incompatible version?)"
+        ) from None
+    except InvalidEventData as exc:
+        reason = str(exc)
+        kind = IncompatibleRecording if "newer than this gormes" in reason else UserError
+        raise kind(f"{where} line {number}: {reason}") from None
+    return Recorded(line.position, line.stream, line.version, line.type, event, line.recorded_at)
+
+
+class FileRuns:
+    """Runs read from a JSONL file (the shape of `gormes export`): no database."""
+
+    def __init__(self, path: str | Path) -> None:
+        load_all()
+        path = Path(path)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise UserError(f"{path}: no such file") from None
+        except OSError as exc:
+            raise UserError(f"cannot read {path}: {exc.strerror}") from None
+        where = str(path)
+        streams: dict[str, list[Recorded]] = {}
+        order: list[Recorded] = []
+        for number, text in enumerate(data.splitlines(), start=1):
+            if not text.strip():
+                continue
+            record = _decode_line(number, text, where)
+            streams.setdefault(record.stream, []).append(record)
+            order.append(record)
+        if not order:
+            raise UserError(f"{where} holds no events")
+        if not data.endswith(b"\n"):
+            # every exported line ends with a newline: a last line without one was cut off
+            raise UserError(f"{where} line {len(data.splitlines())}: the file ends mid-line (truncated?)")
+        for records in streams.values():
+            records.sort(key=lambda r: r.version)
+        self._streams = streams
+        self._order = order
+        self.path = path
+
+    def load(self, run_id: str) -> RecordedRun:
+        records = self._streams.get(run_stream_name(run_id))
+        if not records:
+            raise UnknownRun(f"no run {run_id!r} in {self.path}")
+        return split_run(run_id, records)
+
+    def root_run_id(self) -> str:
+        """The first run in the file that no other run in it spawned."""
+        started = [r.event for r in self._order if isinstance(r.event, RunStarted)]
+        if not started:
+            raise UserError(f"{self.path} holds no run.started: not a run export")
+        ids = {s.run_id for s in started}
+        for s in started:
+            if s.parent_run_id not in ids:
+                return s.run_id
+        return started[0].run_id

@@ -1,0 +1,127 @@
+"""What a replay reports: the `Divergence`, the state at `--until`, one `RunReplay`
+per run (children nested), and one-line descriptions of recorded observations."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from gormes.events.jobs import Tokens
+from gormes.events.runs import (
+    RunCancelled, RunChildFinished, RunChildSpawned, RunClockRead, RunCompleted, RunFailed,
+    RunInboxRead, RunLlmFailed, RunLlmTurn, RunLogged, RunProgressed, RunRandomDrawn,
+    RunTokensAdded, RunToolCalled,
+)
+
+ReplayStatus = Literal[
+    "completed", "failed", "cancelled",  # the handler ended as the recorded run did
+    "diverged",  # stopped at the first divergence
+    "stopped",  # --until reached
+    "unfinished",  # the recording ends before the run did (it was still going)
+    "not replayed",  # a child served from its recorded outcome (--no-children, or not in the file)
+]
+
+
+class Divergence(msgspec.Struct, frozen=True, kw_only=True):
+    """The first point where the code asked for something other than the recording."""
+
+    run_id: str
+    position: int  # the log position of the recorded event compared
+    seq: int | None  # the observation's seq (an extra call: the seq asked for; the end: None)
+    recorded: str
+    asked: str
+
+    def line(self) -> str:
+        where = f"seq {self.seq}" if self.seq is not None else "the run's end"
+        return (
+            f"divergence at position {self.position} ({where}) in run {self.run_id}: "
+            f"recorded {self.recorded}, code asked {self.asked}"
+        )
+
+
+class RunState(msgspec.Struct, frozen=True, kw_only=True):
+    """A run as reconstructed at a position (`--until`)."""
+
+    run_id: str
+    position: int  # the last event served
+    seq: int  # observations served
+    iterations: int  # model turns served
+    tokens: Tokens  # the run's total so far, children's reported totals included
+    # The conversation as the code last built it: the messages of its latest model
+    # request (the one it was about to send, if it got that far) and the reply served.
+    messages: list[Any]
+    children: list[str]
+
+
+class RunReplay(msgspec.Struct, kw_only=True):
+    run_id: str
+    handler: str
+    status: ReplayStatus
+    exact: bool
+    events: int  # recorded events reproduced: run.started, observations served, the end
+    divergence: Divergence | None = None
+    handler_version_changed: bool = False
+    state: RunState | None = None
+    notes: list[str] = []
+    children: list[RunReplay] = []
+
+    def walk(self):
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    @property
+    def total_events(self) -> int:
+        return sum(r.events for r in self.walk())
+
+    @property
+    def tree_exact(self) -> bool:
+        return all(r.exact for r in self.walk())
+
+    @property
+    def first_divergence(self) -> Divergence | None:
+        found = [r.divergence for r in self.walk() if r.divergence is not None]
+        return min(found, key=lambda d: d.position) if found else None
+
+
+def _short(value: Any, width: int = 100) -> str:
+    text = value if isinstance(value, str) else msgspec.json.encode(value, order="sorted").decode()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def describe(event: Any) -> str:
+    """A recorded event in a few words, in the same terms as what the code asks."""
+    if isinstance(event, RunLlmTurn):
+        return f"llm model={event.model} request {event.request_hash[:12]} ({event.message_count} messages)"
+    if isinstance(event, RunLlmFailed):
+        return (
+            f"llm model={event.model} request {event.request_hash[:12]} "
+            f"(attempt {event.attempt} failed: {_short(event.error, 60)})"
+        )
+    if isinstance(event, RunToolCalled):
+        return f"tool {event.operation} {_short(event.arguments)}"
+    if isinstance(event, RunChildSpawned):
+        tools = f" tools={list(event.tools)}" if event.tools is not None else ""
+        return f"spawn {event.handler} {_short(event.input)}{tools}"
+    if isinstance(event, RunChildFinished):
+        return f"result of child {event.child_run_id}"
+    if isinstance(event, RunInboxRead):
+        return "inbox read"
+    if isinstance(event, RunClockRead):
+        return "clock read"
+    if isinstance(event, RunRandomDrawn):
+        return "random draw"
+    if isinstance(event, RunProgressed):
+        return f"progress {_short(event.progress)}"
+    if isinstance(event, RunTokensAdded):
+        return f"tokens +{event.input} in, +{event.output} out, +{event.cache_read} cached"
+    if isinstance(event, RunLogged):
+        return f"log {event.level} {_short(event.message)}"
+    if isinstance(event, RunCompleted):
+        return f"the end of the run (completed with {_short(event.result, 60)})"
+    if isinstance(event, RunFailed):
+        return f"the end of the run (failed: {_short(event.error, 60)})"
+    if isinstance(event, RunCancelled):
+        return f"the end of the run (cancelled: {_short(event.reason, 60)})"
+    return getattr(event, "type", type(event).__name__)
