@@ -174,12 +174,19 @@ class RunManager:
     @asynccontextmanager
     async def open(cls, store: Any, **options: Any) -> AsyncIterator[RunManager]:
         """Runs still going when the block ends are cancelled (`run.cancelled`)."""
+        # The body's exception is re-raised outside the nursery, as itself (not in
+        # an ExceptionGroup), like SQLiteEventStore.open does.
+        body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:
             manager = cls(store, nursery, **options)
             try:
                 yield manager
+            except BaseException as exc:
+                body_error = exc
             finally:
                 nursery.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error
 
     def provider(self, spec: str) -> Provider:
         """One provider per spec for the manager's life (opening it checks the spec)."""

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from gormes.events.runs import run_stream
 
 
 @pytest.fixture
@@ -42,20 +41,3 @@ def script(tmp_path: Path) -> Callable[..., str]:
         return f"scripted:{path}"
 
     return write
-
-
-async def run_events(store, run_id: str) -> list:
-    return [r.event for r in await store.read_stream(run_stream(run_id))]
-
-
-async def types_of(store, run_id: str) -> list[str]:
-    return [e.type for e in await run_events(store, run_id)]
-
-
-async def wait_until(check, timeout: float = 5.0) -> None:
-    """Poll an async `check()` until it is true (store writes finish in threads)."""
-    import trio
-
-    with trio.fail_after(timeout):
-        while not await check():
-            await trio.sleep(0.005)

@@ -13,7 +13,7 @@ from gormes.events.runs import (
     RunStarted, RunToolCalled, tokens_of,
 )
 
-from conftest import run_events, types_of
+from run_helpers import run_events, types_of
 
 
 def call(name: str, **arguments) -> dict:

@@ -10,7 +10,7 @@ from gormes.actors.run_context import RunHandlerRegistry, SpawnRefused, run_hand
 from gormes.actors.runs import RunManager
 from gormes.events.runs import RunCancelled, RunChildSpawned, RunFailed, RunStarted
 
-from conftest import run_events, types_of, wait_until
+from run_helpers import run_events, types_of, wait_until
 
 handlers = RunHandlerRegistry()
 

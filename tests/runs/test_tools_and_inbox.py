@@ -15,7 +15,7 @@ from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry
 from gormes.ops.spec import OperationSpec
 
-from conftest import run_events
+from run_helpers import run_events
 
 
 def call(name: str, **arguments) -> dict:

@@ -1,0 +1,92 @@
+"""A run as a job, run by a real Worker (its tokens reach the job and the job's
+parent), and the `runs` projection (rows, and the same rows after a rebuild)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job handler)
+from gormes.actors.handlers import default_registry
+from gormes.actors.queue import JobQueue
+from gormes.actors.runs import RunManager
+from gormes.actors.worker import Worker, WorkerConfig
+from gormes.events.jobs import Tokens
+from gormes.events.runs import RunChildFinished, RunLlmTurn, RunStarted
+from gormes.projections.runner import ProjectionRunner
+from gormes.projections.runs import COLUMNS, TABLE, runs as runs_projection
+
+from run_helpers import run_events, wait_until
+
+
+def call(name: str, **arguments) -> dict:
+    return {"name": name, "arguments": arguments}
+
+
+async def test_an_agent_job_runs_on_a_worker_and_its_tokens_roll_up(store, script, workspace, monkeypatch):
+    monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
+    model = script(
+        {"match": "CHILD", "replies": [{"tool_calls": [call("fs.read", path="README.md")]}, {"text": "read it"}]},
+        {"replies": [{"tool_calls": [call("agent.spawn", prompt="CHILD read the readme")]}, {"text": "job done"}]},
+    )
+    queue = await JobQueue.open(store)
+    parent = await queue.submit("echo", {"parent": True})
+    job = await queue.submit("agent", {"prompt": "summarize", "model": model}, {"parent_id": parent.id})
+    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=2), store=store, log=lambda _: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+
+        async def done() -> bool:
+            return (await queue.get(job.id)).status in ("completed", "failed", "dead")
+
+        await wait_until(done, timeout=10)
+        worker.stop()
+        await worker.wait_stopped()
+
+    finished = await queue.get(job.id)
+    assert finished.status == "completed", finished.error
+    run_id = finished.result["run_id"]
+    assert finished.result["result"] == "job done"
+    events = await run_events(store, run_id)
+    assert isinstance(events[0], RunStarted) and events[0].job_id == job.id and events[0].trust == "system"
+    child = next(e for e in events if isinstance(e, RunChildFinished))
+    own = sum((e.usage for e in events if isinstance(e, RunLlmTurn)), Tokens())
+    total = own + child.tokens
+    assert events[-1].tokens == total
+    # the run's and its subagent's usage reached the job...
+    assert finished.tokens == total
+    # ...and the job's parent, when the job completed
+    parent_job = await queue.get(parent.id)
+    assert parent_job.tokens == total
+
+
+async def _rows(store) -> list[tuple[Any, ...]]:
+    return await store.read_with(lambda log: log.conn.execute(
+        f"SELECT {', '.join(COLUMNS)} FROM {TABLE} ORDER BY run_id").fetchall())
+
+
+async def test_the_runs_projection_folds_runs_and_rebuilds_to_the_same_rows(store, executor, script):
+    model = script(
+        {"match": "CHILD", "replies": [{"tool_calls": [call("fs.list", path=".")]}, {"text": "listed"}]},
+        {"replies": [{"tool_calls": [call("agent.spawn", prompt="CHILD")]}, {"text": "top"}]},
+    )
+    async with RunManager.open(store, executor=executor) as runs:
+        top = await runs.run("agent", {"prompt": "p"}, model=model)
+        failing = await runs.run("agent", {"prompt": "q"}, model=model, max_iterations=1)
+    runner = ProjectionRunner(store, runs_projection)
+    await runner.catch_up()
+    rows = {r[0]: dict(zip(COLUMNS, r)) for r in await _rows(store)}
+    assert len(rows) == 4  # two top-level runs, one child each
+    row = rows[top.run_id]
+    assert (row["status"], row["depth"], row["iterations"], row["handler"]) == ("completed", 0, 2, "agent")
+    assert (row["tokens_input"], row["tokens_output"]) == (top.tokens.input, top.tokens.output)
+    assert row["model"] == model and row["finished_at"] >= row["started_at"]
+    child = next(r for r in rows.values() if r["parent_run_id"] == top.run_id)
+    assert (child["depth"], child["last_tool"], child["status"]) == (1, "fs.list", "completed")
+    assert rows[failing.run_id]["status"] == "failed"
+    assert rows[failing.run_id]["error"] == "max iterations reached"
+
+    before = await _rows(store)
+    await runner.rebuild()
+    assert await _rows(store) == before
