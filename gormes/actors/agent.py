@@ -18,13 +18,18 @@ import msgspec
 
 from gormes.actors.providers.base import Message, ModelRequest, ToolCall, ToolSpec
 from gormes.actors.run_context import (
-    ChildRun, RunContext, RunHandlerRegistry, SpawnRefused, ToolCallFailed, run_handler,
+    ChildRun,
+    RunContext,
+    RunHandlerRegistry,
+    SpawnRefused,
+    ToolCallFailed,
+    run_handler,
     run_handlers,
 )
 from gormes.errors import GormesError, UserError
 from gormes.events.runs import InboxItem
 
-__all__ = ["AgentInput", "MaxIterationsReached", "SPAWN_TOOL", "agent", "registry"]
+__all__ = ["SPAWN_TOOL", "AgentInput", "MaxIterationsReached", "agent", "registry"]
 
 DEFAULT_MAX_ITERATIONS = 10
 SPAWN_TOOL_NAMES = ("agent.spawn", "agent__spawn")

@@ -19,19 +19,46 @@ import msgspec
 import trio
 
 from gormes.actors.providers.base import (
-    Message, ModelReply, ModelRequest, ProviderError, ToolCall, ToolSpec, Usage, request_hash,
+    Message,
+    ModelReply,
+    ModelRequest,
+    ProviderError,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    request_hash,
 )
 from gormes.actors.run_context import (
-    ChildOutcome, ChildRun, RunContext, SpawnRefused, ToolCallFailed, UnknownRunHandler,
+    ChildOutcome,
+    ChildRun,
+    RunContext,
+    SpawnRefused,
+    ToolCallFailed,
+    UnknownRunHandler,
 )
 from gormes.errors import UserError
 from gormes.events.base import Event
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
-    InboxItem, LogLevel, RecordedReply, RecordedToolCall, RunChildFinished, RunChildSpawned,
-    RunClockRead, RunInboxRead, RunLlmFailed, RunLlmTurn, RunLogged, RunMessageSent,
-    RunProgressed, RunRandomDrawn, RunTokensAdded, RunToolCalled, canonical_arguments,
-    run_stream, tokens_of,
+    InboxItem,
+    LogLevel,
+    RecordedReply,
+    RecordedToolCall,
+    RunChildFinished,
+    RunChildSpawned,
+    RunClockRead,
+    RunInboxRead,
+    RunLlmFailed,
+    RunLlmTurn,
+    RunLogged,
+    RunMessageSent,
+    RunProgressed,
+    RunRandomDrawn,
+    RunTokensAdded,
+    RunToolCalled,
+    canonical_arguments,
+    run_stream,
+    tokens_of,
 )
 
 if TYPE_CHECKING:
@@ -131,7 +158,7 @@ class LiveRunContext(RunContext):
         provider: Provider | None,
         *,
         next_seq: int = 1,
-        tokens: Tokens = Tokens(),
+        tokens: Tokens | None = None,
         token_sink: TokenSink | None = None,
         job: JobContext | None = None,
     ) -> None:
@@ -142,7 +169,7 @@ class LiveRunContext(RunContext):
         self._stream = run_stream(run.run_id)
         self._seq = next_seq
         self._lock = trio.Lock()
-        self.total_tokens = tokens
+        self.total_tokens = tokens or Tokens()
         self._token_sink = token_sink
         self._job = job
         self._inbox_after = 0  # the stream version the run's inbox was read up to
@@ -244,11 +271,12 @@ class LiveRunContext(RunContext):
                 await trio.sleep(min(self._manager.llm_backoff_s * 2 ** (attempt - 1), 30.0))
                 continue
             usage = Tokens(input=reply.usage.input, output=reply.usage.output, cache_read=reply.usage.cache_read)
-            await self._record(lambda seq: RunLlmTurn(
-                seq=seq, request_hash=digest, model=request.model,
+            turn = RunLlmTurn(
+                seq=0, request_hash=digest, model=request.model,
                 message_count=len(request.messages), reply=record_reply(reply), usage=usage,
                 duration_ms=_ms(started),
-            ))
+            )
+            await self._record(lambda seq, turn=turn: msgspec.structs.replace(turn, seq=seq))
             await self._count(usage)
             return reply
 

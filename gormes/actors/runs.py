@@ -27,16 +27,27 @@ import trio
 
 from gormes.actors.job_session import new_id
 from gormes.actors.run_context import (
-    DEFAULT_MAX_DEPTH, RunContext, RunHandler, RunHandlerRegistry, handler_version,
-    run_handler, run_handlers,
+    DEFAULT_MAX_DEPTH,
+    RunContext,
+    RunHandler,
+    RunHandlerRegistry,
+    handler_version,
+    run_handler,
+    run_handlers,
 )
 from gormes.actors.run_live import CHILD_TRUST, LiveRunContext, TokenSink, error_text
 from gormes.errors import UserError
 from gormes.events.base import Event
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
-    RUN_TERMINAL, ForkOrigin, RunCancelled, RunCompleted, RunFailed, RunMessageSent,
-    RunStarted, run_stream,
+    RUN_TERMINAL,
+    ForkOrigin,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunMessageSent,
+    RunStarted,
+    run_stream,
 )
 from gormes.events.store import NO_STREAM
 
@@ -181,7 +192,7 @@ class RunManager:
             manager = cls(store, nursery, **options)
             try:
                 yield manager
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, as itself
                 body_error = exc
             finally:
                 nursery.cancel_scope.cancel()

@@ -13,9 +13,23 @@ import msgspec
 from gormes.errors import UserError
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
-    RunCancelled, RunChildFinished, RunChildSpawned, RunClockRead, RunCompleted, RunFailed,
-    RunInboxRead, RunLlmFailed, RunLlmTurn, RunLogged, RunMessageSent, RunProgressed,
-    RunRandomDrawn, RunStarted, RunTokensAdded, RunToolCalled, run_stream,
+    RunCancelled,
+    RunChildFinished,
+    RunChildSpawned,
+    RunClockRead,
+    RunCompleted,
+    RunFailed,
+    RunInboxRead,
+    RunLlmFailed,
+    RunLlmTurn,
+    RunLogged,
+    RunMessageSent,
+    RunProgressed,
+    RunRandomDrawn,
+    RunStarted,
+    RunTokensAdded,
+    RunToolCalled,
+    run_stream,
 )
 
 PREVIEW = 120

@@ -14,8 +14,16 @@ from typing import TYPE_CHECKING
 
 from gormes.events.base import Recorded
 from gormes.events.runs import (
-    RunCancelled, RunChildFinished, RunCompleted, RunFailed, RunLlmTurn, RunResumed,
-    RunStarted, RunSuspended, RunTokensAdded, RunToolCalled,
+    RunCancelled,
+    RunChildFinished,
+    RunCompleted,
+    RunFailed,
+    RunLlmTurn,
+    RunResumed,
+    RunStarted,
+    RunSuspended,
+    RunTokensAdded,
+    RunToolCalled,
 )
 
 if TYPE_CHECKING:

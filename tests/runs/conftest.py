@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 
-
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "ws"

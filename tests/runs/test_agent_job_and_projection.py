@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+from run_helpers import run_events, wait_until
 
 import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job handler)
 from gormes.actors.handlers import default_registry
@@ -15,9 +16,8 @@ from gormes.actors.worker import Worker, WorkerConfig
 from gormes.events.jobs import Tokens
 from gormes.events.runs import RunChildFinished, RunLlmTurn, RunStarted
 from gormes.projections.runner import ProjectionRunner
-from gormes.projections.runs import COLUMNS, TABLE, runs as runs_projection
-
-from run_helpers import run_events, wait_until
+from gormes.projections.runs import COLUMNS, TABLE
+from gormes.projections.runs import runs as runs_projection
 
 
 def call(name: str, **arguments) -> dict:

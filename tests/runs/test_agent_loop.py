@@ -4,16 +4,21 @@ workspace, and a real store: what it records and how it ends."""
 from __future__ import annotations
 
 import msgspec
-import trio
+from run_helpers import run_events, types_of
 
 from gormes.actors.runs import RunManager
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
-    OBSERVATION_TYPES, RunChildFinished, RunCompleted, RunFailed, RunLlmFailed, RunLlmTurn,
-    RunStarted, RunToolCalled, tokens_of,
+    OBSERVATION_TYPES,
+    RunChildFinished,
+    RunCompleted,
+    RunFailed,
+    RunLlmFailed,
+    RunLlmTurn,
+    RunStarted,
+    RunToolCalled,
+    tokens_of,
 )
-
-from run_helpers import run_events, types_of
 
 
 def call(name: str, **arguments) -> dict:

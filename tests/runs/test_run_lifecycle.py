@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import trio
+from run_helpers import run_events, types_of, wait_until
 
 from gormes.actors.run_context import RunHandlerRegistry, SpawnRefused, run_handler
 from gormes.actors.runs import RunManager
 from gormes.events.runs import RunCancelled, RunChildSpawned, RunFailed, RunStarted
-
-from run_helpers import run_events, types_of, wait_until
 
 handlers = RunHandlerRegistry()
 

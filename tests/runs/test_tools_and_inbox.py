@@ -7,6 +7,7 @@ from pathlib import Path
 
 import msgspec
 import trio
+from run_helpers import run_events
 
 from gormes.actors.runs import RunManager
 from gormes.events.runs import RunChildFinished, RunInboxRead, RunLlmTurn, RunToolCalled
@@ -14,8 +15,6 @@ from gormes.ops.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry
 from gormes.ops.spec import OperationSpec
-
-from run_helpers import run_events
 
 
 def call(name: str, **arguments) -> dict:
