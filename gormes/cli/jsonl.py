@@ -61,6 +61,9 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
 
 
 @click.command()
+@click.argument("run_id", required=False, metavar="[RUN]")
+@click.option("--children", is_flag=True,
+              help="With RUN: also the runs it spawned, recursively (what `gormes replay --file` needs).")
 @click.option("--after", type=click.IntRange(min=0), default=0, metavar="POS",
               help="Only events after this position.")
 @click.option("--type", "types", multiple=True, metavar="T", help=TYPE_HELP)
@@ -68,14 +71,18 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, writable=False), default=None,
               metavar="FILE", help="Write to FILE (replaced whole at the end) instead of stdout.")
 @click.pass_obj
-def export(obj, after: int, types: tuple[str, ...], streams: tuple[str, ...],
-           out: str | None) -> None:
+def export(obj, run_id: str | None, children: bool, after: int, types: tuple[str, ...],
+           streams: tuple[str, ...], out: str | None) -> None:
     """Write the log (or part of it) as JSON lines, the shape of `gormes tail --json`.
 
     Reads one consistent snapshot. On a terminal, a progress bar on stderr shows
-    how far a large export has got.
+    how far a large export has got. With RUN: that run's events only (its
+    subagents' too with --children), for `gormes import` or `gormes replay --file`.
     """
     from gormes.events import jsonl
+
+    if run_id is not None or children:
+        return _export_run(obj, run_id, children, after, types, streams, out)
 
     log = jsonl.open_for_reading(obj.db)
     try:
@@ -89,6 +96,34 @@ def export(obj, after: int, types: tuple[str, ...], streams: tuple[str, ...],
                 _export_to_file(log, Path(out), after, types, streams, head, on_page)
     finally:
         log.close()
+
+
+def _export_run(obj, run_id, children, after, types, streams, out) -> None:
+    from gormes.errors import UserError
+    from gormes.events import jsonl, run_export
+
+    if run_id is None:
+        raise UserError("--children needs a RUN")
+    if after or types or streams:
+        raise UserError("RUN exports a whole run: --after, --type and --stream do not apply")
+    log = jsonl.open_for_reading(obj.db)
+    try:
+        records = run_export.run_records(log, run_id, children=children)
+    finally:
+        log.close()
+    text = b"".join(jsonl.to_line(r) for r in records)
+    if out is None:
+        sys.stdout.buffer.write(text)
+        sys.stdout.buffer.flush()
+        return
+    path = Path(out)
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        partial.write_bytes(text)
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def _export_to_file(log, path: Path, after, types, streams, head, on_page) -> None:
