@@ -147,6 +147,11 @@ async def main(db: Path, console: Console | None = None) -> None:
         console.print()
         console.print("[bold]4.[/] durable jobs, drained by a worker:")
         await run_jobs(store, console)
+        console.print()
+        console.print("[bold]5.[/] an agent run: a coordinator and two subagents using real tools:")
+        from gormes.demo_runs import run_agent_demo
+
+        await run_agent_demo(store, console)
         head = await store.head()
     console.print(f"\n{head} events in {db}. Look around:")
     for command in ("events --type 'job.*'", "jobs list", "projections rebuild --check"):

@@ -14,6 +14,11 @@ def gormes(db, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[
     )
 
 
+def events_of(db, type_: str) -> list[dict]:
+    out = gormes(db, "events", "--type", type_, "--json").stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
 def test_demo_runs_and_leaves_a_consistent_log(tmp_path):
     db = tmp_path / "demo" / "gormes.db"
     result = gormes(db, "demo")
@@ -38,6 +43,20 @@ def test_demo_runs_and_leaves_a_consistent_log(tmp_path):
     assert parent["tokens"]["input"] == 300 + sum(c["tokens"]["input"] for c in children)
     flaky = next(j for j in jobs if j["name"] == "flaky")
     assert flaky["attempts_made"] == 2
+
+    runs = json.loads(gormes(db, "runs", "list", "--json").stdout)
+    assert len(runs) == 3 and {r["status"] for r in runs} == {"completed"}
+    root = next(r for r in runs if r["parent_run_id"] is None)
+    assert sorted(r["depth"] for r in runs) == [0, 1, 1]
+    assert root["tokens_input"] > sum(r["tokens_input"] for r in runs if r is not root)
+    steered = [
+        e for e in events_of(db, "run.inbox_read")
+        if e["data"]["messages"] and "version cache" in e["data"]["messages"][0]["payload"]
+    ]
+    assert len(steered) == 1  # the operator's message reached the scout mid-run
+    tools = {e["data"]["operation"] for e in events_of(db, "run.tool_called")}
+    assert tools == {"fs.list", "fs.read", "fs.grep"}
+    assert all(e["data"]["outcome"] == "ok" for e in events_of(db, "run.tool_called"))
 
     check = gormes(db, "projections", "rebuild", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
