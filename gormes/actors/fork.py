@@ -1,0 +1,194 @@
+"""Fork: a new run that starts as a copy of another run up to a log position and
+then continues live.
+
+    async with RunManager.open(store, executor=executor) as runs:
+        forked = await fork_run(runs, "01ABC", at=42, model="openai:gpt-4o-mini",
+                                overrides={"max_iterations": 3})
+        forked.run_id, forked.outcome
+
+How: the new run's `run.started` is the source's (handler, tools, trust, depth...)
+with a new run id, `forked_from={run_id, position}` and the overrides; then the
+SAME handler code runs with a `ForkContext`, a replay-then-live context. While the
+source's observations up to the position last, it serves them exactly like a
+replay and copies each one into the new run as it is served; after that it hands
+every call to a live `LiveRunContext` that continues at the next `seq`. The new
+run is therefore replayable exactly like any other.
+
+Before anything is written the code is replayed against the source up to the
+position (no children): if it diverges there, the fork is refused.
+
+With overrides (`model`, input keys) the model requests of the copied prefix
+differ from the recorded ones; they are served anyway (that is what a fork with
+overrides means: the same history, other parameters from here on) and copied with
+the request hash the code produced. Any other mismatch in the prefix fails the
+new run with `ForkDiverged`.
+
+Not built: forking at a position where a child spawned in the prefix has not
+finished by then (refused with a clear message); forking a run that is still
+going; copying inbox messages sent but not yet read by the position.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from gormes.actors.replay import Replayer, replay
+from gormes.actors.replay_context import ReplayContext
+from gormes.actors.replay_log import RecordedRun, split_run
+from gormes.actors.run_context import RunContext, handler_version
+from gormes.actors.run_live import LiveRunContext
+from gormes.actors.runs import LiveRun, RunManager, RunOutcome
+from gormes.errors import UserError
+from gormes.events.jobs import Tokens
+from gormes.events.runs import (
+    ForkOrigin, RunChildFinished, RunChildSpawned, RunInboxRead, RunLlmFailed, RunLlmTurn,
+    run_stream, tokens_of,
+)
+from gormes.events.store import NO_STREAM
+
+if TYPE_CHECKING:
+    from gormes.events.base import Recorded
+
+
+class ForkRefused(UserError):
+    """The fork cannot be made as asked; nothing was written."""
+
+
+class ForkDiverged(UserError):
+    """The forked code asked for something other than the copied prefix."""
+
+
+class ForkedRun(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    forked_from: ForkOrigin
+    copied: int  # observations copied from the source
+    outcome: RunOutcome
+
+
+class _OneRun:
+    """A RunSource holding one already-read run."""
+
+    def __init__(self, recorded: RecordedRun) -> None:
+        self.recorded = recorded
+
+    def load(self, run_id: str) -> RecordedRun:
+        return self.recorded
+
+
+class ForkContext(ReplayContext):
+    """Replay-then-live: serves (and copies) the prefix, then delegates to `live`."""
+
+    def __init__(
+        self, prefix: RecordedRun, replayer: Replayer, live: LiveRunContext, store: Any, *,
+        lenient_llm: bool,
+    ) -> None:
+        super().__init__(prefix, replayer)
+        self.live = live
+        self.store = store
+        self.stream = run_stream(prefix.run_id)
+        self.lenient_llm = lenient_llm
+
+    @property
+    def model_name(self) -> str:
+        return self.live.model_name or super().model_name
+
+    def llm_matches(self, event: Any, digest: str, request: Any) -> bool:
+        if self.lenient_llm:
+            return isinstance(event, (RunLlmTurn, RunLlmFailed))
+        return super().llm_matches(event, digest, request)
+
+    async def exhausted(self, asked: str) -> Recorded | None:
+        return None  # the prefix is used up: go live
+
+    def go_live(self) -> RunContext:
+        return self.live
+
+    async def diverge(self, position: int, seq: int | None, recorded: str, asked: str) -> None:
+        raise ForkDiverged(
+            f"fork diverged from the copied run at position {position} (seq {seq}): "
+            f"recorded {recorded}, code asked {asked}"
+        )
+
+    async def served(self, record: Recorded, event: Any = None) -> None:
+        with trio.CancelScope(shield=True):
+            await self.store.append(self.stream, [event if event is not None else record.event])
+
+
+def apply_overrides(input: Any, overrides: dict[str, Any]) -> Any:
+    if not overrides:
+        return input
+    if not isinstance(input, dict):
+        raise ForkRefused(f"--set needs a run whose input is a JSON object, not {type(input).__name__}")
+    return {**input, **overrides}
+
+
+def prefix_of(recorded: RecordedRun, at: int) -> tuple[Recorded, ...]:
+    """The observations up to `at`, refusing a cut through a child's life."""
+    last = recorded.records[-1].position
+    if not recorded.started_position <= at <= last:
+        raise ForkRefused(
+            f"position {at} is not in run {recorded.run_id} (its events are at "
+            f"positions {recorded.started_position}..{last})"
+        )
+    prefix = tuple(r for r in recorded.observations if r.position <= at)
+    finished = {r.event.child_run_id for r in prefix if isinstance(r.event, RunChildFinished)}
+    for r in prefix:
+        if isinstance(r.event, RunChildSpawned) and r.event.child_run_id not in finished:
+            end = next((o.position for o in recorded.observations if isinstance(o.event, RunChildFinished)
+                        and o.event.child_run_id == r.event.child_run_id), None)
+            after = f" or at/after its end at {end}" if end is not None else ""
+            raise ForkRefused(
+                f"cannot fork run {recorded.run_id} at {at}: child run {r.event.child_run_id} "
+                f"spawned at {r.position} has not finished by then (fork before {r.position}{after})"
+            )
+    return prefix
+
+
+async def fork_run(
+    manager: RunManager,
+    source_run_id: str,
+    at: int,
+    *,
+    model: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> ForkedRun:
+    store = manager.store
+    records = await store.read_stream(run_stream(source_run_id))
+    source = split_run(source_run_id, records)
+    if source.end is None:
+        raise ForkRefused(f"run {source_run_id} has not ended: fork it once it has")
+    prefix = prefix_of(source, at)
+    registry = manager.executor.registry if manager.executor is not None else None
+    check = await replay(_OneRun(source), source_run_id, children=False, until=at,
+                         registry=registry, handlers=manager.handlers)
+    if check.divergence is not None:
+        raise ForkRefused(f"cannot fork: the code no longer matches run {source_run_id}: {check.divergence.line()}")
+
+    started = source.started
+    fn = manager.handlers.get(started.handler)
+    new_model = model or started.model
+    run = LiveRun(
+        run_id=run_id or manager.new_id(), handler=started.handler,
+        input=apply_overrides(started.input, overrides or {}), depth=started.depth,
+        max_depth=started.max_depth, trust=started.trust, tools=started.tools, model=new_model,
+        max_iterations=started.max_iterations, deadline_s=started.deadline_s,
+    )
+    provider = manager.provider(new_model) if new_model else None
+    origin = ForkOrigin(run_id=source_run_id, position=at)
+    tokens = sum((tokens_of(r.event) for r in prefix), Tokens())
+    live = LiveRunContext(manager, run, provider, next_seq=len(prefix) + 1, tokens=tokens)
+    live.mark_read({m.id for r in prefix if isinstance(r.event, RunInboxRead) for m in r.event.messages})
+    new_started = run.started_event(handler_version(fn), forked_from=origin)
+    await store.append(run_stream(run.run_id), [new_started], expected_version=NO_STREAM)
+    copy = RecordedRun(
+        run_id=run.run_id, started=new_started, started_position=0, observations=prefix,
+        end=None, records=tuple(prefix),
+    )
+    replayer = Replayer(_OneRun(copy), None, children=False, registry=registry, handlers=manager.handlers)
+    ctx = ForkContext(copy, replayer, live, store, lenient_llm=bool(model or overrides))
+    outcome = await manager.drive(run, ctx, live, fn)
+    return ForkedRun(run_id=run.run_id, forked_from=origin, copied=len(prefix), outcome=outcome)

@@ -1,0 +1,82 @@
+"""`gormes fork RUN --at POSITION [--model M] [--set KEY=VALUE]...`: a new run with
+RUN's events up to POSITION copied (`forked_from` recorded), continuing live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """KEY=VALUE; VALUE is JSON when it parses as JSON, else the text itself."""
+    from gormes.errors import UserError
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"--set wants KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), msgspec.json.decode(value.encode())
+    except msgspec.DecodeError:
+        return key.strip(), value
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--at", "at", type=click.IntRange(min=1), required=True, metavar="POSITION",
+              help="The last log position of RUN to copy (as `gormes replay` and `gormes events` print).")
+@click.option("--model", metavar="SPEC", help="Continue with this model: scripted:PATH or openai:MODEL.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="Override a key of the run's input (VALUE as JSON, else text); repeatable.")
+@click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
+              help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
+@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
+              help="Import run handlers (a dotted module or a .py file) first; repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
+@click.pass_obj
+def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str, ...],
+         workspace: str | None, imports: tuple[str, ...], as_json: bool) -> int:
+    """Fork RUN at POSITION: copy its events up to there into a new run and continue it live.
+
+    The code is first replayed against RUN up to POSITION; if it no longer
+    matches, nothing is written.
+    """
+    import trio
+
+    from gormes.actors.fork import fork_run
+    from gormes.actors.runs import RunManager
+    from gormes.cli.replay import load_handlers
+    from gormes.errors import UserError
+    from gormes.events.catalog import load_all
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.ops.builtin import default_registry
+    from gormes.ops.executor import Executor
+
+    load_all()
+    load_handlers(imports)
+    overrides = dict(parse_setting(s) for s in settings)
+    if not Path(obj.db).exists():
+        raise UserError(f"no database at {obj.db}")
+
+    async def main() -> Any:
+        async with SQLiteEventStore.open(obj.db) as store:
+            executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
+            async with RunManager.open(store, executor=executor) as runs:
+                return await fork_run(runs, run_id, at, model=model, overrides=overrides)
+
+    forked = trio.run(main)
+    outcome = forked.outcome
+    if as_json:
+        click.echo(msgspec.json.encode(forked).decode())
+    else:
+        click.echo(
+            f"forked run {forked.run_id} from run {run_id} at position {at} "
+            f"({forked.copied} events copied): {outcome.status}"
+            + (f": {outcome.error}" if outcome.error else "")
+        )
+        if outcome.status == "completed":
+            result = outcome.result
+            click.echo(result if isinstance(result, str) else msgspec.json.encode(result).decode())
+    return 0 if outcome.status == "completed" else 1
