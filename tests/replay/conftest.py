@@ -28,5 +28,10 @@ def fixture_lines(name: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def workspace() -> Path:
-    return FIXTURES / "workspace"
+def workspace(tmp_path: Path) -> Path:
+    """A workspace of our own for runs recorded during a test."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "README.md").write_text("gormes: every step is an event\n")
+    (root / "notes.txt").write_text("alpha\nbeta\n")
+    return root
