@@ -30,16 +30,15 @@ import trio
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from gormes.actors.providers import open_provider  # noqa: E402
-from gormes.actors.runs import RunManager, send_message  # noqa: E402
-from gormes.events.catalog import load_all  # noqa: E402
-from gormes.events.jsonl import open_for_reading, to_line  # noqa: E402
-from gormes.events.run_export import run_records  # noqa: E402
-from gormes.events.sqlite import SQLiteEventStore  # noqa: E402
-from gormes.ops.builtin import default_registry  # noqa: E402
-from gormes.ops.executor import Executor  # noqa: E402
-
-import replay_fixtures.handlers  # noqa: E402,F401  (registers the fixture handlers)
+import replay_fixtures.handlers  # noqa: F401  (registers the fixture handlers)
+from gormes.actors.providers import open_provider
+from gormes.actors.runs import RunManager, send_message
+from gormes.events.catalog import load_all
+from gormes.events.jsonl import open_for_reading, to_line
+from gormes.events.run_export import run_records
+from gormes.events.sqlite import SQLiteEventStore
+from gormes.ops.builtin import default_registry
+from gormes.ops.executor import Executor
 
 WORKSPACE = HERE / "workspace"
 SCRIPTS = HERE / "scripts"

@@ -44,8 +44,14 @@ from gormes.actors.runs import LiveRun, RunManager, RunOutcome
 from gormes.errors import UserError
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
-    ForkOrigin, RunChildFinished, RunChildSpawned, RunInboxRead, RunLlmFailed, RunLlmTurn,
-    run_stream, tokens_of,
+    ForkOrigin,
+    RunChildFinished,
+    RunChildSpawned,
+    RunInboxRead,
+    RunLlmFailed,
+    RunLlmTurn,
+    run_stream,
+    tokens_of,
 )
 from gormes.events.store import NO_STREAM
 

@@ -35,7 +35,13 @@ import msgspec
 import trio
 
 from gormes.actors.replay_context import (
-    STOP_DIVERGED, STOP_INTERRUPTED, STOP_RECORDING_ENDS, STOP_UNTIL, ReplayContext, canonical, short,
+    STOP_DIVERGED,
+    STOP_INTERRUPTED,
+    STOP_RECORDING_ENDS,
+    STOP_UNTIL,
+    ReplayContext,
+    canonical,
+    short,
 )
 from gormes.actors.replay_log import RecordedRun, RunSource, UnknownRun
 from gormes.actors.replay_report import Divergence, RunReplay, describe

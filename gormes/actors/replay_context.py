@@ -36,19 +36,44 @@ import msgspec
 import trio
 
 from gormes.actors.providers.base import (
-    InvalidModelReply, Message, ModelReply, ModelRequest, ProviderError, ToolSpec, request_hash,
+    InvalidModelReply,
+    Message,
+    ModelReply,
+    ModelRequest,
+    ProviderError,
+    ToolSpec,
+    request_hash,
 )
 from gormes.actors.replay_report import Divergence, RunState, describe
 from gormes.actors.run_context import (
-    ChildOutcome, ChildRun, RunContext, SpawnRefused, ToolCallFailed, UnknownRunHandler,
+    ChildOutcome,
+    ChildRun,
+    RunContext,
+    SpawnRefused,
+    ToolCallFailed,
+    UnknownRunHandler,
 )
 from gormes.actors.run_live import reply_from_record
 from gormes.events.base import Recorded
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
-    InboxItem, LogLevel, RunCancelled, RunChildFinished, RunChildSpawned, RunClockRead,
-    RunFailed, RunInboxRead, RunLlmFailed, RunLlmTurn, RunLogged, RunProgressed, RunRandomDrawn,
-    RunTokensAdded, RunToolCalled, canonical_arguments, tokens_of,
+    InboxItem,
+    LogLevel,
+    RunCancelled,
+    RunChildFinished,
+    RunChildSpawned,
+    RunClockRead,
+    RunFailed,
+    RunInboxRead,
+    RunLlmFailed,
+    RunLlmTurn,
+    RunLogged,
+    RunProgressed,
+    RunRandomDrawn,
+    RunTokensAdded,
+    RunToolCalled,
+    canonical_arguments,
+    tokens_of,
 )
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import msgspec
 
@@ -125,10 +125,10 @@ class DatabaseRuns:
     def close(self) -> None:
         self._log.close()
 
-    def __enter__(self) -> DatabaseRuns:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

@@ -9,9 +9,20 @@ import msgspec
 
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
-    RunCancelled, RunChildFinished, RunChildSpawned, RunClockRead, RunCompleted, RunFailed,
-    RunInboxRead, RunLlmFailed, RunLlmTurn, RunLogged, RunProgressed, RunRandomDrawn,
-    RunTokensAdded, RunToolCalled,
+    RunCancelled,
+    RunChildFinished,
+    RunChildSpawned,
+    RunClockRead,
+    RunCompleted,
+    RunFailed,
+    RunInboxRead,
+    RunLlmFailed,
+    RunLlmTurn,
+    RunLogged,
+    RunProgressed,
+    RunRandomDrawn,
+    RunTokensAdded,
+    RunToolCalled,
 )
 
 ReplayStatus = Literal[

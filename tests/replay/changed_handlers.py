@@ -9,7 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from gormes.actors.agent import agent
-from gormes.actors.run_context import RunContext, RunHandler, RunHandlerRegistry, run_handlers
+from gormes.actors.run_context import (
+    RunContext,
+    RunHandler,
+    RunHandlerRegistry,
+    run_handlers,
+)
 
 
 def registry_with(name: str, fn: RunHandler) -> RunHandlerRegistry:

@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import changed_handlers as changed
 import pytest
 
 from gormes.actors.fork import ForkRefused, fork_run
@@ -19,8 +20,6 @@ from gormes.events.runs import RunStarted, run_stream
 from gormes.events.sqlite_log import SQLiteLog
 from gormes.ops.builtin import default_registry
 from gormes.ops.executor import Executor
-
-import changed_handlers as changed
 
 
 def call(name: str, **arguments) -> dict:
