@@ -1,0 +1,76 @@
+"""The `schedules` projection: one row per live cron schedule.
+
+    name, schedule, job, data (JSON), queue, status (active | paused),
+    created_at, updated_at, last_fire_at, last_job_id, fires
+
+Times are milliseconds since the epoch, taken from the events, so a rebuild gives
+the same rows. A removed schedule's row is deleted. The next fire time depends on
+the clock, so readers compute it (gormes/actors/cron.py `next_due`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from gormes.events.base import Recorded
+from gormes.events.cron import (
+    CRON_STREAM_PREFIX, CronFired, CronPaused, CronRemoved, CronResumed, CronScheduled,
+)
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+TABLE = "schedules"
+
+_encode = msgspec.json.Encoder().encode
+
+
+class SchedulesProjection:
+    name = "schedules"
+    version = 1
+    tables = (TABLE,)
+    types = ("cron.*",)
+
+    def setup(self, db: sqlite_utils.Database) -> None:
+        db.table(TABLE).create(
+            {
+                "name": str, "schedule": str, "job": str, "data": str, "queue": str,
+                "status": str, "created_at": int, "updated_at": int, "last_fire_at": int,
+                "last_job_id": str, "fires": int,
+            },
+            pk="name",
+            not_null={"schedule", "job", "queue", "status", "created_at", "updated_at", "fires"},
+            if_not_exists=True,
+        )
+
+    def apply(self, conn: sqlite3.Connection, records: list[Recorded]) -> None:
+        for r in records:
+            if not r.stream.startswith(CRON_STREAM_PREFIX):
+                continue
+            name, e = r.stream[len(CRON_STREAM_PREFIX):], r.event
+            if isinstance(e, CronScheduled):
+                conn.execute(
+                    f"INSERT OR REPLACE INTO {TABLE}(name, schedule, job, data, queue, status,"
+                    " created_at, updated_at, fires) VALUES (?, ?, ?, ?, ?, 'active', ?, ?, 0)",
+                    (name, e.schedule, e.job, _encode(e.data).decode(), e.queue, e.at, e.at),
+                )
+            elif isinstance(e, (CronPaused, CronResumed)):
+                status = "paused" if isinstance(e, CronPaused) else "active"
+                conn.execute(
+                    f"UPDATE {TABLE} SET status = ?, updated_at = ? WHERE name = ?",
+                    (status, e.at, name),
+                )
+            elif isinstance(e, CronRemoved):
+                conn.execute(f"DELETE FROM {TABLE} WHERE name = ?", (name,))
+            elif isinstance(e, CronFired):
+                conn.execute(
+                    f"UPDATE {TABLE} SET last_fire_at = ?, last_job_id = ?, fires = fires + 1"
+                    " WHERE name = ?",
+                    (e.fire_at, e.job_id, name),
+                )
+
+
+schedules = SchedulesProjection()
