@@ -1,0 +1,154 @@
+"""The doctor: runs every health check and sums them up.
+
+    report = run_doctor(Path("gormes.db"), offline=False)
+    report.status        # "ok", "warnings" or "error"; exit_code(report) is 0, 0, 1
+
+Checks live in gormes/health (one module per category). The database is only
+read, through a read-only connection. `offline=True` skips the checks that are
+about live processes (`needs_daemon`): worker heartbeats, wedged queues and
+projection lag only mean something while a daemon is supposed to be running.
+A check that raises is reported as a `fail` naming the exception, so the doctor
+itself never hides a problem behind a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Container, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+
+from gormes.health import (
+    Check, DoctorContext, Status, Thresholds, Verdict, fail, module_exists,
+)
+from gormes.health import disk, memory, operations, projections, queue, replay, skills, store, workers
+
+if TYPE_CHECKING:
+    from gormes.ops.spec import OperationSpec
+
+SCHEMA_VERSION = 1
+Overall = Literal["ok", "warnings", "error"]
+EXIT_CODES: dict[str, int] = {"ok": 0, "warnings": 0, "error": 1}
+
+SCHEMA_CHECK = "store.schema"
+
+
+class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    category: str
+    status: Status
+    message: str
+    remediation: str = ""  # empty when ok
+
+
+class SkippedCheck(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    category: str
+    reason: str
+
+
+class DoctorReport(msgspec.Struct, frozen=True, kw_only=True):
+    schema_version: int = SCHEMA_VERSION
+    status: Overall
+    database: str
+    offline: bool
+    checked_at: float  # seconds since the epoch
+    checks: list[CheckResult]
+    skipped: list[SkippedCheck]
+
+
+def all_checks() -> list[Check]:
+    """Every check after `store.schema` (which `run_doctor` runs first, as the gate)."""
+    return [
+        *store.CHECKS, *projections.CHECKS, *queue.CHECKS, *workers.CHECKS,
+        *operations.CHECKS, *replay.CHECKS, *disk.CHECKS, *memory.CHECKS, *skills.CHECKS,
+    ]
+
+
+def overall(results: Sequence[CheckResult]) -> Overall:
+    statuses = {r.status for r in results}
+    if "fail" in statuses:
+        return "error"
+    return "warnings" if "warn" in statuses else "ok"
+
+
+def exit_code(report: DoctorReport) -> int:
+    return EXIT_CODES[report.status]
+
+
+def run_doctor(
+    path: Path,
+    *,
+    offline: bool = False,
+    now: float | None = None,
+    thresholds: Thresholds | None = None,
+    operations_: Sequence[OperationSpec] | None = None,
+    run_handlers: Container[str] | None = None,
+    statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
+    modules: Callable[[str], bool] = module_exists,
+    checks: Sequence[Check] | None = None,
+) -> DoctorReport:
+    """Run the checks against the database at `path`; the defaults are the real
+    registries, clock and filesystem (tests inject their own)."""
+    from gormes.events.catalog import load_all
+    from gormes.events.codec import default_codec
+
+    load_all()
+    if operations_ is None:
+        from gormes.ops.builtin import default_registry
+
+        operations_ = default_registry().list()
+    if run_handlers is None:
+        from gormes.actors.run_context import run_handlers as registered
+
+        run_handlers = registered
+    conn, schema = store.open_database(path)
+    ctx = DoctorContext(
+        path=path, conn=conn, now=time.time() if now is None else now,
+        thresholds=thresholds or Thresholds(), codec=default_codec, operations=operations_,
+        run_handlers=run_handlers, statvfs=statvfs, module_exists=modules,
+    )
+    results = [_result(SCHEMA_CHECK, "store", schema)]
+    skipped = []
+    try:
+        for check in all_checks() if checks is None else checks:
+            if offline and check.needs_daemon:
+                skipped.append(SkippedCheck(
+                    name=check.name, category=check.category,
+                    reason="needs a running daemon (--offline)",
+                ))
+            elif check.needs_database and conn is None:
+                skipped.append(SkippedCheck(
+                    name=check.name, category=check.category,
+                    reason=f"the database cannot be read ({SCHEMA_CHECK})",
+                ))
+            else:
+                results.append(_result(check.name, check.category, _run(check, ctx)))
+    finally:
+        if conn is not None:
+            conn.close()
+    return DoctorReport(
+        status=overall(results), database=str(path), offline=offline, checked_at=ctx.now,
+        checks=results, skipped=skipped,
+    )
+
+
+def _run(check: Check, ctx: DoctorContext) -> Verdict:
+    try:
+        return check.run(ctx)
+    except Exception as exc:  # noqa: BLE001 - a broken check is reported, not raised
+        return fail(
+            f"the check itself failed: {type(exc).__name__}: {exc}",
+            "the database may be damaged or locked; run `gormes doctor` again, and report "
+            "the message if it persists",
+        )
+
+
+def _result(name: str, category: str, verdict: Verdict) -> CheckResult:
+    return CheckResult(
+        name=name, category=category, status=verdict.status, message=verdict.message,
+        remediation=verdict.remediation,
+    )

@@ -1,0 +1,144 @@
+"""The doctor's checks, one module per category, and the types they share.
+
+A check is a plain function `(DoctorContext) -> Verdict`: it reads the database
+(read-only) and the process's registries and says `ok`, `warn` or `fail`, with a
+one-line message and, when not ok, a remediation. The runner (gormes/doctor.py)
+names the results, skips what `--offline` excludes and turns a crashed check
+into a `fail`, so a check function stays a few lines of SQL and a judgement.
+
+Every threshold lives in `Thresholds` and is documented in docs/doctor.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+
+if TYPE_CHECKING:
+    from gormes.events.codec import Codec
+    from gormes.ops.spec import OperationSpec
+
+Status = Literal["ok", "warn", "fail"]
+CATEGORIES = (
+    "store", "projections", "queue", "workers", "operations", "replay", "disk",
+    "memory", "skills",
+)
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+class Verdict(msgspec.Struct, frozen=True):
+    status: Status
+    message: str
+    remediation: str = ""
+
+
+def ok(message: str) -> Verdict:
+    return Verdict("ok", message)
+
+
+def warn(message: str, remediation: str) -> Verdict:
+    return Verdict("warn", message, remediation)
+
+
+def fail(message: str, remediation: str) -> Verdict:
+    return Verdict("fail", message, remediation)
+
+
+class Thresholds(msgspec.Struct, frozen=True, kw_only=True):
+    projection_lag_warn: int = 1000  # events behind the head
+    stall_grace_ms: int = 15_000  # as the worker's stall sweep (WorkerConfig.stall_grace_ms)
+    oldest_waiting_warn_s: float = 3600.0
+    queue_depth_warn: int = 10_000  # waiting jobs in one queue
+    wedged_after_s: float = 15 * 60.0  # no completion for this long
+    heartbeat_stale_s: float = 30.0  # six missed beats at the worker's default 5 s
+    crashed_worker_window_s: float = 24 * 3600.0
+    breaker_window_s: float = 24 * 3600.0
+    disk_fail_bytes: int = 100 * MIB
+    disk_warn_bytes: int = GIB
+    disk_warn_fraction: float = 0.10
+
+
+def module_exists(name: str) -> bool:
+    """Whether this installation has a module (a part of gormes) called `name`."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorContext:
+    """What every check may read. `conn` is a read-only connection (None when the
+    database could not be opened: only checks with `needs_database=False` run)."""
+
+    path: Path
+    conn: sqlite3.Connection | None
+    now: float  # seconds since the epoch
+    thresholds: Thresholds
+    codec: Codec
+    operations: Sequence[OperationSpec]
+    run_handlers: Container[str]
+    statvfs: Callable[[str], os.statvfs_result] = os.statvfs
+    module_exists: Callable[[str], bool] = module_exists
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        assert self.conn is not None, "a check that needs the database ran without one"
+        return self.conn
+
+    @property
+    def now_ms(self) -> int:
+        return int(self.now * 1000)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    name: str  # "<category>.<what>", stable: scripts match on it
+    category: str
+    run: Callable[[DoctorContext], Verdict]
+    needs_daemon: bool = False  # skipped with --offline
+    needs_database: bool = True
+
+
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).fetchone()
+    return row is not None
+
+
+def count_events(conn: sqlite3.Connection, type_glob: str) -> int:
+    return conn.execute("SELECT count(*) FROM events WHERE type GLOB ?", (type_glob,)).fetchone()[0]
+
+
+def listing(items: Sequence[str], limit: int = 5) -> str:
+    """`a, b, c and 4 more`."""
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def size(n: int) -> str:
+    if n >= GIB:
+        return f"{n / GIB:.1f} GiB"
+    return f"{n / MIB:.0f} MiB"
