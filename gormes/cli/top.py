@@ -1,0 +1,67 @@
+"""`gormes top [--once] [--json]`: the workforce at a glance.
+
+Without options it is live (a terminal is required; see gormes/dashboard/app.py).
+`--once` prints one snapshot and exits; `--once --json` prints it as one JSON
+object, for scripts and tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gormes.errors import UserError
+
+
+def _require_db(db: Path) -> None:
+    if not db.exists():
+        raise UserError(f"no database at {db}")
+
+
+def snapshot_once(db: Path) -> Any:
+    import trio
+
+    from gormes.dashboard.app import open_views
+    from gormes.dashboard.read import read_snapshot
+    from gormes.events.sqlite import SQLiteEventStore
+
+    async def main() -> Any:
+        async with SQLiteEventStore.open(db) as store:
+            await open_views(store)
+            snapshot = await read_snapshot(store)
+        return snapshot.with_selected(snapshot.jobs[0].id if snapshot.jobs else None)
+
+    return trio.run(main)
+
+
+@click.command("top")
+@click.option("--once", is_flag=True, help="Print one snapshot and exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: the snapshot as one JSON object.")
+@click.option("--fps", type=click.FloatRange(min=0.5, max=30), default=10.0, show_default=True,
+              help="Most redraws per second (live view).")
+@click.pass_obj
+def top(obj: Any, once: bool, as_json: bool, fps: float) -> None:
+    """A live view of jobs, runs, workers and the governor; keys steer the selected job."""
+    _require_db(obj.db)
+    if as_json and not once:
+        raise UserError("--json needs --once (the live view is for people)")
+    if once:
+        snapshot = snapshot_once(obj.db)
+        if as_json:
+            import msgspec
+
+            click.echo(msgspec.json.encode(snapshot).decode())
+        else:
+            from rich.console import Console
+
+            from gormes.dashboard.render import render_dashboard
+
+            Console().print(render_dashboard(snapshot))
+        return
+    import trio
+
+    from gormes.dashboard.app import run_live
+
+    trio.run(lambda: run_live(obj.db, fps=fps))

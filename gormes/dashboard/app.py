@@ -1,0 +1,198 @@
+"""The live loop of `gormes top`: follow the log, re-read the snapshot, draw, obey keys.
+
+    await run_live(db_path)          # stdin and stdout must be a terminal
+
+Three trio tasks share one `TopApp`:
+- `follow`: a subscription on the log from its head; every event marks the view
+  stale (a one-second tick does too, for heartbeats and ages, which are no events);
+- `refresh`: when stale, catch the `runs` projection up, read a Snapshot and draw,
+  at most `fps` times a second;
+- `keyboard`: stdin in cbreak mode, read when trio says it is readable; each key
+  goes through the pure `handle_key`, and its action (pause, resume, cancel as the
+  operator, through the JobQueue; open a run's timeline) runs here.
+
+The terminal is restored on every way out (q, Ctrl-C, an error): the termios
+settings are put back and rich leaves the alternate screen and shows the cursor.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import termios
+import tty
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+from rich.console import Console
+from rich.live import Live
+
+from gormes.dashboard.keys import Action, UiState, decode_keys, handle_key, sync_rows
+from gormes.dashboard.model import Snapshot
+from gormes.dashboard.read import read_snapshot
+from gormes.dashboard.render import render_dashboard, render_timeline
+from gormes.errors import GormesError, UserError
+
+DEFAULT_FPS = 10.0
+TICK_S = 1.0
+
+
+@contextmanager
+def cbreak(fd: int) -> Iterator[None]:
+    """Keys arrive one by one, unechoed; the previous settings come back on exit."""
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd, termios.TCSANOW)
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+async def open_views(store: Any) -> tuple[Any, Any]:
+    """The queue (ledger installed) and the runs projection's runner, caught up."""
+    from gormes.actors.queue import JobQueue
+    from gormes.projections.runner import ProjectionRunner
+    from gormes.projections.runs import runs
+
+    queue = await JobQueue.open(store)
+    runner = ProjectionRunner(store, runs)
+    await runner.catch_up()
+    return queue, runner
+
+
+class TopApp:
+    def __init__(self, store: Any, queue: Any, runner: Any, pricing: Any, live: Live, *, fps: float) -> None:
+        self.store = store
+        self.queue = queue
+        self.runner = runner
+        self.pricing = pricing
+        self.live = live
+        self.min_interval = 1.0 / fps
+        self.ui = UiState()
+        self.snapshot: Snapshot | None = None
+        self.timeline_lines: list[str] = []
+        self.stale = trio.Event()
+        self.stale.set()
+        self.done = trio.Event()
+
+    # -- drawing ---------------------------------------------------------------
+
+    def draw(self) -> None:
+        height = self.live.console.size.height
+        if self.ui.timeline is not None:
+            view = render_timeline(self.ui.timeline, self.timeline_lines, self.ui, height=height)
+        elif self.snapshot is not None:
+            view = render_dashboard(self.snapshot.with_selected(self.ui.selected_job), self.ui, height=height)
+        else:
+            return
+        self.live.update(view, refresh=True)
+
+    def mark_stale(self) -> None:
+        self.stale.set()
+
+    async def reload(self) -> None:
+        await self.runner.catch_up()
+        self.snapshot = await read_snapshot(self.store, pricing=self.pricing)
+        self.ui = sync_rows(self.ui, self.snapshot)
+        if self.ui.timeline is not None:
+            await self.load_timeline(self.ui.timeline)
+
+    async def load_timeline(self, run_id: str) -> None:
+        from gormes.cli.runs_view import format_view, run_view
+
+        try:
+            self.timeline_lines = format_view(await run_view(self.store, run_id, tree=False))
+        except GormesError as exc:
+            self.timeline_lines = [f"cannot show run {run_id}: {exc}"]
+
+    # -- tasks -----------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        while True:
+            await self.stale.wait()
+            self.stale = trio.Event()
+            await self.reload()
+            self.draw()
+            await trio.sleep(self.min_interval)  # the throttle: at most fps frames a second
+
+    async def follow(self) -> None:
+        async for _record in self.store.subscribe(after=await self.store.head()):
+            self.mark_stale()
+
+    async def tick(self) -> None:
+        with trio.open_signal_receiver(signal.SIGWINCH) as resized:
+            while True:
+                with trio.move_on_after(TICK_S):
+                    await resized.__anext__()
+                self.mark_stale()
+
+    async def keyboard(self, fd: int) -> None:
+        while not self.done.is_set():
+            await trio.lowlevel.wait_readable(fd)
+            data = os.read(fd, 1024)
+            if not data:  # the terminal went away
+                self.done.set()
+                return
+            for key in decode_keys(data):
+                self.ui, action = handle_key(self.ui, key)
+                if action is not None:
+                    await self.perform(action)
+                if self.done.is_set():
+                    return
+            self.draw()
+
+    async def perform(self, action: Action) -> None:
+        if action.kind == "quit":
+            self.done.set()
+            return
+        if action.kind == "open" and action.run_id is not None:
+            await self.load_timeline(action.run_id)
+            return
+        job_id = action.job_id
+        try:
+            if action.kind == "cancel":
+                cancelled = await self.queue.cancel(job_id)
+                message = f"cancelled {', '.join(cancelled)}"
+            else:
+                job = await getattr(self.queue, action.kind)(job_id)
+                message = f"{job.id} {job.status}"
+        except GormesError as exc:
+            message = str(exc)
+        self.ui = msgspec.structs.replace(self.ui, message=message)
+        self.mark_stale()
+
+    async def run(self, fd: int) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.refresh)
+            nursery.start_soon(self.follow)
+            nursery.start_soon(self.tick)
+            nursery.start_soon(self.keyboard, fd)
+            await self.done.wait()
+            nursery.cancel_scope.cancel()
+
+
+def require_terminal() -> int:
+    fd = sys.stdin.fileno()
+    if not os.isatty(fd) or not sys.stdout.isatty():
+        raise UserError("gormes top needs a terminal on stdin and stdout (use --once for a snapshot)")
+    return fd
+
+
+async def run_live(db: Path, *, fps: float = DEFAULT_FPS, console: Console | None = None) -> None:
+    from gormes.actors.providers.pricing import default_table
+    from gormes.events.sqlite import SQLiteEventStore
+
+    fd = require_terminal()
+    pricing = default_table()
+    async with SQLiteEventStore.open(db) as store:
+        queue, runner = await open_views(store)
+        console = console or Console()
+        with cbreak(fd):
+            with Live(console=console, screen=True, auto_refresh=False,
+                      redirect_stdout=False, redirect_stderr=False) as live:
+                await TopApp(store, queue, runner, pricing, live, fps=fps).run(fd)

@@ -1,0 +1,169 @@
+"""Keys of `gormes top`, as pure functions: bytes -> key names, (state, key) -> (state, action).
+
+    state, action = handle_key(state, "p")   # Action(kind="pause", job_id=...) or None
+
+The live loop (app.py) carries the state, performs the action (through the
+JobQueue, as the operator) and renders; nothing here does I/O.
+
+Main view: up/k, down/j, home/g, end/G move; tab switches between the jobs and
+the active runs; p pause, r resume, c cancel the selected job (in the runs pane:
+the run's job); enter/t open the selected run's timeline; q quit.
+Timeline view: up/k, down/j scroll; esc, backspace, left, t or enter go back; q quit.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from gormes.dashboard.model import Snapshot
+
+Pane = Literal["jobs", "runs"]
+ActionKind = Literal["pause", "resume", "cancel", "open", "quit"]
+
+_SEQUENCES = {
+    b"\x1b[A": "up", b"\x1b[B": "down", b"\x1b[C": "right", b"\x1b[D": "left",
+    b"\x1bOA": "up", b"\x1bOB": "down", b"\x1bOC": "right", b"\x1bOD": "left",
+    b"\x1b[H": "home", b"\x1b[F": "end", b"\x1b[1~": "home", b"\x1b[4~": "end",
+    b"\x1b[5~": "pageup", b"\x1b[6~": "pagedown",
+}
+_SINGLE = {b"\r": "enter", b"\n": "enter", b"\t": "tab", b"\x7f": "backspace", b"\x08": "backspace"}
+
+
+def decode_keys(data: bytes) -> list[str]:
+    """Split what the terminal sent (one read, cbreak mode) into key names."""
+    keys: list[str] = []
+    i = 0
+    while i < len(data):
+        if data[i:i + 1] == b"\x1b":
+            for seq, name in _SEQUENCES.items():
+                if data.startswith(seq, i):
+                    keys.append(name)
+                    i += len(seq)
+                    break
+            else:
+                if data[i + 1:i + 2] == b"[":  # an unknown CSI sequence: skip it whole
+                    j = i + 2
+                    while j < len(data) and not 0x40 <= data[j] <= 0x7E:
+                        j += 1
+                    i = j + 1
+                else:
+                    keys.append("esc")
+                    i += 1
+            continue
+        byte = data[i:i + 1]
+        keys.append(_SINGLE.get(byte) or byte.decode("latin-1"))
+        i += 1
+    return keys
+
+
+class Action(msgspec.Struct, frozen=True, kw_only=True):
+    kind: ActionKind
+    job_id: str | None = None
+    run_id: str | None = None
+
+
+class UiState(msgspec.Struct, frozen=True, kw_only=True):
+    pane: Pane = "jobs"
+    job_ids: tuple[str, ...] = ()
+    job_runs: tuple[str | None, ...] = ()  # each job's top-level run
+    run_ids: tuple[str, ...] = ()
+    run_jobs: tuple[str | None, ...] = ()  # each run's job
+    selected_job: str | None = None
+    selected_run: str | None = None
+    timeline: str | None = None  # the run whose timeline is open
+    scroll: int = 0  # first timeline line shown
+    message: str = ""
+
+
+def _keep(ids: tuple[str, ...], old_ids: tuple[str, ...], selected: str | None) -> str | None:
+    """The same id if it is still there; else the row now at its old index (clamped)."""
+    if not ids:
+        return None
+    if selected in ids:
+        return selected
+    index = old_ids.index(selected) if selected in old_ids else 0
+    return ids[min(index, len(ids) - 1)]
+
+
+def sync_rows(state: UiState, snapshot: Snapshot) -> UiState:
+    """Take the rows of a new snapshot, keeping the selection on the same job and run."""
+    job_ids = tuple(j.id for j in snapshot.jobs)
+    run_ids = tuple(r.run_id for r in snapshot.runs)
+    return msgspec.structs.replace(
+        state,
+        job_ids=job_ids, job_runs=tuple(j.run_id for j in snapshot.jobs),
+        run_ids=run_ids, run_jobs=tuple(r.job_id for r in snapshot.runs),
+        selected_job=_keep(job_ids, state.job_ids, state.selected_job),
+        selected_run=_keep(run_ids, state.run_ids, state.selected_run),
+    )
+
+
+def _move(ids: tuple[str, ...], selected: str | None, key: str) -> str | None:
+    if not ids:
+        return None
+    index = ids.index(selected) if selected in ids else 0
+    step = {"up": -1, "k": -1, "down": 1, "j": 1, "pageup": -10, "pagedown": 10}
+    if key in ("home", "g"):
+        index = 0
+    elif key in ("end", "G"):
+        index = len(ids) - 1
+    else:
+        index = max(0, min(len(ids) - 1, index + step[key]))
+    return ids[index]
+
+
+def _selected_job(state: UiState) -> str | None:
+    if state.pane == "jobs":
+        return state.selected_job
+    if state.selected_run in state.run_ids:
+        return state.run_jobs[state.run_ids.index(state.selected_run)]
+    return None
+
+
+def _selected_run(state: UiState) -> str | None:
+    if state.pane == "runs":
+        return state.selected_run
+    if state.selected_job in state.job_ids:
+        return state.job_runs[state.job_ids.index(state.selected_job)]
+    return None
+
+
+_MOVES = frozenset({"up", "down", "k", "j", "home", "end", "g", "G", "pageup", "pagedown"})
+_BACK = frozenset({"esc", "backspace", "left", "t", "enter"})
+
+
+def handle_key(state: UiState, key: str) -> tuple[UiState, Action | None]:
+    replace = msgspec.structs.replace
+    if key == "q":
+        return state, Action(kind="quit")
+    if state.timeline is not None:
+        if key in _BACK:
+            return replace(state, timeline=None, scroll=0, message=""), None
+        delta = {"up": -1, "k": -1, "down": 1, "j": 1, "pageup": -10, "pagedown": 10}.get(key)
+        if delta is not None:
+            return replace(state, scroll=max(0, state.scroll + delta)), None
+        if key in ("home", "g"):
+            return replace(state, scroll=0), None
+        return state, None
+    if key in _MOVES:
+        if state.pane == "jobs":
+            return replace(state, selected_job=_move(state.job_ids, state.selected_job, key), message=""), None
+        return replace(state, selected_run=_move(state.run_ids, state.selected_run, key), message=""), None
+    if key == "tab":
+        return replace(state, pane="runs" if state.pane == "jobs" else "jobs", message=""), None
+    if key in ("p", "r", "c"):
+        job_id = _selected_job(state)
+        if job_id is None:
+            what = "no job selected" if state.pane == "jobs" else "this run has no job"
+            return replace(state, message=what), None
+        kind: ActionKind = {"p": "pause", "r": "resume", "c": "cancel"}[key]  # type: ignore[assignment]
+        return state, Action(kind=kind, job_id=job_id)
+    if key in ("enter", "t"):
+        run_id = _selected_run(state)
+        if run_id is None:
+            what = "no run selected" if state.pane == "runs" else "this job has no run"
+            return replace(state, message=what), None
+        return replace(state, timeline=run_id, scroll=0, message=""), Action(kind="open", run_id=run_id)
+    return state, None

@@ -1,0 +1,205 @@
+"""Reading one `Snapshot` out of the projection tables, in one read transaction.
+
+    snapshot = await read_snapshot(store)          # an SQLiteEventStore
+
+Tables: `jobs` (the ledger), `runs` (the runs projection; `gormes top` catches it
+up before reading), `worker_heartbeats`, and the `events` table only for the
+model turns of the runs shown (by stream, so by index), to price them. A table
+that does not exist yet reads as empty.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+import msgspec
+
+from gormes.dashboard.model import (
+    BREAKER_ERROR, JobRow, RunRow, Snapshot, TurnUsage, count_statuses, job_cost, order_jobs,
+    preview, run_costs, worker_row,
+)
+from gormes.events.jobs import Tokens
+
+JOBS_LIMIT = 200  # live jobs are all shown up to this; terminal ones fill the rest
+RECENT_DONE = 50
+_decode = msgspec.json.Decoder()
+
+_JOB_COLUMNS = (
+    "id, name, queue, status, priority, attempts_made, max_attempts, progress, tokens_input,"
+    " tokens_output, tokens_cache_read, worker_id, error, created_at, coalesce(updated_at, created_at)"
+)
+_RUN_COLUMNS = (
+    "run_id, handler, status, depth, model, job_id, parent_run_id, started_at, iterations,"
+    " tokens_input, tokens_output, tokens_cache_read, last_tool"
+)
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return _decode.decode(text)
+    except msgspec.DecodeError:
+        return text
+
+
+def _jobs(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    live = conn.execute(
+        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status NOT IN ('completed', 'failed', 'dead',"
+        " 'cancelled') ORDER BY created_at DESC, id DESC LIMIT ?", (JOBS_LIMIT,),
+    ).fetchall()
+    done = conn.execute(
+        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status IN ('completed', 'failed', 'dead',"
+        " 'cancelled') ORDER BY finished_at DESC, id DESC LIMIT ?", (RECENT_DONE,),
+    ).fetchall()
+    return live + done
+
+
+def _runs(conn: sqlite3.Connection, job_ids: list[str]) -> list[tuple[Any, ...]]:
+    """Active runs, and every run of the jobs shown (to give the jobs their run and cost)."""
+    marks = ",".join("?" * len(job_ids))
+    where = "status IN ('running', 'suspended')"
+    if job_ids:
+        where += f" OR job_id IN ({marks})"
+    return conn.execute(
+        f"SELECT {_RUN_COLUMNS} FROM runs WHERE {where} ORDER BY started_at, run_id", job_ids
+    ).fetchall()
+
+
+def _turns(conn: sqlite3.Connection, run_ids: list[str]) -> list[TurnUsage]:
+    turns: list[TurnUsage] = []
+    for start in range(0, len(run_ids), 500):
+        chunk = [f"run-{r}" for r in run_ids[start:start + 500]]
+        rows = conn.execute(
+            "SELECT substr(stream, 5), json_extract(data, '$.model'),"
+            " total(json_extract(data, '$.usage.input')), total(json_extract(data, '$.usage.output')),"
+            " total(json_extract(data, '$.usage.cache_read')) FROM events"
+            f" WHERE stream IN ({','.join('?' * len(chunk))}) AND type = 'run.llm_turn'"
+            " GROUP BY 1, 2", chunk,
+        ).fetchall()
+        turns += [
+            TurnUsage(run_id, model or "", Tokens(input=int(i), output=int(o), cache_read=int(c)))
+            for run_id, model, i, o, c in rows
+        ]
+    return turns
+
+
+def _progress(conn: sqlite3.Connection, run_ids: list[str]) -> dict[str, Any]:
+    """The latest `run.progress` of each run."""
+    found: dict[str, Any] = {}
+    for run_id in run_ids:
+        row = conn.execute(
+            "SELECT json_extract(data, '$.progress') FROM events WHERE stream = ?"
+            " AND type = 'run.progress' ORDER BY version DESC LIMIT 1", (f"run-{run_id}",),
+        ).fetchone()
+        if row is not None:
+            found[run_id] = _json(row[0]) if isinstance(row[0], str) and row[0][:1] in "[{" else row[0]
+    return found
+
+
+def snapshot_from(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapshot:
+    """Read everything the dashboard shows (blocking; one read transaction)."""
+    conn.execute("BEGIN")
+    try:
+        return _snapshot(conn, now, pricing)
+    finally:
+        conn.execute("COMMIT")
+
+
+def _snapshot(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapshot:
+    tables = _tables(conn)
+    head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+    counts: list[tuple[str, str, int]] = []
+    job_rows: list[tuple[Any, ...]] = []
+    tokens = Tokens()
+    breaker_trips = 0
+    active_by_worker: dict[str, int] = {}
+    if "jobs" in tables:
+        counts = conn.execute("SELECT queue, status, count(*) FROM jobs GROUP BY queue, status").fetchall()
+        job_rows = _jobs(conn)
+        i, o, c = conn.execute(
+            "SELECT coalesce(sum(tokens_input), 0), coalesce(sum(tokens_output), 0),"
+            " coalesce(sum(tokens_cache_read), 0) FROM jobs WHERE parent_id IS NULL"
+        ).fetchone()
+        tokens = Tokens(input=i, output=o, cache_read=c)
+        breaker_trips = conn.execute(
+            "SELECT count(*) FROM jobs WHERE error = ?", (BREAKER_ERROR,)
+        ).fetchone()[0]
+        active_by_worker = dict(conn.execute(
+            "SELECT worker_id, count(*) FROM jobs WHERE status = 'active' AND worker_id IS NOT NULL"
+            " GROUP BY worker_id"
+        ).fetchall())
+    run_rows = _runs(conn, [r[0] for r in job_rows]) if "runs" in tables else []
+    run_ids = [r[0] for r in run_rows]
+    costs = run_costs(_turns(conn, run_ids), pricing)
+    active_runs = [r for r in run_rows if r[2] in ("running", "suspended")]
+    progress = _progress(conn, [r[0] for r in active_runs])
+
+    runs_of_job: dict[str, list[str]] = {}
+    top_run: dict[str, tuple[Any, ...]] = {}
+    for r in run_rows:
+        if r[5] is not None:
+            runs_of_job.setdefault(r[5], []).append(r[0])
+            if r[6] is None:
+                top_run[r[5]] = r  # the latest top-level run of the job (ordered by start)
+
+    jobs = []
+    for (job_id, name, queue, status, priority, made, max_attempts, job_progress, ti, to, tc,
+         worker_id, error, created_at, updated_at) in job_rows:
+        run = top_run.get(job_id)
+        jobs.append(JobRow(
+            id=job_id, name=name, queue=queue, status=status, priority=priority or 0,
+            attempts_made=made or 0, max_attempts=max_attempts or 0,
+            progress=preview(_json(job_progress)),
+            tokens=Tokens(input=ti or 0, output=to or 0, cache_read=tc or 0),
+            cost=job_cost(job_id, runs_of_job.get(job_id, []), costs),
+            worker_id=worker_id, run_id=run[0] if run else None,
+            last_tool=run[12] if run else None, error=error,
+            created_at=created_at or 0, updated_at=updated_at or 0,
+        ))
+    by_status, by_queue = count_statuses(counts)
+    return Snapshot(
+        taken_at=now, head=head, by_status=by_status, by_queue=by_queue,
+        jobs=order_jobs(jobs),
+        runs=tuple(
+            RunRow(
+                run_id=r[0], handler=r[1], status=r[2], depth=r[3] or 0, model=r[4], job_id=r[5],
+                parent_run_id=r[6], started_at=r[7] or 0.0, iterations=r[8] or 0,
+                tokens=Tokens(input=r[9] or 0, output=r[10] or 0, cache_read=r[11] or 0),
+                cost=costs.get(r[0], 0.0 if not r[8] else None), last_tool=r[12],
+                progress=preview(progress.get(r[0])),
+            )
+            for r in active_runs
+        ),
+        workers=tuple(_workers(conn, now, active_by_worker) if "worker_heartbeats" in tables else ()),
+        tokens=tokens, breaker_trips=breaker_trips,
+    )
+
+
+def _workers(conn: sqlite3.Connection, now: float, active: dict[str, int]) -> list[Any]:
+    rows = conn.execute(
+        "SELECT worker_id, pid, host, info, last_seen, stopped_at FROM worker_heartbeats"
+        " ORDER BY stopped_at IS NOT NULL, last_seen DESC, worker_id"
+    ).fetchall()
+    return [
+        worker_row(worker_id=w, pid=pid, host=host, info=_json(info), last_seen=last_seen,
+                   stopped_at=stopped_at, now=now, active_jobs=active.get(w, 0))
+        for w, pid, host, info, last_seen, stopped_at in rows
+    ]
+
+
+async def read_snapshot(store: Any, *, pricing: Any = None, now: float | None = None) -> Snapshot:
+    """A Snapshot from `store` (SQLiteEventStore), priced with `pricing` (default: the
+    shipped table plus GORMES_PRICING)."""
+    if pricing is None:
+        from gormes.actors.providers.pricing import default_table
+
+        pricing = default_table()
+    when = time.time() if now is None else now
+    return await store.read_with(lambda log: snapshot_from(log.conn, when, pricing))

@@ -1,0 +1,224 @@
+"""Drawing a `Snapshot` as rich renderables: pure, no I/O, no clock.
+
+    console.print(render_dashboard(snapshot, ui, height=40))
+    console.print(render_timeline(lines, ui, height=40))
+
+The selected job (and, in the runs pane, the selected run) carries the `>` marker
+and reverse video. Cost is "-" where there is no run to price and "?" where a
+model has no price (never $0 for an unknown price).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gormes.dashboard.keys import UiState
+from gormes.dashboard.model import JobRow, RunRow, Snapshot, WorkerRow
+from gormes.events.jobs import STATUSES, Tokens
+
+MARKER = ">"
+STATUS_STYLE = {
+    "active": "bold green", "waiting": "cyan", "delayed": "blue", "paused": "yellow",
+    "waiting-children": "magenta", "completed": "dim green", "failed": "red", "dead": "bold red",
+    "cancelled": "dim", "running": "bold green", "suspended": "yellow",
+}
+SHORT_STATUS = {"waiting-children": "w-child"}
+KEYS_HELP = "up/down select  tab jobs/runs  p pause  r resume  c cancel  enter timeline  q quit"
+TIMELINE_HELP = "up/down scroll  esc back  q quit"
+FIXED_LINES = 12  # header, titles, table headers, footer: what the job rows must leave room for
+
+
+def format_cost(dollars: float | None, *, priced: bool = True) -> str:
+    if not priced:
+        return "-"
+    if dollars is None:
+        return "?"
+    if dollars == 0:
+        return "$0"
+    return f"${dollars:.4f}" if dollars >= 0.0001 else f"${dollars:.2g}"
+
+
+def format_tokens(tokens: Tokens) -> str:
+    return f"{tokens.input:,}/{tokens.output:,}"
+
+
+def _status(status: str) -> Text:
+    return Text(SHORT_STATUS.get(status, status), style=STATUS_STYLE.get(status, ""))
+
+
+def window(count: int, selected: int, size: int) -> tuple[int, int]:
+    """The [start, end) of `size` rows out of `count` that keeps `selected` in view."""
+    size = max(1, size)
+    if count <= size:
+        return 0, count
+    start = min(max(0, selected - size // 2), count - size)
+    return start, start + size
+
+
+def header(snapshot: Snapshot) -> Text:
+    s = snapshot
+    text = Text("gormes top", style="bold")
+    text.append(f"  head {s.head}  jobs {s.total_jobs}: ")
+    parts = [(status, n) for status, n in s.by_status.items() if n]
+    for i, (status, n) in enumerate(parts):
+        text.append(f"{'  ' if i else ''}{status} ")
+        text.append(str(n), style=STATUS_STYLE.get(status, ""))
+    if not parts:
+        text.append("none")
+    text.append(f"\ntokens in/out {format_tokens(s.tokens)} (cache {s.tokens.cache_read:,})")
+    text.append(f"  workers {s.live_workers} live / {len(s.workers)}")
+    text.append(f"  breaker trips {s.breaker_trips}", style="bold red" if s.breaker_trips else "")
+    return text
+
+
+def _table(title: str, *, focused: bool = False) -> Table:
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                 pad_edge=False, padding=(0, 1), collapse_padding=True, header_style="bold",
+                 title_style="bold underline" if focused else "bold")
+
+
+ALWAYS_SHOWN = ("waiting", "active")
+
+
+def queues_table(snapshot: Snapshot) -> Table:
+    """One row per queue; a status column only where some queue has such jobs."""
+    shown = [s for s in STATUSES if s in ALWAYS_SHOWN or snapshot.by_status.get(s)]
+    table = _table("queues")
+    table.add_column("queue", no_wrap=True)
+    for status in shown:
+        table.add_column(SHORT_STATUS.get(status, status), justify="right", no_wrap=True)
+    table.add_column("total", justify="right", no_wrap=True)
+    for q in snapshot.by_queue:
+        table.add_row(q.queue, *(str(q.counts.get(s, 0)) for s in shown), str(q.total))
+    if not snapshot.by_queue:
+        table.add_row("(no jobs)", *("" for _ in shown), "0")
+    return table
+
+
+def jobs_table(snapshot: Snapshot, *, focused: bool, rows: int | None = None) -> Table:
+    jobs = snapshot.jobs
+    index = next((i for i, j in enumerate(jobs) if j.id == snapshot.selected), 0)
+    start, end = window(len(jobs), index, rows if rows is not None else len(jobs))
+    title = f"jobs ({len(jobs)} shown" + (f", {start + 1}-{end}" if end - start < len(jobs) else "") + ")"
+    table = _table(title, focused=focused)
+    _columns(table, ("", 1), ("id", 26), ("name", 4), ("queue", 5), ("status", 9), ("try", 3),
+             ("progress", 8), ("last tool", 9), ("tokens", 6), ("cost", 4), ("worker", 6))
+    for job in jobs[start:end]:
+        table.add_row(*_job_cells(job, job.id == snapshot.selected),
+                      style="reverse" if job.id == snapshot.selected and focused else None)
+    if not jobs:
+        table.add_row("", "(no jobs)")
+    return table
+
+
+RIGHT = frozenset({"try", "tokens", "cost", "depth", "turns", "pid", "active"})
+
+
+def _columns(table: Table, *columns: tuple[str, int]) -> None:
+    """Columns that never wrap; each keeps at least its minimum width when space is short."""
+    for name, min_width in columns:
+        table.add_column(name, justify="right" if name in RIGHT else "left", no_wrap=True,
+                         overflow="ellipsis", min_width=min_width)
+
+
+def _job_cells(job: JobRow, selected: bool) -> list[RenderableType]:
+    return [
+        MARKER if selected else " ", job.id, job.name, job.queue, _status(job.status),
+        f"{job.attempts_made}/{job.max_attempts}", job.progress or "", job.last_tool or "",
+        format_tokens(job.tokens), format_cost(job.cost, priced=job.run_id is not None),
+        job.worker_id or "",
+    ]
+
+
+def runs_table(snapshot: Snapshot, ui: UiState) -> Table:
+    focused = ui.pane == "runs"
+    table = _table(f"active runs ({len(snapshot.runs)})", focused=focused)
+    _columns(table, ("", 1), ("run", 26), ("handler", 7), ("status", 9), ("depth", 5), ("model", 5),
+             ("turns", 5), ("progress", 8), ("last tool", 9), ("tokens", 6), ("cost", 4), ("job", 6))
+    for run in snapshot.runs:
+        selected = focused and run.run_id == ui.selected_run
+        table.add_row(*_run_cells(run, selected), style="reverse" if selected else None)
+    if not snapshot.runs:
+        table.add_row("", "(none)")
+    return table
+
+
+def _run_cells(run: RunRow, selected: bool) -> list[RenderableType]:
+    return [
+        MARKER if selected else " ", run.run_id, run.handler, _status(run.status), str(run.depth),
+        run.model or "", str(run.iterations), run.progress or "", run.last_tool or "",
+        format_tokens(run.tokens), format_cost(run.cost), run.job_id or "",
+    ]
+
+
+def workers_table(snapshot: Snapshot) -> Table:
+    table = _table(f"workers ({snapshot.live_workers} live)")
+    _columns(table, ("worker", 12), ("state", 5), ("seen", 7), ("pid", 3), ("active", 6),
+             ("queues", 6), ("governor", 8))
+    for w in snapshot.workers:
+        table.add_row(*_worker_cells(w))
+    if not snapshot.workers:
+        table.add_row("(no worker has reported)")
+    return table
+
+
+def _worker_cells(w: WorkerRow) -> list[RenderableType]:
+    state = Text("alive", style="green") if w.alive else Text("gone", style="red")
+    limit = f"/{w.concurrency}" if w.concurrency is not None else ""
+    g = w.governor
+    if g is None:
+        governor = "not reported"
+    else:
+        governor = f"limit {g.limit if g.limit is not None else '?'}"
+        if g.cpu_percent is not None:
+            governor += f" cpu {g.cpu_percent:.0f}%"
+        if g.memory_percent is not None:
+            governor += f" mem {g.memory_percent:.0f}%"
+    return [
+        w.worker_id, state, f"{w.last_seen_s_ago:.0f}s ago", "" if w.pid is None else str(w.pid),
+        f"{w.active_jobs}{limit}", ",".join(w.queues) if w.queues else "all", governor,
+    ]
+
+
+def footer(text: str, message: str) -> Text:
+    line = Text(text, style="dim")
+    if message:
+        line.append("  ")
+        line.append(message, style="bold yellow")
+    return line
+
+
+def job_rows_fitting(snapshot: Snapshot, height: int | None) -> int | None:
+    if height is None:
+        return None
+    used = FIXED_LINES + max(1, len(snapshot.by_queue)) + max(1, len(snapshot.runs)) + max(1, len(snapshot.workers))
+    return max(3, height - used)
+
+
+def render_dashboard(snapshot: Snapshot, ui: UiState | None = None, *, height: int | None = None) -> RenderableType:
+    """The whole screen. `height` (terminal lines) limits the job rows shown
+    (a window that follows the selection); None shows every job."""
+    ui = ui or UiState()
+    return Group(
+        header(snapshot),
+        queues_table(snapshot),
+        jobs_table(snapshot, focused=ui.pane == "jobs", rows=job_rows_fitting(snapshot, height)),
+        runs_table(snapshot, ui),
+        workers_table(snapshot),
+        footer(KEYS_HELP, ui.message),
+    )
+
+
+def render_timeline(run_id: str, lines: Sequence[str], ui: UiState, *, height: int | None = None) -> RenderableType:
+    """A run's timeline (the lines of `gormes runs show`), scrolled to `ui.scroll`."""
+    size = len(lines) if height is None else max(1, height - 3)
+    start = min(ui.scroll, max(0, len(lines) - size))
+    body = Text("\n".join(lines[start:start + size]), no_wrap=True, overflow="ellipsis")
+    title = Text(f"run {run_id}  (lines {start + 1}-{min(len(lines), start + size)} of {len(lines)})",
+                 style="bold")
+    return Group(title, body, footer(TIMELINE_HELP, ui.message))
