@@ -1,0 +1,56 @@
+"""`gormes audit export [--since T] [--until T] [--kind K]... [--out FILE]`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+
+@click.group()
+def audit() -> None:
+    """The audit trail: one event per operation call and trust decision."""
+
+
+@audit.command()
+@click.option("--since", metavar="T", help="From this time on (ISO-8601, UTC if no offset; or an age: 30m, 2h, 7d).")
+@click.option("--until", metavar="T", help="Before this time (same forms as --since).")
+@click.option("--kind", "kinds", multiple=True, metavar="K", help="Only this audit kind (repeatable), e.g. fs.read.")
+@click.option("--out", "out_path", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Write to FILE instead of standard output.")
+@click.pass_obj
+def export(obj: Any, since: str | None, until: str | None, kinds: tuple[str, ...], out_path: str | None) -> None:
+    """Write audit events as JSON lines (schema: docs/audit.md)."""
+    import time
+
+    from gormes.audit_export import AuditExport, make_filter, read_audit, write_lines
+    from gormes.errors import UserError
+    from gormes.events.catalog import load_all
+    from gormes.events.codec import default_codec
+    from gormes.events.sqlite_log import SQLiteLog
+
+    load_all()
+    query = make_filter(since, until, kinds, time.time())
+    log = SQLiteLog(obj.db, readonly=True, create=False)
+    result = AuditExport()
+    try:
+        records = read_audit(log.conn, query, default_codec, result)
+        if out_path is None:
+            write_lines(records, sys.stdout.buffer, result)
+        else:
+            try:
+                out = open(out_path, "wb")  # noqa: SIM115 - closed below
+            except OSError as exc:
+                raise UserError(f"cannot write {out_path}: {exc.strerror}") from None
+            with out:
+                write_lines(records, out, result)
+    finally:
+        log.close()
+    if result.unreadable:
+        click.echo(
+            f"gormes: warning: left out {result.unreadable} audit event(s) this gormes cannot read "
+            "(written by a newer version)", err=True,
+        )
+    if out_path is not None:
+        click.echo(f"wrote {result.written} audit record(s) to {out_path}", err=True)

@@ -1,0 +1,53 @@
+"""`gormes doctor [--json] [--offline] [--import MODULE]...`: every health check,
+one line each; exit 1 when any check fails (warnings exit 0)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (with schema_version).")
+@click.option("--offline", is_flag=True,
+              help="Skip the checks that need a running daemon (worker heartbeats, wedged "
+              "queues, projection lag).")
+@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
+              help="Load run handlers first, so runs recorded with them count as replayable.")
+@click.pass_obj
+def doctor(obj: Any, as_json: bool, offline: bool, imports: tuple[str, ...]) -> None:
+    """Check the database, projections, queue, workers, operations, replay and disk."""
+    import msgspec
+
+    from gormes.actors.handlers import import_handlers
+    from gormes.doctor import exit_code, run_doctor
+
+    for spec in imports:
+        import_handlers(spec)
+    report = run_doctor(obj.db, offline=offline)
+    if as_json:
+        sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
+        sys.stdout.flush()
+    else:
+        _print_human(report)
+    click.get_current_context().exit(exit_code(report))
+
+
+def _print_human(report: Any) -> None:
+    width = max(len(c.name) for c in report.checks)
+    for c in report.checks:
+        click.echo(f"{MARKS[c.status]}  {c.name:<{width}}  {c.message}")
+        if c.remediation:
+            click.echo(f"      {'':<{width}}  -> {c.remediation}")
+    for s in report.skipped:
+        click.echo(f"skip  {s.name:<{width}}  {s.reason}")
+    warns = sum(c.status == "warn" for c in report.checks)
+    fails = sum(c.status == "fail" for c in report.checks)
+    click.echo(
+        f"\n{report.status}: {len(report.checks)} checks, {warns} warning(s), {fails} failure(s)"
+        + (f", {len(report.skipped)} skipped" if report.skipped else "")
+    )
