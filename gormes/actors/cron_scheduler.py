@@ -18,6 +18,7 @@ when to look; every decision is made again on the stream itself.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from collections.abc import Callable
@@ -82,6 +83,23 @@ class CronBook:
         if state is None or not state.live:
             raise ScheduleNotFound(f"no schedule named {name!r}")
         return state
+
+    async def list(self) -> builtins.list[ScheduleState]:
+        """Every live schedule by name, from the `schedules` projection (caught up first)."""
+        from gormes.projections.cron import read_rows, schedules
+        from gormes.projections.runner import ProjectionRunner
+
+        await ProjectionRunner(self.store, schedules).catch_up()
+        rows = await self.store.read_with(lambda log: read_rows(log.conn))
+        return [
+            ScheduleState(
+                name=r["name"], schedule=r["schedule"], job=r["job"], data=r["data"],
+                queue=r["queue"], status=r["status"], created_at=r["created_at"],
+                counts_from=r["counts_from"], last_fire_at=r["last_fire_at"],
+                last_job_id=r["last_job_id"], fires=r["fires"],
+            )
+            for r in rows
+        ]
 
     async def _run(self, name: str, make: Callable[[int], Command]) -> ScheduleState:
         at = int(self.clock() * 1000)

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("gormes.cli.demo", "demo", "Run the demo: several actors append, a tail follows, a projection prints."),
     "jobs": ("gormes.cli.jobs", "jobs", "Submit, list, inspect and steer durable jobs."),
     "worker": ("gormes.cli.worker", "worker", "Run job handlers until SIGINT or SIGTERM."),
+    "cron": ("gormes.cli.cron", "cron", "Add, list, pause, resume and remove cron schedules."),
     "run": ("gormes.cli.runs", "run", "Start an agent run (or any run handler) and wait for its outcome."),
     "runs": ("gormes.cli.runs", "runs", "List recorded runs; show one as a timeline and a tree."),
     "replay": ("gormes.cli.replay", "replay", "Replay a recorded run exactly (no side effects); name the first divergence."),

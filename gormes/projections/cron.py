@@ -1,7 +1,8 @@
 """The `schedules` projection: one row per live cron schedule.
 
     name, schedule, job, data (JSON), queue, status (active | paused),
-    created_at, updated_at, last_fire_at, last_job_id, fires
+    created_at, counts_from (fires at or before it never happen: added or resumed),
+    updated_at, last_fire_at, last_job_id, fires
 
 Times are milliseconds since the epoch, taken from the events, so a rebuild gives
 the same rows. A removed schedule's row is deleted. The next fire time depends on
@@ -38,11 +39,15 @@ class SchedulesProjection:
         db.table(TABLE).create(
             {
                 "name": str, "schedule": str, "job": str, "data": str, "queue": str,
-                "status": str, "created_at": int, "updated_at": int, "last_fire_at": int,
+                "status": str, "created_at": int, "counts_from": int, "updated_at": int,
+                "last_fire_at": int,
                 "last_job_id": str, "fires": int,
             },
             pk="name",
-            not_null={"schedule", "job", "queue", "status", "created_at", "updated_at", "fires"},
+            not_null={
+                "schedule", "job", "queue", "status", "created_at", "counts_from", "updated_at",
+                "fires",
+            },
             if_not_exists=True,
         )
 
@@ -54,14 +59,20 @@ class SchedulesProjection:
             if isinstance(e, CronScheduled):
                 conn.execute(
                     f"INSERT OR REPLACE INTO {TABLE}(name, schedule, job, data, queue, status,"
-                    " created_at, updated_at, fires) VALUES (?, ?, ?, ?, ?, 'active', ?, ?, 0)",
-                    (name, e.schedule, e.job, _encode(e.data).decode(), e.queue, e.at, e.at),
+                    " created_at, counts_from, updated_at, fires)"
+                    " VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, 0)",
+                    (name, e.schedule, e.job, _encode(e.data).decode(), e.queue, e.at, e.at, e.at),
                 )
-            elif isinstance(e, (CronPaused, CronResumed)):
-                status = "paused" if isinstance(e, CronPaused) else "active"
+            elif isinstance(e, CronPaused):
                 conn.execute(
-                    f"UPDATE {TABLE} SET status = ?, updated_at = ? WHERE name = ?",
-                    (status, e.at, name),
+                    f"UPDATE {TABLE} SET status = 'paused', updated_at = ? WHERE name = ?",
+                    (e.at, name),
+                )
+            elif isinstance(e, CronResumed):
+                conn.execute(
+                    f"UPDATE {TABLE} SET status = 'active', counts_from = ?, updated_at = ?"
+                    " WHERE name = ?",
+                    (e.at, e.at, name),
                 )
             elif isinstance(e, CronRemoved):
                 conn.execute(f"DELETE FROM {TABLE} WHERE name = ?", (name,))
@@ -74,3 +85,20 @@ class SchedulesProjection:
 
 
 schedules = SchedulesProjection()
+
+
+COLUMNS = (
+    "name", "schedule", "job", "data", "queue", "status", "created_at", "counts_from",
+    "updated_at", "last_fire_at", "last_job_id", "fires",
+)
+
+
+def read_rows(conn: sqlite3.Connection) -> list[dict[str, object]]:
+    """Every schedule row by name, `data` decoded."""
+    rows = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM {TABLE} ORDER BY name").fetchall()
+    out = []
+    for row in rows:
+        record = dict(zip(COLUMNS, row))
+        record["data"] = msgspec.json.decode(record["data"]) if record["data"] else None
+        out.append(record)
+    return out

@@ -1,0 +1,120 @@
+"""`gormes cron add|list|remove|pause|resume`: schedules the daemon fires.
+
+Expressions are five-field cron in UTC (or @hourly, @daily, ...). The daemon
+enqueues each fire once, as trust class `system`; a fire missed while no daemon
+ran is made up once, for the most recent missed time only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+
+
+def _run(db: Any, work: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
+    import trio
+
+    from gormes.actors.cron_scheduler import CronBook
+    from gormes.events.sqlite import SQLiteEventStore
+
+    async def main() -> Any:
+        async with SQLiteEventStore.open(db) as store:
+            return await work(CronBook(store))
+
+    return trio.run(main)
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _next_fire(state: Any) -> int | None:
+    from gormes.actors.cron import next_due
+
+    return next_due(state, int(time.time() * 1000))
+
+
+@click.group()
+def cron() -> None:
+    """Schedules that submit jobs on cron expressions (UTC), fired by `gormes daemon`."""
+
+
+@cron.command()
+@click.argument("name")
+@click.option("--schedule", required=True, metavar="CRON",
+              help='Five fields, UTC: "*/15 * * * *"; or @hourly, @daily, @weekly, @monthly, @yearly.')
+@click.option("--job", "job_name", required=True, metavar="JOBNAME", help="The job handler's name.")
+@click.option("--data", metavar="JSON", help="The data each job gets (JSON).")
+@click.option("--queue", default="default", show_default=True, metavar="Q")
+@click.pass_obj
+def add(obj: Any, name: str, schedule: str, job_name: str, data: str | None, queue: str) -> None:
+    """Add schedule NAME."""
+    import msgspec
+
+    from gormes.actors.cron import InvalidSchedule, parse_expression, validate_name
+
+    validate_name(name)
+    parse_expression(schedule)  # before the database is touched
+    value = None
+    if data is not None:
+        try:
+            value = msgspec.json.decode(data)
+        except msgspec.DecodeError as exc:
+            raise InvalidSchedule(f"--data is not JSON: {exc}") from None
+    state = _run(obj.db, lambda book: book.add(name, schedule, job_name, value, queue))
+    click.echo(f"added {state.name}: {state.schedule} -> {state.job} on queue {state.queue}; "
+               f"next fire {_iso(_next_fire(state))}")
+
+
+@cron.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of schedules.")
+@click.pass_obj
+def list_(obj: Any, as_json: bool) -> None:
+    """Every schedule with its next and last fire time."""
+    states = _run(obj.db, lambda book: book.list())
+    rows = [
+        {
+            "name": s.name, "schedule": s.schedule, "job": s.job, "data": s.data,
+            "queue": s.queue, "status": s.status, "next_fire": _iso(_next_fire(s)),
+            "last_fire": _iso(s.last_fire_at), "last_job_id": s.last_job_id, "fires": s.fires,
+            "created_at": _iso(s.created_at),
+        }
+        for s in states
+    ]
+    if as_json:
+        import msgspec
+
+        click.echo(msgspec.json.encode(rows).decode())
+        return
+    if not rows:
+        click.echo("no schedules")
+        return
+    from gormes.cli.output import print_rows_table
+
+    print_rows_table(
+        ("NAME", "SCHEDULE", "JOB", "QUEUE", "STATUS", "NEXT FIRE", "LAST FIRE", "FIRES"),
+        [(r["name"], r["schedule"], r["job"], r["queue"], r["status"], r["next_fire"] or "-",
+          r["last_fire"] or "-", str(r["fires"])) for r in rows],
+    )
+
+
+def _simple(verb: str, past: str, doc: str) -> click.Command:
+    @click.argument("name")
+    @click.pass_obj
+    def command(obj: Any, name: str) -> None:
+        state = _run(obj.db, lambda book: getattr(book, verb)(name))
+        click.echo(f"{past} {state.name} (now {state.status})")
+
+    command.__doc__ = doc
+    return cron.command(name=verb)(command)
+
+
+_simple("pause", "paused", "Pause schedule NAME: nothing fires until it is resumed.")
+_simple("resume", "resumed", "Resume schedule NAME; fires that fell due while paused are skipped.")
+_simple("remove", "removed", "Remove schedule NAME (its history stays in the log).")
