@@ -41,6 +41,10 @@ from gormes.ops.builtin import default_registry
 from gormes.ops.executor import Executor
 
 WORKSPACE = HERE / "workspace"
+# Every fixture run has this tool allowlist (recorded in run.started), so the tools
+# its model is offered, and so its request hashes, do not change when operations
+# are added to the registry; only a change to these operations does.
+TOOLS = ("fs.grep", "fs.list", "fs.read", "time.now")
 SCRIPTS = HERE / "scripts"
 ENDS = ("run.completed", "run.failed", "run.cancelled")
 # Replay reproduces run.started, every observation and the end; not these:
@@ -100,7 +104,7 @@ async def subagents(store: Any, tmp: Path) -> list[str]:
             {"text": "top done: the tree finished"}]},
     ])
     async with manager(store, "subagents") as runs:
-        outcome = await runs.run("agent", {"prompt": "Survey the workspace with helpers."}, model=model)
+        outcome = await runs.run("agent", {"prompt": "Survey the workspace with helpers."}, model=model, tools=TOOLS)
     return [outcome.run_id]
 
 
@@ -111,7 +115,7 @@ async def tool_error(store: Any, tmp: Path) -> list[str]:
         {"tool_calls": [call("fs.read", path="notes.txt")]},
         {"text": "missing.txt does not exist; notes.txt has two lines"}]}])
     async with manager(store, "tool-error") as runs:
-        outcome = await runs.run("agent", {"prompt": "Read missing.txt, else notes.txt."}, model=model)
+        outcome = await runs.run("agent", {"prompt": "Read missing.txt, else notes.txt."}, model=model, tools=TOOLS)
     return [outcome.run_id]
 
 
@@ -142,7 +146,7 @@ async def inbox_steering(store: Any, tmp: Path) -> list[str]:
     run_id = "inbox-steering-1"
     async with manager(store, "inbox-steering",
                        providers=lambda spec: SteeringProvider(open_provider(spec), store, run_id)) as runs:
-        outcome = await runs.run("agent", {"prompt": "Summarize the workspace."}, model=model, run_id=run_id)
+        outcome = await runs.run("agent", {"prompt": "Summarize the workspace."}, model=model, run_id=run_id, tools=TOOLS)
     return [outcome.run_id]
 
 
@@ -154,14 +158,14 @@ async def provider_retry(store: Any, tmp: Path) -> list[str]:
         {"error": "503 upstream overloaded", "retryable": True},
         {"text": "two files, after two retries"}]}])
     async with manager(store, "provider-retry") as runs:
-        outcome = await runs.run("agent", {"prompt": "List the workspace."}, model=model)
+        outcome = await runs.run("agent", {"prompt": "List the workspace."}, model=model, tools=TOOLS)
     return [outcome.run_id]
 
 
 @fixture("cancelled_child", "a parent that cancels its child; every kind of observation")
 async def cancelled_child(store: Any, tmp: Path) -> list[str]:
     async with manager(store, "cancelled-child") as runs:
-        outcome = await runs.run("fixture.cancel_child", {})
+        outcome = await runs.run("fixture.cancel_child", {}, tools=TOOLS)
     return [outcome.run_id]
 
 
@@ -181,7 +185,7 @@ async def paused_resumed(store: Any, tmp: Path) -> list[str]:
         {"text": "resumed and finished: notes.txt read"}]}])
     queue = await JobQueue.open(store)
     job = await queue.submit("agent", {
-        "handler": "fixture.wait_then_agent", "model": model,
+        "handler": "fixture.wait_then_agent", "model": model, "tools": list(TOOLS),
         "input": {"word": "go", "agent": {"prompt": "Read notes.txt."}},
     })
     worker = Worker(queue, job_handlers.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)

@@ -87,6 +87,8 @@ class _OneRun:
 class ForkContext(ReplayContext):
     """Replay-then-live: serves (and copies) the prefix, then delegates to `live`."""
 
+    copies = True
+
     def __init__(
         self, prefix: RecordedRun, replayer: Replayer, live: LiveRunContext, store: Any, *,
         lenient_llm: bool,

@@ -111,7 +111,15 @@ def tool_arguments(arguments: Any) -> tuple[str, str]:
         return raw, hashlib.sha256(raw.encode()).hexdigest()
 
 
+Asked = str | Callable[[], str]
+
+
+def _text(asked: Asked) -> str:
+    return asked if isinstance(asked, str) else asked()
+
+
 class ReplayContext(RunContext):
+    copies = False  # a fork copies each observation it serves (see `served`)
     def __init__(self, recorded: RecordedRun, replayer: Replayer) -> None:
         self.recorded = recorded
         self.started = recorded.started
@@ -121,7 +129,6 @@ class ReplayContext(RunContext):
         self.cursor = 0  # observations served
         self.stop: str | None = None
         self.divergence: Divergence | None = None
-        self.tokens_total = Tokens()
         self.iterations = 0
         self.conversation: tuple[Message, ...] = ()
         self.children: list[ReplayChildRun] = []
@@ -184,20 +191,20 @@ class ReplayContext(RunContext):
         observations = self.recorded.observations
         return observations[self.cursor] if self.cursor < len(observations) else None
 
-    async def take(self, asked: str, matches: Callable[[Any], bool]) -> Recorded | None:
+    async def take(self, asked: Asked, matches: Callable[[Any], bool]) -> Recorded | None:
         """The next recorded observation if `matches(event)`; otherwise the run has
         diverged and the handler is stopped. None means: nothing recorded is left to
-        serve and the caller should go live (only a fork does)."""
+        serve and the caller should go live (only a fork does). `asked` (text, or a
+        function making it) describes the call, for a divergence."""
         record = self.peek()
         until = self.replayer.until
         if record is not None and until is not None and record.position > until:
             await self.halt(STOP_UNTIL)
         if record is None:
-            return await self.exhausted(asked)
+            return await self.exhausted(_text(asked))
         if not matches(record.event):
-            await self.diverge(record.position, record.event.seq, describe(record.event), asked)
+            await self.diverge(record.position, record.event.seq, describe(record.event), _text(asked))
         self.cursor += 1
-        self.tokens_total = self.tokens_total + tokens_of(record.event)
         return record
 
     async def exhausted(self, asked: str) -> Recorded | None:
@@ -238,7 +245,7 @@ class ReplayContext(RunContext):
             position=last.position if last is not None else self.recorded.started_position,
             seq=self.cursor,
             iterations=self.iterations,
-            tokens=self.tokens_total,
+            tokens=sum((tokens_of(r.event) for r in self.recorded.observations[: self.cursor]), Tokens()),
             messages=[msgspec.to_builtins(m) for m in self.conversation],
             children=[c.run_id for c in self.children],
         )
@@ -260,7 +267,9 @@ class ReplayContext(RunContext):
 
     async def llm(self, request: ModelRequest) -> ModelReply:
         digest = request_hash(request)
-        asked = f"llm model={request.model} request {digest[:12]} ({len(request.messages)} messages)"
+        def asked() -> str:
+            return f"llm model={request.model} request {digest[:12]} ({len(request.messages)} messages)"
+
         self.conversation = request.messages
         attempt = 0
         while True:
@@ -270,14 +279,16 @@ class ReplayContext(RunContext):
                 return await self.go_live().llm(request)
             event = record.event
             if isinstance(event, RunLlmTurn):
-                await self.served(record, msgspec.structs.replace(
-                    event, request_hash=digest, model=request.model, message_count=len(request.messages),
-                ))
+                if self.copies:
+                    await self.served(record, msgspec.structs.replace(
+                        event, request_hash=digest, model=request.model, message_count=len(request.messages),
+                    ))
                 self.iterations += 1
                 reply = reply_from_record(event)
                 self.conversation = (*request.messages, reply.message)
                 return reply
-            await self.served(record, msgspec.structs.replace(event, request_hash=digest, model=request.model))
+            if self.copies:
+                await self.served(record, msgspec.structs.replace(event, request_hash=digest, model=request.model))
             if not (event.retryable and self._retried(event, digest)):
                 if event.error_type == "InvalidModelReply":
                     raise InvalidModelReply(event.error, retryable=event.retryable)
@@ -300,13 +311,13 @@ class ReplayContext(RunContext):
     async def tool(self, name: str, arguments: Any) -> Any:
         operation = self.operation_name(name)
         args_text, args_hash = tool_arguments(arguments)
-        asked = f"tool {operation} {short(args_text)}"
-        record = await self.take(asked, lambda e: (
+        record = await self.take(lambda: f"tool {operation} {short(args_text)}", lambda e: (
             isinstance(e, RunToolCalled) and e.operation == operation and e.args_hash == args_hash
         ))
         if record is None:
             return await self.go_live().tool(name, arguments)
-        await self.served(record)
+        if self.copies:
+            await self.served(record)
         event: RunToolCalled = record.event  # type: ignore[assignment]
         if event.outcome != "ok":
             raise ToolCallFailed(event.operation, event.outcome, event.error or "")
@@ -336,7 +347,8 @@ class ReplayContext(RunContext):
         ))
         if record is None:
             return await self.go_live().spawn(handler, input, tools=tools, model=model, deadline_s=deadline_s)
-        await self.served(record)
+        if self.copies:
+            await self.served(record)
         child = ReplayChildRun(self, record.event, self.replayer.start_child(self, record.event))  # type: ignore[arg-type]
         self.children.append(child)
         return child
@@ -345,7 +357,8 @@ class ReplayContext(RunContext):
         record = await self.take("inbox read", lambda e: isinstance(e, RunInboxRead))
         if record is None:
             return await self.go_live().inbox()
-        await self.served(record)
+        if self.copies:
+            await self.served(record)
         return list(record.event.messages)  # type: ignore[union-attr]
 
     async def progress(self, progress: Any) -> None:
@@ -355,7 +368,8 @@ class ReplayContext(RunContext):
         ))
         if record is None:
             return await self.go_live().progress(progress)
-        await self.served(record)
+        if self.copies:
+            await self.served(record)
 
     async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0) -> None:
         asked = f"tokens +{input} in, +{output} out, +{cache_read} cached"
@@ -365,20 +379,23 @@ class ReplayContext(RunContext):
         ))
         if record is None:
             return await self.go_live().tokens(input, output, cache_read)
-        await self.served(record)
+        if self.copies:
+            await self.served(record)
 
     async def now(self) -> float:
         record = await self.take("clock read", lambda e: isinstance(e, RunClockRead))
         if record is None:
             return await self.go_live().now()
-        await self.served(record)
+        if self.copies:
+            await self.served(record)
         return record.event.value  # type: ignore[union-attr]
 
     async def random(self) -> float:
         record = await self.take("random draw", lambda e: isinstance(e, RunRandomDrawn))
         if record is None:
             return await self.go_live().random()
-        await self.served(record)
+        if self.copies:
+            await self.served(record)
         return record.event.value  # type: ignore[union-attr]
 
     async def log(self, message: str, level: LogLevel = "info") -> None:
@@ -388,7 +405,8 @@ class ReplayContext(RunContext):
         ))
         if record is None:
             return await self.go_live().log(message, level)
-        await self.served(record)
+        if self.copies:
+            await self.served(record)
 
     def go_live(self) -> RunContext:
         raise AssertionError("a replay never goes live")  # pragma: no cover - take() halts first
@@ -400,7 +418,8 @@ class ReplayContext(RunContext):
         ))
         if record is None:
             raise AssertionError("a served child is never live")  # pragma: no cover
-        await self.served(record)
+        if self.copies:
+            await self.served(record)
         e: RunChildFinished = record.event  # type: ignore[assignment]
         return ChildOutcome(run_id=e.child_run_id, status=e.status, result=e.result, error=e.error, tokens=e.tokens)
 
