@@ -106,13 +106,13 @@ def jobs_table(snapshot: Snapshot, *, focused: bool, rows: int | None = None) ->
     start, end = window(len(jobs), index, rows if rows is not None else len(jobs))
     title = f"jobs ({len(jobs)} shown" + (f", {start + 1}-{end}" if end - start < len(jobs) else "") + ")"
     table = _table(title, focused=focused)
-    _columns(table, ("", 1), ("id", 26), ("name", 4), ("queue", 5), ("status", 9), ("try", 3),
-             ("progress", 8), ("last tool", 9), ("tokens", 6), ("cost", 4), ("worker", 6))
+    _columns(table, ("  id", 28), ("name", 4), ("queue", 5), ("status", 9), ("try", 3),
+             ("progress", 8), ("last tool", 9), ("tokens", 9), ("cost", 7), ("worker", 6))
     for job in jobs[start:end]:
         table.add_row(*_job_cells(job, job.id == snapshot.selected),
                       style="reverse" if job.id == snapshot.selected and focused else None)
     if not jobs:
-        table.add_row("", "(no jobs)")
+        table.add_row("  (no jobs)")
     return table
 
 
@@ -126,9 +126,14 @@ def _columns(table: Table, *columns: tuple[str, int]) -> None:
                          overflow="ellipsis", min_width=min_width)
 
 
+def _marked(row_id: str, selected: bool) -> str:
+    """The id cell, led by the marker on the selected row (one cell: it cannot be squeezed away)."""
+    return f"{MARKER if selected else ' '} {row_id}"
+
+
 def _job_cells(job: JobRow, selected: bool) -> list[RenderableType]:
     return [
-        MARKER if selected else " ", job.id, job.name, job.queue, _status(job.status),
+        _marked(job.id, selected), job.name, job.queue, _status(job.status),
         f"{job.attempts_made}/{job.max_attempts}", job.progress or "", job.last_tool or "",
         format_tokens(job.tokens), format_cost(job.cost, priced=job.run_id is not None),
         job.worker_id or "",
@@ -138,19 +143,20 @@ def _job_cells(job: JobRow, selected: bool) -> list[RenderableType]:
 def runs_table(snapshot: Snapshot, ui: UiState) -> Table:
     focused = ui.pane == "runs"
     table = _table(f"active runs ({len(snapshot.runs)})", focused=focused)
-    _columns(table, ("", 1), ("run", 26), ("handler", 7), ("status", 9), ("depth", 5), ("model", 5),
-             ("turns", 5), ("progress", 8), ("last tool", 9), ("tokens", 6), ("cost", 4), ("job", 6))
+    _columns(table, ("  run", 28), ("handler", 7), ("status", 9), ("model", 5),
+             ("turns", 5), ("progress", 8), ("last tool", 9), ("tokens", 9), ("cost", 7), ("job", 8))
     for run in snapshot.runs:
         selected = focused and run.run_id == ui.selected_run
         table.add_row(*_run_cells(run, selected), style="reverse" if selected else None)
     if not snapshot.runs:
-        table.add_row("", "(none)")
+        table.add_row("  (none)")
     return table
 
 
 def _run_cells(run: RunRow, selected: bool) -> list[RenderableType]:
     return [
-        MARKER if selected else " ", run.run_id, run.handler, _status(run.status), str(run.depth),
+        _marked(run.run_id, selected),
+        run.handler if run.depth == 0 else f"{run.handler} (d{run.depth})", _status(run.status),
         run.model or "", str(run.iterations), run.progress or "", run.last_tool or "",
         format_tokens(run.tokens), format_cost(run.cost), run.job_id or "",
     ]
