@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "replay": ("gormes.cli.replay", "replay", "Replay a recorded run exactly (no side effects); name the first divergence."),
     "fork": ("gormes.cli.fork", "fork", "Copy a run up to a position into a new run and continue it live."),
     "ops": ("gormes.cli.ops", "ops", "List operations, print the tool schemas a trust class gets, call one as the operator."),
+    "skills": ("gormes.cli.skills", "skills", "Check, list, route and promote the SKILL.md skills."),
+    "eval": ("gormes.cli.eval", "eval_", "Run evals: `gormes eval skills` scores skill routing."),
     "doctor": ("gormes.cli.doctor", "doctor", "Check the health of the database, queue, workers and operations."),
     "audit": ("gormes.cli.audit", "audit", "Export the audit trail of operation calls as JSON lines."),
     "top": ("gormes.cli.top", "top", "A live view of jobs, runs, workers and the governor; keys pause, resume, cancel."),

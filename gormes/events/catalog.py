@@ -13,6 +13,7 @@ DOMAIN_MODULES = (
     "gormes.events.jobs",
     "gormes.events.runs",
     "gormes.events.audit",
+    "gormes.events.skills",
     "gormes.events.cron",
 )
 

@@ -1,0 +1,47 @@
+"""`gormes eval skills [--json]`: routing accuracy on the eval phrases, and the
+confusion pairs. Exit 1 below 100% (the CI gate)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import msgspec
+
+from gormes.skillbook import DEFAULT_EVALS_DIR, EVALS_DIR_ENV, SKILLS_DIR_ENV, skills_dir
+
+
+@click.group("eval")
+def eval_() -> None:
+    """Run evals."""
+
+
+@eval_.command("skills")
+@click.option("--skills-dir", "skills_path", envvar=SKILLS_DIR_ENV, metavar="DIR",
+              help="Directory of NAME/SKILL.md folders (default ./skills).")
+@click.option("--evals-dir", "evals_path", envvar=EVALS_DIR_ENV, metavar="DIR", default=DEFAULT_EVALS_DIR,
+              show_default=True, help="Routing eval files (*.yaml, *.jsonl).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def skills(skills_path: str | None, evals_path: str, as_json: bool) -> None:
+    """Route every eval phrase and report accuracy and confusion pairs; exit 1 below 100%."""
+    from pathlib import Path
+
+    from gormes.cli.skills import load_strict
+    from gormes.skillbook.errors import EvalFileError
+    from gormes.skillbook.evals import load_cases, run_evals
+
+    loaded = load_strict(skills_path)
+    cases = load_cases(Path(evals_path))
+    if not cases:
+        raise EvalFileError(f"{evals_path}: no routing eval cases found")
+    report = run_evals(loaded, cases)
+    if as_json:
+        click.echo(msgspec.json.encode(report).decode())
+    else:
+        click.echo(f"routing accuracy: {report.accuracy:.1%} ({report.correct}/{report.total}) on {skills_dir(skills_path)}")
+        for failure in report.failures:
+            click.echo(f"  wrong: {failure.phrase!r}: expected {failure.expected}, got {failure.got} ({failure.why})")
+        for pair in report.confusion:
+            click.echo(f"  confusion: {pair.expected} -> {pair.got} x{pair.count}")
+    if report.correct != report.total:
+        sys.exit(1)

@@ -1,0 +1,213 @@
+"""`gormes skills check|list|route|promote|feedback|usage`.
+
+Skills are read from --skills-dir (env GORMES_SKILLS_DIR, default ./skills);
+routing evals, used by `check` as conflict probes, from --evals-dir (env
+GORMES_SKILL_EVALS_DIR, default ./evals/skills, skipped when that default is absent).
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+
+from gormes.skillbook import DEFAULT_EVALS_DIR, EVALS_DIR_ENV, SKILLS_DIR_ENV, skills_dir
+
+skills_dir_option = click.option(
+    "--skills-dir", "skills_path", envvar=SKILLS_DIR_ENV, metavar="DIR",
+    help="Directory of NAME/SKILL.md folders (env GORMES_SKILLS_DIR; default ./skills).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(msgspec.json.encode(value).decode())
+
+
+def load_strict(path: str | None) -> list:
+    """Every skill, or one clear error naming the first file that did not load."""
+    from gormes.skillbook.errors import SkillsError
+    from gormes.skillbook.loader import load_skills
+
+    loaded = load_skills(skills_dir(path))
+    if loaded.issues:
+        raise SkillsError(loaded.issues[0].line())
+    return loaded.skills
+
+
+@click.group()
+def skills() -> None:
+    """Check, list, route and promote the SKILL.md skills."""
+
+
+@skills.command()
+@skills_dir_option
+@click.option("--evals-dir", "evals_path", envvar=EVALS_DIR_ENV, metavar="DIR",
+              help="Routing evals whose phrases are also conflict probes (default ./evals/skills).")
+@json_option
+def check(skills_path: str | None, evals_path: str | None, as_json: bool) -> None:
+    """Validate every skill; exit 1 if any rule is broken."""
+    from gormes.skillbook.evals import load_cases
+    from gormes.skillbook.loader import load_skills
+    from gormes.skillbook.validator import check as run_check
+
+    loaded = load_skills(skills_dir(skills_path))
+    evals = Path(evals_path or DEFAULT_EVALS_DIR)
+    probes = [c.phrase for c in load_cases(evals)] if evals_path or evals.is_dir() else []
+    report = run_check(loaded.skills, loaded.issues, probes=probes, today=datetime.date.today())
+    if as_json:
+        _echo_json({"ok": report.ok, "skills": report.skills, "issues": report.issues})
+    else:
+        for issue in report.issues:
+            click.echo(f"{issue.severity}: {issue.line()}")
+        errors = len(report.errors)
+        verdict = "ok" if report.ok else "FAILED"
+        click.echo(f"{verdict}: {len(report.skills)} skills, {errors} error{'s' if errors != 1 else ''}")
+    if not report.ok:
+        sys.exit(1)
+
+
+@skills.command("list")
+@skills_dir_option
+@json_option
+def list_(skills_path: str | None, as_json: bool) -> None:
+    """List every skill with its status (disabled ones included: this is the operator's view)."""
+    loaded = load_strict(skills_path)
+    rows = [
+        {"name": s.name, "status": s.status, "description": s.meta.description,
+         "triggers": s.triggers, "required_skills": s.meta.required_skills,
+         "evidence": len(s.meta.evidence), "file": s.file}
+        for s in sorted(loaded, key=lambda s: s.name)
+    ]
+    if as_json:
+        _echo_json(rows)
+        return
+    from gormes.cli.output import print_rows_table
+
+    print_rows_table(
+        ("name", "status", "evidence", "description"),
+        [(r["name"], r["status"], r["evidence"], r["description"]) for r in rows],
+    )
+
+
+@skills.command("route")
+@click.argument("phrase")
+@skills_dir_option
+@click.option("--candidates", is_flag=True, help="Also route to candidate skills.")
+@click.option("--run", "run_id", metavar="RUN_ID", help="Record the choice as a selection by this run.")
+@json_option
+@click.pass_obj
+def route_(obj: Any, phrase: str, skills_path: str | None, candidates: bool, run_id: str | None, as_json: bool) -> None:
+    """Which skill answers PHRASE, with scores and why."""
+    from gormes.skillbook.resolver import route
+
+    result = route(load_strict(skills_path), phrase, include_candidates=candidates)
+    positions: list[int] = []
+    if run_id is not None and result.chosen:
+        positions = _record(obj.db, run_id, result)
+    if as_json:
+        _echo_json({**msgspec.to_builtins(result), "selection_positions": positions})
+        return
+    if not result.chosen:
+        click.echo("no skill answers this phrase" + ("" if candidates else " (candidates not included: --candidates)"))
+    for match in result.chosen:
+        click.echo(f"{match.skill}  score {match.score:g}  [{match.status}]  {match.why}")
+    if result.ambiguous:
+        click.echo("ambiguous: several skills tie at the top score")
+    for match in result.others:
+        click.echo(f"  also matched: {match.skill} (score {match.score:g}): {match.why}")
+    for ruled in result.ruled_out:
+        click.echo(f"  ruled out: {ruled.skill}: {ruled.why}")
+    for position in positions:
+        click.echo(f"recorded skill.selected at position {position} for run {run_id}")
+
+
+def _record(db: Path, run_id: str, result: Any) -> list[int]:
+    import trio
+
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.skillbook.usage import record_selections, require_run
+
+    async def main() -> list[int]:
+        async with SQLiteEventStore.open(db) as store:
+            await require_run(store, run_id)
+            return await record_selections(store, run_id, result.chosen, result.phrase)
+
+    return trio.run(main)
+
+
+@skills.command()
+@click.argument("name")
+@skills_dir_option
+@json_option
+@click.pass_obj
+def promote(obj: Any, name: str, skills_path: str | None, as_json: bool) -> None:
+    """Move NAME one status up, only if its evidence holds; records an event and rewrites its front matter."""
+    import trio
+
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.skillbook.promotion import promote as run_promote
+
+    root = skills_dir(skills_path)
+
+    async def main() -> Any:
+        async with SQLiteEventStore.open(obj.db) as store:
+            return await run_promote(root, name, store, datetime.date.today())
+
+    result = trio.run(main)
+    if as_json:
+        _echo_json(result)
+        return
+    click.echo(f"{result.skill}: {result.from_status} -> {result.to_status} ({result.file}; event at position {result.position})")
+
+
+@skills.command()
+@click.argument("run_id")
+@click.argument("name")
+@click.argument("verdict", type=click.Choice(["good", "bad"]))
+@click.option("--note", default="", help="What went well or badly.")
+@click.pass_obj
+def feedback(obj: Any, run_id: str, name: str, verdict: str, note: str) -> None:
+    """Say how skill NAME served run RUN_ID (good or bad)."""
+    import trio
+
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.skillbook.usage import record_feedback
+
+    async def main() -> int:
+        async with SQLiteEventStore.open(obj.db) as store:
+            return await record_feedback(store, run_id, name, verdict, note)  # type: ignore[arg-type]
+
+    position = trio.run(main)
+    click.echo(f"recorded skill.feedback at position {position}")
+
+
+@skills.command()
+@click.option("--skill", "name", metavar="NAME", help="Only this skill's selections.")
+@json_option
+@click.pass_obj
+def usage(obj: Any, name: str | None, as_json: bool) -> None:
+    """Each selection of a skill with its run's outcome and feedback (the skill_usage projection)."""
+    import trio
+
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.skillbook.usage import read_usage
+
+    async def main() -> list:
+        async with SQLiteEventStore.open(obj.db) as store:
+            return await read_usage(store, name)
+
+    rows = trio.run(main)
+    if as_json:
+        _echo_json(rows)
+        return
+    from gormes.cli.output import print_rows_table
+
+    print_rows_table(
+        ("position", "skill", "run", "score", "outcome", "feedback"),
+        [(r.position, r.skill, r.run_id, f"{r.score:g}", r.outcome, r.feedback) for r in rows],
+    )

@@ -1,0 +1,126 @@
+"""Promotion: a skill moves one step up the ladder (candidate -> proven ->
+promoted) only when its evidence holds, and the move is recorded twice: as a
+`skill.promoted` event and in the SKILL.md front matter (body kept byte for byte;
+YAML comments in the front matter are not kept).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from gormes.events.skills import EvidenceNote, SkillPromoted, skill_stream
+from gormes.skillbook.errors import PromotionRefused, UnknownSkill
+from gormes.skillbook.loader import load_skills
+from gormes.skillbook.model import LADDER, FrontMatter, Skill
+from gormes.skillbook.validator import check, status_problem
+
+
+class PromotionPlan(msgspec.Struct, frozen=True, kw_only=True):
+    skill: str
+    from_status: str
+    to_status: str
+    meta: FrontMatter  # the front matter to write
+    text: str  # the whole new SKILL.md
+
+
+class PromotionResult(msgspec.Struct, frozen=True, kw_only=True):
+    skill: str
+    from_status: str
+    to_status: str
+    file: str
+    position: int  # of the skill.promoted event
+
+
+def next_status(status: str) -> str:
+    if status == "disabled":
+        raise PromotionRefused("a disabled skill is not promoted; set its status by hand first")
+    if status == LADDER[-1]:
+        raise PromotionRefused(f"already {status}: there is no higher status")
+    return LADDER[LADDER.index(status) + 1]
+
+
+def plan_promotion(skill: Skill, skills: Sequence[Skill], today: datetime.date) -> PromotionPlan:
+    """The promotion of `skill` one step up, or `PromotionRefused` saying why not."""
+    by_name = {s.name: s for s in skills}
+    target = next_status(skill.status)
+    problem = status_problem(skill, target, by_name)
+    if problem is not None:
+        raise PromotionRefused(f"{skill.name} stays {skill.status}: {problem}")
+    kinds = Counter(e.type for e in skill.meta.evidence)
+    summary = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    meta = msgspec.structs.replace(
+        skill.meta, status=target,
+        status_evidence=(
+            f"{target} since {today.isoformat()} (gormes skills promote, from {skill.status}): "
+            f"{len(skill.meta.evidence)} evidence entries ({summary})."
+        ),
+    )
+    return PromotionPlan(
+        skill=skill.name, from_status=skill.status, to_status=target, meta=meta,
+        text=render_skill(meta, skill.body),
+    )
+
+
+def render_skill(meta: FrontMatter, body: str) -> str:
+    data: dict[str, Any] = msgspec.to_builtins(meta, builtin_types=(datetime.date,))
+    front = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100, default_flow_style=False)
+    return f"---\n{front}---\n{body}"
+
+
+def evidence_notes(meta: FrontMatter) -> tuple[EvidenceNote, ...]:
+    return tuple(
+        EvidenceNote(date=e.date.isoformat(), type=e.type, ref=e.ref, note=e.note) for e in meta.evidence
+    )
+
+
+async def promote(root: Path, name: str, store: Any, today: datetime.date) -> PromotionResult:
+    """Check the skills, plan the promotion, then write the file and the event.
+
+    The new file is written beside the old one first and renamed over it only once
+    the event is durable, so a failed append leaves the file as it was.
+    """
+    loaded = load_skills(root)
+    skill = next((s for s in loaded.skills if s.name == name), None)
+    if skill is None:
+        broken = [i for i in loaded.issues if Path(i.file).parent.name == name]
+        if broken:
+            raise PromotionRefused(f"{name} cannot be promoted: {broken[0].line()}")
+        raise UnknownSkill(f"no skill named {name!r} in {root}")
+    report = check(loaded.skills, today=today)
+    mine = [i for i in report.errors if i.file == skill.file and i.rule != "status"]
+    if mine:
+        raise PromotionRefused(f"{name} cannot be promoted while it fails its checks: {mine[0].line()}")
+    plan = plan_promotion(skill, loaded.skills, today)
+    staged = _stage(skill.path, plan.text)
+    try:
+        event = SkillPromoted(
+            skill=name, from_status=plan.from_status, to=plan.to_status, evidence=evidence_notes(skill.meta),
+        )
+        appended = await store.append(skill_stream(name), [event])
+        os.replace(staged, skill.path)
+    finally:
+        if staged.exists():
+            staged.unlink()
+    return PromotionResult(
+        skill=name, from_status=plan.from_status, to_status=plan.to_status, file=skill.file,
+        position=appended.last_position,
+    )
+
+
+def _stage(path: Path, text: str) -> Path:
+    fd, name = tempfile.mkstemp(prefix=".SKILL.", suffix=".md", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(name, path.stat().st_mode & 0o777)
+    return Path(name)
