@@ -126,6 +126,7 @@ class ReplayContext(RunContext):
         self.replayer = replayer
         self.registry: Registry | None = replayer.registry
         self.scope = trio.CancelScope()
+        self.until = replayer.until
         self.cursor = 0  # observations served
         self.stop: str | None = None
         self.divergence: Divergence | None = None
@@ -196,12 +197,12 @@ class ReplayContext(RunContext):
         diverged and the handler is stopped. None means: nothing recorded is left to
         serve and the caller should go live (only a fork does). `asked` (text, or a
         function making it) describes the call, for a divergence."""
-        record = self.peek()
-        until = self.replayer.until
-        if record is not None and until is not None and record.position > until:
-            await self.halt(STOP_UNTIL)
-        if record is None:
+        observations = self.recorded.observations
+        if self.cursor >= len(observations):
             return await self.exhausted(_text(asked))
+        record = observations[self.cursor]
+        if self.until is not None and record.position > self.until:
+            await self.halt(STOP_UNTIL)
         if not matches(record.event):
             await self.diverge(record.position, record.event.seq, describe(record.event), _text(asked))
         self.cursor += 1
