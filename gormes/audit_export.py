@@ -14,13 +14,18 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
 
 import msgspec
 
 from gormes.errors import UserError
-from gormes.events.audit import AUDIT_STREAM_PREFIX, AuditOutcome, OperationAudited, audit_stream
+from gormes.events.audit import (
+    AUDIT_STREAM_PREFIX,
+    AuditOutcome,
+    OperationAudited,
+    audit_stream,
+)
 from gormes.events.codec import Codec
 
 AUDIT_SCHEMA_VERSION = 1
@@ -79,7 +84,7 @@ def parse_time(text: str, now: float) -> float:
             f"invalid time {text!r}: give ISO-8601 (2025-01-31T12:00:00Z) or an age like 30m, 2h, 7d"
         ) from None
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
+        parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
 
 
@@ -92,7 +97,7 @@ def make_filter(since: str | None, until: str | None, kinds: tuple[str, ...], no
 
 
 def iso_ms(at_ms: int) -> str:
-    moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=at_ms)
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=at_ms)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

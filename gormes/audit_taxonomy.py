@@ -43,8 +43,10 @@ def taxonomy(specs: Sequence[OperationSpec]) -> str:
             )
     lines += [
         "",
-        "A call to an operation that does not exist is audited with `audit_kind` null "
-        "and outcome `denied`.",
+        (
+            "A call to an operation that does not exist is audited with `audit_kind` null "
+            "and outcome `denied`."
+        ),
         "",
         "Outcomes: " + ", ".join(f"`{o}`" for o in get_args(AuditOutcome)) + ".",
     ]

@@ -22,9 +22,23 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from gormes.health import (
-    Check, DoctorContext, Status, Thresholds, Verdict, fail, module_exists,
+    Check,
+    DoctorContext,
+    Status,
+    Thresholds,
+    Verdict,
+    disk,
+    fail,
+    memory,
+    module_exists,
+    operations,
+    projections,
+    queue,
+    replay,
+    skills,
+    store,
+    workers,
 )
-from gormes.health import disk, memory, operations, projections, queue, replay, skills, store, workers
 
 if TYPE_CHECKING:
     from gormes.ops.spec import OperationSpec

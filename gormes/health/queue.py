@@ -10,7 +10,16 @@ heartbeat row is not a live worker) and nothing in it completed for
 from __future__ import annotations
 
 from gormes.health import (
-    Check, DoctorContext, Verdict, age, count_events, fail, has_table, listing, ok, warn,
+    Check,
+    DoctorContext,
+    Verdict,
+    age,
+    count_events,
+    fail,
+    has_table,
+    listing,
+    ok,
+    warn,
 )
 from gormes.health.workers import WorkerBeat, is_live, read_heartbeats
 

@@ -12,7 +12,16 @@ import msgspec
 
 from gormes.actors.governor import BREAKER_ERROR
 from gormes.actors.heartbeat import TABLE as HEARTBEATS
-from gormes.health import Check, DoctorContext, Verdict, age, has_table, listing, ok, warn
+from gormes.health import (
+    Check,
+    DoctorContext,
+    Verdict,
+    age,
+    has_table,
+    listing,
+    ok,
+    warn,
+)
 
 
 class WorkerBeat(msgspec.Struct, frozen=True):
