@@ -192,7 +192,6 @@ async def run_live(db: Path, *, fps: float = DEFAULT_FPS, console: Console | Non
     async with SQLiteEventStore.open(db) as store:
         queue, runner = await open_views(store)
         console = console or Console()
-        with cbreak(fd):
-            with Live(console=console, screen=True, auto_refresh=False,
-                      redirect_stdout=False, redirect_stderr=False) as live:
-                await TopApp(store, queue, runner, pricing, live, fps=fps).run(fd)
+        with cbreak(fd), Live(console=console, screen=True, auto_refresh=False,
+                  redirect_stdout=False, redirect_stderr=False) as live:
+            await TopApp(store, queue, runner, pricing, live, fps=fps).run(fd)

@@ -17,8 +17,17 @@ from typing import Any
 import msgspec
 
 from gormes.dashboard.model import (
-    BREAKER_ERROR, JobRow, RunRow, Snapshot, TurnUsage, count_statuses, job_cost, order_jobs,
-    preview, run_costs, worker_row,
+    BREAKER_ERROR,
+    JobRow,
+    RunRow,
+    Snapshot,
+    TurnUsage,
+    count_statuses,
+    job_cost,
+    order_jobs,
+    preview,
+    run_costs,
+    worker_row,
 )
 from gormes.events.jobs import Tokens
 

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import trio
-
 from cli_helpers import REPO, cli_env, gormes_command
 
 WAIT_S = 30.0
@@ -92,42 +91,96 @@ def submit_waiting_job(db: Path) -> str:
     return trio.run(main)
 
 
+class Terminal:
+    """`gormes top` on a fresh pty; `close()` returns (exit code, termios before, after, output)."""
+
+    def __init__(self, db: Path) -> None:
+        self.master, self.slave = os.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+        self.before = termios.tcgetattr(self.slave)
+        env = cli_env()
+        env.update(TERM="xterm-256color", LINES=str(ROWS), COLUMNS=str(COLS))
+        self.output = PtyOutput(self.master)
+        self.proc = subprocess.Popen(
+            gormes_command(db, "top"), stdin=self.slave, stdout=self.slave, stderr=self.slave,
+            env=env, cwd=REPO, start_new_session=True,
+        )
+
+    def press(self, keys: bytes) -> int:
+        """Send keys; returns how much output there was before them."""
+        mark = len(self.output.bytes())
+        os.write(self.master, keys)
+        return mark
+
+    def close(self) -> tuple[int | None, list, list, bytes]:
+        try:
+            returncode = self.proc.wait(timeout=WAIT_S)
+            after = termios.tcgetattr(self.slave)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=WAIT_S)
+            self.output.stop()
+            os.close(self.slave)
+            os.close(self.master)
+        return returncode, self.before, after, self.output.bytes()
+
+
+def record_agent_run(db: Path) -> tuple[str, str]:
+    """A claimed job with a recorded run that called a tool."""
+    from gormes.actors.queue import JobQueue
+    from gormes.events.runs import RunStarted, RunToolCalled, run_stream
+    from gormes.events.sqlite import SQLiteEventStore
+
+    async def main() -> tuple[str, str]:
+        async with SQLiteEventStore.open(db) as store:
+            queue = await JobQueue.open(store)
+            job = await queue.submit("agent", {"prompt": "look"})
+            await queue.claim({"agent"}, worker_id="w-1")
+            await store.append(run_stream("RUNTOP1"), [
+                RunStarted(run_id="RUNTOP1", handler="agent", handler_version="v", job_id=job.id),
+                RunToolCalled(seq=1, operation="fs.list", arguments="{}", args_hash="a",
+                              outcome="ok", result=["notes"]),
+            ], expected_version=0)
+            return job.id, "RUNTOP1"
+
+    return trio.run(main)
+
+
+def test_enter_opens_the_selected_jobs_run_timeline_and_esc_goes_back(tmp_path: Path):
+    db = tmp_path / "gormes.db"
+    job_id, run_id = record_agent_run(db)
+    term = Terminal(db)
+    try:
+        term.output.wait_for(job_id.encode())
+        mark = term.press(b"\r")
+        term.output.wait_for(f"run {run_id}".encode(), after=mark)  # the timeline's title
+        term.output.wait_for(b"run.tool_called", after=mark)
+        mark = term.press(b"\x1b")
+        term.output.wait_for(b"active runs", after=mark)  # the dashboard again
+    finally:
+        term.press(b"q")
+        returncode, before, after, screen = term.close()
+    assert returncode == 0, screen[-2000:]
+    assert after == before
+
+
 def test_top_in_a_terminal_pauses_the_selected_job_then_quits_and_restores_it(tmp_path: Path):
     db = tmp_path / "gormes.db"
     job_id = submit_waiting_job(db)
     assert job_status(db, job_id) == "waiting"
-
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
-    before = termios.tcgetattr(slave)
-    env = cli_env()
-    env.pop("COLUMNS", None)
-    env.update(TERM="xterm-256color", LINES=str(ROWS), COLUMNS=str(COLS))
-    output = PtyOutput(master)
-    proc = subprocess.Popen(
-        gormes_command(db, "top"), stdin=slave, stdout=slave, stderr=slave, env=env, cwd=REPO,
-        start_new_session=True,
-    )
+    term = Terminal(db)
     try:
-        output.wait_for(job_id.encode())  # the dashboard is up and lists the waiting job
-        assert b"paused" not in output.bytes()
-        pressed_at = len(output.bytes())
-        os.write(master, b"p")  # the only job is the selected one
+        term.output.wait_for(job_id.encode())  # the dashboard is up and lists the waiting job
+        assert b"paused" not in term.output.bytes()
+        mark = term.press(b"p")  # the only job is the selected one
         wait_until(lambda: job_status(db, job_id) == "paused", "the job paused in the database",
-                   output.bytes)
-        output.wait_for(b"paused", after=pressed_at)  # and the screen says so
-        os.write(master, b"q")
-        returncode = proc.wait(timeout=WAIT_S)
-        after = termios.tcgetattr(slave)
+                   term.output.bytes)
+        term.output.wait_for(b"paused", after=mark)  # and the screen says so
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=WAIT_S)
-        output.stop()
-        os.close(slave)
-        os.close(master)
+        term.press(b"q")
+        returncode, before, after, screen = term.close()
 
-    screen = output.bytes()
     assert returncode == 0, screen[-2000:]
     assert b"Traceback" not in screen
     assert after == before  # termios settings back as they were: echo and line mode on

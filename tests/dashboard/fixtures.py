@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from gormes.dashboard.model import (
-    GovernorState, JobRow, RunRow, Snapshot, WorkerRow, count_statuses,
+    GovernorState,
+    JobRow,
+    RunRow,
+    Snapshot,
+    WorkerRow,
+    count_statuses,
 )
 from gormes.events.jobs import Tokens
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import msgspec
+from fixtures import ACTIVE, CHILD, DEAD, PAUSED, RUN, WAITING, fixed_snapshot
 
 from gormes.dashboard.keys import Action, UiState, decode_keys, handle_key, sync_rows
-
-from fixtures import ACTIVE, CHILD, DEAD, PAUSED, RUN, WAITING, fixed_snapshot
 
 
 def synced() -> UiState:

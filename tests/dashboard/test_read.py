@@ -14,7 +14,13 @@ from gormes.dashboard.model import BREAKER_ERROR
 from gormes.dashboard.read import read_snapshot
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
-    RecordedReply, RunCompleted, RunLlmTurn, RunProgressed, RunStarted, RunToolCalled, run_stream,
+    RecordedReply,
+    RunCompleted,
+    RunLlmTurn,
+    RunProgressed,
+    RunStarted,
+    RunToolCalled,
+    run_stream,
 )
 
 PRICES = PricingTable({"gpt-test": Price(input=1.0, output=2.0)})  # $ per 1M tokens

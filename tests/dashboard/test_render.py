@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
 import msgspec
+from fixtures import ACTIVE, CHILD, DEAD, PAUSED, RUN, WAITING, fixed_snapshot
 from rich.console import Console
 
 from gormes.dashboard.keys import UiState
 from gormes.dashboard.model import Snapshot
 from gormes.dashboard.render import render_dashboard, render_timeline, window
 
-from fixtures import ACTIVE, CHILD, DEAD, PAUSED, RUN, WAITING, fixed_snapshot
-
 
 def text_of(renderable, width: int = 120) -> str:
-    console = Console(record=True, width=width, color_system=None, file=open("/dev/null", "w"))
-    try:
+    with open(os.devnull, "w") as sink:
+        console = Console(record=True, width=width, color_system=None, file=sink)
         console.print(renderable)
         return console.export_text()
-    finally:
-        console.file.close()
 
 
 def line_with(text: str, needle: str, *, starts: bool = False) -> str:

@@ -20,7 +20,7 @@ def gormes(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env["COLUMNS"] = "160"
     return subprocess.run(
         [sys.executable, "-m", "gormes", "--db", str(db), *args], capture_output=True, text=True,
-        env=env, cwd=REPO, timeout=60, stdin=subprocess.DEVNULL,
+        env=env, cwd=REPO, timeout=60, stdin=subprocess.DEVNULL, check=False,
     )
 
 
