@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import changed_handlers as changed
-from conftest import MANIFEST, fixture_lines, fixture_path
+from replay_helpers import MANIFEST, fixture_lines, fixture_path
 
 from gormes.actors.replay import replay
 from gormes.actors.replay_log import FileRuns

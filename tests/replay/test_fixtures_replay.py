@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import MANIFEST, fixture_lines, fixture_path
+from replay_helpers import MANIFEST, fixture_lines, fixture_path
 
 from gormes.actors.replay import replay
 from gormes.actors.replay_log import FileRuns
