@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("gormes.cli.demo", "demo", "Run the demo: several actors append, a tail follows, a projection prints."),
     "jobs": ("gormes.cli.jobs", "jobs", "Submit, list, inspect and steer durable jobs."),
     "worker": ("gormes.cli.worker", "worker", "Run job handlers until SIGINT or SIGTERM."),
+    "daemon": ("gormes.cli.daemon", "daemon", "Run workers, projections, cron and the governor as one service (systemd-ready)."),
     "cron": ("gormes.cli.cron", "cron", "Add, list, pause, resume and remove cron schedules."),
     "run": ("gormes.cli.runs", "run", "Start an agent run (or any run handler) and wait for its outcome."),
     "runs": ("gormes.cli.runs", "runs", "List recorded runs; show one as a timeline and a tree."),

@@ -1,0 +1,360 @@
+"""The gormes daemon: job workers, the projection runners, the cron scheduler and
+the resource governor in one trio process, speaking systemd's notify protocol.
+
+Start-up: load the handler modules (a bad one fails before the database is
+touched), open the store, catch the job ledger and every asynchronous projection
+up with the log, start the worker and the cron scheduler, then send READY=1.
+While it runs it sends STATUS= lines (queue depth, active jobs) and, when the
+unit has a watchdog, WATCHDOG=1 every half interval after a read of the log head
+proves the database still answers.
+
+Signals:
+- SIGTERM or SIGINT: STOPPING=1; cron stops firing, the workers stop claiming,
+  in-flight jobs get `shutdown_grace_ms` to finish, then the rest are released
+  (back to waiting, no attempt consumed) for another worker to reclaim. A second
+  signal ends the grace at once. Exit status 0.
+- SIGHUP: RELOADING=1; read the configuration file again (if any), reload the
+  handler modules (importlib.reload for modules, re-executed for files), start a
+  worker with the new handlers and let the old one finish what it holds
+  (it claims nothing more); READY=1. A reload that fails keeps everything as it
+  was and says why.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from gormes.actors.cron_scheduler import CronScheduler
+from gormes.actors.governor import Governor, GovernorPolicy
+from gormes.actors.handlers import (
+    HandlerImportError, HandlerRegistry, default_registry, import_handlers,
+)
+from gormes.actors.queue import JobQueue
+from gormes.actors.worker import Worker, WorkerConfig, new_worker_id
+from gormes.errors import GormesError, UserError
+from gormes.events.sqlite import SQLiteEventStore
+from gormes.projections import ledger, registry
+from gormes.projections.runner import ProjectionRunner
+from gormes.systemd import Notifier
+
+log = logging.getLogger("gormes.daemon")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The workers' own grace is set out of reach: the daemon ends the grace itself
+# (Worker.hurry), so that a reload can let an old worker finish without a limit.
+_UNBOUNDED_GRACE_MS = 7 * 24 * 3600 * 1000
+
+
+class InvalidSettings(UserError):
+    """A daemon configuration file or option that cannot be used."""
+
+
+class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What `gormes daemon` runs with; a `--config` TOML file has the same keys."""
+
+    queues: tuple[str, ...] = ()  # empty: every queue
+    concurrency: int = 10
+    imports: tuple[str, ...] = ()
+    shutdown_grace_ms: int = 10_000
+    lease_ms: int = 30_000
+    status_interval_s: float = 10.0
+    governor: bool = True
+    cron: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.concurrency <= 10_000:
+            raise InvalidSettings(f"concurrency must be 1..10000, got {self.concurrency}")
+        if self.shutdown_grace_ms < 0 or self.lease_ms < 100 or self.status_interval_s <= 0:
+            raise InvalidSettings("shutdown_grace_ms >= 0, lease_ms >= 100 and status_interval_s > 0")
+
+
+def load_settings(path: Path | None, overrides: Mapping[str, Any]) -> DaemonSettings:
+    """The settings file (if any) with the options given on the command line on top."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            values = tomllib.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise InvalidSettings(f"cannot read daemon settings {str(path)!r}: {exc}") from None
+    values.update(overrides)
+    try:
+        return msgspec.convert(values, DaemonSettings)
+    except msgspec.ValidationError as exc:
+        raise InvalidSettings(f"bad daemon settings: {exc}") from None
+
+
+class HandlerLoader:
+    """Loads `--import` specs into a registry, and loads them again on reload."""
+
+    def __init__(self) -> None:
+        self._builtin = default_registry.copy()
+        self._loaded: set[str] = set()
+
+    def load(self, specs: tuple[str, ...]) -> HandlerRegistry:
+        for spec in specs:
+            if spec in self._loaded and not _is_file(spec) and spec in sys.modules:
+                _reload_module(spec)
+            else:
+                import_handlers(spec)  # files are executed afresh every time
+            self._loaded.add(spec)
+        fresh = self._builtin.copy()
+        # `@gormes.job` registers into the default registry; take what is there now.
+        for name in default_registry.names():
+            handler = default_registry.get(name)
+            assert handler is not None
+            fresh.register(name, handler)
+        return fresh
+
+
+def _is_file(spec: str) -> bool:
+    return spec.endswith(".py") or Path(spec).is_file()
+
+
+def _reload_module(spec: str) -> None:
+    try:
+        importlib.reload(sys.modules[spec])
+    except Exception as exc:  # noqa: BLE001 - a broken module is the user's input
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        raise HandlerImportError(
+            f"cannot reload handlers from {spec!r}: {type(exc).__name__}{': ' + detail if detail else ''}"
+        ) from None
+
+
+class Daemon:
+    def __init__(
+        self,
+        db: Path,
+        settings: DaemonSettings,
+        *,
+        notifier: Notifier,
+        loader: HandlerLoader,
+        handlers: HandlerRegistry,
+        config_path: Path | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.notifier = notifier
+        self.loader = loader
+        self.handlers = handlers
+        self.config_path = config_path
+        self.overrides = dict(overrides or {})
+        self.workers: list[Worker] = []  # the current one last; older ones are draining
+        self.queue: JobQueue | None = None
+        self.scheduler: CronScheduler | None = None
+        self._stop = trio.Event()
+        self._hurry = trio.Event()
+        self._cron_scope = trio.CancelScope()
+
+    @property
+    def worker(self) -> Worker:
+        return self.workers[-1]
+
+    async def run(self) -> None:
+        with trio.open_signal_receiver(*STOP_SIGNALS, signal.SIGHUP) as signals:
+            async with SQLiteEventStore.open(self.db) as store:
+                self.queue = queue = await JobQueue.open(store)
+                runners = await self._caught_up_runners(store)
+                async with trio.open_nursery() as nursery:
+                    for runner in runners:
+                        nursery.start_soon(self._follow, runner)
+                    await self._start_worker(nursery)
+                    if self.settings.cron:
+                        self.scheduler = CronScheduler(queue, scheduler_id=f"cron:{self.worker.id}")
+                        await nursery.start(self._run_cron)
+                    nursery.start_soon(self._answer_signals, signals, nursery)
+                    nursery.start_soon(self._report_status)
+                    if self.notifier.watchdog_interval is not None:
+                        nursery.start_soon(self._keep_watchdog_fed, store)
+                    status = await self._status_line()
+                    self.notifier.ready(status)
+                    log.info("ready: %s", status)
+                    await self._stop.wait()
+                    await self._drain()
+                    nursery.cancel_scope.cancel()
+
+    # -- start-up ------------------------------------------------------------------
+
+    async def _caught_up_runners(self, store: SQLiteEventStore) -> list[ProjectionRunner]:
+        runners = []
+        for projection in registry.all_projections():
+            if projection.name == ledger.NAME:
+                continue  # inline: kept current inside every append (JobQueue.open)
+            runner = ProjectionRunner(store, projection)
+            try:
+                await runner.catch_up()
+            except GormesError as exc:
+                log.error("projection %s cannot catch up: %s", projection.name, exc)
+            runners.append(runner)
+        return runners
+
+    async def _follow(self, runner: ProjectionRunner) -> None:
+        """Follow the log; a failed batch is retried with a growing pause (the
+        failure is recorded where `gormes doctor` and `projections status` see it)."""
+        pause = 1.0
+        while True:
+            try:
+                await runner.run()
+            except GormesError as exc:
+                log.error("projection %s stopped: %s; retrying in %.0f s", runner.name, exc, pause)
+                await trio.sleep(pause)
+                pause = min(60.0, pause * 2)
+
+    async def _run_cron(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        assert self.scheduler is not None
+        with self._cron_scope:
+            await self.scheduler.run(task_status=task_status)
+
+    async def _start_worker(self, nursery: trio.Nursery) -> Worker:
+        settings = self.settings
+        assert self.queue is not None
+        governor = (
+            Governor(GovernorPolicy(floor=1, ceiling=settings.concurrency))
+            if settings.governor else None
+        )
+        config = WorkerConfig(
+            worker_id=new_worker_id(), queues=settings.queues or None,
+            concurrency=settings.concurrency, lease_ms=settings.lease_ms,
+            shutdown_grace_ms=_UNBOUNDED_GRACE_MS,
+        )
+        worker_log = logging.getLogger("gormes.worker")
+        worker = Worker(self.queue, self.handlers, config, governor=governor,
+                        log=lambda line: worker_log.warning("%s: %s", config.worker_id, line))
+        await nursery.start(worker.run)
+        self.workers.append(worker)
+        log.info("worker %s: handlers %s; concurrency %d; queues %s", worker.id,
+                 ", ".join(self.handlers.names()), settings.concurrency,
+                 ", ".join(settings.queues) or "all")
+        return worker
+
+    # -- signals -----------------------------------------------------------------------
+
+    async def _answer_signals(self, signals: Any, nursery: trio.Nursery) -> None:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                if not self._stop.is_set():
+                    await self._reload(nursery)
+            elif not self._stop.is_set():
+                log.info("%s: stopping", signal.Signals(signum).name)
+                self.notifier.stopping("stopping: finishing in-flight jobs")
+                self._stop.set()
+            else:
+                log.info("%s again: releasing in-flight jobs now", signal.Signals(signum).name)
+                self._hurry.set()
+
+    async def _reload(self, nursery: trio.Nursery) -> None:
+        self.notifier.reloading()
+        log.info("SIGHUP: reloading settings and handler modules")
+        try:
+            settings = load_settings(self.config_path, self.overrides)
+            handlers = self.loader.load(settings.imports)
+        except GormesError as exc:
+            log.error("reload failed, still running as before: %s", exc)
+            self.notifier.ready(f"reload failed: {exc}")
+            return
+        old = self.worker
+        self.settings, self.handlers = settings, handlers
+        await self._start_worker(nursery)
+        old.stop()  # claims nothing more; what it holds runs to the end
+        nursery.start_soon(self._forget_when_stopped, old)
+        status = await self._status_line()
+        self.notifier.ready(status)
+        log.info("reloaded: %s", status)
+
+    async def _forget_when_stopped(self, worker: Worker) -> None:
+        await worker.wait_stopped()
+        if worker in self.workers[:-1]:
+            self.workers.remove(worker)
+        log.info("worker %s: stopped after reload (%d completed, %d failed)",
+                 worker.id, worker.completed, worker.failed)
+
+    # -- shutdown ------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        self._cron_scope.cancel()
+        workers = list(self.workers)
+        for worker in workers:
+            worker.stop()
+        with trio.move_on_after(self.settings.shutdown_grace_ms / 1000):
+            async with trio.open_nursery() as waiting:
+                waiting.start_soon(_cancel_when, self._hurry, waiting.cancel_scope)
+                waiting.start_soon(_wait_all_stopped, workers, waiting.cancel_scope)
+        released = sum(len(w.active) for w in workers)
+        for worker in workers:
+            worker.hurry()
+        if released:
+            log.info("grace over: releasing %d in-flight job(s) for another worker", released)
+        await _wait_all_stopped(workers)
+        completed = sum(w.completed for w in workers)
+        failed = sum(w.failed for w in workers)
+        log.info("stopped (%d completed, %d failed)", completed, failed)
+        abandoned = sum(w.abandoned for w in workers)
+        if abandoned:
+            # Abandoned handlers may never return; all our writes are committed,
+            # so leaving now loses nothing (as `gormes worker` does).
+            log.warning("leaving %d abandoned handler(s) behind", abandoned)
+            logging.shutdown()
+            os._exit(0)
+
+    # -- status and watchdog -----------------------------------------------------------
+
+    async def _status_line(self) -> str:
+        assert self.queue is not None
+        stats = await self.queue.stats()
+        queues = self.settings.queues or tuple(stats.by_queue)
+        waiting = sum(stats.by_queue.get(q, {}).get("waiting", 0) for q in queues)
+        delayed = sum(stats.by_queue.get(q, {}).get("delayed", 0) for q in queues)
+        active = sum(len(w.active) for w in self.workers)
+        limit = self.worker.limit if self.workers else 0
+        line = f"queue depth {waiting} waiting, {delayed} delayed; {active} active jobs (limit {limit})"
+        if self.scheduler is not None:
+            live = sum(1 for s in self.scheduler.states.values() if s.status == "active")
+            line += f"; {live} cron schedules, {self.scheduler.fired} fired"
+        return line
+
+    async def _report_status(self) -> None:
+        while True:
+            await trio.sleep(self.settings.status_interval_s)
+            try:
+                self.notifier.status(await self._status_line())
+            except GormesError as exc:
+                log.warning("cannot read the queue for STATUS: %s", exc)
+
+    async def _keep_watchdog_fed(self, store: SQLiteEventStore) -> None:
+        interval = self.notifier.watchdog_interval
+        assert interval is not None
+        due = trio.current_time()
+        while True:
+            # Only a daemon whose database still answers feeds the watchdog.
+            with trio.move_on_after(interval):
+                try:
+                    await store.head()
+                except GormesError as exc:
+                    log.error("watchdog: the database does not answer: %s", exc)
+                else:
+                    self.notifier.watchdog()
+            due += interval
+            await trio.sleep_until(due)
+
+
+async def _cancel_when(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def _wait_all_stopped(workers: list[Worker], scope: trio.CancelScope | None = None) -> None:
+    for worker in workers:
+        await worker.wait_stopped()
+    if scope is not None:
+        scope.cancel()
