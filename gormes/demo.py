@@ -8,6 +8,9 @@
 3. The `streams` projection is caught up and printed.
 4. A few durable jobs are submitted and drained by an in-process worker; the
    job ledger is printed.
+5. A coordinator agent (scripted model, real tools) spawns two subagents; an
+   operator message steers one mid-run; the run tree prints with tokens.
+6. The whole run is replayed from the log, children included: exact.
 
 Everything lands in one SQLite file you can explore afterwards with
 `gormes --db PATH events|tail|query|projections|jobs`.
@@ -149,10 +152,14 @@ async def main(db: Path, console: Console | None = None) -> None:
         await run_jobs(store, console)
         console.print()
         console.print("[bold]5.[/] an agent run: a coordinator and two subagents using real tools:")
-        from gormes.demo_runs import run_agent_demo
+        from gormes.demo_runs import replay_agent_demo, run_agent_demo
 
-        await run_agent_demo(store, console)
+        run_id = await run_agent_demo(store, console)
         head = await store.head()
+    console.print()
+    console.print("[bold]6.[/] the agent run replayed from the log, children included:")
+    await replay_agent_demo(db, run_id, console)
     console.print(f"\n{head} events in {db}. Look around:")
-    for command in ("events --type 'job.*'", "jobs list", "projections rebuild --check"):
+    for command in ("events --type 'job.*'", "jobs list", f"runs show {run_id} --tree",
+                    f"replay {run_id}", "projections rebuild --check"):
         console.print(f"  .venv/bin/gormes --db {db} {command}", soft_wrap=True)

@@ -67,3 +67,18 @@ async def run_agent_demo(store: SQLiteEventStore, console: Console) -> str:
     for line in format_view(view, indent="  "):
         console.print(line, soft_wrap=True, highlight=False, markup=False)
     return handle.run_id
+
+
+async def replay_agent_demo(db: Path, run_id: str, console: Console) -> None:
+    """Rerun the recorded run, children included, with no side effects."""
+    from gormes.actors.replay import replay
+    from gormes.actors.replay_log import DatabaseRuns
+
+    with DatabaseRuns(db) as source:
+        report = await replay(source, run_id)
+    runs = sum(1 for _ in report.walk())
+    if report.tree_exact:
+        console.print(f"  exact: {report.total_events} events reproduced across {runs} runs (no model call, no tool call, nothing written)")
+    else:
+        console.print(f"  [red]divergence[/]: {report.first_divergence}")
+        raise SystemExit(1)

@@ -58,5 +58,11 @@ def test_demo_runs_and_leaves_a_consistent_log(tmp_path):
     assert tools == {"fs.list", "fs.read", "fs.grep"}
     assert all(e["data"]["outcome"] == "ok" for e in events_of(db, "run.tool_called"))
 
+    assert "exact: " in out  # the demo replayed the run tree itself
+    replayed = gormes(db, "replay", root["run_id"], "--json")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    report = json.loads(replayed.stdout)
+    assert report["exact"] is True and len(report["children"]) == 2
+
     check = gormes(db, "projections", "rebuild", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
