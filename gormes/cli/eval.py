@@ -8,7 +8,12 @@ import sys
 import click
 import msgspec
 
-from gormes.skillbook import DEFAULT_EVALS_DIR, EVALS_DIR_ENV, SKILLS_DIR_ENV, skills_dir
+from gormes.skillbook import (
+    DEFAULT_EVALS_DIR,
+    EVALS_DIR_ENV,
+    SKILLS_DIR_ENV,
+    skills_dir,
+)
 
 
 @click.group("eval")

@@ -15,7 +15,12 @@ from typing import Any
 import click
 import msgspec
 
-from gormes.skillbook import DEFAULT_EVALS_DIR, EVALS_DIR_ENV, SKILLS_DIR_ENV, skills_dir
+from gormes.skillbook import (
+    DEFAULT_EVALS_DIR,
+    EVALS_DIR_ENV,
+    SKILLS_DIR_ENV,
+    skills_dir,
+)
 
 skills_dir_option = click.option(
     "--skills-dir", "skills_path", envvar=SKILLS_DIR_ENV, metavar="DIR",
@@ -66,7 +71,8 @@ def check(skills_path: str | None, evals_path: str | None, as_json: bool) -> Non
             click.echo(f"{issue.severity}: {issue.line()}")
         errors = len(report.errors)
         verdict = "ok" if report.ok else "FAILED"
-        click.echo(f"{verdict}: {len(report.skills)} skills, {errors} error{'s' if errors != 1 else ''}")
+        count = len(report.skills)
+        click.echo(f"{verdict}: {count} skill{'s' if count != 1 else ''}, {errors} error{'s' if errors != 1 else ''}")
     if not report.ok:
         sys.exit(1)
 

@@ -70,10 +70,7 @@ def _load(ctx: OperationContext, root: Path | None, include_candidates: bool) ->
         loaded = load_skills(where)
     except SkillsDirMissing as exc:
         raise OperationUnavailable(f"no skills here: {exc}") from None
-    manual_ok = ctx.caller.trust == "operator"
-    return [
-        s for s in visible_skills(loaded.skills, include_candidates, include_manual=manual_ok)
-    ]
+    return visible_skills(loaded.skills, include_candidates, include_manual=ctx.caller.trust == "operator")
 
 
 def _summary(skill: Skill) -> SkillSummary:

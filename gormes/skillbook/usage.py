@@ -10,7 +10,12 @@ from typing import Any
 import msgspec
 
 from gormes.events.runs import run_stream
-from gormes.events.skills import FeedbackVerdict, SkillFeedback, SkillSelected, skill_stream
+from gormes.events.skills import (
+    FeedbackVerdict,
+    SkillFeedback,
+    SkillSelected,
+    skill_stream,
+)
 from gormes.skillbook.errors import SkillsError
 from gormes.skillbook.resolver import Match
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import datetime
 
 import pytest
+from skill_helpers import FIXTURES, SHIPPED_EVALS, SHIPPED_SKILLS
 
 from gormes.skillbook.errors import SkillFileError, SkillsDirMissing
 from gormes.skillbook.loader import load_skills, parse_skill
 from gormes.skillbook.validator import check, conflicting_pairs
-from skill_helpers import FIXTURES, SHIPPED_EVALS, SHIPPED_SKILLS
 
 TODAY = datetime.date(2026, 6, 1)
 
