@@ -35,7 +35,7 @@ def test_ops_list_prints_a_table_of_every_operation(fresh_db):
     rows = {line.split()[0]: line for line in done.stdout.splitlines()[2:]}
     assert set(rows) == {
         "fs.grep", "fs.list", "fs.read", "job.cancel", "job.get", "job.send", "job.submit",
-        "shell.run", "time.now",
+        "shell.run", "skills.list", "skills.read", "time.now",
     }
     assert rows["shell.run"].split("│")[1].strip() == "operator"
 
