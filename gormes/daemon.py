@@ -38,7 +38,10 @@ import trio
 from gormes.actors.cron_scheduler import CronScheduler
 from gormes.actors.governor import Governor, GovernorPolicy
 from gormes.actors.handlers import (
-    HandlerImportError, HandlerRegistry, default_registry, import_handlers,
+    HandlerImportError,
+    HandlerRegistry,
+    default_registry,
+    import_handlers,
 )
 from gormes.actors.queue import JobQueue
 from gormes.actors.worker import Worker, WorkerConfig, new_worker_id

@@ -17,7 +17,7 @@ The scheduler that acts on these rules lives in `cron_scheduler.py`.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import msgspec
@@ -25,7 +25,13 @@ from cronsim import CronSim, CronSimError
 
 from gormes.errors import UserError
 from gormes.events.base import Event
-from gormes.events.cron import CronFired, CronPaused, CronRemoved, CronResumed, CronScheduled
+from gormes.events.cron import (
+    CronFired,
+    CronPaused,
+    CronRemoved,
+    CronResumed,
+    CronScheduled,
+)
 
 ScheduleStatus = Literal["active", "paused", "removed"]
 
@@ -103,11 +109,11 @@ def fire_key(name: str, fire_at: int) -> str:
 
 
 def _utc(ms: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
 def _ms(dt: datetime) -> int:
-    return int((dt - datetime(1970, 1, 1, tzinfo=timezone.utc)) / timedelta(milliseconds=1))
+    return int((dt - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(milliseconds=1))
 
 
 # -- a schedule's state ------------------------------------------------------------

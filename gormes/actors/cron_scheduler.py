@@ -29,8 +29,22 @@ import trio
 
 from gormes.actors import job_rules
 from gormes.actors.cron import (
-    Add, Command, Fire, Pause, Remove, Resume, ScheduleNotFound, ScheduleState,
-    decide, due_fire, evolve, fire_key, fold, next_due, parse_expression, validate_name,
+    Add,
+    Command,
+    Fire,
+    Pause,
+    Remove,
+    Resume,
+    ScheduleNotFound,
+    ScheduleState,
+    decide,
+    due_fire,
+    evolve,
+    fire_key,
+    fold,
+    next_due,
+    parse_expression,
+    validate_name,
 )
 from gormes.actors.job_session import JobSession
 from gormes.actors.queue import JobQueue

@@ -18,7 +18,12 @@ import msgspec
 
 from gormes.events.base import Recorded
 from gormes.events.cron import (
-    CRON_STREAM_PREFIX, CronFired, CronPaused, CronRemoved, CronResumed, CronScheduled,
+    CRON_STREAM_PREFIX,
+    CronFired,
+    CronPaused,
+    CronRemoved,
+    CronResumed,
+    CronScheduled,
 )
 
 if TYPE_CHECKING:

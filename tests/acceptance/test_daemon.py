@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import REPO, cli_env, gormes_command, run_gormes
 
 pytestmark = pytest.mark.slow

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from gormes.actors.cron import (
-    Add, Fire, InvalidSchedule, Pause, Remove, Resume, ScheduleExists, ScheduleNotFound,
-    decide, due_fire, fire_key, fold, latest_fire, next_due, next_fire, parse_expression,
+    Add,
+    Fire,
+    InvalidSchedule,
+    Pause,
+    Remove,
+    Resume,
+    ScheduleExists,
+    ScheduleNotFound,
+    decide,
+    due_fire,
+    fire_key,
+    fold,
+    latest_fire,
+    next_due,
+    next_fire,
+    parse_expression,
 )
 from gormes.events.cron import CronFired, CronScheduled
 
 
 def ms(text: str) -> int:
-    dt = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+    dt = datetime.fromisoformat(text).replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 

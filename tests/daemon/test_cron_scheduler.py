@@ -3,7 +3,7 @@ schedulers racing on one file, and in spite of the queue freeing a key."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import trio
@@ -28,7 +28,7 @@ class Clock:
 
 
 def _seconds(iso: str) -> float:
-    return datetime.fromisoformat(iso).replace(tzinfo=timezone.utc).timestamp()
+    return datetime.fromisoformat(iso).replace(tzinfo=UTC).timestamp()
 
 
 async def fires(store: SQLiteEventStore, name: str) -> list[CronFired]:
