@@ -104,6 +104,6 @@ class Governor:
         sampler = self._sampler or psutil_sampler()
         while True:
             await trio.sleep(self.policy.interval_s)
-            sample = await trio.to_thread.run_sync(sampler)
+            sample = sampler()  # psutil reads /proc without blocking: no thread needed
             if self.observe(sample).trip_breaker:
                 await on_breaker()

@@ -1,0 +1,63 @@
+"""Worker heartbeats: one row per worker in `worker_heartbeats`, refreshed on an interval.
+
+A row is cheap to keep (an UPDATE every few seconds, no event in the log) and
+lets the doctor tell a live worker (recent `last_seen`, no `stopped_at`) from a
+dead one. Times are the store's clock (seconds since the epoch).
+
+    SELECT worker_id, pid, last_seen FROM worker_heartbeats WHERE stopped_at IS NULL
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+TABLE = "worker_heartbeats"
+
+_CREATE = f"""
+CREATE TABLE IF NOT EXISTS {TABLE}(
+    worker_id TEXT PRIMARY KEY,
+    pid INTEGER,
+    host TEXT,
+    info TEXT,
+    started_at REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    beats INTEGER NOT NULL DEFAULT 0,
+    stopped_at REAL
+)
+"""
+
+
+class Heartbeat:
+    def __init__(self, store: Any, worker_id: str, info: dict[str, Any]) -> None:
+        self._store = store
+        self.worker_id = worker_id
+        self._info = info
+        self._info_json = msgspec.json.encode(info).decode()
+
+    async def beat(self) -> None:
+        worker_id, info = self.worker_id, self._info
+
+        def write(tx: Any) -> None:
+            tx.execute(_CREATE)
+            tx.execute(
+                f"INSERT INTO {TABLE}(worker_id, pid, host, info, started_at, last_seen, beats) "
+                "VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT(worker_id) DO UPDATE SET "
+                "last_seen = excluded.last_seen, beats = beats + 1, stopped_at = NULL",
+                (worker_id, info.get("pid"), info.get("host"), self._info_json, tx.now, tx.now),
+            )
+
+        await self._store.transact(write)
+
+    async def stopped(self) -> None:
+        worker_id = self.worker_id
+
+        def write(tx: Any) -> None:
+            tx.execute(_CREATE)
+            tx.execute(
+                f"UPDATE {TABLE} SET stopped_at = ?, last_seen = ? WHERE worker_id = ?",
+                (tx.now, tx.now, worker_id),
+            )
+
+        await self._store.transact(write)

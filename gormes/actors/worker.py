@@ -1,0 +1,509 @@
+"""The job worker: claims jobs it has handlers for and runs them, N at a time.
+
+    worker = Worker(queue, registry, WorkerConfig(concurrency=8))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        ...
+        worker.stop()          # stop claiming, drain within a grace, release the rest
+
+How a job runs (`_execute`): the handler runs in a task of its own under a cancel
+scope; beside it a lease keeper renews every lease/2. The executor waits for the
+handler to finish or for a reason to abort it:
+
+- timeout (the job's `timeout_ms`, measured on the trio clock): cancelled, then
+  `dead` "timeout exceeded";
+- pause or cancel by anyone (seen in the log): cancelled, nothing recorded (the
+  pause or cancel already was);
+- lease lost (renewal refused and confirmed by a re-read, or another holder):
+  cancelled, nothing recorded, no attempt consumed;
+- shutdown past the grace: cancelled and released, no attempt consumed;
+- circuit breaker (memory pressure, from the governor): cancelled, `dead`.
+
+A handler that ignores its cancellation for `abort_grace_ms` is abandoned: its
+task is left behind, the job goes `dead` "handler ignored abort" (when the worker
+still owns it) and the slot is freed, so the worker keeps serving.
+
+An idle worker waits for the log to grow (`store.wait_for_change`: in-process
+wake-up, or `PRAGMA data_version` every few ms across processes), so a new job is
+picked up within milliseconds. Sweeps run on intervals: stalled leases, due
+delayed jobs, wall-clock timeouts, stranded parents. A heartbeat row in
+`worker_heartbeats` says which workers are alive (see `heartbeat.py`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import sys
+import traceback
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import trio
+
+from gormes.actors.governor import BREAKER_ERROR, Governor
+from gormes.actors.handlers import Handler, HandlerRegistry, UnrecoverableError
+from gormes.actors.heartbeat import Heartbeat
+from gormes.actors.job_context import JobContext
+from gormes.actors.jobs import InvalidJob, InvalidTransition, JobNotFound, LockLost
+from gormes.actors.queue import Job, JobQueue
+from gormes.errors import GormesError
+
+IGNORED_ABORT = "handler ignored abort"
+TIMEOUT_EXCEEDED = "timeout exceeded"
+
+# Events on a job's stream after which a running holder may no longer own it.
+CONTROL_TYPES = (
+    "job.paused", "job.cancelled", "job.stalled", "job.timed_out",
+    "job.released", "job.retried", "job.pruned",
+)
+
+# Why a handler was cancelled. Only timeout and breaker are recorded by the worker;
+# shutdown releases the job; the others were recorded by whoever caused them.
+TIMEOUT, BREAKER, SHUTDOWN, PAUSED, CANCELLED, LEASE_LOST = (
+    "timeout", "circuit breaker", "shutdown", "paused", "cancelled", "lease lost",
+)
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    worker_id: str = msgspec.field(default_factory=new_worker_id)
+    queues: tuple[str, ...] | None = None  # None: every queue
+    concurrency: int = 10
+    lease_ms: int = 30_000
+    stall_interval_ms: int = 5_000
+    stall_grace_ms: int = 15_000
+    promote_interval_ms: int = 250
+    timeout_sweep_interval_ms: int = 5_000
+    unblock_interval_ms: int = 5_000
+    heartbeat_interval_ms: int = 5_000
+    abort_grace_ms: int = 5_000
+    shutdown_grace_ms: int = 10_000
+    max_claims_per_round: int = 64
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.concurrency <= 10_000:
+            raise ValueError(f"concurrency must be 1..10000, got {self.concurrency}")
+        if self.lease_ms < 2:
+            raise ValueError(f"lease must be at least 2 ms, got {self.lease_ms}")
+
+
+class Outcome(msgspec.Struct):
+    """What the handler did: returned `result`, raised `error`, or not finished."""
+
+    finished: bool = False
+    ok: bool = False
+    result: Any = None
+    error: str | None = None
+    unrecoverable: bool = False
+
+
+class RunningJob:
+    """One claimed job while its handler runs."""
+
+    def __init__(self, job: Job) -> None:
+        assert job.lock_token is not None
+        self.job = job
+        self.token: str = job.lock_token
+        self.scope = trio.CancelScope()
+        self.settled = trio.Event()  # the handler finished or an abort was asked
+        self.done = trio.Event()  # the handler's task is over
+        self.outcome = Outcome()
+        self.abort_reason: str | None = None
+        self.ctx: JobContext | None = None
+
+    def abort(self, reason: str) -> None:
+        """Ask the handler to stop; the first reason wins."""
+        if self.abort_reason is None and not self.done.is_set():
+            self.abort_reason = reason
+            if self.ctx is not None:
+                self.ctx.abort_reason = reason
+            self.settled.set()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, Exception) and not isinstance(exc, UnrecoverableError):
+        return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text or type(exc).__name__
+
+
+def _must_propagate(exc: BaseException) -> bool:
+    if isinstance(exc, (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(trio.Cancelled) is not None
+
+
+class Worker:
+    def __init__(
+        self,
+        queue: JobQueue,
+        registry: HandlerRegistry,
+        config: WorkerConfig | None = None,
+        *,
+        store: Any = None,
+        governor: Governor | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.queue = queue
+        self.store = store if store is not None else queue.store  # type: ignore[attr-defined]
+        self.registry = registry
+        self.config = config or WorkerConfig()
+        self.governor = governor
+        self.id = self.config.worker_id
+        self.active: dict[str, RunningJob] = {}
+        self.completed = 0
+        self.failed = 0
+        self._log = log or (lambda line: print(f"gormes worker: {line}", file=sys.stderr))
+        self._stopping = trio.Event()
+        self._stopped = trio.Event()
+        self._hurry = trio.Event()
+        self.abandoned = 0
+        self._capacity_changed = trio.Event()
+        self._idle_scope: trio.CancelScope | None = None
+        self._handlers: trio.Nursery | None = None
+        if governor is not None:
+            governor.on_change(lambda _limit: self._wake_claimer())
+
+    # -- public -----------------------------------------------------------------
+
+    @property
+    def limit(self) -> int:
+        if self.governor is not None:
+            return min(self.config.concurrency, self.governor.limit)
+        return self.config.concurrency
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight jobs get `shutdown_grace_ms`, then are released."""
+        self._stopping.set()
+        self._wake_claimer()
+
+    def hurry(self) -> None:
+        """End the shutdown grace now: in-flight jobs are released at once."""
+        self._hurry.set()
+        self.stop()
+
+    async def wait_stopped(self) -> None:
+        """Until every claimed job is recorded or released (abandoned handlers aside)."""
+        await self._stopped.wait()
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        heartbeat = Heartbeat(self.store, self.id, self._describe_self())
+        try:
+            async with trio.open_nursery() as services:
+                await heartbeat.beat()
+                await services.start(self._watch_controls)
+                services.start_soon(self._every, self.config.stall_interval_ms, self._sweep_stalled)
+                services.start_soon(self._every, self.config.promote_interval_ms, self.queue.promote_delayed)
+                services.start_soon(self._every, self.config.timeout_sweep_interval_ms, self.queue.sweep_timeouts)
+                services.start_soon(self._every, self.config.unblock_interval_ms, self.queue.unblock_parents)
+                services.start_soon(self._every, self.config.heartbeat_interval_ms, heartbeat.beat)
+                if self.governor is not None:
+                    services.start_soon(self.governor.run, self._trip_breaker)
+                async with trio.open_nursery() as handlers:
+                    self._handlers = handlers
+                    async with trio.open_nursery() as executors:
+                        executors.start_soon(self._claim_loop, executors)
+                        task_status.started(self)
+                        await self._stopping.wait()
+                        await self._drain()
+                    await self._say_stopped(heartbeat)
+                    # Handlers left now were abandoned: cancel them (an abandoned one
+                    # that shields itself keeps this nursery open; see `abandoned`).
+                    handlers.cancel_scope.cancel()
+                services.cancel_scope.cancel()
+        finally:
+            await self._say_stopped(heartbeat)
+
+    async def _say_stopped(self, heartbeat: Heartbeat) -> None:
+        if self._stopped.is_set():
+            return
+        with trio.CancelScope(shield=True):
+            try:
+                await heartbeat.stopped()
+            except GormesError:
+                pass
+        self._stopped.set()
+
+    # -- claiming ---------------------------------------------------------------
+
+    def _wake_claimer(self) -> None:
+        self._capacity_changed.set()
+        self._capacity_changed = trio.Event()
+        if self._idle_scope is not None and self.stopping:
+            self._idle_scope.cancel()
+
+    async def _claim_loop(self, executors: trio.Nursery) -> None:
+        names = self.registry.names()
+        found_last_time = True
+        while not self.stopping:
+            free = self.limit - len(self.active)
+            if free <= 0:
+                await self._capacity_changed.wait()
+                continue
+            wanted = min(free, self.config.max_claims_per_round) if found_last_time else 1
+            seen_head = await self.store.head()
+            if self.stopping:
+                break
+            jobs = await self._claim_some(names, wanted)
+            for job in jobs:
+                # Counted as active now, before its task starts, so the next
+                # round never claims past the limit.
+                run = self.active[job.id] = RunningJob(job)
+                executors.start_soon(self._execute, run)
+            found_last_time = bool(jobs)
+            if len(jobs) < wanted:
+                await self._wait_for_new_events(seen_head)
+
+    async def _claim_some(self, names: list[str], wanted: int) -> list[Job]:
+        claimed: list[Job] = []
+        errors: list[BaseException] = []
+
+        async def claim_one() -> None:
+            try:
+                job = await self.queue.claim(
+                    names, self.config.queues, worker_id=self.id, lease_ms=self.config.lease_ms
+                )
+            except GormesError as exc:
+                errors.append(exc)
+                return
+            if job is not None:
+                claimed.append(job)
+
+        if wanted == 1:
+            await claim_one()
+        else:
+            async with trio.open_nursery() as nursery:
+                for _ in range(wanted):
+                    nursery.start_soon(claim_one)
+        if errors and not claimed:
+            self._log(f"claim failed: {errors[0]}; retrying")
+            await trio.sleep(0.1)
+        return claimed
+
+    async def _wait_for_new_events(self, seen_head: int) -> None:
+        """Until an event is appended after `seen_head` (anywhere), or we stop.
+
+        Waiting on the head position rather than the bare change counter keeps
+        a worker's own empty claims (transactions that append nothing) from
+        waking it again.
+        """
+        with trio.CancelScope() as scope:
+            self._idle_scope = scope
+            if self.stopping:
+                scope.cancel()
+            try:
+                while True:
+                    generation = self.store.generation
+                    if await self.store.head() > seen_head:
+                        return
+                    if self.limit - len(self.active) <= 0:
+                        return
+                    await self.store.wait_for_change(generation)
+            finally:
+                self._idle_scope = None
+
+    # -- running one job --------------------------------------------------------
+
+    async def _execute(self, run: RunningJob) -> None:
+        job = run.job
+        try:
+            handler = self.registry.get(job.name)
+            if handler is None:  # pragma: no cover - we claim only names we have
+                await self.queue.release(job.id, run.token, f"no handler for {job.name!r}")
+                return
+            run.ctx = JobContext(self.queue, job, on_lock_lost=lambda: run.abort(LEASE_LOST))
+            async with trio.open_nursery() as keeper:
+                keeper.start_soon(self._keep_lease, run)
+                assert self._handlers is not None
+                self._handlers.start_soon(self._run_handler, run, handler)
+                timeout_ms = job.options.timeout_ms
+                deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else math.inf
+                with trio.move_on_at(deadline):
+                    await run.settled.wait()
+                if not run.done.is_set():
+                    run.abort(TIMEOUT)
+                    run.scope.cancel()
+                    with trio.move_on_after(self.config.abort_grace_ms / 1000):
+                        await run.done.wait()
+                keeper.cancel_scope.cancel()
+            with trio.CancelScope(shield=True):
+                await self._record(run)
+        finally:
+            self.active.pop(job.id, None)
+            self._wake_claimer()
+
+    async def _run_handler(self, run: RunningJob, handler: Handler) -> None:
+        assert run.ctx is not None
+        try:
+            with run.scope:
+                try:
+                    result = await handler(run.ctx, run.job.data)
+                except BaseException as exc:
+                    if _must_propagate(exc):
+                        raise
+                    run.outcome = Outcome(
+                        finished=True, error=_describe(exc),
+                        unrecoverable=isinstance(exc, UnrecoverableError),
+                    )
+                else:
+                    run.outcome = Outcome(finished=True, ok=True, result=result)
+        finally:
+            run.done.set()
+            run.settled.set()
+
+    async def _record(self, run: RunningJob) -> None:
+        """Write what happened; a stale holder's write is refused and ignored."""
+        job_id, token, reason = run.job.id, run.token, run.abort_reason
+        abandoned = not run.done.is_set()
+        if abandoned:
+            self.abandoned += 1
+            self._log(f"job {job_id}: {IGNORED_ABORT} ({reason}); abandoned")
+        try:
+            if reason is None:
+                if run.outcome.ok:
+                    await self._complete(run)
+                else:
+                    await self.queue.fail(
+                        job_id, token, run.outcome.error or "failed",
+                        unrecoverable=run.outcome.unrecoverable,
+                    )
+                    self.failed += 1
+            elif reason in (TIMEOUT, BREAKER) and abandoned:
+                await self.queue.time_out(job_id, token, IGNORED_ABORT)
+            elif reason == TIMEOUT:
+                await self.queue.time_out(job_id, token, TIMEOUT_EXCEEDED)
+            elif reason == BREAKER:
+                await self.queue.fail(job_id, token, BREAKER_ERROR, unrecoverable=True)
+            elif reason == SHUTDOWN:
+                await self.queue.release(job_id, token, "worker shutdown")
+            # paused, cancelled, lease lost: already recorded by whoever did it.
+        except (LockLost, InvalidTransition, JobNotFound):
+            pass  # we no longer hold the job: nothing of ours may change it
+        except GormesError as exc:
+            self._log(f"job {job_id}: could not record the outcome: {exc}")
+
+    async def _complete(self, run: RunningJob) -> None:
+        try:
+            await self.queue.complete(run.job.id, run.token, run.outcome.result)
+        except InvalidJob as exc:  # the result is not JSON: the handler's fault
+            await self.queue.fail(run.job.id, run.token, str(exc), unrecoverable=True)
+            self.failed += 1
+        else:
+            self.completed += 1
+
+    async def _keep_lease(self, run: RunningJob) -> None:
+        """Renew every lease/2; a refused renewal is re-checked once before giving up."""
+        lease_ms = self.config.lease_ms
+        while True:
+            await trio.sleep(lease_ms / 2000)
+            if await self._renewed(run, lease_ms):
+                continue
+            # One re-check: a transient failure (busy database) is not a lost lease.
+            if await self._still_ours(run) and await self._renewed(run, lease_ms):
+                continue
+            run.abort(await self._loss_reason(run))
+            run.scope.cancel()
+            return
+
+    async def _renewed(self, run: RunningJob, lease_ms: int) -> bool:
+        try:
+            return await self.queue.renew(run.job.id, run.token, lease_ms)
+        except GormesError as exc:
+            self._log(f"job {run.job.id}: lease renewal failed: {exc}")
+            return False
+
+    async def _still_ours(self, run: RunningJob) -> bool:
+        try:
+            job = await self.queue.get(run.job.id)
+        except GormesError:
+            return True  # cannot tell: keep going, the next renewal decides
+        return job is not None and job.status == "active" and job.lock_token == run.token
+
+    async def _loss_reason(self, run: RunningJob) -> str:
+        try:
+            job = await self.queue.get(run.job.id)
+        except GormesError:
+            return LEASE_LOST
+        if job is not None and job.status == "paused":
+            return PAUSED
+        if job is not None and job.status == "cancelled":
+            return CANCELLED
+        return LEASE_LOST
+
+    # -- watching for pause, cancel and lost leases --------------------------------
+
+    async def _watch_controls(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        head = await self.store.head()
+        task_status.started()
+        async for record in self.store.subscribe(after=head, types=CONTROL_TYPES):
+            job_id = record.stream.removeprefix("job-")
+            run = self.active.get(job_id)
+            if run is None or run.done.is_set():
+                continue
+            if await self._still_ours(run):
+                continue  # an older event of this job (before our claim)
+            run.abort(await self._loss_reason(run))
+            run.scope.cancel()
+
+    # -- shutdown, breaker, sweeps ----------------------------------------------
+
+    async def _drain(self) -> None:
+        async def all_done(cancel: trio.CancelScope) -> None:
+            while self.active:
+                await self._capacity_changed.wait()
+            cancel.cancel()
+
+        async def hurried(cancel: trio.CancelScope) -> None:
+            await self._hurry.wait()
+            cancel.cancel()
+
+        with trio.move_on_after(self.config.shutdown_grace_ms / 1000):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(all_done, nursery.cancel_scope)
+                nursery.start_soon(hurried, nursery.cancel_scope)
+        for run in list(self.active.values()):
+            run.abort(SHUTDOWN)
+            run.scope.cancel()
+
+    async def _trip_breaker(self) -> None:
+        """Cancel the lowest-priority active job (highest number; newest on ties)."""
+        candidates = [r for r in self.active.values() if r.abort_reason is None and not r.done.is_set()]
+        if not candidates:
+            return
+        victim = max(candidates, key=lambda r: (r.job.priority, r.job.created_at, r.job.id))
+        self._log(f"job {victim.job.id}: {BREAKER_ERROR}")
+        victim.abort(BREAKER)
+        victim.scope.cancel()
+
+    async def _sweep_stalled(self) -> Any:
+        return await self.queue.sweep_stalled(grace_ms=self.config.stall_grace_ms)
+
+    async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            await trio.sleep(interval_ms / 1000)
+            try:
+                await fn()
+            except GormesError as exc:
+                self._log(f"{getattr(fn, '__name__', 'sweep')} failed: {exc}")
+            except Exception:  # noqa: BLE001 - a sweep bug must not kill the worker
+                self._log("sweep crashed:\n" + traceback.format_exc())
+
+    def _describe_self(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "queues": list(self.config.queues) if self.config.queues else None,
+            "names": self.registry.names(),
+            "concurrency": self.config.concurrency,
+        }
