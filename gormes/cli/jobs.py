@@ -1,0 +1,372 @@
+"""`gormes jobs ...`: submit, inspect and steer durable jobs.
+
+Every command opens the store, asks the `JobQueue` and prints its typed answer:
+a short table or line for people, `--json` for scripts. Bad input (malformed
+JSON, an option out of range, an unknown job id) is one line on stderr and a
+non-zero exit, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import msgspec
+
+from gormes.errors import UserError
+
+T = TypeVar("T")
+
+STATUSES = ("waiting", "delayed", "active", "paused", "waiting-children",
+            "completed", "failed", "dead", "cancelled")
+POLICIES = ("fail_parent", "remove_dep", "ignore", "continue")
+TERMINAL = frozenset({"completed", "failed", "dead", "cancelled"})
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+class MalformedInput(UserError):
+    """JSON or a duration given on the command line that cannot be parsed."""
+
+
+def parse_json(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return msgspec.json.decode(text.encode())
+    except msgspec.DecodeError as exc:
+        raise MalformedInput(f"malformed JSON for {what}: {exc}") from None
+
+
+def check_range(flag: str, value: float | None, low: float | None, high: float | None) -> None:
+    """One clear line (not click's usage block) for an option out of range."""
+    if value is None:
+        return
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{low}..{high}" if high is not None else f">= {low}"
+        raise OutOfRange(f"{flag} must be {bounds}, got {value}")
+
+
+class OutOfRange(UserError):
+    """A command-line option outside the values it accepts."""
+
+
+def parse_duration_ms(text: str) -> int:
+    """'500ms', '30s', '15m', '12h', '7d', '2w' (a bare number is seconds)."""
+    match = _DURATION.match(text)
+    if not match:
+        raise MalformedInput(f"not a duration: {text!r} (try 30s, 15m, 12h, 7d)")
+    return int(float(match.group(1)) * _UNIT_MS[match.group(2) or "s"])
+
+
+def run_queue(db: Path, fn: Callable[[Any], Awaitable[T]]) -> T:
+    """Open the store and the queue, run `fn(queue)` in trio, close both."""
+    import trio
+
+    from gormes.actors.queue import JobQueue
+    from gormes.events.sqlite import SQLiteEventStore
+
+    async def main() -> T:
+        async with SQLiteEventStore.open(db) as store:
+            queue = await JobQueue.open(store)
+            return await fn(queue)
+
+    return trio.run(main)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(msgspec.json.encode(value).decode())
+
+
+def job_json(job: Any, pricing: dict[str, float] | None) -> dict[str, Any]:
+    """The job as a JSON object, with `cost` computed now from the pricing table."""
+    data = msgspec.to_builtins(job)
+    data["cost"] = cost_of(job.tokens, pricing)
+    return data
+
+
+def load_pricing(path: str | None) -> dict[str, float] | None:
+    """USD per million tokens: {"input": 3.0, "output": 15.0, "cache_read": 0.3}."""
+    if path is None:
+        return None
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise MalformedInput(f"cannot read pricing table {path}: {exc.strerror}") from None
+    try:
+        table = msgspec.json.decode(raw, type=dict[str, float])
+    except msgspec.DecodeError as exc:
+        raise MalformedInput(f"pricing table {path} is not JSON of per-million prices: {exc}") from None
+    return table
+
+
+def cost_of(tokens: Any, pricing: dict[str, float] | None) -> float | None:
+    if pricing is None:
+        return None
+    total = (
+        tokens.input * pricing.get("input", 0.0)
+        + tokens.output * pricing.get("output", 0.0)
+        + tokens.cache_read * pricing.get("cache_read", 0.0)
+    )
+    return round(total / 1_000_000, 6)
+
+
+def _require(job: Any, job_id: str) -> Any:
+    if job is None:
+        from gormes.actors.jobs import JobNotFound
+
+        raise JobNotFound(f"no job with id {job_id!r}")
+    return job
+
+
+def _row(job: Any) -> str:
+    error = f"  {job.error}" if job.error else ""
+    return (f"{job.id}  {job.status:<16} {job.name:<16} {job.queue:<10} "
+            f"p{job.priority:<3} attempts {job.attempts_made}/{job.max_attempts}{error}")
+
+
+pricing_option = click.option(
+    "--pricing", envvar="GORMES_PRICING", metavar="FILE",
+    help="JSON table of USD per million tokens {input, output, cache_read}; "
+         "adds `cost` (env GORMES_PRICING).",
+)
+
+
+@click.group()
+def jobs() -> None:
+    """Durable jobs: submit, list, inspect, steer."""
+
+
+@jobs.command()
+@click.argument("name")
+@click.option("--data", metavar="JSON", help="The job's data (JSON).")
+@click.option("--queue", metavar="Q", help="Queue name (default: default).")
+@click.option("--priority", type=int, help="Lower runs first (default 0).")
+@click.option("--delay", type=int, metavar="MS", help="Start after this many ms.")
+@click.option("--max-attempts", type=int, metavar="N", help="Default 3.")
+@click.option("--backoff", type=click.Choice(["exponential", "fixed"]), help="Retry delay shape.")
+@click.option("--backoff-delay", type=int, metavar="MS", help="Default 1000.")
+@click.option("--backoff-jitter", type=float, metavar="F", help="0..1, default 0.2.")
+@click.option("--timeout", type=int, metavar="MS", help="Kill the handler after this.")
+@click.option("--max-stalled", type=int, metavar="N", help="1..100, default 5.")
+@click.option("--parent", metavar="ID", help="Make this a child of job ID.")
+@click.option("--on-child-fail", type=click.Choice(POLICIES), help="What a failure of this child does to its parent.")
+@click.option("--max-children", type=int, metavar="N")
+@click.option("--idempotency-key", metavar="K")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@click.pass_obj
+def submit(obj: Any, name: str, data: str | None, queue: str | None, priority: int | None,
+           delay: int | None, max_attempts: int | None, backoff: str | None,
+           backoff_delay: int | None, backoff_jitter: float | None, timeout: int | None,
+           max_stalled: int | None, parent: str | None, on_child_fail: str | None,
+           max_children: int | None, idempotency_key: str | None, as_json: bool) -> None:
+    """Submit a job NAME; prints its id."""
+    for flag, value, low, high in (
+        ("--delay", delay, 0, None), ("--max-attempts", max_attempts, 1, None),
+        ("--backoff-delay", backoff_delay, 0, None), ("--backoff-jitter", backoff_jitter, 0, 1),
+        ("--timeout", timeout, 1, None), ("--max-stalled", max_stalled, 1, 100),
+        ("--max-children", max_children, 1, None),
+    ):
+        check_range(flag, value, low, high)
+    payload = parse_json(data, "--data")
+    options: dict[str, Any] = {}
+    for key, value in (("queue", queue), ("priority", priority), ("delay_ms", delay),
+                       ("max_attempts", max_attempts), ("timeout_ms", timeout),
+                       ("max_stalled", max_stalled), ("parent_id", parent),
+                       ("on_child_fail", on_child_fail), ("max_children", max_children),
+                       ("idempotency_key", idempotency_key)):
+        if value is not None:
+            options[key] = value
+    shape = {k: v for k, v in (("kind", backoff), ("delay_ms", backoff_delay),
+                               ("jitter", backoff_jitter)) if v is not None}
+    if shape:
+        options["backoff"] = shape
+    job = run_queue(obj.db, lambda q: q.submit(name, payload, options))
+    if as_json:
+        emit_json(job_json(job, None))
+    else:
+        click.echo(job.id)
+
+
+@jobs.command(name="list")
+@click.option("--status", type=click.Choice(STATUSES))
+@click.option("--queue", metavar="Q")
+@click.option("--name", metavar="N")
+@click.option("--limit", type=int, default=100, show_default=True, help="1..100000.")
+@pricing_option
+@click.option("--json", "as_json", is_flag=True, help="A JSON array of jobs.")
+@click.pass_obj
+def list_(obj: Any, status: str | None, queue: str | None, name: str | None, limit: int,
+          pricing: str | None, as_json: bool) -> None:
+    """List jobs, newest first."""
+    check_range("--limit", limit, 1, 100_000)
+    prices = load_pricing(pricing)
+    found = run_queue(obj.db, lambda q: q.list(status=status, queue=queue, name=name, limit=limit))
+    if as_json:
+        emit_json([job_json(job, prices) for job in found])
+    else:
+        for job in found:
+            click.echo(_row(job))
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID")
+@pricing_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
+    """Show one job."""
+    prices = load_pricing(pricing)
+    job = _require(run_queue(obj.db, lambda q: q.get(job_id)), job_id)
+    if as_json:
+        emit_json(job_json(job, prices))
+        return
+    data = job_json(job, prices)
+    for key in ("id", "name", "queue", "status", "priority", "data", "result", "error",
+                "attempts_made", "attempts_started", "stalled_counter", "max_attempts",
+                "max_stalled", "parent_id", "depth", "progress", "tokens", "cost",
+                "created_at", "started_at", "finished_at", "lock_until", "delay_until",
+                "idempotency_key"):
+        value = data.get(key)
+        text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+        click.echo(f"{key:<17} {text}")
+
+
+def _steer(verb: str, help_text: str) -> click.Command:
+    @click.command(name=verb, help=help_text)
+    @click.argument("job_id", metavar="ID")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_obj
+    def command(obj: Any, job_id: str, as_json: bool) -> None:
+        result = run_queue(obj.db, lambda q: getattr(q, verb)(job_id))
+        if verb == "cancel":  # the ids cancelled: the job and its live descendants
+            emit_json(result) if as_json else click.echo("\n".join(f"{i} cancelled" for i in result))
+        elif as_json:
+            emit_json(job_json(result, None))
+        else:
+            click.echo(f"{result.id} {result.status}")
+
+    return command
+
+
+jobs.add_command(_steer("cancel", "Cancel a job and its non-terminal descendants."))
+jobs.add_command(_steer("pause", "Pause a waiting, delayed or active job."))
+jobs.add_command(_steer("resume", "Resume a paused job."))
+jobs.add_command(_steer("retry", "Send a failed or dead job back to waiting."))
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--data", metavar="JSON", help="Overrides deep-merged into the job's data.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def replay(obj: Any, job_id: str, data: str | None, as_json: bool) -> None:
+    """Submit a terminal job again as a new job; prints the new id."""
+    overrides = parse_json(data, "--data")
+    job = run_queue(obj.db, lambda q: q.replay(job_id, overrides))
+    emit_json(job_json(job, None)) if as_json else click.echo(job.id)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--payload", metavar="JSON", required=True, help="The message (JSON).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def send(obj: Any, job_id: str, payload: str, as_json: bool) -> None:
+    """Send an operator message to a job's inbox; prints the message id."""
+    message = parse_json(payload, "--payload")
+    sent = run_queue(obj.db, lambda q: q.send(job_id, message))
+    emit_json(sent) if as_json else click.echo(sent.id)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def inbox(obj: Any, job_id: str, as_json: bool) -> None:
+    """Show a job's inbox (read and unread; reading here records no receipt)."""
+
+    async def read(q: Any) -> Any:
+        _require(await q.get(job_id), job_id)
+        return await q.inbox(job_id)
+
+    messages = run_queue(obj.db, read)
+    if as_json:
+        emit_json(messages)
+        return
+    for m in messages:
+        state = "read" if m.read_at is not None else "unread"
+        click.echo(f"{m.id}  {m.sender:<12} {state:<6} {msgspec.json.encode(m.payload).decode()}")
+
+
+@jobs.command()
+@pricing_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def stats(obj: Any, pricing: str | None, as_json: bool) -> None:
+    """Counts by status and queue, and token totals."""
+    prices = load_pricing(pricing)
+    result = run_queue(obj.db, lambda q: q.stats())
+    data = msgspec.to_builtins(result)
+    data["cost"] = cost_of(result.tokens, prices)
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"total {result.total}")
+    for status in STATUSES:
+        if result.by_status.get(status):
+            click.echo(f"  {status:<17} {result.by_status[status]}")
+    t = result.tokens
+    click.echo(f"tokens input {t.input} output {t.output} cache_read {t.cache_read}")
+
+
+@jobs.command()
+@click.option("--older-than", "older_than", required=True, metavar="DURATION",
+              help="Finished more than this long ago: 30s, 15m, 12h, 7d.")
+@click.option("--dry-run", is_flag=True, help="List what would go; remove nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def prune(obj: Any, older_than: str, dry_run: bool, as_json: bool) -> None:
+    """Remove terminal jobs that finished before a cutoff."""
+    cutoff = parse_duration_ms(older_than)
+    result = run_queue(obj.db, lambda q: q.prune(cutoff, dry_run=dry_run))
+    if as_json:
+        emit_json({"ids": result.ids, "count": result.count, "dry_run": result.dry_run})
+    else:
+        verb = "would prune" if dry_run else "pruned"
+        click.echo(f"{verb} {result.count} job(s)")
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--timeout", type=float, metavar="SECONDS",
+              help="Give up (exit 1) if the job is not terminal by then.")
+@click.pass_obj
+def wait(obj: Any, job_id: str, timeout: float | None) -> None:
+    """Wait until a job is terminal; print its status (exit 0)."""
+    check_range("--timeout", timeout, 0, None)
+    import trio
+
+    async def until_terminal(q: Any) -> str:
+        job = _require(await q.get(job_id), job_id)
+        with trio.move_on_after(timeout if timeout is not None else float("inf")):
+            while job.status not in TERMINAL:
+                seen = q.store.generation
+                job = _require(await q.get(job_id), job_id)
+                if job.status in TERMINAL:
+                    break
+                await q.store.wait_for_change(seen)
+        return job.status
+
+    status = run_queue(obj.db, until_terminal)
+    if status not in TERMINAL:
+        raise WaitTimedOut(f"job {job_id} is still {status} after {timeout} s")
+    click.echo(status)
+
+
+class WaitTimedOut(UserError):
+    exit_code = 1

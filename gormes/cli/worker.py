@@ -1,0 +1,116 @@
+"""`gormes worker`: run job handlers until SIGINT or SIGTERM.
+
+On the first signal the worker stops claiming, lets in-flight jobs finish within
+the shutdown grace and releases the rest without consuming an attempt; a second
+signal ends the grace at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import click
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@click.command()
+@click.option("--queue", "queues", multiple=True, metavar="Q",
+              help="Claim only from this queue (repeatable; default: every queue).")
+@click.option("--concurrency", type=int, default=10, show_default=True,
+              help="Most jobs run at once (the governor may lower it under load).")
+@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
+              help="Import handlers (@gormes.job) from a module or a .py file (repeatable).")
+@click.option("--lease", "lease_ms", type=int, default=30_000,
+              show_default=True, metavar="MS", help="Lock lease; renewed every lease/2.")
+@click.option("--stall-interval", "stall_interval_ms", type=int,
+              default=5_000, show_default=True, metavar="MS", help="How often to sweep stalled jobs.")
+@click.option("--stall-grace", "stall_grace_ms", type=int, default=15_000,
+              show_default=True, metavar="MS", help="How long past its lease a job counts as stalled.")
+@click.option("--shutdown-grace", "shutdown_grace_ms", type=int,
+              default=10_000, show_default=True, metavar="MS",
+              help="On SIGINT/SIGTERM, how long in-flight jobs may finish before release.")
+@click.option("--min-concurrency", type=int, metavar="N",
+              help="Floor for the resource governor (default 1).")
+@click.option("--governor/--no-governor", default=True, show_default=True,
+              help="Adapt concurrency to CPU and memory load; memory circuit breaker.")
+@click.pass_obj
+def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[str, ...],
+           lease_ms: int, stall_interval_ms: int, stall_grace_ms: int, shutdown_grace_ms: int,
+           min_concurrency: int | None, governor: bool) -> None:
+    """Claim and run jobs until SIGINT or SIGTERM."""
+    from gormes.actors.handlers import default_registry, import_handlers
+    from gormes.cli.jobs import check_range
+    from gormes.errors import UserError
+
+    for flag, value, low, high in (
+        ("--concurrency", concurrency, 1, 10_000), ("--lease", lease_ms, 100, None),
+        ("--stall-interval", stall_interval_ms, 10, None), ("--stall-grace", stall_grace_ms, 0, None),
+        ("--shutdown-grace", shutdown_grace_ms, 0, None), ("--min-concurrency", min_concurrency, 1, None),
+    ):
+        check_range(flag, value, low, high)
+
+    # Load handler modules before touching the database: a bad module changes nothing.
+    for spec in imports:
+        import_handlers(spec)
+    floor = min_concurrency or 1
+    if floor > concurrency:
+        raise UserError(f"--min-concurrency {floor} is above --concurrency {concurrency}")
+
+    from gormes.actors.worker import WorkerConfig
+
+    config = WorkerConfig(
+        queues=queues or None, concurrency=concurrency, lease_ms=lease_ms,
+        stall_interval_ms=stall_interval_ms, stall_grace_ms=stall_grace_ms,
+        shutdown_grace_ms=shutdown_grace_ms,
+    )
+    # A signal that arrives before trio listens still ends us cleanly.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    import trio
+
+    trio.run(_serve, obj.db, config, default_registry.copy(), governor, floor)
+
+
+async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor: int) -> None:
+    import trio
+
+    from gormes.actors.governor import Governor, GovernorPolicy
+    from gormes.actors.queue import JobQueue
+    from gormes.actors.worker import Worker
+    from gormes.events.sqlite import SQLiteEventStore
+
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with SQLiteEventStore.open(db) as store:
+            queue = await JobQueue.open(store)
+            governor = (
+                Governor(GovernorPolicy(floor=floor, ceiling=config.concurrency))
+                if use_governor else None
+            )
+            worker = Worker(queue, registry, config, store=store, governor=governor)
+            names = ", ".join(registry.names())
+            click.echo(f"gormes worker {worker.id}: handlers {names}; "
+                       f"concurrency {config.concurrency}", err=True)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+
+                async def on_signals() -> None:
+                    count = 0
+                    async for _ in signals:
+                        count += 1
+                        worker.stop()
+                        if count >= 2:
+                            worker.hurry()
+
+                nursery.start_soon(on_signals)
+                await worker.wait_stopped()
+                click.echo(f"gormes worker {worker.id}: stopped "
+                           f"({worker.completed} completed, {worker.failed} failed)", err=True)
+                if worker.abandoned:
+                    # Abandoned handlers may never return; every write of ours is
+                    # committed, so leaving now loses nothing.
+                    click.echo(f"gormes worker {worker.id}: leaving {worker.abandoned} "
+                               "abandoned handler(s) behind", err=True)
+                    os._exit(0)
+                nursery.cancel_scope.cancel()
