@@ -1,0 +1,240 @@
+"""Durable jobs: end-to-end no-op throughput against huey's SqliteHuey, and idle pickup latency.
+
+Throughput: 2,000 no-op jobs are submitted, then one worker process is started
+and the clock runs from its start until every job is recorded as done (gormes:
+`completed` in the ledger; huey: a result stored for every task). Both stores are
+SQLite in WAL mode with synchronous=FULL (huey: `SqliteHuey(fsync=True)`, which
+sets `PRAGMA synchronous=2`; WAL is its default journal mode).
+
+Pickup: with a gormes worker idle, one job at a time is submitted; the handler
+stamps time.time() when it starts; latency = start stamp - time before submit.
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+N_JOBS = int(os.environ.get("BENCH_JOBS", "2000"))
+N_PICKUPS = int(os.environ.get("BENCH_PICKUPS", "200"))
+GORMES_CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "128"))
+HUEY_WORKERS = int(os.environ.get("BENCH_HUEY_WORKERS", "8"))
+
+HANDLERS = """
+import time
+import gormes
+
+@gormes.job("noop")
+async def noop(ctx, data):
+    return None
+
+@gormes.job("stamp")
+async def stamp(ctx, data):
+    return time.time()
+"""
+
+HUEY_APP = """
+from huey import SqliteHuey
+huey = SqliteHuey("bench", filename={db!r}, fsync=True)
+
+@huey.task()
+def noop():
+    return True
+"""
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    return e
+
+
+def gormes(db: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "gormes", "--db", str(db), *args]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_until(check, timeout: float = 300.0, every: float = 0.005) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark did not finish")
+        time.sleep(every)
+
+
+# -- gormes ------------------------------------------------------------------------
+
+
+def submit_gormes(db: Path, n: int) -> None:
+    import trio
+
+    from gormes.actors.queue import JobQueue
+    from gormes.events.sqlite import SQLiteEventStore
+
+    async def main() -> None:
+        async with SQLiteEventStore.open(db) as store:
+            queue = await JobQueue.open(store)
+            async with trio.open_nursery() as nursery:
+                for _ in range(n):
+                    nursery.start_soon(queue.submit, "noop", None)
+
+    trio.run(main)
+
+
+def completed_count(db: Path) -> int:
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return conn.execute("SELECT count(*) FROM jobs WHERE status = 'completed'").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def gormes_throughput(tmp: Path) -> float:
+    db = tmp / "gormes.db"
+    handlers = tmp / "bench_handlers.py"
+    handlers.write_text(HANDLERS)
+    submit_gormes(db, N_JOBS)
+    start = time.perf_counter()
+    worker = subprocess.Popen(
+        gormes(db, "worker", "--import", str(handlers), "--concurrency", str(GORMES_CONCURRENCY)),
+        env=env(), stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: completed_count(db) >= N_JOBS)
+        elapsed = time.perf_counter() - start
+    finally:
+        stop(worker)
+    return N_JOBS / elapsed
+
+
+def gormes_pickup(tmp: Path) -> list[float]:
+    import trio
+
+    from gormes.actors.queue import JobQueue
+    from gormes.events.sqlite import SQLiteEventStore
+
+    db = tmp / "pickup.db"
+    handlers = tmp / "bench_handlers.py"
+    handlers.write_text(HANDLERS)
+    latencies: list[float] = []
+
+    async def main() -> None:
+        async with SQLiteEventStore.open(db) as store:
+            queue = await JobQueue.open(store)
+            warm = await queue.submit("stamp", None)
+            await until_done(store, queue, warm.id)
+            for _ in range(N_PICKUPS):
+                await trio.sleep(0.02)  # the worker is idle again
+                before = time.time()
+                job = await queue.submit("stamp", None)
+                done = await until_done(store, queue, job.id)
+                latencies.append((done.result - before) * 1000)
+
+    async def until_done(store, queue, job_id):
+        while True:
+            seen = store.generation
+            job = await queue.get(job_id)
+            if job.status == "completed":
+                return job
+            await store.wait_for_change(seen)
+
+    # The ledger must exist before the worker starts, so create it here first.
+    async def init() -> None:
+        async with SQLiteEventStore.open(db) as store:
+            await JobQueue.open(store)
+
+    trio.run(init)
+    worker = subprocess.Popen(
+        gormes(db, "worker", "--import", str(handlers), "--concurrency", "4"),
+        env=env(), stderr=subprocess.DEVNULL,
+    )
+    try:
+        trio.run(main)
+    finally:
+        stop(worker)
+    return latencies
+
+
+# -- huey ------------------------------------------------------------------------------
+
+
+def huey_throughput(tmp: Path) -> float:
+    db = tmp / "huey.db"
+    app = tmp / "huey_bench_app.py"
+    app.write_text(HUEY_APP.format(db=str(db)))
+    sys.path.insert(0, str(tmp))
+    try:
+        import huey_bench_app  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    for _ in range(N_JOBS):
+        huey_bench_app.noop()
+    consumer_env = env()
+    consumer_env["PYTHONPATH"] = str(tmp) + os.pathsep + consumer_env["PYTHONPATH"]
+    start = time.perf_counter()
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "huey.bin.huey_consumer", "huey_bench_app.huey",
+         "-w", str(HUEY_WORKERS), "-k", "thread", "-d", "0.001", "-q"],
+        env=consumer_env, cwd=tmp, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    )
+
+    def results() -> int:
+        conn = sqlite3.connect(db, timeout=30)
+        try:
+            return conn.execute("SELECT count(*) FROM kv").fetchone()[0]
+        finally:
+            conn.close()
+
+    try:
+        wait_until(lambda: results() >= N_JOBS)
+        elapsed = time.perf_counter() - start
+    finally:
+        stop(consumer)
+    return N_JOBS / elapsed
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        g = gormes_throughput(tmp)
+        h = huey_throughput(tmp)
+        pickups = gormes_pickup(tmp)
+    print(json.dumps({
+        "jobs": N_JOBS,
+        "gormes_jobs_per_s": round(g, 1),
+        "huey_jobs_per_s": round(h, 1),
+        "vs_huey": round(g / h, 2),
+        "pickup_p50_ms": round(statistics.median(pickups), 2),
+        "pickup_p99_ms": round(percentile(pickups, 0.99), 2),
+        "gormes_concurrency": GORMES_CONCURRENCY,
+        "huey_workers": HUEY_WORKERS,
+        "durability": "WAL, synchronous=FULL (both)",
+    }))
+
+
+if __name__ == "__main__":
+    main()
