@@ -280,7 +280,16 @@ class Worker:
             if job is not None:
                 claimed.append(job)
 
-        if wanted == 1:
+        claim_many = getattr(self.queue, "claim_many", None)
+        if wanted > 1 and claim_many is not None:  # one transaction for the whole round
+            try:
+                claimed = list(await claim_many(
+                    names, self.config.queues, worker_id=self.id,
+                    lease_ms=self.config.lease_ms, limit=wanted,
+                ))
+            except GormesError as exc:
+                errors.append(exc)
+        elif wanted == 1:
             await claim_one()
         else:
             async with trio.open_nursery() as nursery:
