@@ -14,6 +14,7 @@ DOMAIN_MODULES = (
     "gormes.events.runs",
     "gormes.events.audit",
     "gormes.events.skills",
+    "gormes.events.memory",
     "gormes.events.cron",
 )
 
