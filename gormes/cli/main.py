@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "ops": ("gormes.cli.ops", "ops", "List operations, print the tool schemas a trust class gets, call one as the operator."),
     "skills": ("gormes.cli.skills", "skills", "Check, list, route and promote the SKILL.md skills."),
     "eval": ("gormes.cli.eval", "eval_", "Run evals: `gormes eval skills` scores skill routing."),
+    "mcp": ("gormes.cli.mcp", "mcp", "Serve the operations as MCP tools over stdio (for Claude Code, Codex, any MCP client)."),
     "doctor": ("gormes.cli.doctor", "doctor", "Check the health of the database, queue, workers and operations."),
     "audit": ("gormes.cli.audit", "audit", "Export the audit trail of operation calls as JSON lines."),
     "top": ("gormes.cli.top", "top", "A live view of jobs, runs, workers and the governor; keys pause, resume, cancel."),

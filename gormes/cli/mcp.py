@@ -1,0 +1,39 @@
+"""`gormes mcp [--trust CLASS] [--workspace DIR]`: serve the operations over MCP (stdio).
+
+Standard output belongs to the protocol; nothing else is printed there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gormes.ops.spec import TRUST_CLASSES
+
+
+@click.command("mcp")
+@click.option("--trust", type=click.Choice(TRUST_CLASSES), default="gateway", show_default=True,
+              envvar="GORMES_MCP_TRUST",
+              help="The trust class every MCP caller gets (env GORMES_MCP_TRUST). "
+              "Operator-only operations are never served, whatever the class.")
+@click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
+              help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
+@click.pass_obj
+def mcp(obj: Any, trust: str, workspace: str | None) -> None:
+    """Serve the prompt-visible operations as MCP tools over stdin/stdout."""
+    import anyio
+
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.mcp_server import serve_stdio
+    from gormes.ops.builtin import default_registry
+
+    async def main() -> None:
+        async with SQLiteEventStore.open(obj.db) as store:
+            await serve_stdio(
+                store, registry=default_registry(), trust=trust,
+                workspace=Path(workspace) if workspace else None,
+            )
+
+    anyio.run(main, backend="trio")

@@ -1,0 +1,120 @@
+"""The MCP server: gormes operations as Model Context Protocol tools.
+
+A thin adapter over the operation registry and the audited executor. The tools
+are exactly the prompt-visible operations the configured trust class (default
+`gateway`) may call, listed under their wire names (`job.submit` -> `job__submit`,
+since many clients allow only [A-Za-z0-9_-] in tool names). The executor behind
+the server knows only those operations, so what is not listed cannot be called:
+an operator-only operation (never prompt-visible) is refused whatever the trust
+class, and the refusal is audited (`outcome: denied`) like every call.
+
+Each call runs as `Caller(trust=<class>, id="mcp:<client name>")`. Its output is
+the operation's JSON (text content, and the same value as structured content);
+any error of the call (denied, invalid input, not found, timeout...) is a tool
+result with `isError: true` and one line naming the error.
+
+    async with SQLiteEventStore.open(db) as store:
+        await serve_stdio(store, trust="gateway", workspace=None)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import msgspec
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from gormes.ops.executor import Executor
+from gormes.ops.registry import Registry, wire_name
+from gormes.ops.spec import TRUST_CLASSES, Caller, OperationSpec
+
+SERVER_NAME = "gormes"
+DEFAULT_TRUST = "gateway"
+UNNAMED_CLIENT = "unnamed"
+
+
+def served_registry(registry: Registry, trust: str) -> Registry:
+    """The operations a `trust` caller is served: prompt-visible and allowed."""
+    if trust not in TRUST_CLASSES:
+        raise ValueError(f"unknown trust class {trust!r} (known: {', '.join(TRUST_CLASSES)})")
+    return Registry(registry.list(trust=trust, prompt_visible=True))
+
+
+def tool_for(spec: OperationSpec, schema: dict[str, Any]) -> types.Tool:
+    return types.Tool(
+        name=wire_name(spec.name),
+        title=spec.name,
+        description=spec.description,
+        input_schema=schema,
+        annotations=types.ToolAnnotations(
+            read_only_hint=not spec.mutating,
+            idempotent_hint=spec.idempotent,
+            destructive_hint=spec.mutating,
+            open_world_hint=False,
+        ),
+    )
+
+
+def client_name(ctx: Any) -> str:
+    """The name the client gave in its handshake (clientInfo.name), if any."""
+    params = getattr(ctx.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    return getattr(info, "name", None) or UNNAMED_CLIENT
+
+
+def ok_result(output: bytes) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=output.decode())],
+        structured_content=msgspec.json.decode(output),
+    )
+
+
+def error_result(exc: Exception) -> types.CallToolResult:
+    text = str(exc).strip().splitlines()
+    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return types.CallToolResult(content=[types.TextContent(text=line)], is_error=True)
+
+
+def build_server(executor: Executor, trust: str) -> Server[Any]:
+    """An MCP server whose tools are `executor.registry`'s operations, each call
+    made through `executor` as a `trust` caller."""
+    registry = executor.registry
+    tools = [tool_for(spec, registry.input_schema(spec.name)) for spec in registry.list()]
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        caller = Caller(trust=trust, id=f"mcp:{client_name(ctx)}")
+        try:
+            output = await executor.call_json(params.name, params.arguments or {}, caller)
+        except Exception as exc:  # noqa: BLE001 - audited by the executor; the client sees it
+            return error_result(exc)
+        return ok_result(output)
+
+    return Server(SERVER_NAME, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def serve_stdio(
+    store: Any, *, registry: Registry, trust: str = DEFAULT_TRUST, workspace: Path | None = None
+) -> None:
+    """Serve over stdin/stdout until the client closes the connection."""
+    from gormes.actors.queue import JobQueue
+
+    served = served_registry(registry, trust)
+    executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store))
+    server = build_server(executor, trust)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gormes")
+    except PackageNotFoundError:
+        return "0"
