@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gormes.ops import control, fs, jobs, shell, skills, time_ops
+from gormes.ops import control, fs, jobs, knowledge, shell, skills, time_ops
 from gormes.ops.registry import Registry
 
 
 def default_registry() -> Registry:
-    return Registry([*fs.SPECS, *time_ops.SPECS, *jobs.SPECS, *shell.SPECS, *skills.SPECS, *control.SPECS])
+    return Registry([*fs.SPECS, *time_ops.SPECS, *jobs.SPECS, *shell.SPECS, *skills.SPECS, *control.SPECS, *knowledge.SPECS])
