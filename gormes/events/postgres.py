@@ -1,0 +1,509 @@
+"""The PostgreSQL event store: the `EventStore` protocol for many hosts sharing one log.
+
+Built like the SQLite store: every append, append_many and transact call becomes
+a request for one writer task, which runs whatever has queued up in one
+transaction in a worker thread (psycopg 3's blocking API through
+`trio.to_thread`: its async API is asyncio-only) and wakes each caller after
+COMMIT returned. A failing request is undone alone (transact functions run in
+savepoints); the rest of its batch commits.
+
+Losing the connection is survived. Reads are retried on a new connection. A
+write batch remembers its transaction id; if the connection drops before COMMIT
+answered, the store reconnects (with backoff) and asks the server whether that
+transaction committed (`pg_xact_status`): committed, the callers get their
+results; aborted, the batch is run again. So nothing acknowledged is lost and
+nothing is written twice. (A transact function may therefore run more than once:
+it must do nothing outside its transaction.)
+
+Followers wake on LISTEN/NOTIFY, with polling as the fallback while the
+listening connection is down.
+
+    async with PostgresEventStore.open("postgresql://host/db") as store:
+        await store.append("job-1", [JobSubmitted(...)], expected_version=0)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import psycopg
+import trio
+
+from gormes.errors import StoreClosed, StoreError, StoreReadOnly
+from gormes.events.base import Event, Recorded
+from gormes.events.codec import Codec, default_codec
+from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch
+from gormes.events.postgres_schema import (
+    APPLICATION,
+    channel_name,
+    connect,
+    first_line,
+    is_connection_lost,
+    prepare,
+    redact,
+)
+from gormes.events.sqlite import Subscription, _Batch, _Request
+from gormes.events.sqlite_schema import DURABILITY, default_durability
+from gormes.events.store import AppendRequest, AppendResult
+
+T = TypeVar("T")
+
+PAGE = 1000
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 2.0
+
+
+class ConnectionLost(Exception):
+    """The writer's connection dropped; `xid` is the transaction that may have committed."""
+
+    def __init__(self, xid: int | None) -> None:
+        super().__init__(f"connection lost (transaction {xid})")
+        self.xid = xid
+
+
+def translate_error(exc: psycopg.Error, where: str) -> StoreError:
+    return StoreError(f"database error on {where}: {first_line(exc)}")
+
+
+class PostgresTransaction:
+    """The `Transaction` handed to `transact` functions; `execute` takes PostgreSQL SQL."""
+
+    def __init__(self, batch: PostgresWriteBatch) -> None:
+        self._batch = batch
+        self.conn: psycopg.Connection = batch.log.conn
+        self.now = batch.now
+
+    def stream_version(self, stream: str) -> int:
+        return self._batch.version(stream)
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+        self._batch.flush()
+        return self._batch.log.read_stream(stream, after_version)
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> AppendResult:
+        return self._batch.append([AppendRequest(stream, events, expected_version)])[0]
+
+    def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        return self._batch.append(requests)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
+        self._batch.flush()
+        return self.conn.execute(sql, params)
+
+
+class _Changes:
+    """Wakes followers: the writer and the LISTEN task bump, waiters poll as a fallback."""
+
+    def __init__(self, store: PostgresEventStore, poll_interval: float, head: int) -> None:
+        self.generation = 0
+        self._event = trio.Event()
+        self._store = store
+        self._poll_interval = poll_interval
+        self._known_head = head
+
+    def bump(self) -> None:
+        self.generation += 1
+        self._event.set()
+        self._event = trio.Event()
+
+    async def wait(self, seen_generation: int) -> None:
+        while self.generation == seen_generation:
+            with trio.move_on_after(self._poll_interval):
+                await self._event.wait()
+            if self.generation == seen_generation:
+                head = await self._store.head()
+                if head != self._known_head:
+                    self._known_head = head
+                    self.bump()
+
+
+class PostgresEventStore:
+    def __init__(
+        self,
+        url: str,
+        writer: PostgresLog,
+        *,
+        schema: str,
+        readonly: bool,
+        poll_interval: float,
+        reconnect_timeout: float,
+        application_name: str,
+        durability: str,
+        head: int,
+    ) -> None:
+        self.url = url
+        self.where = f"{redact(url)} (schema {schema})"
+        self.schema = schema
+        self.codec = writer.codec
+        self.clock = writer.clock
+        self.readonly = readonly
+        self.reconnect_timeout = reconnect_timeout
+        self.application_name = application_name
+        self.durability = durability
+        self.channel = channel_name(schema)
+        self._writer_log: PostgresLog | None = None if readonly else writer
+        self._readers: list[PostgresLog] = [writer] if readonly else []
+        self._batch = _Batch()
+        self._work = trio.Event()
+        self._changes = _Changes(self, poll_interval, head)
+        self._closed = False
+        self._writer_done = trio.Event()
+        self.batches_committed = 0
+        self.writer_reconnects = 0
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        url: str,
+        *,
+        schema: str | None = None,
+        readonly: bool = False,
+        create: bool = True,
+        durability: str | None = None,
+        codec: Codec = default_codec,
+        clock: Callable[[], float] = time.time,
+        poll_interval: float = 0.5,
+        reconnect_timeout: float = 60.0,
+        application_name: str = APPLICATION,
+    ) -> AsyncIterator[PostgresEventStore]:
+        durability = durability or default_durability()
+        if durability not in DURABILITY:
+            raise StoreError(f"durability must be one of {sorted(DURABILITY)}, not {durability!r}")
+
+        def first_connection() -> tuple[PostgresLog, str, int]:
+            conn = connect(url, schema=schema, application_name=application_name)
+            try:
+                name = prepare(conn, url, create=create and not readonly)
+                log = PostgresLog(conn, codec=codec, clock=clock)
+                return log, name, log.head()
+            except BaseException:
+                conn.close()
+                raise
+
+        log, name, head = await trio.to_thread.run_sync(first_connection)
+        store = cls(
+            url, log, schema=name, readonly=readonly, poll_interval=poll_interval,
+            reconnect_timeout=reconnect_timeout, application_name=application_name,
+            durability=durability, head=head,
+        )
+        if not readonly:
+            await trio.to_thread.run_sync(store._configure_writer, log)
+        body_error: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store._listen)
+                if not readonly:
+                    nursery.start_soon(store._writer)
+                try:
+                    yield store
+                except BaseException as exc:  # noqa: BLE001 - re-raised below
+                    body_error = exc
+                finally:
+                    await store.aclose()
+                    try:
+                        if not readonly:
+                            await store._writer_done.wait()  # queued writes still commit
+                    finally:
+                        nursery.cancel_scope.cancel()  # the LISTEN task
+        finally:
+            store._close_connections()
+        if body_error is not None:
+            raise body_error
+
+    async def aclose(self) -> None:
+        """Stop taking writes; requests already queued are still committed."""
+        self._closed = True
+        self._work.set()
+
+    def _close_connections(self) -> None:
+        for log in self._readers:
+            log.close()
+        self._readers.clear()
+        if self._writer_log is not None:
+            self._writer_log.close()
+            self._writer_log = None
+
+    # -- connections --------------------------------------------------------
+
+    def _connect_log(self) -> PostgresLog:
+        conn = connect(self.url, schema=self.schema, application_name=self.application_name)
+        return PostgresLog(conn, codec=self.codec, clock=self.clock)
+
+    def _configure_writer(self, log: PostgresLog) -> None:
+        setting = "on" if self.durability == "full" else "off"
+        log.conn.execute(f"SET synchronous_commit TO {setting}")
+
+    async def _reconnect(self) -> PostgresLog:
+        """A new connection, retried with exponential backoff up to `reconnect_timeout`."""
+        delay = BACKOFF_FIRST_S
+        deadline = trio.current_time() + self.reconnect_timeout
+        while True:
+            try:
+                log = await trio.to_thread.run_sync(self._connect_log)
+            except StoreError as exc:
+                if trio.current_time() + delay > deadline:
+                    raise StoreError(
+                        f"lost the connection to {self.where} and could not reconnect "
+                        f"within {self.reconnect_timeout:g} s: {exc}"
+                    ) from None
+                await trio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+                continue
+            return log
+
+    # -- writes -------------------------------------------------------------
+
+    async def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> AppendResult:
+        results = await self._submit("append", [AppendRequest(stream, events, expected_version)])
+        return results[0]
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        return await self._submit("append", list(requests))
+
+    async def transact(self, fn: Callable[[PostgresTransaction], T]) -> T:
+        """Run `fn(tx)` in the writer's thread inside one transaction, committed durably.
+
+        If `fn` raises, everything it wrote is undone and the exception is re-raised
+        here; the other requests of the same batch are unaffected. `fn` may run again
+        if the connection is lost before the commit is confirmed.
+        """
+        return await self._submit("transact", fn)
+
+    async def _submit(self, kind: str, payload: Any) -> Any:
+        if self.readonly:
+            raise StoreReadOnly(f"{self.where} was opened read-only: cannot write events")
+        if self._closed:
+            raise StoreClosed("the event store is closed")
+        req = _Request(kind, payload)
+        batch = self._batch
+        batch.requests.append(req)
+        self._work.set()
+        await batch.done.wait()
+        if req.error is not None:
+            raise req.error
+        return req.result
+
+    async def _writer(self) -> None:
+        try:
+            while True:
+                await self._work.wait()
+                self._work = trio.Event()
+                batch = self._batch
+                if not batch.requests:
+                    if self._closed:
+                        return
+                    continue
+                self._batch = _Batch()
+                try:
+                    await self._commit_durably(batch.requests)
+                except StoreError as exc:
+                    for req in batch.requests:
+                        req.result, req.error = None, exc
+                self.batches_committed += 1
+                batch.done.set()
+                self._changes.bump()
+        finally:
+            self._writer_done.set()
+
+    async def _commit_durably(self, requests: list[_Request]) -> None:
+        while True:
+            if self._writer_log is None:
+                log = await self._reconnect()
+                self.writer_reconnects += 1
+                await trio.to_thread.run_sync(self._configure_writer, log)
+                self._writer_log = log
+            lost = await trio.to_thread.run_sync(self._commit, self._writer_log, requests)
+            if lost is None:
+                return
+            self._writer_log.close()
+            self._writer_log = None
+            if lost.xid is not None and await self._committed(lost.xid):
+                return
+            for req in requests:
+                req.result, req.error = None, None
+
+    async def _committed(self, xid: int) -> bool:
+        """Whether transaction `xid` committed, asked after its connection was lost."""
+        while True:
+            status = await self.read_with(lambda log: log.xact_status(xid))
+            if status == "committed":
+                return True
+            if status == "aborted":
+                return False
+            if status is None:
+                raise StoreError(
+                    f"lost the connection to {self.where} during a commit whose outcome "
+                    "can no longer be known"
+                )
+            await trio.sleep(BACKOFF_FIRST_S)  # "in progress": its backend is still ending
+
+    def _commit(self, log: PostgresLog, batch: list[_Request]) -> ConnectionLost | None:
+        """Runs in a worker thread: one transaction for the whole batch.
+
+        Returns a `ConnectionLost` when the connection dropped (nothing of it is
+        decided yet), otherwise None with each request's result or error set.
+        """
+        xid: int | None = None
+        try:
+            xid, head = log.begin_write()
+            wb = PostgresWriteBatch(log, head)
+            wb.prefetch_versions(
+                r.stream for req in batch if req.kind == "append" for r in req.payload
+            )
+            for req in batch:
+                if req.kind == "append":
+                    try:
+                        req.result = wb.append(req.payload)
+                    except StoreError as exc:
+                        req.error = exc
+                else:
+                    self._run_transact(wb, req)
+            wb.flush()
+            log.conn.execute("SELECT pg_notify(%s, '')", (self.channel,))
+            log.conn.execute("COMMIT")
+            return None
+        except BaseException as exc:  # noqa: BLE001 - handed to the callers
+            if isinstance(exc, psycopg.Error) and is_connection_lost(exc, log.conn):
+                return ConnectionLost(xid)
+            self._rollback(log)
+            if isinstance(exc, psycopg.Error):
+                exc = translate_error(exc, self.where)
+            for req in batch:
+                req.error = exc
+                req.result = None
+            return None
+
+    @staticmethod
+    def _rollback(log: PostgresLog) -> None:
+        try:
+            if log.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                log.conn.execute("ROLLBACK")
+        except psycopg.Error:
+            pass
+
+    def _run_transact(self, wb: PostgresWriteBatch, req: _Request) -> None:
+        conn = wb.log.conn
+        wb.flush()
+        mark = wb.mark()
+        conn.execute("SAVEPOINT transact")
+        try:
+            req.result = req.payload(PostgresTransaction(wb))
+            wb.flush()
+        except Exception as exc:
+            if isinstance(exc, psycopg.Error) and is_connection_lost(exc, conn):
+                raise
+            conn.execute("ROLLBACK TO SAVEPOINT transact")
+            conn.execute("RELEASE SAVEPOINT transact")
+            wb.restore(mark)
+            req.result = None
+            req.error = translate_error(exc, self.where) if isinstance(exc, psycopg.Error) else exc
+            return
+        conn.execute("RELEASE SAVEPOINT transact")
+
+    # -- reads --------------------------------------------------------------
+
+    async def read_with(self, fn: Callable[[PostgresLog], T]) -> T:
+        """Run `fn(log)` in a worker thread on one of the store's read connections.
+
+        For read models that need SQL of their own; `fn` must only read, since it is
+        run again on a new connection if the old one is lost.
+        """
+        while True:
+            log = self._readers.pop() if self._readers else await self._reconnect()
+            try:
+                result = await trio.to_thread.run_sync(fn, log)
+            except psycopg.Error as exc:
+                if is_connection_lost(exc, log.conn):
+                    log.close()
+                    continue
+                self._rollback(log)
+                self._readers.append(log)
+                raise translate_error(exc, self.where) from None
+            except BaseException:
+                self._rollback(log)
+                self._readers.append(log)
+                raise
+            self._readers.append(log)
+            return result
+
+    async def head(self) -> int:
+        return await self.read_with(lambda r: r.head())
+
+    async def stream_version(self, stream: str) -> int:
+        return await self.read_with(lambda r: r.stream_version(stream))
+
+    async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+        return await self.read_with(lambda r: r.read_stream(stream, after_version))
+
+    async def read_all(
+        self,
+        after_position: int = 0,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+    ) -> list[Recorded]:
+        return await self.read_with(lambda r: r.read_all(after_position, limit, types))
+
+    async def read_page(
+        self, after_position: int, limit: int = PAGE, types: Sequence[str] | None = None
+    ) -> tuple[list[Recorded], int, int]:
+        return await self.read_with(lambda r: r.read_page(after_position, limit, types))
+
+    async def wait_for_change(self, generation: int) -> None:
+        await self._changes.wait(generation)
+
+    @property
+    def generation(self) -> int:
+        return self._changes.generation
+
+    def subscribe(
+        self, after: int = 0, types: Sequence[str] | None = None, page: int = PAGE
+    ) -> Subscription:
+        """Every event after `after` in position order, then new ones as they commit.
+
+        Each page is read from one snapshot, and a snapshot always holds a prefix of
+        positions (see postgres_log), so following by position never skips and never
+        repeats.
+        """
+        return Subscription(self, after, types, page)  # type: ignore[arg-type]
+
+    # -- LISTEN/NOTIFY --------------------------------------------------------
+
+    async def _listen(self) -> None:
+        """Bump the generation on every NOTIFY; reconnect (with backoff) when dropped."""
+        delay = BACKOFF_FIRST_S
+        while True:
+            log: PostgresLog | None = None
+            try:
+                log = await trio.to_thread.run_sync(self._connect_log)
+                log.conn.execute(f'LISTEN "{self.channel}"')
+                delay = BACKOFF_FIRST_S
+                self._changes.bump()  # anything committed while we were not listening
+                await self._relay_notifications(log.conn)
+            except (psycopg.Error, StoreError, OSError):
+                pass
+            finally:
+                if log is not None:
+                    log.close()
+            await trio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX_S)
+
+    async def _relay_notifications(self, conn: psycopg.Connection) -> None:
+        pgconn = conn.pgconn
+        while True:
+            await trio.lowlevel.wait_readable(conn.fileno())
+            pgconn.consume_input()
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
+                return
+            notified = False
+            while pgconn.notifies() is not None:
+                notified = True
+            if notified:
+                self._changes.bump()

@@ -1,0 +1,244 @@
+"""The synchronous core of the PostgreSQL event log: reads, and one writer's batch.
+
+`PostgresLog` wraps one psycopg connection (autocommit; transactions are opened
+explicitly). The async store (`postgres.py`) runs it in worker threads.
+
+Positions are gap-free and in commit order because every writing transaction
+first takes `LOCK TABLE events IN EXCLUSIVE MODE` (the discipline of the
+eventsourcing library's Postgres recorder), then numbers its rows from
+`max(position) + 1`. The lock is held to COMMIT, and PostgreSQL makes a commit
+visible before it releases its locks, so the next writer starts after the last
+one is visible: a reader's snapshot always holds a prefix of positions. Unlike a
+`bigserial`, a rolled-back transaction gives its numbers back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import psycopg
+
+from gormes.errors import ConcurrencyError
+from gormes.events.base import Recorded
+from gormes.events.codec import Codec, default_codec
+from gormes.events.postgres_schema import glob_regex
+from gormes.events.store import AppendRequest, AppendResult
+
+COLUMNS = "position, stream, version, type, type_version, data, recorded_at"
+_INSERT = (
+    "INSERT INTO events(position, stream, version, type, type_version, data, recorded_at) "
+    "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::text[], "
+    "%s::int[], %s::text[], %s::float8[])"
+)
+
+Row = tuple[int, str, int, str, int, str, float]
+
+
+def pattern_clause(column: str, patterns: Sequence[str], params: list[Any]) -> str:
+    """`column` equal to one of the names, or matching one of the GLOB patterns."""
+    clauses = []
+    for pattern in patterns:
+        if any(c in pattern for c in "*?["):
+            clauses.append(f"{column} ~ %s")
+            params.append(glob_regex(pattern))
+        else:
+            clauses.append(f"{column} = %s")
+            params.append(pattern)
+    return "(" + " OR ".join(clauses) + ")"
+
+
+class PostgresLog:
+    """Blocking reads (and, for the writer, writes) through one connection."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        *,
+        codec: Codec = default_codec,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.conn = conn
+        self.codec = codec
+        self.clock = clock
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- reads --------------------------------------------------------------
+
+    def head(self) -> int:
+        return self.conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+
+    def count(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM events").fetchone()[0]
+
+    def stream_version(self, stream: str) -> int:
+        return self.conn.execute(
+            "SELECT coalesce(max(version), 0) FROM events WHERE stream = %s", (stream,)
+        ).fetchone()[0]
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS} FROM events WHERE stream = %s AND version > %s ORDER BY version",
+            (stream, after_version),
+        ).fetchall()
+        return self.decode(rows)
+
+    def select_rows(
+        self,
+        after: int = 0,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+        *,
+        streams: Sequence[str] | None = None,
+        upto: int | None = None,
+    ) -> list[Row]:
+        sql = f"SELECT {COLUMNS} FROM events WHERE position > %s"
+        params: list[Any] = [after]
+        if upto is not None:
+            sql += " AND position <= %s"
+            params.append(upto)
+        if types:
+            sql += " AND " + pattern_clause("type", types, params)
+        if streams:
+            sql += " AND " + pattern_clause("stream", streams, params)
+        sql += " ORDER BY position"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(limit)
+        return self.conn.execute(sql, params).fetchall()
+
+    def read_all(
+        self,
+        after_position: int = 0,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+        *,
+        streams: Sequence[str] | None = None,
+        upto: int | None = None,
+    ) -> list[Recorded]:
+        return self.decode(
+            self.select_rows(after_position, limit, types, streams=streams, upto=upto)
+        )
+
+    def read_page(
+        self, after_position: int, limit: int, types: Sequence[str] | None = None
+    ) -> tuple[list[Recorded], int, int]:
+        """(events, scanned up to, head), all from one snapshot (see SQLiteLog.read_page)."""
+        conn = self.conn
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            head = self.head()
+            upto = min(head, after_position + limit) if types else head
+            rows = self.select_rows(after_position, limit, types, upto=upto)
+        finally:
+            if not conn.closed:
+                conn.execute("COMMIT")
+        scanned = rows[-1][0] if len(rows) == limit else max(upto, after_position)
+        return self.decode(rows), scanned, head
+
+    def decode(self, rows: Iterable[Row]) -> list[Recorded]:
+        decode = self.codec.decode
+        return [
+            Recorded(pos, stream, version, type_, decode(type_, tv, data), at)
+            for pos, stream, version, type_, tv, data, at in rows
+        ]
+
+    # -- writes -------------------------------------------------------------
+
+    def begin_write(self) -> tuple[int, int]:
+        """Open a write transaction holding the table lock; (its xid, the head)."""
+        conn = self.conn
+        conn.execute("BEGIN")
+        xid = int(conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0])
+        conn.execute("LOCK TABLE events IN EXCLUSIVE MODE")
+        return xid, self.head()
+
+    def xact_status(self, xid: int) -> str | None:
+        """'committed', 'aborted', 'in progress', or None (too old to know)."""
+        return self.conn.execute("SELECT pg_xact_status(%s::text::xid8)", (str(xid),)).fetchone()[0]
+
+
+class PostgresWriteBatch:
+    """The writes of one transaction: many callers' appends, checked and inserted.
+
+    Versions are read under the table lock (no other writer can move them), once
+    per stream per batch, and kept current as rows are staged.
+    """
+
+    def __init__(self, log: PostgresLog, head: int) -> None:
+        self.log = log
+        self.now = log.clock()
+        self._versions: dict[str, int] = {}
+        self._rows: list[Row] = []
+        self._next_position = head + 1
+
+    @property
+    def versions(self) -> dict[str, int]:
+        return self._versions
+
+    def version(self, stream: str) -> int:
+        v = self._versions.get(stream)
+        if v is None:
+            v = self._versions[stream] = self.log.stream_version(stream)
+        return v
+
+    def prefetch_versions(self, streams: Iterable[str]) -> None:
+        missing = sorted({s for s in streams if s not in self._versions})
+        if not missing:
+            return
+        for s in missing:
+            self._versions[s] = 0
+        rows = self.log.conn.execute(
+            "SELECT stream, max(version) FROM events WHERE stream = ANY(%s) GROUP BY stream",
+            (missing,),
+        )
+        self._versions.update(rows)
+
+    def append(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        """Check every request's expected version, then stage all or none of them."""
+        staged: dict[str, int] = {}
+        for req in requests:
+            actual = staged.get(req.stream)
+            if actual is None:
+                actual = self.version(req.stream)
+            if req.expected_version is not None and req.expected_version != actual:
+                raise ConcurrencyError(req.stream, req.expected_version, actual)
+            staged[req.stream] = actual + len(req.events)
+        encode = self.log.codec.encode
+        results = []
+        for req in requests:
+            version = self._versions[req.stream]
+            first = self._next_position
+            for event in req.events:
+                version += 1
+                type_, tv, data = encode(event)
+                self._rows.append((self._next_position, req.stream, version, type_, tv, data, self.now))
+                self._next_position += 1
+            self._versions[req.stream] = version
+            results.append(AppendResult(req.stream, first, self._next_position - 1, version))
+        return results
+
+    def append_rows(self, rows: Sequence[Row]) -> None:
+        """Stage stored rows as they are (a migration), at the positions they carry."""
+        self._rows.extend(rows)
+        if rows:
+            self._next_position = rows[-1][0] + 1
+
+    def flush(self) -> None:
+        """Insert the staged rows so that SQL run next in the transaction sees them."""
+        if not self._rows:
+            return
+        columns = list(zip(*self._rows))
+        self.log.conn.execute(_INSERT, [list(c) for c in columns])
+        self._rows.clear()
+
+    def mark(self) -> tuple[dict[str, int], int]:
+        """A point to return to if a savepoint is rolled back (call after `flush`)."""
+        return dict(self._versions), self._next_position
+
+    def restore(self, mark: tuple[dict[str, int], int]) -> None:
+        self._versions, self._next_position = dict(mark[0]), mark[1]
+        self._rows.clear()

@@ -1,0 +1,168 @@
+"""Connecting to a gormes database on PostgreSQL: URLs, the schema, the errors.
+
+The log lives in one PostgreSQL schema (the connection's `current_schema()`,
+`public` unless the URL's `options=-csearch_path=...` or the store's `schema=`
+says otherwise). A schema is ours when it holds the `gormes_meta` marker table;
+an empty schema is given our tables; a schema holding anything else is refused
+untouched, like a foreign SQLite file.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+from gormes.errors import NotAGormesDatabase, SchemaTooNew, StoreError
+
+SCHEMA_VERSION = 1
+APPLICATION = "gormes"
+CONNECT_TIMEOUT_S = 5
+
+_TABLES = (
+    """CREATE TABLE gormes_meta(
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL)""",
+    # position is assigned by the writer holding the table lock (max + 1), not by a
+    # sequence: a rolled-back insert leaves no gap, as with SQLite's rowid.
+    """CREATE TABLE events(
+        position BIGINT PRIMARY KEY,
+        stream TEXT NOT NULL,
+        version BIGINT NOT NULL,
+        type TEXT NOT NULL,
+        type_version INTEGER NOT NULL DEFAULT 1,
+        data TEXT NOT NULL,
+        recorded_at DOUBLE PRECISION NOT NULL,
+        UNIQUE(stream, version))""",
+    "CREATE INDEX events_type ON events(type, position)",
+    """CREATE TABLE tracking(
+        projection TEXT PRIMARY KEY,
+        position BIGINT NOT NULL)""",
+)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, fit for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def channel_name(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of one schema's log (channels are database-wide)."""
+    return ("gormes_" + re.sub(r"\W", "_", schema))[:63]
+
+
+def connect(
+    url: str, *, schema: str | None = None, application_name: str = APPLICATION
+) -> psycopg.Connection:
+    """An autocommit connection with the search_path set; errors become StoreErrors."""
+    try:
+        conn = psycopg.connect(
+            url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            application_name=application_name,
+        )
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot connect to PostgreSQL at {redact(url)}: {first_line(exc)}") from None
+    if schema:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+    return conn
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def prepare(conn: psycopg.Connection, url: str, *, create: bool = True) -> str:
+    """Check the schema is ours (or empty, then create our tables); return its name."""
+    schema = conn.execute("SELECT current_schema()").fetchone()[0]
+    where = f"{redact(url)} (schema {schema})"
+    if schema is None:
+        raise StoreError(f"{redact(url)}: the search_path names no existing schema")
+    with conn.transaction():
+        # one creator at a time; others wait here and then find the tables made
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('gormes schema ' || %s))", (schema,))
+        tables = {
+            name
+            for (name,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            )
+        }
+        if "gormes_meta" in tables:
+            check_meta(conn, where)
+            return schema
+        if tables:
+            shown = ", ".join(sorted(tables)[:5])
+            raise NotAGormesDatabase(
+                f"{where} holds tables of another application ({shown}); "
+                "refusing to touch it: give gormes a database or schema of its own"
+            )
+        if not create:
+            raise StoreError(f"no gormes database at {where}")
+        for statement in _TABLES:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO gormes_meta(key, value) VALUES ('application', %s), ('schema_version', %s)",
+            (APPLICATION, str(SCHEMA_VERSION)),
+        )
+    return schema
+
+
+def check_meta(conn: psycopg.Connection, where: str) -> None:
+    meta = dict(conn.execute("SELECT key, value FROM gormes_meta").fetchall())
+    if meta.get("application") != APPLICATION:
+        raise NotAGormesDatabase(f"{where} has a gormes_meta table not written by gormes")
+    version = int(meta.get("schema_version", "0"))
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{where} has schema version {version}, newer than this gormes "
+            f"understands ({SCHEMA_VERSION}); upgrade gormes to open it"
+        )
+
+
+def is_connection_lost(exc: BaseException, conn: psycopg.Connection | None) -> bool:
+    """True when `exc` means the server or the network went away, not a bad statement."""
+    if conn is not None and (conn.closed or conn.broken):
+        return True
+    return isinstance(
+        exc,
+        (
+            psycopg.InterfaceError,
+            psycopg.errors.AdminShutdown,
+            psycopg.errors.CrashShutdown,
+            psycopg.errors.CannotConnectNow,
+            psycopg.errors.ConnectionException,
+        ),
+    )
+
+
+def glob_regex(pattern: str) -> str:
+    """A GLOB pattern (`job.*`, as the SQLite store takes) as a POSIX regex."""
+    out = ["^"]
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[":
+            end = pattern.find("]", i + 2)
+            if end == -1:
+                out.append(r"\[")
+            else:
+                out.append(pattern[i : end + 1])
+                i = end
+        else:
+            out.append(re.escape(c) if not c.isalnum() else c)
+        i += 1
+    out.append("$")
+    return "".join(out)
