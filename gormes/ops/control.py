@@ -27,7 +27,12 @@ import msgspec
 from gormes.actors.jobs import JobNotFound
 from gormes.events.jobs import STATUSES, JobOptions, Tokens
 from gormes.ops.jobs import JobId, JobSummary, _queue, _summary
-from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec, OperationUnavailable
+from gormes.ops.spec import (
+    OperationContext,
+    OperationDenied,
+    OperationSpec,
+    OperationUnavailable,
+)
 
 RunId = Annotated[str, msgspec.Meta(min_length=1, description="The run's id.")]
 Limit = Annotated[int, msgspec.Meta(ge=1, le=500, description="At most this many, newest first.")]
