@@ -125,6 +125,8 @@ class MemoryRelationshipObserved(Event, tag="memory.relationship_observed", kw_o
     provenance: Provenance
     review_state: ReviewState  # initial: see initial_review_state
     evidence: str = ""  # a short excerpt of the evidence text, for people
+    subject_name: str = ""  # the entities' names as observed, for text and mirrors
+    object_name: str = ""
 
 
 class MemoryFactRecorded(Event, tag="memory.fact_recorded", kw_only=True):

@@ -15,11 +15,12 @@ from gormes.projections.runner import Projection
 def _all() -> list[Projection]:
     from gormes.projections.cron import schedules
     from gormes.projections.ledger import LEDGER
+    from gormes.projections.memory import memory_projection
     from gormes.projections.runs import runs
     from gormes.projections.skill_usage import skill_usage
     from gormes.projections.streams import streams
 
-    return [streams, LEDGER, runs, schedules, skill_usage]
+    return [streams, LEDGER, runs, schedules, skill_usage, memory_projection]
 
 
 def all_projections() -> list[Projection]:

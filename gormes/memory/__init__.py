@@ -1,0 +1,1 @@
+"""Memory: writing observations, extracting them from runs, mirroring them as markdown."""

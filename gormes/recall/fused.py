@@ -1,0 +1,63 @@
+"""Fused recall: reciprocal-rank fusion of the modes that ran. Pure.
+
+fused(item) = sum over modes of 1 / (RRF_K + rank in that mode). RRF needs no
+calibration between bm25, path strength and cosine similarity, which live on
+different scales; an item found by several modes rises above one found by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from gormes.recall.api import ModeScore, ScoreBreakdown, Why
+from gormes.recall.items import MemoryItem, ModeHit
+
+RRF_K = 60
+
+
+class Ranked(msgspec.Struct, frozen=True, kw_only=True):
+    """An item with its score in every mode that found it, and every mode's reason."""
+
+    item: MemoryItem
+    score: float
+    scores: ScoreBreakdown
+    why: tuple[Why, ...]
+
+
+def breakdown(per_mode: Mapping[str, ModeScore], fused: ModeScore | None = None) -> ScoreBreakdown:
+    return ScoreBreakdown(
+        lexical=per_mode.get("lexical"), graph=per_mode.get("graph"), semantic=per_mode.get("semantic"), fused=fused,
+    )
+
+
+def single(hits: Sequence[ModeHit], mode: str) -> list[Ranked]:
+    """One mode's hits as results, ranks as given."""
+    return [
+        Ranked(item=h.item, score=h.score, scores=breakdown({mode: ModeScore(score=h.score, rank=rank)}), why=(h.why,))
+        for rank, h in enumerate(hits, start=1)
+    ]
+
+
+def fuse(lists: Mapping[str, Sequence[ModeHit]], *, rrf_k: int = RRF_K) -> list[Ranked]:
+    """Reciprocal-rank fusion; ties broken by item id, so the order is stable."""
+    items: dict[str, MemoryItem] = {}
+    per_mode: dict[str, dict[str, ModeScore]] = {}
+    whys: dict[str, list[Why]] = {}
+    totals: dict[str, float] = {}
+    for mode, hits in lists.items():
+        for rank, hit in enumerate(hits, start=1):
+            key = hit.item.id
+            items.setdefault(key, hit.item)
+            per_mode.setdefault(key, {})[mode] = ModeScore(score=hit.score, rank=rank)
+            whys.setdefault(key, []).append(hit.why)
+            totals[key] = totals.get(key, 0.0) + 1.0 / (rrf_k + rank)
+    order = sorted(totals, key=lambda key: (-totals[key], key))
+    return [
+        Ranked(
+            item=items[key], score=totals[key],
+            scores=breakdown(per_mode[key], ModeScore(score=totals[key], rank=rank)), why=tuple(whys[key]),
+        )
+        for rank, key in enumerate(order, start=1)
+    ]
