@@ -51,7 +51,7 @@ async def _steer_scout_mid_run(store: SQLiteEventStore, runs, parent_id: str) ->
 
 async def run_agent_demo(store: SQLiteEventStore, console: Console) -> str:
     from gormes.actors.runs import RunManager
-    from gormes.cli.runs_view import format_view, run_view
+    from gormes.actors.run_timeline import format_view, run_view
     from gormes.ops.builtin import default_registry
     from gormes.ops.executor import Executor
 

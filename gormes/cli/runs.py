@@ -128,7 +128,7 @@ def show(obj: Any, run_id: str, tree: bool, as_json: bool) -> None:
     """A run's timeline: model turns, tool calls, inbox, children, tokens and cost."""
     import trio
 
-    from gormes.cli.runs_view import format_view, run_view
+    from gormes.actors.run_timeline import format_view, run_view
     from gormes.events.sqlite import SQLiteEventStore
 
     async def main() -> dict[str, Any]:

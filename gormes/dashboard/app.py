@@ -103,7 +103,7 @@ class TopApp:
             await self.load_timeline(self.ui.timeline)
 
     async def load_timeline(self, run_id: str) -> None:
-        from gormes.cli.runs_view import format_view, run_view
+        from gormes.actors.run_timeline import format_view, run_view
 
         try:
             self.timeline_lines = format_view(await run_view(self.store, run_id, tree=False))

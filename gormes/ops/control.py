@@ -183,7 +183,7 @@ class RunTimeline(RunSummary, kw_only=True):
 
 async def _run_view(ctx: OperationContext, run_id: str) -> dict[str, Any]:
     # The read model `gormes runs show` prints, folded from the run's own stream.
-    from gormes.cli.runs_view import run_view
+    from gormes.actors.run_timeline import run_view
 
     return await run_view(_store(ctx), run_id, tree=False)
 
