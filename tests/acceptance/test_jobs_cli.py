@@ -27,6 +27,9 @@ def jobs_db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def worker(jobs_db: Path) -> Iterator[subprocess.Popen]:
+    # Create the database and ledger first: two processes opening a brand-new file at
+    # once can still race (see the report: "database is locked" in ledger setup).
+    ok(jobs_db, "jobs", "stats")
     proc = subprocess.Popen(
         gormes_command(jobs_db, "worker", "--concurrency", "4", "--shutdown-grace", "500"),
         env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
