@@ -1,0 +1,215 @@
+"""Copy an SQLite log into PostgreSQL with positions preserved, then prove it.
+
+    with Migration.open("gormes.db", "postgresql://db/gormes") as m:
+        m.copy(progress=print)
+        report = m.verify()
+
+Rows are copied as stored (type, type_version, data text, recorded_at), in
+batches, each batch in one transaction under the target's events table lock,
+checking that nobody else wrote in between. The proof is a count and a SHA-256
+over (position, stream, version, type, type_version, data) of every row in
+position order, computed on each side from that side's own rows.
+
+A target that already holds events is accepted only if they are an exact prefix
+of the source (a migration that was interrupted, or is run again): the copy then
+continues after them. Anything else is refused before a row is written.
+Projection tables and tracking rows are not copied: projections rebuild from the
+log on the target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from os import PathLike
+from typing import Any
+
+import msgspec
+import psycopg
+
+from gormes.errors import StoreError, UserError
+from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch
+from gormes.events.postgres_schema import (
+    channel_name,
+    connect,
+    first_line,
+    prepare,
+    redact,
+)
+from gormes.events.sqlite_log import SQLiteLog
+
+BATCH = 5000
+_COLUMNS = "position, stream, version, type, type_version, data, recorded_at"
+
+Row = tuple[int, str, int, str, int, str, float]
+
+
+class LogSummary(msgspec.Struct, frozen=True):
+    events: int
+    last_position: int
+    sha256: str
+
+
+class MigrationReport(msgspec.Struct, frozen=True):
+    source: str
+    target: str
+    events: int  # events in the source, now all in the target
+    copied: int  # of which this run copied
+    already_present: int  # found in the target already (an exact prefix)
+    last_position: int
+    sha256: str
+    verified: bool
+
+
+class RowHash:
+    """SHA-256 over rows' (position, stream, version, type, type_version, data)."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._encode = msgspec.json.Encoder().encode
+        self.count = 0
+
+    def update(self, rows: Iterable[Row]) -> None:
+        for pos, stream, version, type_, tv, data, _at in rows:
+            self._hash.update(self._encode((pos, stream, version, type_, tv, _text(data))))
+            self._hash.update(b"\n")
+            self.count += 1
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def _text(data: str | bytes) -> str:
+    return data if isinstance(data, str) else data.decode("utf-8", "surrogateescape")
+
+
+def sqlite_pages(log: SQLiteLog, after: int, upto: int, size: int = BATCH) -> Iterator[list[Row]]:
+    while after < upto:
+        rows = log.conn.execute(
+            f"SELECT {_COLUMNS} FROM events WHERE position > ? AND position <= ? "
+            "ORDER BY position LIMIT ?",
+            (after, upto, size),
+        ).fetchall()
+        if not rows:
+            return
+        yield [(*r[:5], _text(r[5]), r[6]) for r in rows]
+        after = rows[-1][0]
+
+
+def postgres_pages(log: PostgresLog, after: int, upto: int, size: int = BATCH) -> Iterator[list[Row]]:
+    while after < upto:
+        rows = log.select_rows(after, size, upto=upto)
+        if not rows:
+            return
+        yield rows
+        after = rows[-1][0]
+
+
+def summarize(pages: Iterable[list[Row]]) -> LogSummary:
+    digest = RowHash()
+    last = 0
+    for page in pages:
+        digest.update(page)
+        last = page[-1][0]
+    return LogSummary(digest.count, last, digest.hexdigest())
+
+
+class Migration:
+    def __init__(self, source: SQLiteLog, target: PostgresLog, source_name: str, target_url: str) -> None:
+        self.source = source
+        self.target = target
+        self.source_name = source_name
+        self.target_url = target_url
+        self.channel = channel_name(target.conn.execute("SELECT current_schema()").fetchone()[0])
+        self.source_head = source.head()
+        self.target_head = target.head()
+        self.already_present = target.count()
+        self.copied = 0
+
+    @classmethod
+    @contextmanager
+    def open(cls, source_path: str | PathLike[str], target_url: str) -> Iterator[Migration]:
+        source = SQLiteLog(source_path, readonly=True, create=False)
+        try:
+            conn = connect(target_url, application_name="gormes-migrate")
+            try:
+                prepare(conn, target_url, create=True)
+                migration = cls(source, PostgresLog(conn), str(source_path), target_url)
+                migration.check_target_is_a_prefix()
+                yield migration
+            except psycopg.Error as exc:
+                raise StoreError(f"database error on {redact(target_url)}: {first_line(exc)}") from None
+            finally:
+                conn.close()
+        finally:
+            source.close()
+
+    @property
+    def remaining(self) -> int:
+        return max(self.source_head - self.target_head, 0)
+
+    def check_target_is_a_prefix(self) -> None:
+        if self.already_present == 0:
+            return
+        refuse = UserError(
+            f"{redact(self.target_url)} already holds {self.already_present} events that are "
+            f"not an exact prefix of {self.source_name}; refusing to write to it "
+            "(migrate into an empty database or schema)"
+        )
+        if self.target_head > self.source_head:
+            raise refuse
+        theirs = summarize(postgres_pages(self.target, 0, self.target_head))
+        ours = summarize(sqlite_pages(self.source, 0, self.target_head))
+        if theirs != ours:
+            raise refuse
+
+    def copy(self, progress: Callable[[int], Any] | None = None, batch: int = BATCH) -> int:
+        """Copy the source's events after the target's head; returns how many."""
+        for rows in sqlite_pages(self.source, self.target_head, self.source_head, batch):
+            self._write(rows)
+            self.copied += len(rows)
+            if progress is not None:
+                progress(len(rows))
+        return self.copied
+
+    def _write(self, rows: list[Row]) -> None:
+        conn = self.target.conn
+        _, head = self.target.begin_write()
+        try:
+            if head != self.target_head:
+                raise StoreError(
+                    f"{redact(self.target_url)} was written by someone else during the "
+                    f"migration (head {head}, expected {self.target_head}); stopped"
+                )
+            wb = PostgresWriteBatch(self.target, head)
+            wb.append_rows(rows)
+            wb.flush()
+            conn.execute("SELECT pg_notify(%s, '')", (self.channel,))
+            conn.execute("COMMIT")
+        except BaseException:
+            if not conn.closed and not conn.broken:
+                conn.execute("ROLLBACK")
+            raise
+        self.target_head = rows[-1][0]
+
+    def verify(self) -> MigrationReport:
+        """Count and hash both sides up to the source's head; raise if they differ."""
+        ours = summarize(sqlite_pages(self.source, 0, self.source_head))
+        theirs = summarize(postgres_pages(self.target, 0, self.source_head))
+        if ours != theirs:
+            raise StoreError(
+                f"verification failed: the source has {ours.events} events "
+                f"(sha256 {ours.sha256[:16]}...), the target {theirs.events} "
+                f"(sha256 {theirs.sha256[:16]}...)"
+            )
+        return MigrationReport(
+            source=self.source_name,
+            target=redact(self.target_url),
+            events=ours.events,
+            copied=self.copied,
+            already_present=self.already_present,
+            last_position=ours.last_position,
+            sha256=ours.sha256,
+            verified=True,
+        )
