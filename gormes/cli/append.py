@@ -37,6 +37,19 @@ def append(obj, stream: str, type_: str, data: str, expected_version: int | None
         data = sys.stdin.read()
     load_all()
     event = default_codec.parse(type_, data)
+    from gormes.cli.postgres_log import append_one, database_url
+
+    url = database_url()
+    if url is not None:
+        result, recorded = append_one(url, stream, event, expected_version)
+        if as_json:
+            output.write_json_lines(recorded)
+        else:
+            click.echo(
+                f"appended {type_} to {stream}: position {result.first_position}, "
+                f"version {result.version}"
+            )
+        return
     log = SQLiteLog(obj.db)
     try:
         result = log.append_now(stream, [event], expected_version)

@@ -27,8 +27,18 @@ def events(obj, streams: tuple[str, ...], types: tuple[str, ...], after: int,
     event's fields as stored). Without it, a table.
     """
     from gormes.cli import output
+    from gormes.cli.postgres_log import database_url, read_pages
     from gormes.events import jsonl
 
+    url = database_url()
+    if url is not None:
+        pages = read_pages(url, after, types=types, streams=streams, limit=limit)
+        if as_json:
+            for page in pages:
+                output.write_json_lines(page)
+        else:
+            output.print_events_table([r for page in pages for r in page])
+        return
     log = jsonl.open_for_reading(obj.db)
     try:
         if as_json:

@@ -30,8 +30,15 @@ def tail(obj, follow: bool, streams: tuple[str, ...], types: tuple[str, ...],
     Without --json each line is: position, time, stream and version, type, data.
     With --follow, SIGINT or SIGTERM ends it with exit status 0.
     """
+    from gormes.cli.postgres_log import database_url, read_pages
+
+    url = database_url()
     if follow:
-        _follow(obj.db, after, types, streams, as_json)
+        _follow(url or obj.db, after, types, streams, as_json)
+        return
+    if url is not None:
+        for page in read_pages(url, after, types=types, streams=streams):
+            _print(page, as_json)
         return
     from gormes.events import jsonl
 
@@ -71,7 +78,7 @@ async def _follow_until_signalled(db, after: int, types: tuple[str, ...],
     import trio
 
     from gormes.events.jsonl import STORED_JSON, stream_matcher
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
 
     wanted = stream_matcher(streams)
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
@@ -83,7 +90,7 @@ async def _follow_until_signalled(db, after: int, types: tuple[str, ...],
                     return
 
             nursery.start_soon(stop_on_signal)
-            async with SQLiteEventStore.open(db, readonly=True, codec=STORED_JSON) as store:
+            async with open_store(db, readonly=True, codec=STORED_JSON) as store:
                 async for record in store.subscribe(after, list(types) or None):
                     if wanted(record.stream):
                         _print([record], as_json)
