@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "doctor": ("gormes.cli.doctor", "doctor", "Check the health of the database, queue, workers and operations."),
     "audit": ("gormes.cli.audit", "audit", "Export the audit trail of operation calls as JSON lines."),
     "top": ("gormes.cli.top", "top", "A live view of jobs, runs, workers and the governor; keys pause, resume, cancel."),
+    "migrate": ("gormes.cli.migrate", "migrate", "Copy the event log from SQLite to PostgreSQL, positions preserved, verified by counts and a hash."),
 }
 
 
