@@ -40,6 +40,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "mcp": ("gormes.cli.mcp", "mcp", "Serve the operations as MCP tools over stdio (for Claude Code, Codex, any MCP client)."),
     "doctor": ("gormes.cli.doctor", "doctor", "Check the health of the database, queue, workers and operations."),
     "audit": ("gormes.cli.audit", "audit", "Export the audit trail of operation calls as JSON lines."),
+    "memory": ("gormes.cli.memory", "memory", "Add, review and mirror memory (entities, relationships, facts with provenance)."),
+    "recall": ("gormes.cli.recall", "recall", "Recall memory for a query: lexical, graph, semantic or fused, with scores and reasons."),
     "top": ("gormes.cli.top", "top", "A live view of jobs, runs, workers and the governor; keys pause, resume, cancel."),
     "migrate": ("gormes.cli.migrate", "migrate", "Copy the event log from SQLite to PostgreSQL, positions preserved, verified by counts and a hash."),
 }

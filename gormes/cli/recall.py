@@ -1,0 +1,74 @@
+"""`gormes recall QUERY`: what memory holds about a query, with scores and reasons.
+
+It runs the `memory.recall` operation as the operator (audited like any call),
+after bringing the memory projection up to date.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from gormes.recall.api import DEFAULT_K, DEFAULT_SCOPE, MODES
+
+SCOPE_ENV = "GORMES_SCOPE"
+
+
+@click.command()
+@click.argument("query")
+@click.option("--mode", type=click.Choice(MODES), default="fused", show_default=True, help="How to rank.")
+@click.option("--k", type=click.IntRange(1, 1000), default=DEFAULT_K, show_default=True, help="How many results.")
+@click.option("--scope", envvar=SCOPE_ENV, default=DEFAULT_SCOPE, show_default=True, metavar="SCOPE",
+              help="chat:<id> or project:<id> to recall in (env GORMES_SCOPE).")
+@click.option("--cross-scope", is_flag=True, help="Recall across every scope (trusted and promoted items of others).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.pass_obj
+def recall(obj: Any, query: str, mode: str, k: int, scope: str, cross_scope: bool, as_json: bool) -> None:
+    """Recall memory for QUERY: facts and relationships, each with its score per mode and why."""
+    import msgspec
+    import trio
+
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.ops.builtin import default_registry
+    from gormes.ops.executor import Executor
+    from gormes.ops.spec import Caller
+    from gormes.recall.api import RecallResult, check_request
+
+    check_request(query, mode=mode, k=k, scope=scope, cross_scope=cross_scope, trust="operator")
+
+    async def main() -> RecallResult:
+        async with SQLiteEventStore.open(obj.db) as store:
+            executor = Executor(default_registry(), store)
+            args = {"query": query, "mode": mode, "k": k, "scope": scope, "cross_scope": cross_scope}
+            return await executor.call("memory.recall", args, Caller(trust="operator", id="cli"))
+
+    result = trio.run(main)
+    if as_json:
+        click.echo(msgspec.json.encode(result).decode())
+        return
+    print_result(result)
+
+
+def print_result(result: Any) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(soft_wrap=True)
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False)
+    if not result.hits:
+        console.print(f"nothing recalled for {result.query!r} in {', '.join(result.scopes)}", markup=False)
+        return
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("#", "score", "kind", "text", "scope", "modes", "why"):
+        table.add_column(column, overflow="fold")
+    for rank, hit in enumerate(result.hits, start=1):
+        modes = " ".join(
+            f"{m[0]}#{s.rank}" for m in ("lexical", "graph", "semantic") if (s := getattr(hit.scores, m)) is not None
+        )
+        text = hit.text + (" (unreviewed)" if hit.review_state == "unreviewed" else "") + (" (stale)" if hit.stale else "")
+        table.add_row(str(rank), f"{hit.score:.4f}", hit.kind, escape(text), escape(hit.scope), modes,
+                      escape("; ".join(w.reason for w in hit.why)))
+    console.print(table)
