@@ -50,3 +50,39 @@ def skills(skills_path: str | None, evals_path: str, as_json: bool) -> None:
             click.echo(f"  confusion: {pair.expected} -> {pair.got} x{pair.count}")
     if report.correct != report.total:
         sys.exit(1)
+
+
+@eval_.command("recall")
+@click.option("--fixtures", "fixtures_path", metavar="DIR", default="evals/recall", show_default=True,
+              help="Recall fixtures (*.yaml, *.jsonl), or one fixture file.")
+@click.option("--modes", default="lexical,graph,semantic,fused", show_default=True,
+              help="Comma-separated recall modes to score.")
+@click.option("--k", "k", type=click.IntRange(1, 100), default=5, show_default=True, help="Score the top k hits.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole report (every query, every hit) as JSON.")
+def recall(fixtures_path: str, modes: str, k: int, as_json: bool) -> None:
+    """Seed each fixture into a scratch database, run its queries in each mode and
+    report precision@k, recall@k, MRR and nDCG@k; exit 1 on any privacy violation."""
+    from pathlib import Path
+
+    import trio
+
+    from gormes.events.catalog import load_all
+    from gormes.recall.api import MODES, RecallError
+    from gormes.recall.eval_fixtures import load_fixtures
+    from gormes.recall.evals import run_recall_evals
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in MODES]
+    if not chosen or unknown:
+        raise RecallError(f"unknown recall mode {', '.join(unknown) or '(none given)'} (known: {', '.join(MODES)})")
+    load_all()
+    fixtures = load_fixtures(Path(fixtures_path))
+    report = trio.run(lambda: run_recall_evals(fixtures, modes=list(dict.fromkeys(chosen)), k=k))
+    if as_json:
+        click.echo(msgspec.json.encode(report).decode())
+    else:
+        from gormes.cli.recall_eval_view import print_recall_report
+
+        print_recall_report(report)
+    if report.privacy_violations:
+        sys.exit(1)

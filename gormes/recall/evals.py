@@ -193,9 +193,9 @@ def explain_why(why: Why) -> str:
     """One line per reason: the graph's seed and the path walked, or the mode's own reason."""
     if why.seed is not None:
         seed = why.seed_name or why.seed
-        walk = "".join(f" -{step.predicate}-> {step.object}" for step in why.path)
+        walk = ", ".join(f"{step.subject} -{step.predicate}-> {step.object}" for step in why.path)
         depth = f", depth {why.depth}" if why.depth is not None else ""
-        return f"{why.mode}: seed {seed}{walk or ' (a fact about the seed)'}{depth}"
+        return f"{why.mode}: seed {seed}: {walk or 'a fact about the seed'}{depth}"
     return f"{why.mode}: {why.reason}"
 
 
