@@ -39,7 +39,7 @@ class MemoryInputError(UserError):
 class Source(msgspec.Struct, frozen=True, kw_only=True):
     """Where an observation comes from and how much to believe it."""
 
-    origin: Origin = Origin()
+    origin: Origin  # a run and turn, or an artifact: never neither
     kind: ProvenanceKind = "manual"
     trust: str = "operator"  # the trust class of the text
     extractor_version: str = ""
@@ -61,6 +61,8 @@ def _entity_key(name: str) -> str:
 
 
 def _provenance(scope: str, source: Source, now: float, fallback_evidence: str) -> Provenance:
+    if source.origin.run_id is None and source.origin.artifact is None:
+        raise MemoryInputError("memory: an observation needs an origin (a run and turn, or an artifact)")
     if not 0.0 <= source.confidence <= 1.0:
         raise MemoryInputError(f"memory: confidence must be within 0..1, got {source.confidence}")
     return Provenance(
@@ -156,19 +158,19 @@ class MemoryWriter:
     async def append(self, scope: str, events: Sequence[Event]) -> AppendResult:
         return await self.store.append(memory_stream(check_scope(scope)), list(events))
 
-    async def add_entity(self, scope: str, name: str, source: Source = Source(), *, kind: str = "thing",
+    async def add_entity(self, scope: str, name: str, source: Source, *, kind: str = "thing",
                          aliases: Sequence[str] = ()) -> MemoryEntityObserved:
         event = entity_event(scope, name, source, self.clock(), kind=kind, aliases=aliases)
         await self.append(scope, [event])
         return event
 
     async def relate(self, scope: str, subject: str, predicate: str, object_: str,
-                     source: Source = Source()) -> MemoryRelationshipObserved:
+                     source: Source) -> MemoryRelationshipObserved:
         events = relationship_events(scope, subject, predicate, object_, source, self.clock())
         await self.append(scope, events)
         return events[-1]  # type: ignore[return-value]
 
-    async def add_fact(self, scope: str, text: str, source: Source = Source(), *, subject: str | None = None,
+    async def add_fact(self, scope: str, text: str, source: Source, *, subject: str | None = None,
                        supersedes: Sequence[str] = ()) -> MemoryFactRecorded:
         events = fact_events(scope, text, source, self.clock(), subject=subject, supersedes=supersedes)
         await self.append(scope, events)
