@@ -482,8 +482,7 @@ class PostgresEventStore:
         while True:
             log: PostgresLog | None = None
             try:
-                log = await trio.to_thread.run_sync(self._connect_log)
-                log.conn.execute(f'LISTEN "{self.channel}"')
+                log = await trio.to_thread.run_sync(self._connect_listener)
                 delay = BACKOFF_FIRST_S
                 self._changes.bump()  # anything committed while we were not listening
                 await self._relay_notifications(log.conn)
@@ -494,6 +493,15 @@ class PostgresEventStore:
                     log.close()
             await trio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX_S)
+
+    def _connect_listener(self) -> PostgresLog:
+        log = self._connect_log()
+        try:
+            log.conn.execute(f'LISTEN "{self.channel}"')
+        except BaseException:
+            log.close()
+            raise
+        return log
 
     async def _relay_notifications(self, conn: psycopg.Connection) -> None:
         pgconn = conn.pgconn

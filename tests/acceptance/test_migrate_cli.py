@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import pty
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_helpers import (
+    REPO,
     assert_one_line_error,
+    cli_env,
     digest,
+    gormes_command,
     json_lines,
     run_gormes,
     write_notes,
@@ -147,3 +153,30 @@ def test_migrate_bad_input_is_one_clear_line(source, tmp_path):
     assert "--to must be a postgresql:// URL" in assert_one_line_error(not_a_url)
     missing = migrate(tmp_path / "missing.db", "postgresql://127.0.0.1:1/x")
     assert "no gormes database" in assert_one_line_error(missing)
+
+
+def test_migrate_shows_a_progress_bar_on_a_terminal(source, target):
+    url, _ = target
+    controller, terminal = pty.openpty()
+    try:
+        done = subprocess.run(
+            gormes_command(source, "migrate", "--from", f"sqlite:{source}", "--to", url,
+                           "--batch", "300"),
+            check=False, stdout=subprocess.PIPE, stderr=terminal, text=True, env=cli_env(), cwd=REPO,
+            timeout=60,
+        )
+        os.close(terminal)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the terminal's other end is closed: all read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(controller)
+    assert done.returncode == 0
+    assert b"copying events" in shown and b"100%" in shown
+    assert "verified: 1200 events" in done.stdout
