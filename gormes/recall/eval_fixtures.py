@@ -315,17 +315,18 @@ def seed_events(fixture: Fixture) -> Seed:
         _check_scope(doc.scope, f"{where}: fact {doc.key!r}")
         when = fixture.epoch + doc.at
         fid = fact_id(doc.scope, doc.text)
+        origin = Origin(artifact=doc.artifact or f"evals/recall/{fixture.name}")
         keep(doc.key, SeededItem(key=doc.key, id=fid, kind="fact", scope=doc.scope))
         facts_by_key[doc.key] = (doc.scope, fid)
         if doc.subject:
             add(when, doc.scope, MemoryEntityObserved(
                 scope=doc.scope, entity_id=entity_id(doc.subject), name=doc.subject,
-                origin=Origin(artifact=doc.artifact), provenance_kind=doc.kind, observed_at=when))
+                origin=origin, provenance_kind=doc.kind, observed_at=when))
         pending_supersedes.append((doc.key, doc.supersedes, len(timed)))
         add(when, doc.scope, MemoryFactRecorded(
             fact_id=fid, text=doc.text, subject=entity_id(doc.subject) if doc.subject else None,
             provenance=Provenance(
-                origin=Origin(artifact=doc.artifact or f"evals/recall/{fixture.name}"), kind=doc.kind,
+                origin=origin, kind=doc.kind,
                 scope=doc.scope, first_seen=when, last_seen=when, evidence_hash=evidence_hash(doc.text)),
             review_state="trusted"))
     for key, supersedes, index in pending_supersedes:
