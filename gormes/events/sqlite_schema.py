@@ -94,9 +94,13 @@ def _inspect(path: Path) -> tuple[int, int, int]:
     except sqlite3.Error as exc:
         raise translate_error(exc, path) from None
     try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        user_version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        # One statement, so one snapshot: read separately, a creator committing in
+        # between would show tables without our application_id.
+        app_id, user_version, tables = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id), "
+            "(SELECT user_version FROM pragma_user_version), "
+            "(SELECT count(*) FROM sqlite_master)"
+        ).fetchone()
     except sqlite3.DatabaseError as exc:
         raise NotAGormesDatabase(f"{path} is not a gormes database: {exc}") from None
     finally:

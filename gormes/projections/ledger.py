@@ -18,6 +18,7 @@ outside any write transaction; rows are written with plain SQL only.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -98,11 +99,23 @@ def setup_file(path: str | Path) -> None:
 
     conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
     try:
-        db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
-        setup(db)
-        bookkeeping.ensure_tables(conn)
-        if bookkeeping.built_version(conn, NAME) is None:
-            bookkeeping.set_built_version(conn, NAME, VERSION)
+        for attempt in range(50):
+            try:
+                db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+                setup(db)
+                bookkeeping.ensure_tables(conn)
+                if bookkeeping.built_version(conn, NAME) is None:
+                    bookkeeping.set_built_version(conn, NAME, VERSION)
+                return
+            except sqlite3.OperationalError as exc:
+                # sqlite-utils reads the schema, then writes: if another process
+                # committed in between, SQLite answers "locked" at once instead of
+                # waiting (a stale WAL snapshot). Every step is idempotent: go again.
+                if "locked" not in str(exc) or attempt == 49:
+                    raise
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                time.sleep(0.01 * (attempt + 1))
     finally:
         conn.close()
 
