@@ -20,7 +20,7 @@ from gormes.events.memory import Origin
 from gormes.memory.extractor import ExtractResult, extract_run
 from gormes.memory.writer import MemoryWriter, Source
 from gormes.ops.spec import Caller, OperationContext, OperationDenied, OperationSpec, OperationUnavailable
-from gormes.recall.api import DEFAULT_K, DEFAULT_SCOPE, MAX_K, RecallResult, recall_in_store
+from gormes.recall.api import CROSS_SCOPE_TRUST, DEFAULT_K, DEFAULT_SCOPE, MAX_K, RecallResult, recall_in_store
 
 EVERYONE = frozenset({"operator", "gateway", "child-agent", "system"})
 NAMES_ITS_SCOPE = frozenset({"operator", "system"})
@@ -84,6 +84,8 @@ class ExtractInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 async def memory_recall(ctx: OperationContext, value: RecallInput) -> RecallResult:
     scope = bound_scope(ctx.caller, value.scope)
+    if value.cross_scope and ctx.caller.trust not in CROSS_SCOPE_TRUST:
+        raise OperationDenied(f"a {ctx.caller.trust!r} caller may not recall across scopes")
     return await recall_in_store(
         _store(ctx), value.query, mode=value.mode, k=value.k, scope=scope, cross_scope=value.cross_scope,
         trust=ctx.caller.trust,
