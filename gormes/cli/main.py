@@ -35,11 +35,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "replay": ("gormes.cli.replay", "replay", "Replay a recorded run exactly (no side effects); name the first divergence."),
     "fork": ("gormes.cli.fork", "fork", "Copy a run up to a position into a new run and continue it live."),
     "ops": ("gormes.cli.ops", "ops", "List operations, print the tool schemas a trust class gets, call one as the operator."),
-    "skills": ("gormes.cli.skills", "skills", "Check, list, route and promote the SKILL.md skills."),
-    "eval": ("gormes.cli.eval", "eval_", "Run evals: `gormes eval skills` scores skill routing."),
     "mcp": ("gormes.cli.mcp", "mcp", "Serve the operations as MCP tools over stdio (for Claude Code, Codex, any MCP client)."),
     "doctor": ("gormes.cli.doctor", "doctor", "Check the health of the database, queue, workers and operations."),
     "audit": ("gormes.cli.audit", "audit", "Export the audit trail of operation calls as JSON lines."),
+    "skills": ("gormes.cli.skills", "skills", "Check, list, route and promote the SKILL.md skills."),
+    "eval": ("gormes.cli.eval", "eval_", "Run evals: `gormes eval skills` scores skill routing."),
     "memory": ("gormes.cli.memory", "memory", "Add, review and mirror memory (entities, relationships, facts with provenance)."),
     "recall": ("gormes.cli.recall", "recall", "Recall memory for a query: lexical, graph, semantic or fused, with scores and reasons."),
     "top": ("gormes.cli.top", "top", "A live view of jobs, runs, workers and the governor; keys pause, resume, cancel."),
@@ -70,6 +70,8 @@ class Config:
     def __init__(self, db: str | None) -> None:
         from gormes.events.sqlite_schema import default_db_path
 
+        # A postgresql:// URL is kept as given (a Path would fold its `//`).
+        self.url = db if db and db.startswith(("postgresql://", "postgres://")) else None
         self.db = Path(db) if db else default_db_path()
 
 

@@ -17,14 +17,10 @@ PAGE = 2000
 
 
 def database_url() -> str | None:
-    """The --db / GORMES_DB value when it is a PostgreSQL URL.
-
-    (The global options keep the database as a Path, which would fold the URL's
-    `//`, so the raw value is read from the root command's parameters.)
-    """
+    """The --db / GORMES_DB value when it is a PostgreSQL URL."""
     ctx = click.get_current_context(silent=True)
-    raw = ctx.find_root().params.get("db") if ctx is not None else None
-    return raw if is_postgres_url(raw) else None
+    url = getattr(ctx.find_root().obj, "url", None) if ctx is not None else None
+    return url if is_postgres_url(url) else None
 
 
 def read_pages(
