@@ -17,6 +17,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
               help="Keep printing events as they are appended, until interrupted.")
 @click.option("--stream", "streams", multiple=True, metavar="S", help=STREAM_HELP)
 @click.option("--type", "types", multiple=True, metavar="T", help=TYPE_HELP)
+@click.option("--kind", "kinds", multiple=True, metavar="K",
+              help="Only audit events of this audit kind (e.g. fs.read, job.write); "
+                   "implies --type 'audit.*'. Repeatable.")
 @click.option("--after", type=click.IntRange(min=0), default=0, metavar="POS",
               help="Start after this position (default: from the first event).")
 @click.option("--json", "as_json", is_flag=True,
@@ -24,28 +27,30 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
                    "schema_version, recorded_at, data.")
 @click.pass_obj
 def tail(obj, follow: bool, streams: tuple[str, ...], types: tuple[str, ...],
-         after: int, as_json: bool) -> None:
+         kinds: tuple[str, ...], after: int, as_json: bool) -> None:
     """Print events, one per line, flushed as each is written.
 
     Without --json each line is: position, time, stream and version, type, data.
     With --follow, SIGINT or SIGTERM ends it with exit status 0.
     """
     from gormes.cli.postgres_log import database_url, read_pages
+    from gormes.events import jsonl
 
+    if kinds and not types:
+        types = ("audit.*",)
+    keep = jsonl.audit_kind_matcher(kinds)
     url = database_url()
     if follow:
-        _follow(url or obj.db, after, types, streams, as_json)
+        _follow(url or obj.db, after, types, streams, keep, as_json)
         return
     if url is not None:
         for page in read_pages(url, after, types=types, streams=streams):
-            _print(page, as_json)
+            _print([r for r in page if keep(r)], as_json)
         return
-    from gormes.events import jsonl
-
     log = jsonl.open_for_reading(obj.db)
     try:
         for page in jsonl.pages(log, after, types=types, streams=streams):
-            _print(page, as_json)
+            _print([r for r in page if keep(r)], as_json)
     finally:
         log.close()
 
@@ -53,6 +58,8 @@ def tail(obj, follow: bool, streams: tuple[str, ...], types: tuple[str, ...],
 def _print(records, as_json: bool) -> None:
     from gormes.cli import output
 
+    if not records:
+        return
     if as_json:
         output.write_json_lines(records, flush_each=True)
     else:
@@ -60,13 +67,13 @@ def _print(records, as_json: bool) -> None:
 
 
 def _follow(db, after: int, types: tuple[str, ...], streams: tuple[str, ...],
-            as_json: bool) -> None:
+            keep, as_json: bool) -> None:
     # A stop request that arrives before trio listens for it still ends us cleanly.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     import trio
 
     try:
-        trio.run(_follow_until_signalled, db, after, types, streams, as_json)
+        trio.run(_follow_until_signalled, db, after, types, streams, keep, as_json)
     except BaseException as exc:  # noqa: BLE001 - sorted out just below
         error = _first_real_error(exc)
         if error is not None:
@@ -74,7 +81,7 @@ def _follow(db, after: int, types: tuple[str, ...], streams: tuple[str, ...],
 
 
 async def _follow_until_signalled(db, after: int, types: tuple[str, ...],
-                                  streams: tuple[str, ...], as_json: bool) -> None:
+                                  streams: tuple[str, ...], keep, as_json: bool) -> None:
     import trio
 
     from gormes.events.jsonl import STORED_JSON, stream_matcher
@@ -92,7 +99,7 @@ async def _follow_until_signalled(db, after: int, types: tuple[str, ...],
             nursery.start_soon(stop_on_signal)
             async with open_store(db, readonly=True, codec=STORED_JSON) as store:
                 async for record in store.subscribe(after, list(types) or None):
-                    if wanted(record.stream):
+                    if wanted(record.stream) and keep(record):
                         _print([record], as_json)
 
 

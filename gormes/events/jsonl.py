@@ -154,6 +154,23 @@ def pages(
             remaining -= len(records)
 
 
+def audit_kind_matcher(kinds: Sequence[str]) -> Callable[[Recorded], bool]:
+    """A test of records against audit kinds (`audit.operation`'s `audit_kind`).
+
+    With no kinds every record passes; with kinds, only audit events of one of them."""
+    if not kinds:
+        return lambda record: True
+    wanted = set(kinds)
+
+    def keep(record: Recorded) -> bool:
+        if not record.type.startswith("audit."):
+            return False
+        data = msgspec.json.decode(stored_json(record))
+        return isinstance(data, dict) and data.get("audit_kind") in wanted
+
+    return keep
+
+
 def stream_matcher(patterns: Sequence[str]) -> Callable[[str], bool]:
     """A test of stream names against exact names or GLOB patterns, exactly as
     `select` does in SQL (SQLite itself evaluates the GLOB), for filtering events
