@@ -32,10 +32,12 @@ def visible(alias: str, scope: str, cross_scope: bool) -> tuple[str, tuple[str, 
     """SQL (and params) for what a query in `scope` may see of a fact or relationship:
     never forgotten or rejected items; in its own scope, anything else; in other
     scopes (cross-scope only), trusted and promoted items only."""
-    own = f"({alias}.scope = ? AND {alias}.review_state != 'rejected')"
+    # Unary `+` keeps SQLite from choosing the scope index over the subject/object
+    # ones: a scope holds everything, an entity's edges are few.
+    own = f"(+{alias}.scope = ? AND +{alias}.review_state != 'rejected')"
     if cross_scope:
-        return f"{alias}.forgotten = 0 AND ({own} OR {alias}.review_state IN ('trusted', 'promoted'))", (scope,)
-    return f"{alias}.forgotten = 0 AND {own}", (scope,)
+        return f"+{alias}.forgotten = 0 AND ({own} OR +{alias}.review_state IN ('trusted', 'promoted'))", (scope,)
+    return f"+{alias}.forgotten = 0 AND {own}", (scope,)
 
 
 def _origin(run: str | None, turn: str | None, artifact: str | None) -> str:
@@ -99,7 +101,7 @@ def graph_hits(conn: sqlite3.Connection, terms: Sequence[str], scope: str, cross
     facts = _facts_about(conn, entities, scope, cross)
     reference = graph.reference_time(now, [e for lvl in levels for e in lvl] + facts)
     reach, edge_hits = graph.walk(seeds, levels, reference)
-    return graph.rank_graph(edge_hits, graph.score_facts(facts, reach, reference))[:limit]
+    return graph.rank_graph(edge_hits, graph.score_facts(facts, reach, reference), limit)
 
 
 def _facts_about(conn: sqlite3.Connection, entities: Sequence[str], scope: str, cross: bool) -> list[MemoryItem]:

@@ -16,6 +16,7 @@ so a walk never crosses into a scope it may not see).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from typing import NamedTuple
 
 import msgspec
 
@@ -41,6 +42,15 @@ class Reach(msgspec.Struct, frozen=True, kw_only=True):
     depth: int
     strength: float
     path: tuple[MemoryItem, ...]
+
+
+class Scored(NamedTuple):
+    """A reached item before its explanation is written (only the top k get one)."""
+
+    score: float
+    item: MemoryItem
+    via: Reach
+    what: str
 
 
 def seeds_from_matches(matches: Sequence[tuple[str, str, float]], terms: Sequence[str]) -> list[Seed]:
@@ -87,7 +97,7 @@ def collect_edges(
     return levels
 
 
-def walk(seeds: Sequence[Seed], levels: Sequence[Sequence[MemoryItem]], reference: float) -> tuple[dict[str, Reach], list[ModeHit]]:
+def walk(seeds: Sequence[Seed], levels: Sequence[Sequence[MemoryItem]], reference: float) -> tuple[dict[str, Reach], list[Scored]]:
     """Best reach of every entity, and a hit for every relationship walked."""
     reach = {s.entity_id: Reach(entity_id=s.entity_id, seed=s, depth=0, strength=s.strength, path=()) for s in seeds}
     edge_hits: dict[str, tuple[float, Reach, MemoryItem]] = {}
@@ -108,14 +118,11 @@ def walk(seeds: Sequence[Seed], levels: Sequence[Sequence[MemoryItem]], referenc
                 if there and there not in reach and (there not in new or strength > new[there].strength):
                     new[there] = via
         reach.update(new)
-    hits = [
-        ModeHit(item=edge, score=strength, why=_why(via, f"relationship {via.depth} hop(s) from seed"))
-        for strength, via, edge in edge_hits.values()
-    ]
+    hits = [Scored(strength, edge, via, f"relationship {via.depth} hop(s) from seed") for strength, via, edge in edge_hits.values()]
     return reach, hits
 
 
-def score_facts(facts: Sequence[MemoryItem], reach: dict[str, Reach], reference: float) -> list[ModeHit]:
+def score_facts(facts: Sequence[MemoryItem], reach: dict[str, Reach], reference: float) -> list[Scored]:
     hits = []
     for fact in facts:
         via = reach.get(fact.subject or "")
@@ -123,14 +130,14 @@ def score_facts(facts: Sequence[MemoryItem], reach: dict[str, Reach], reference:
             continue
         score = via.strength * FACT_WEIGHT * recency(fact.last_seen, reference) * stale_factor(fact)
         what = "a fact about the seed" if via.depth == 0 else f"a fact about an entity {via.depth} hop(s) from seed"
-        hits.append(ModeHit(item=fact, score=score, why=_why(via, what + (" (stale: superseded)" if fact.stale else ""))))
+        hits.append(Scored(score, fact, via, what + (" (stale: superseded)" if fact.stale else "")))
     return hits
 
 
-def rank_graph(edge_hits: list[ModeHit], fact_hits: list[ModeHit]) -> list[ModeHit]:
-    hits = edge_hits + fact_hits
-    hits.sort(key=lambda h: (-h.score, h.item.id))
-    return hits
+def rank_graph(edge_hits: list[Scored], fact_hits: list[Scored], limit: int) -> list[ModeHit]:
+    """The best `limit` items, best first (ties by id), each with its reason and path."""
+    best = sorted(edge_hits + fact_hits, key=lambda h: (-h.score, h.item.id))[:limit]
+    return [ModeHit(item=h.item, score=h.score, why=_why(h.via, h.what)) for h in best]
 
 
 def reference_time(now: float | None, items: Sequence[MemoryItem]) -> float:
