@@ -25,15 +25,23 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import progress, report, scratch_dir  # noqa: E402
+from _common import progress, report, scratch_dir
 
-from gormes.events.memory import (  # noqa: E402
-    MemoryEntityObserved, MemoryFactRecorded, MemoryRelationshipObserved, Origin, Provenance, entity_id,
-    evidence_hash, fact_id, memory_stream, relationship_id,
+from gormes.events.memory import (
+    MemoryEntityObserved,
+    MemoryFactRecorded,
+    MemoryRelationshipObserved,
+    Origin,
+    Provenance,
+    entity_id,
+    evidence_hash,
+    fact_id,
+    memory_stream,
+    relationship_id,
 )
-from gormes.events.sqlite_log import SQLiteLog, WriteBatch  # noqa: E402
-from gormes.events.store import AppendRequest  # noqa: E402
-from gormes.recall.api import recall  # noqa: E402
+from gormes.events.sqlite_log import SQLiteLog, WriteBatch
+from gormes.events.store import AppendRequest
+from gormes.recall.api import recall
 
 SIZES = (10_000, 100_000)
 QUERIES = 300

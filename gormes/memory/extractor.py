@@ -162,7 +162,11 @@ class ExtractResult(msgspec.Struct, frozen=True, kw_only=True):
 
 async def extract_run(store: Any, provider: Provider, run_id: str, scope: str, now: float) -> ExtractResult:
     """Read run `run_id`, ask `provider` for observations, append them to `memory-<scope>`."""
-    from gormes.events.memory import MemoryFactRecorded, MemoryRelationshipObserved, memory_stream
+    from gormes.events.memory import (
+        MemoryFactRecorded,
+        MemoryRelationshipObserved,
+        memory_stream,
+    )
     from gormes.events.runs import run_stream
     from gormes.memory.writer import check_scope
 

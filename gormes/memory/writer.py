@@ -19,10 +19,23 @@ import msgspec
 
 from gormes.errors import UserError
 from gormes.events.memory import (
-    ForgettableKind, MemoryEntityObserved, MemoryFactRecorded, MemoryForgotten,
-    MemoryRelationshipObserved, MemoryRelationshipReviewed, Origin, Provenance, ProvenanceKind,
-    ReviewVerdict, entity_id, evidence_hash, fact_id, initial_review_state, is_valid_scope,
-    memory_stream, relationship_id,
+    ForgettableKind,
+    MemoryEntityObserved,
+    MemoryFactRecorded,
+    MemoryForgotten,
+    MemoryRelationshipObserved,
+    MemoryRelationshipReviewed,
+    Origin,
+    Provenance,
+    ProvenanceKind,
+    ReviewVerdict,
+    entity_id,
+    evidence_hash,
+    fact_id,
+    initial_review_state,
+    is_valid_scope,
+    memory_stream,
+    relationship_id,
 )
 
 if TYPE_CHECKING:

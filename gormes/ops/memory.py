@@ -19,8 +19,21 @@ import msgspec
 from gormes.events.memory import Origin
 from gormes.memory.extractor import ExtractResult, extract_run
 from gormes.memory.writer import MemoryWriter, Source
-from gormes.ops.spec import Caller, OperationContext, OperationDenied, OperationSpec, OperationUnavailable
-from gormes.recall.api import CROSS_SCOPE_TRUST, DEFAULT_K, DEFAULT_SCOPE, MAX_K, RecallResult, recall_in_store
+from gormes.ops.spec import (
+    Caller,
+    OperationContext,
+    OperationDenied,
+    OperationSpec,
+    OperationUnavailable,
+)
+from gormes.recall.api import (
+    CROSS_SCOPE_TRUST,
+    DEFAULT_K,
+    DEFAULT_SCOPE,
+    MAX_K,
+    RecallResult,
+    recall_in_store,
+)
 
 EVERYONE = frozenset({"operator", "gateway", "child-agent", "system"})
 NAMES_ITS_SCOPE = frozenset({"operator", "system"})
@@ -38,7 +51,7 @@ def bound_scope(caller: Caller, requested: str | None) -> str:
     return own
 
 
-def _store(ctx: OperationContext):  # noqa: ANN202
+def _store(ctx: OperationContext):
     if ctx.store is None:
         raise OperationUnavailable("memory operations need an event store")
     return ctx.store

@@ -29,8 +29,12 @@ import msgspec
 
 from gormes.events.base import Recorded
 from gormes.events.memory import (
-    MemoryEntityObserved, MemoryFactRecorded, MemoryForgotten, MemoryRelationshipObserved,
-    MemoryRelationshipReviewed, Provenance,
+    MemoryEntityObserved,
+    MemoryFactRecorded,
+    MemoryForgotten,
+    MemoryRelationshipObserved,
+    MemoryRelationshipReviewed,
+    Provenance,
 )
 
 if TYPE_CHECKING:

@@ -5,9 +5,22 @@ typed results); the ranking modules are pure functions over rows.
 """
 
 from gormes.recall.api import (
-    CROSS_SCOPE_TRUST, DEFAULT_SCOPE, MODES, CrossScopeDenied, EmptyQuery, InvalidScope,
-    ModeScore, ModeStatus, PathStep, RecallError, RecallHit, RecallResult, ScoreBreakdown, Why,
-    recall, recall_in_store,
+    CROSS_SCOPE_TRUST,
+    DEFAULT_SCOPE,
+    MODES,
+    CrossScopeDenied,
+    EmptyQuery,
+    InvalidScope,
+    ModeScore,
+    ModeStatus,
+    PathStep,
+    RecallError,
+    RecallHit,
+    RecallResult,
+    ScoreBreakdown,
+    Why,
+    recall,
+    recall_in_store,
 )
 
 __all__ = [

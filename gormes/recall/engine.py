@@ -9,9 +9,21 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Sequence
 
-from gormes.projections.memory import ENTITIES, ENTITIES_FTS, FACTS, FACTS_FTS, RELATIONSHIPS
+from gormes.projections.memory import (
+    ENTITIES,
+    ENTITIES_FTS,
+    FACTS,
+    FACTS_FTS,
+    RELATIONSHIPS,
+)
 from gormes.recall import graph, lexical, semantic
-from gormes.recall.api import GRAPH_DEPTH, ModeStatus, RecallError, RecallHit, RecallResult
+from gormes.recall.api import (
+    GRAPH_DEPTH,
+    ModeStatus,
+    RecallError,
+    RecallHit,
+    RecallResult,
+)
 from gormes.recall.fused import Ranked, fuse, single
 from gormes.recall.items import MemoryItem, ModeHit
 

@@ -16,9 +16,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 # Words that match nearly every fact and say nothing about what is wanted.
 STOPWORDS: frozenset[str] = frozenset(
-    "a an and are as at be by did do does for from had has have how i in is it its me my "
-    "of on or our so than that the their them then there these they this to was we were "
-    "what when where which who whom why will with you your".split()
+    ["a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "had", "has", "have", "how", "i", "in", "is", "it", "its", "me", "my", "of", "on", "or", "our", "so", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "why", "will", "with", "you", "your"]
 )
 
 

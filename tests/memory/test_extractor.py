@@ -7,9 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from gormes.events.runs import InboxItem, RecordedReply, RunInboxRead, RunLlmTurn, RunStarted, run_stream
 from gormes.events.jobs import Tokens
-from gormes.memory.extractor import EXTRACTOR_VERSION, ExtractionError, parse_extraction, run_turns
+from gormes.events.runs import (
+    InboxItem,
+    RecordedReply,
+    RunInboxRead,
+    RunLlmTurn,
+    RunStarted,
+    run_stream,
+)
+from gormes.memory.extractor import (
+    EXTRACTOR_VERSION,
+    ExtractionError,
+    parse_extraction,
+    run_turns,
+)
 from gormes.ops.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller, OperationDenied

@@ -7,7 +7,13 @@ from pathlib import Path
 
 from gormes.events.memory import MemoryRelationshipObserved, Origin
 from gormes.memory.writer import MemoryWriter, Source, find_target
-from gormes.projections.memory import ENTITIES, FACTS, FACTS_FTS, RELATIONSHIPS, memory_projection
+from gormes.projections.memory import (
+    ENTITIES,
+    FACTS,
+    FACTS_FTS,
+    RELATIONSHIPS,
+    memory_projection,
+)
 from gormes.projections.runner import ProjectionRunner
 
 MANUAL = Source(origin=Origin(artifact="cli"))

@@ -6,7 +6,12 @@ import pytest
 
 from gormes.events.memory import Origin
 from gormes.memory.writer import MemoryTarget, MemoryWriter, Source
-from gormes.recall.api import CrossScopeDenied, EmptyQuery, InvalidScope, recall_in_store
+from gormes.recall.api import (
+    CrossScopeDenied,
+    EmptyQuery,
+    InvalidScope,
+    recall_in_store,
+)
 
 MANUAL = Source(origin=Origin(artifact="cli"))
 GATEWAY = Source(origin=Origin(run_id="run-9", turn_id="seq:1"), kind="extracted", trust="gateway",
