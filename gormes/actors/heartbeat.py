@@ -9,6 +9,7 @@ dead one. Times are the store's clock (seconds since the epoch).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -30,22 +31,29 @@ CREATE TABLE IF NOT EXISTS {TABLE}(
 
 
 class Heartbeat:
-    def __init__(self, store: Any, worker_id: str, info: dict[str, Any]) -> None:
+    """`describe()` is called at every beat, so the row carries live state (the
+    governor's current limit, active jobs) as well as the worker's identity."""
+
+    def __init__(
+        self, store: Any, worker_id: str,
+        describe: Callable[[], dict[str, Any]] | dict[str, Any],
+    ) -> None:
         self._store = store
         self.worker_id = worker_id
-        self._info = info
-        self._info_json = msgspec.json.encode(info).decode()
+        self._describe = describe if callable(describe) else (lambda: describe)
 
     async def beat(self) -> None:
-        worker_id, info = self.worker_id, self._info
+        worker_id, info = self.worker_id, self._describe()
+        info_json = msgspec.json.encode(info).decode()
 
         def write(tx: Any) -> None:
             tx.execute(_CREATE)
             tx.execute(
                 f"INSERT INTO {TABLE}(worker_id, pid, host, info, started_at, last_seen, beats) "
                 "VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT(worker_id) DO UPDATE SET "
-                "last_seen = excluded.last_seen, beats = beats + 1, stopped_at = NULL",
-                (worker_id, info.get("pid"), info.get("host"), self._info_json, tx.now, tx.now),
+                "info = excluded.info, last_seen = excluded.last_seen, beats = beats + 1, "
+                "stopped_at = NULL",
+                (worker_id, info.get("pid"), info.get("host"), info_json, tx.now, tx.now),
             )
 
         await self._store.transact(write)

@@ -198,7 +198,7 @@ class Worker:
         await self._stopped.wait()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        heartbeat = Heartbeat(self.store, self.id, self._describe_self())
+        heartbeat = Heartbeat(self.store, self.id, self._describe_self)
         try:
             async with trio.open_nursery() as services:
                 await heartbeat.beat()
@@ -515,4 +515,19 @@ class Worker:
             "queues": list(self.config.queues) if self.config.queues else None,
             "names": self.registry.names(),
             "concurrency": self.config.concurrency,
+            "active": len(self.active),
+            "governor": self._governor_state(),
+        }
+
+    def _governor_state(self) -> dict[str, Any] | None:
+        governor = self.governor
+        if governor is None:
+            return None
+        sample = governor.last_sample
+        return {
+            "limit": governor.limit,
+            "floor": governor.policy.floor,
+            "ceiling": governor.policy.ceiling,
+            "cpu_percent": sample.cpu_percent if sample else None,
+            "memory_percent": sample.memory_percent if sample else None,
         }

@@ -1,9 +1,9 @@
 """Worker checks: heartbeats (live or stale) and circuit-breaker trips.
 
 A worker is live when its `worker_heartbeats` row has no `stopped_at` and was
-refreshed within `heartbeat_stale_s`; nothing else counts as alive. The governor's
-current limit is not recorded anywhere another process can read (heartbeat rows
-carry the configured concurrency only), so it is not checked: see docs/doctor.md.
+refreshed within `heartbeat_stale_s`; nothing else counts as alive. Each beat
+also records the governor's state (current limit, floor, ceiling, last load
+sample), which `workers.governor` reads.
 """
 
 from __future__ import annotations
@@ -24,17 +24,27 @@ from gormes.health import (
 )
 
 
+class GovernorState(msgspec.Struct, frozen=True):
+    limit: int
+    floor: int
+    ceiling: int
+    cpu_percent: float | None = None
+    memory_percent: float | None = None
+
+
 class WorkerBeat(msgspec.Struct, frozen=True):
     worker_id: str
     last_seen: float
     stopped_at: float | None
     queues: list[str] | None  # None: every queue
     names: list[str] | None  # job names it has handlers for; None: unknown
+    governor: GovernorState | None = None  # None: governor off (or an older worker)
 
 
 class _Info(msgspec.Struct):
     queues: list[str] | None = None
     names: list[str] | None = None
+    governor: GovernorState | None = None
 
 
 def read_heartbeats(ctx: DoctorContext) -> list[WorkerBeat]:
@@ -48,7 +58,8 @@ def read_heartbeats(ctx: DoctorContext) -> list[WorkerBeat]:
             parsed = msgspec.json.decode(info or "{}", type=_Info)
         except msgspec.MsgspecError:
             parsed = _Info()
-        beats.append(WorkerBeat(worker_id, last_seen, stopped_at, parsed.queues, parsed.names))
+        beats.append(WorkerBeat(worker_id, last_seen, stopped_at, parsed.queues, parsed.names,
+                                parsed.governor))
     return beats
 
 
@@ -82,6 +93,35 @@ def check_heartbeats(ctx: DoctorContext) -> Verdict:
     return ok(f"{len(live)} live worker(s): {listing([b.worker_id for b in live])}")
 
 
+def check_governor(ctx: DoctorContext) -> Verdict:
+    live = [b for b in read_heartbeats(ctx) if is_live(ctx, b)]
+    if not live:
+        return ok("no live worker, so no governor to report on")
+    governed = [b for b in live if b.governor is not None]
+    throttled = [b for b in governed if b.governor.limit < b.governor.ceiling]
+    if throttled:
+        details = listing([
+            f"{b.worker_id} at {b.governor.limit} of {b.governor.ceiling}"
+            + _load(b.governor) for b in throttled
+        ])
+        return warn(
+            f"the governor has lowered concurrency for load on {len(throttled)} worker(s): {details}",
+            "the host is busy (CPU or memory): jobs run slower until the load drops; add "
+            "capacity or lower other load",
+        )
+    ungoverned = len(live) - len(governed)
+    return ok(
+        f"{len(governed)} governed worker(s) at full concurrency"
+        + (f"; {ungoverned} run without a governor" if ungoverned else "")
+    )
+
+
+def _load(state: GovernorState) -> str:
+    if state.cpu_percent is None or state.memory_percent is None:
+        return ""
+    return f" (cpu {state.cpu_percent:.0f}%, memory {state.memory_percent:.0f}%)"
+
+
 def check_breaker(ctx: DoctorContext) -> Verdict:
     window = ctx.thresholds.breaker_window_s
     if not has_table(ctx.db, "jobs"):
@@ -103,5 +143,6 @@ def check_breaker(ctx: DoctorContext) -> Verdict:
 
 CHECKS = [
     Check(name="workers.heartbeats", category="workers", run=check_heartbeats, needs_daemon=True),
+    Check(name="workers.governor", category="workers", run=check_governor, needs_daemon=True),
     Check(name="workers.circuit_breaker", category="workers", run=check_breaker),
 ]
