@@ -1,31 +1,130 @@
-"""Memory check. The memory graph and semantic recall are not built in this
-version, so there is nothing of them to measure. What can still be wrong is a log
-holding memory events this gormes cannot look after (written by a newer one): that
-is reported, never hidden behind an "ok".
+"""Memory checks: semantic recall, the extractor's backlog and graph age, and the
+memory operations that failed.
+
+- `memory.semantic`: semantic recall is optional (the gormes[semantic] extra).
+  Off is acceptable, off and unseen is not: it warns, with the reason.
+- `memory.extraction`: extraction is an operation (`memory.extract`), never
+  automatic, so completed runs pile up until someone extracts them. The backlog
+  is the completed runs that no memory event of provenance kind "extracted"
+  cites (by its origin's run id); the message also says how long ago the graph
+  last took an extracted observation.
+- `memory.dead_letters`: extraction never runs as a job in this version, so
+  there is no dead job to count. Its dead letters are the memory operations'
+  calls that ended in `error` or `timeout` in the last 24 h (`audit.operation`).
+
+Without the memory modules the checks say "not installed" (ok), unless the log
+holds memory events this gormes cannot look after (warn).
 """
 
 from __future__ import annotations
 
-from gormes.health import Check, DoctorContext, Verdict, count_events, ok, warn
+from gormes.health import (
+    Check,
+    DoctorContext,
+    Verdict,
+    age,
+    count_events,
+    listing,
+    ok,
+    warn,
+)
 
-MODULES = ("gormes.recall", "gormes.events.memory", "gormes.projections.memory")
+MODULES = ("gormes.recall", "gormes.events.memory")
+DEAD_LETTER_WINDOW_S = 24 * 3600.0
+FAILED_OUTCOMES = ("error", "timeout")
+
+# The run id an observation cites, and its provenance kind: relationships and facts
+# carry a `provenance`, entities an `origin` and a `provenance_kind` of their own.
+_CITED_RUN = "coalesce(json_extract(data, '$.provenance.origin.run_id'), json_extract(data, '$.origin.run_id'))"
+_KIND = "coalesce(json_extract(data, '$.provenance.kind'), json_extract(data, '$.provenance_kind'))"
+_EXTRACTED = f"type GLOB 'memory.*' AND {_KIND} = 'extracted'"
 
 
-def check_installed(ctx: DoctorContext) -> Verdict:
-    present = [m for m in MODULES if ctx.module_exists(m)]
+def not_installed(ctx: DoctorContext) -> Verdict | None:
+    """The verdict when memory is not (fully) installed; None when it is."""
+    missing = [m for m in MODULES if not ctx.module_exists(m)]
+    if not missing:
+        return None
+    if len(missing) < len(MODULES):
+        return warn(f"memory is only partly installed: {', '.join(missing)} missing",
+                    "reinstall gormes (a partial installation cannot recall or extract)")
     events = count_events(ctx.db, "memory.*")
-    if present:
-        return warn(
-            f"memory modules are installed ({', '.join(present)}) but this doctor has no "
-            "memory checks yet: semantic recall, extractor backlog and graph age go unchecked",
-            "add the memory checks to gormes/health/memory.py",
-        )
     if events:
-        return warn(
-            f"the log holds {events} memory event(s) but this gormes has no memory support",
-            "upgrade gormes to the version that wrote them",
-        )
+        return warn(f"the log holds {events} memory event(s) but this gormes has no memory support",
+                    "upgrade gormes to the version that wrote them")
     return ok("memory is not installed in this version (no memory module, no memory events)")
 
 
-CHECKS = [Check(name="memory.installed", category="memory", run=check_installed)]
+def check_semantic(ctx: DoctorContext) -> Verdict:
+    if (absent := not_installed(ctx)) is not None:
+        return absent
+    from gormes.recall.semantic import SWITCH_ENV, semantic_status
+
+    status = semantic_status()
+    if status.enabled:
+        return ok("semantic recall on")
+    switched_off = SWITCH_ENV in status.reason
+    return warn(
+        f"semantic recall is off: {status.reason}; recall runs lexical and graph modes only",
+        f"unset {SWITCH_ENV} where gormes runs" if switched_off
+        else "pip install 'gormes[semantic]' where gormes runs",
+    )
+
+
+def extraction_age(ctx: DoctorContext) -> str:
+    last = ctx.db.execute(f"SELECT max(recorded_at) FROM events WHERE {_EXTRACTED}").fetchone()[0]
+    return "no extraction yet" if last is None else f"graph last extracted {age(ctx.now - last)} ago"
+
+
+def backlog(ctx: DoctorContext) -> tuple[int, str | None, float | None]:
+    """(completed runs not extracted, the oldest one's run id, when it completed)."""
+    return ctx.db.execute(
+        f"WITH cited AS (SELECT DISTINCT {_CITED_RUN} AS run_id FROM events WHERE {_EXTRACTED}), "
+        "waiting AS (SELECT substr(stream, 5) AS run_id, recorded_at FROM events "
+        "WHERE type = 'run.completed' AND substr(stream, 5) NOT IN "
+        "(SELECT run_id FROM cited WHERE run_id IS NOT NULL)) "
+        "SELECT (SELECT count(*) FROM waiting), run_id, recorded_at FROM waiting "
+        "ORDER BY recorded_at, run_id LIMIT 1"
+    ).fetchone() or (0, None, None)
+
+
+def check_extraction(ctx: DoctorContext) -> Verdict:
+    if (absent := not_installed(ctx)) is not None:
+        return absent
+    waiting, oldest, completed_at = backlog(ctx)
+    if not waiting:
+        return ok(f"no completed run awaits extraction; {extraction_age(ctx)}")
+    return warn(
+        f"{waiting} completed run(s) not extracted into memory, the oldest ({oldest}) completed "
+        f"{age(ctx.now - completed_at)} ago; {extraction_age(ctx)}",
+        f"gormes ops call memory.extract '{{\"run_id\": \"{oldest}\", \"model\": \"openai:MODEL\"}}' "
+        "for each run worth remembering",
+    )
+
+
+def check_dead_letters(ctx: DoctorContext) -> Verdict:
+    if (absent := not_installed(ctx)) is not None:
+        return absent
+    since_ms = ctx.now_ms - int(DEAD_LETTER_WINDOW_S * 1000)
+    rows = ctx.db.execute(
+        "SELECT json_extract(data, '$.operation') AS op, json_extract(data, '$.outcome') AS outcome, count(*) "
+        "FROM events WHERE type = 'audit.operation' AND op GLOB 'memory.*' AND outcome IN (?, ?) "
+        "AND json_extract(data, '$.at') >= ? GROUP BY op, outcome ORDER BY op, outcome",
+        (*FAILED_OUTCOMES, since_ms),
+    ).fetchall()
+    if not rows:
+        return ok("no memory operation failed in the last 24 h")
+    total = sum(n for _, _, n in rows)
+    return warn(
+        f"{total} memory operation call(s) failed in the last 24 h: "
+        + listing([f"{op} {outcome} x{n}" for op, outcome, n in rows]),
+        "read the errors with `gormes audit export --since 24h --kind memory.write --kind memory.read`, "
+        "fix the cause (often the model provider), then call the operation again",
+    )
+
+
+CHECKS = [
+    Check(name="memory.semantic", category="memory", run=check_semantic),
+    Check(name="memory.extraction", category="memory", run=check_extraction),
+    Check(name="memory.dead_letters", category="memory", run=check_dead_letters),
+]

@@ -1,30 +1,73 @@
-"""Skills check. The skills runtime (`gormes skills check`) is not built in this
-version. Its arrival, or skill events in the log, are reported as unchecked
-rather than passed over.
+"""Skills check: what `gormes skills check` would say, run in this process.
+
+The skills directory and the routing evals (conflict probes) are found as the
+skills CLI finds them without options: $GORMES_SKILLS_DIR, else `skills/` in the
+working directory; $GORMES_SKILL_EVALS_DIR, else `evals/skills/` when it exists.
+No skills directory is not a fault (a deployment may ship none). Evidence dates
+are judged against the doctor's clock.
+
+Without the skills runtime (gormes.skillbook) the check says "not installed"
+(ok), unless the log holds skill events this gormes cannot look after (warn).
 """
 
 from __future__ import annotations
 
-from gormes.health import Check, DoctorContext, Verdict, count_events, ok, warn
+import datetime
+import os
+from pathlib import Path
 
-MODULES = ("gormes.skillbook", "gormes.events.skills")
+from gormes.health import Check, DoctorContext, Verdict, count_events, fail, ok, warn
+
+MODULE = "gormes.skillbook"
 
 
-def check_installed(ctx: DoctorContext) -> Verdict:
-    present = [m for m in MODULES if ctx.module_exists(m)]
+def not_installed(ctx: DoctorContext) -> Verdict | None:
+    """The verdict when the skills runtime is not installed; None when it is."""
+    if ctx.module_exists(MODULE):
+        return None
     events = count_events(ctx.db, "skill*.*")
-    if present:
-        return warn(
-            f"skills are installed ({', '.join(present)}) but this doctor does not run "
-            "`gormes skills check` yet",
-            "run `gormes skills check` yourself; wire it into gormes/health/skills.py",
-        )
     if events:
-        return warn(
-            f"the log holds {events} skill event(s) but this gormes has no skills support",
-            "upgrade gormes to the version that wrote them",
-        )
+        return warn(f"the log holds {events} skill event(s) but this gormes has no skills support",
+                    "upgrade gormes to the version that wrote them")
     return ok("skills are not installed in this version (no skills module, no skill events)")
 
 
-CHECKS = [Check(name="skills.installed", category="skills", run=check_installed)]
+def probes() -> list[str]:
+    """The routing eval phrases `gormes skills check` also uses as conflict probes."""
+    from gormes.skillbook import DEFAULT_EVALS_DIR, EVALS_DIR_ENV
+    from gormes.skillbook.evals import load_cases
+
+    configured = os.environ.get(EVALS_DIR_ENV)
+    evals = Path(configured or DEFAULT_EVALS_DIR)
+    return [c.phrase for c in load_cases(evals)] if configured or evals.is_dir() else []
+
+
+def check_skills(ctx: DoctorContext) -> Verdict:
+    if (absent := not_installed(ctx)) is not None:
+        return absent
+    from gormes.errors import UserError
+    from gormes.skillbook import skills_dir
+    from gormes.skillbook.loader import load_skills
+    from gormes.skillbook.validator import check
+
+    root = skills_dir()
+    if not root.is_dir():
+        return ok(f"no skills directory at {root} (set GORMES_SKILLS_DIR to check one elsewhere)")
+    loaded = load_skills(root)
+    try:
+        phrases = probes()
+    except UserError as exc:
+        return fail(f"the routing evals cannot be read: {exc}", "fix the eval file, then `gormes skills check`")
+    today = datetime.datetime.fromtimestamp(ctx.now, tz=datetime.UTC).date()
+    report = check(loaded.skills, loaded.issues, probes=phrases, today=today)
+    if report.errors:
+        return fail(
+            f"{len(report.errors)} skill error(s) in {root}, the first: {report.errors[0].line()}",
+            "run `gormes skills check` for every error, fix the SKILL.md files, and check again",
+        )
+    warnings = len(report.issues) - len(report.errors)
+    return ok(f"{len(report.skills)} skill(s) in {root} pass `gormes skills check`"
+              + (f" ({warnings} warning(s))" if warnings else ""))
+
+
+CHECKS = [Check(name="skills.check", category="skills", run=check_skills)]

@@ -110,21 +110,31 @@ def test_disk_thresholds(db_path: Path):
     assert status(5 * GIB, 20 * GIB) == "ok"
 
 
+MEMORY_CHECKS = ("memory.semantic", "memory.extraction", "memory.dead_letters")
+
+
 def test_memory_and_skills_say_not_installed_when_they_are_not(db_path: Path):
     report = doctor(fresh(db_path), modules=lambda name: False)
-    assert "not installed in this version" in check(report, "memory.installed").message
-    assert "not installed in this version" in check(report, "skills.installed").message
-    assert check(report, "memory.installed").status == "ok"
+    for name in (*MEMORY_CHECKS, "skills.check"):
+        assert check(report, name).status == "ok"
+        assert "not installed in this version" in check(report, name).message
 
 
-def test_installed_but_unchecked_parts_are_warnings(db_path: Path):
-    report = doctor(fresh(db_path), modules=lambda name: name in ("gormes.recall", "gormes.skillbook"))
-    assert check(report, "memory.installed").status == "warn"
-    assert check(report, "skills.installed").status == "warn"
+def test_a_partly_installed_memory_is_a_warning(db_path: Path):
+    report = doctor(fresh(db_path), modules=lambda name: name == "gormes.recall")
+    for name in MEMORY_CHECKS:
+        result = check(report, name)
+        assert result.status == "warn" and "gormes.events.memory missing" in result.message
 
 
 def test_events_of_a_part_this_gormes_lacks_are_warnings(db_path: Path):
     sql(fresh(db_path), "INSERT INTO events(stream, version, type, data, recorded_at) "
                         "VALUES ('memory-x', 1, 'memory.fact_added', '{}', 0)")
-    result = check(doctor(db_path, modules=lambda name: False), "memory.installed")
-    assert result.status == "warn" and "1 memory event(s)" in result.message
+    sql(db_path, "INSERT INTO events(stream, version, type, data, recorded_at) "
+                 "VALUES ('skills-x', 1, 'skill.selected', '{}', 0)")
+    report = doctor(db_path, modules=lambda name: False)
+    for name in MEMORY_CHECKS:
+        result = check(report, name)
+        assert result.status == "warn" and "1 memory event(s)" in result.message
+    result = check(report, "skills.check")
+    assert result.status == "warn" and "1 skill event(s)" in result.message
