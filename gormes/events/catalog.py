@@ -13,9 +13,9 @@ DOMAIN_MODULES = (
     "gormes.events.jobs",
     "gormes.events.runs",
     "gormes.events.audit",
+    "gormes.events.cron",
     "gormes.events.skills",
     "gormes.events.memory",
-    "gormes.events.cron",
 )
 
 
