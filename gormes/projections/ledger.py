@@ -75,6 +75,12 @@ def setup(db: Any) -> None:
         ["status", "queue", "name", "priority", "created_at"], if_not_exists=True,
         index_name="jobs_claim",
     )
+    # The claim order (priority, then age) under each status, covering the name and
+    # queue filters: a claim walks it in order and stops at its LIMIT, no sort.
+    db["jobs"].create_index(
+        ["status", "priority", "created_at", "id", "name", "queue"], if_not_exists=True,
+        index_name="jobs_pick",
+    )
     db["jobs"].create_index(["status", "delay_until"], if_not_exists=True, index_name="jobs_delay")
     db["jobs"].create_index(["status", "lock_until"], if_not_exists=True, index_name="jobs_lock")
     db["jobs"].create_index(["parent_id"], if_not_exists=True, index_name="jobs_parent")
@@ -91,14 +97,36 @@ def setup(db: Any) -> None:
     )
 
 
-def setup_file(path: str | Path) -> None:
-    """Create the ledger's tables on a connection of their own (blocking)."""
-    import sqlite_utils
+# Every schema object `setup` and the bookkeeping create: when all exist (and the
+# built version is recorded) there is nothing to set up. A name missing from this
+# list only means the full setup runs again, which is idempotent.
+_SCHEMA = (
+    "jobs", "inbox", "transcript", "jobs_claim", "jobs_pick", "jobs_delay", "jobs_lock",
+    "jobs_parent", "jobs_idem", "jobs_done", "inbox_job",
+    "projection_versions", "projection_failures", "idx_projection_failures_projection_resolved_at",
+)
 
+
+def _set_up_already(conn: sqlite3.Connection) -> bool:
     from gormes.projections import bookkeeping
 
+    names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    return names.issuperset(_SCHEMA) and bookkeeping.built_version(conn, NAME) is not None
+
+
+def setup_file(path: str | Path) -> None:
+    """Create the ledger's tables on a connection of their own (blocking).
+
+    On a database that has them all already this is two reads (a worker starts
+    faster: sqlite-utils is not even imported)."""
     conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
     try:
+        if _set_up_already(conn):
+            return
+        import sqlite_utils
+
+        from gormes.projections import bookkeeping
+
         for attempt in range(50):
             try:
                 db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
@@ -164,13 +192,16 @@ def apply_one(conn: sqlite3.Connection, rec: Recorded) -> None:  # noqa: C901 - 
     elif isinstance(e, JobLeaseRenewed):
         update("lock_until = ?", e.lock_until)
     elif isinstance(e, JobCompleted):
-        if _option(conn, job_id, "remove_on_complete"):
+        # One statement in the common case: the row is updated unless the job asked
+        # to be removed on completion; only then is the option read again.
+        updated = x(
+            f"UPDATE jobs SET status = 'completed', result = ?, finished_at = ?,"
+            f" attempts_made = attempts_made + 1, {_UNLOCK}, updated_at = ?, version = ?"
+            " WHERE id = ? AND NOT coalesce(json_extract(options, '$.remove_on_complete'), 0)",
+            (_enc(e.result), e.at, e.at, rec.version, job_id),
+        ).rowcount
+        if not updated and _option(conn, job_id, "remove_on_complete"):
             _delete_job(conn, job_id)
-            return
-        update(
-            f"status = 'completed', result = ?, finished_at = ?, attempts_made = attempts_made + 1,"
-            f" {_UNLOCK}, updated_at = ?", _enc(e.result), e.at, e.at,
-        )
     elif isinstance(e, JobAwaitingChildren):
         update(f"status = 'waiting-children', {_UNLOCK}, updated_at = ?", e.at)
     elif isinstance(e, JobFailed):
