@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from os import PathLike
 from typing import Any, TypeVar
@@ -69,6 +69,11 @@ class SQLiteTransaction:
     def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
         self._batch.flush()
         return self._batch.log.read_stream(stream, after_version)
+
+    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
+        """Several whole streams in one query (see `SQLiteLog.read_streams`)."""
+        self._batch.flush()
+        return self._batch.log.read_streams(streams)
 
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None

@@ -96,6 +96,22 @@ class SQLiteLog:
         ).fetchall()
         return self._decode(rows)
 
+    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
+        """Several whole streams in one query: {stream: its events in version order}
+        (an empty list for a stream with no events)."""
+        wanted = list(dict.fromkeys(streams))
+        out: dict[str, list[Recorded]] = {stream: [] for stream in wanted}
+        if not wanted:
+            return out
+        rows = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM events WHERE stream IN (SELECT value FROM json_each(?))"
+            " ORDER BY stream, version",
+            (json.dumps(wanted),),
+        ).fetchall()
+        for record in self._decode(rows):
+            out[record.stream].append(record)
+        return out
+
     def read_all(
         self,
         after_position: int = 0,
