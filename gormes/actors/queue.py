@@ -25,7 +25,6 @@ raise `LockLost` when the token is stale; `renew` returns False instead, and
 from __future__ import annotations
 
 import random as _random
-import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -39,6 +38,7 @@ from gormes.actors.jobs import InvalidJob, InvalidTransition, JobNotFound, LockL
 from gormes.actors.queue_admin import (
     _KEY_FREED_SQL, SWEEP_LIMIT, QueueAdmin, _json_data, _plain, deep_merge,
 )
+from gormes.actors.queue_batch import DEFAULT_LEASE_MS, CompleteOutcome, QueueBatches
 from gormes.events.jobs import (
     STATUSES, Backoff, JobOptions, Tokens, TranscriptEntry,
 )
@@ -47,20 +47,20 @@ from gormes.projections import ledger
 # Re-exported so that callers need one import.
 SubmitOptions = JobOptions
 __all__ = [
-    "Backoff", "InboxMessage", "InvalidJob", "InvalidTransition", "Job", "JobNotFound",
+    "Backoff", "CompleteOutcome", "InboxMessage", "InvalidJob", "InvalidTransition", "Job", "JobNotFound",
     "JobQueue", "JobStats", "LockLost", "PruneResult", "SubmitOptions", "Tokens",
     "TranscriptEntry",
 ]
 
-DEFAULT_LEASE_MS = 30_000
 DEFAULT_STALL_GRACE_MS = 15_000
 DEFAULT_MAX_DEPTH = 5
 
 
-class JobQueue(QueueAdmin):
+class JobQueue(QueueBatches, QueueAdmin):
     """The job queue over an event store (SQLiteEventStore).
 
-    Operator commands and sweeps live in `QueueAdmin` (gormes/actors/queue_admin.py)."""
+    Operator commands and sweeps live in `QueueAdmin` (gormes/actors/queue_admin.py);
+    `claim_many` and `complete_many` in `QueueBatches` (gormes/actors/queue_batch.py)."""
 
     def __init__(
         self,
@@ -259,32 +259,10 @@ class JobQueue(QueueAdmin):
     ) -> Job | None:
         """Claim the next waiting job with one of `names` (in `queues`, default all),
         by priority then age. Due delayed jobs are promoted first. The returned Job
-        carries the fresh `lock_token` and `lock_until`."""
-        names = sorted(set(names))
-        queues = None if queues is None else sorted(set(queues))
-        if not names or queues == []:
-            return None
-        if lease_ms <= 0:
-            raise InvalidJob("lease_ms must be > 0")
-        sql = f"SELECT id FROM jobs WHERE status = 'waiting' AND name IN ({','.join('?' * len(names))})"
-        params: list[Any] = list(names)
-        if queues is not None:
-            sql += f" AND queue IN ({','.join('?' * len(queues))})"
-            params += queues
-        sql += " ORDER BY priority, created_at, id LIMIT 1"
-
-        def claim(s: JobSession) -> Job | None:
-            self._promote_due(s)
-            found = s.ids_where(sql, params)
-            if not found:
-                return None
-            s.run(found[0], rules.Claim(
-                now=s.now, worker_id=worker_id, lock_token=secrets.token_hex(16),
-                lease_ms=lease_ms,
-            ))
-            return self._job(s, found[0])
-
-        return await self._transact(claim)
+        carries the fresh `lock_token` and `lock_until`. (`claim_many` claims
+        several in one transaction.)"""
+        jobs = await self.claim_many(names, queues, worker_id, lease_ms, limit=1)
+        return jobs[0] if jobs else None
 
     async def renew(self, job_id: str, token: str, lease_ms: int = DEFAULT_LEASE_MS) -> bool:
         """Extend the lease; False when the token no longer holds the job."""
@@ -301,10 +279,13 @@ class JobQueue(QueueAdmin):
         def run(s: JobSession) -> Job | None:
             self._existing(s, job_id)
             s.run(job_id, make(s.now))
-            state = s.state(job_id)
-            if state is not None and state.terminal and _removed(s, job_id):
-                return None
-            return self._job(s, job_id)
+            try:
+                return self._job(s, job_id)
+            except JobNotFound:
+                state = s.state(job_id)
+                if state is not None and state.terminal:
+                    return None  # remove_on_complete / remove_on_fail took it out
+                raise
 
         return await self._transact(run)
 
@@ -404,10 +385,6 @@ class JobQueue(QueueAdmin):
         submit, in this process or another). Read `generation` BEFORE the claim that
         found nothing, then wait with it."""
         await self.store.wait_for_change(seen_generation)
-
-
-def _removed(s: JobSession, job_id: str) -> bool:
-    return not s.rows("SELECT 1 FROM jobs WHERE id = ?", (job_id,))
 
 
 __all__ += ["deep_merge", "SWEEP_LIMIT"]

@@ -1,0 +1,151 @@
+"""Holder commands for many jobs in one transaction (mixed into `JobQueue`).
+
+`claim_many` claims up to `limit` jobs and `complete_many` completes many: each is
+one `store.transact`, so the jobs' streams are read in one query, their events
+inserted together and the ledger updated in one pass, where one call per job
+pays all of that per job. The rules are the same ones, applied to each job in
+turn under the same write lock, so nothing differs from calling `claim` or
+`complete` that many times in a row; see gormes/actors/queue.py.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gormes.actors import job_rules as rules
+from gormes.actors.job_session import JobSession
+from gormes.actors.job_views import Job, job_from_row
+from gormes.actors.jobs import InvalidJob, JobError, JobNotFound
+from gormes.actors.queue_admin import _json_data
+
+DEFAULT_LEASE_MS = 30_000
+
+# What `complete_many` gives back per item: the job, None (removed on completion),
+# or the error that `complete` would have raised for it.
+CompleteOutcome = Job | None | JobError
+
+
+def claim_sql(names: Sequence[str], queues: Sequence[str] | None) -> tuple[str, list[Any]]:
+    """The next waiting jobs with one of `names` (in `queues`, None: all), by
+    priority then age; the LIMIT is the last parameter, left to the caller."""
+    sql = f"SELECT id FROM jobs WHERE status = 'waiting' AND name IN ({','.join('?' * len(names))})"
+    params: list[Any] = list(names)
+    if queues is not None:
+        sql += f" AND queue IN ({','.join('?' * len(queues))})"
+        params += queues
+    return sql + " ORDER BY priority, created_at, id LIMIT ?", params
+
+
+def jobs_by_id(s: JobSession, job_ids: Sequence[str]) -> dict[str, Job]:
+    """The ledger rows of `job_ids` (those that exist), read in one query."""
+    if not job_ids:
+        return {}
+    cur = s.tx.execute(
+        f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(job_ids))})", list(job_ids)
+    )
+    columns = [d[0] for d in cur.description]
+    jobs = (job_from_row(columns, row) for row in cur.fetchall())
+    return {job.id: job for job in jobs}
+
+
+class QueueBatches:
+    """`claim_many` and `complete_many`."""
+
+    if TYPE_CHECKING:  # provided by JobQueue
+        async def _transact(self, fn: Callable[[JobSession], Any], now: int | None = None) -> Any: ...
+        @staticmethod
+        def _promote_due(s: JobSession) -> list[str]: ...
+
+    async def claim_many(
+        self,
+        names: Iterable[str],
+        queues: Iterable[str] | None = None,
+        worker_id: str = "",
+        lease_ms: int = DEFAULT_LEASE_MS,
+        limit: int = 1,
+    ) -> list[Job]:
+        """Claim up to `limit` waiting jobs with one of `names` (in `queues`, default
+        all), by priority then age, in one transaction; due delayed jobs are
+        promoted first. Each returned Job carries its own fresh `lock_token`."""
+        names = sorted(set(names))
+        queues = None if queues is None else sorted(set(queues))
+        if not names or queues == []:
+            return []
+        if lease_ms <= 0:
+            raise InvalidJob("lease_ms must be > 0")
+        if limit < 1:
+            raise InvalidJob("limit must be >= 1")
+        sql, params = claim_sql(names, queues)
+
+        def claim(s: JobSession) -> list[Job]:
+            self._promote_due(s)
+            found = s.ids_where(sql, (*params, limit))
+            s.preload(found)
+            for job_id in found:
+                s.run(job_id, rules.Claim(
+                    now=s.now, worker_id=worker_id, lock_token=secrets.token_hex(16),
+                    lease_ms=lease_ms,
+                ))
+            rows = jobs_by_id(s, found)
+            return [rows[job_id] for job_id in found]
+
+        return await self._transact(claim)
+
+    async def complete_many(
+        self, items: Sequence[tuple[str, str, Any]]
+    ) -> list[CompleteOutcome]:
+        """Complete many jobs, `(job_id, token, result)` each, in one transaction.
+
+        Each item has exactly the outcome `complete` would give it, in the list
+        returned at its index: the Job, None when remove_on_complete took it out of
+        the ledger, or the error `complete` would raise (LockLost for a stale
+        token, JobNotFound, InvalidJob for a result that is not JSON). An item
+        refused changes nothing and does not affect the others."""
+        outcomes: list[CompleteOutcome] = [None] * len(items)
+        todo: list[tuple[int, str, str, Any]] = []
+        for i, (job_id, token, result) in enumerate(items):
+            try:
+                plain = _json_data(result, "job result")
+            except InvalidJob as exc:
+                outcomes[i] = exc
+                continue
+            todo.append((i, job_id, token, plain))
+
+        def complete(s: JobSession) -> list[CompleteOutcome]:
+            s.preload([job_id for _, job_id, _, _ in todo])
+            done: list[tuple[int, str]] = []
+            for i, job_id, token, result in todo:
+                appends = s.appends
+                try:
+                    if s.state(job_id) is None:
+                        raise JobNotFound(f"no job {job_id}")
+                    s.run(job_id, rules.Complete(now=s.now, token=token, result=result))
+                except JobError as exc:
+                    if s.appends != appends:  # refused half-way: undo the whole batch
+                        raise
+                    outcomes[i] = exc
+                else:
+                    done.append((i, job_id))
+            rows = jobs_by_id(s, [job_id for _, job_id in done])
+            for i, job_id in done:
+                outcomes[i] = _completed(s, job_id, rows)
+            return outcomes
+
+        if not todo:
+            return outcomes
+        return await self._transact(complete)
+
+
+def _completed(s: JobSession, job_id: str, rows: dict[str, Job]) -> Job | None:
+    """What `complete` returns once its events are appended."""
+    job = rows.get(job_id)
+    if job is not None:
+        return job
+    state = s.state(job_id)
+    if state is not None and state.terminal:
+        return None  # remove_on_complete took it out of the ledger
+    # The ledger lost a live job: `complete` raises here, undoing its writes; so
+    # does this, for the whole batch.
+    raise JobNotFound(f"no job {job_id}")
