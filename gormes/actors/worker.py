@@ -7,7 +7,8 @@
         worker.stop()          # stop claiming, drain within a grace, release the rest
 
 How a job runs (`_execute`): the handler runs in a task of its own under a cancel
-scope; beside it a lease keeper renews every lease/2. The executor waits for the
+scope, and the worker's lease keeper (gormes/actors/leases.py, one task for all
+jobs) renews its lease every lease/2. The executor waits for the
 handler to finish or for a reason to abort it:
 
 - timeout (the job's `timeout_ms`, measured on the trio clock): cancelled, then
@@ -44,10 +45,12 @@ from typing import Any
 import msgspec
 import trio
 
+from gormes.actors.completions import Completions
 from gormes.actors.governor import BREAKER_ERROR, Governor
 from gormes.actors.handlers import Handler, HandlerRegistry, UnrecoverableError
 from gormes.actors.heartbeat import Heartbeat
 from gormes.actors.job_context import JobContext
+from gormes.actors.leases import keep_leases
 from gormes.actors.jobs import InvalidJob, InvalidTransition, JobNotFound, LockLost
 from gormes.actors.queue import Job, JobQueue
 from gormes.errors import GormesError
@@ -117,6 +120,17 @@ class RunningJob:
         self.outcome = Outcome()
         self.abort_reason: str | None = None
         self.ctx: JobContext | None = None
+        # Lease renewals (see leases.py): when the next is due (trio time), the one
+        # in flight, and whether they stopped (the job settled).
+        self.renew_at = math.inf
+        self.renewal: trio.CancelScope | None = None
+        self.renewals_stopped = False
+
+    def stop_renewing(self) -> None:
+        self.renew_at = math.inf
+        self.renewals_stopped = True
+        if self.renewal is not None:
+            self.renewal.cancel()
 
     def abort(self, reason: str) -> None:
         """Ask the handler to stop; the first reason wins."""
@@ -168,6 +182,7 @@ class Worker:
         self._capacity_changed = trio.Event()
         self._idle_scope: trio.CancelScope | None = None
         self._handlers: trio.Nursery | None = None
+        self._completions = Completions(queue)  # jobs finishing together: one transaction
         if governor is not None:
             governor.on_change(lambda _limit: self._wake_claimer())
 
@@ -208,6 +223,9 @@ class Worker:
                 services.start_soon(self._every, self.config.timeout_sweep_interval_ms, self.queue.sweep_timeouts)
                 services.start_soon(self._every, self.config.unblock_interval_ms, self.queue.unblock_parents)
                 services.start_soon(self._every, self.config.heartbeat_interval_ms, heartbeat.beat)
+                services.start_soon(
+                    keep_leases, self.active, self.config.lease_ms / 2000, self._renew_lease
+                )
                 if self.governor is not None:
                     services.start_soon(self.governor.run, self._trip_breaker)
                 async with trio.open_nursery() as handlers:
@@ -332,23 +350,23 @@ class Worker:
                 await self.queue.release(job.id, run.token, f"no handler for {job.name!r}")
                 return
             run.ctx = JobContext(self.queue, job, on_lock_lost=lambda: run.abort(LEASE_LOST))
-            async with trio.open_nursery() as keeper:
-                keeper.start_soon(self._keep_lease, run)
-                assert self._handlers is not None
-                self._handlers.start_soon(self._run_handler, run, handler)
-                timeout_ms = job.options.timeout_ms
-                deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else math.inf
-                with trio.move_on_at(deadline):
-                    await run.settled.wait()
-                if not run.done.is_set():
-                    run.abort(TIMEOUT)
-                    run.scope.cancel()
-                    with trio.move_on_after(self.config.abort_grace_ms / 1000):
-                        await run.done.wait()
-                keeper.cancel_scope.cancel()
+            run.renew_at = trio.current_time() + self.config.lease_ms / 2000
+            assert self._handlers is not None
+            self._handlers.start_soon(self._run_handler, run, handler)
+            timeout_ms = job.options.timeout_ms
+            deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else math.inf
+            with trio.move_on_at(deadline):
+                await run.settled.wait()
+            if not run.done.is_set():
+                run.abort(TIMEOUT)
+                run.scope.cancel()
+                with trio.move_on_after(self.config.abort_grace_ms / 1000):
+                    await run.done.wait()
+            run.stop_renewing()
             with trio.CancelScope(shield=True):
                 await self._record(run)
         finally:
+            run.stop_renewing()
             self.active.pop(job.id, None)
             self._wake_claimer()
 
@@ -404,26 +422,25 @@ class Worker:
 
     async def _complete(self, run: RunningJob) -> None:
         try:
-            await self.queue.complete(run.job.id, run.token, run.outcome.result)
+            await self._completions.complete(run.job.id, run.token, run.outcome.result)
         except InvalidJob as exc:  # the result is not JSON: the handler's fault
             await self.queue.fail(run.job.id, run.token, str(exc), unrecoverable=True)
             self.failed += 1
         else:
             self.completed += 1
 
-    async def _keep_lease(self, run: RunningJob) -> None:
-        """Renew every lease/2; a refused renewal is re-checked once before giving up."""
+    async def _renew_lease(self, run: RunningJob) -> bool:
+        """One renewal (the lease keeper calls this every lease/2); a refused renewal
+        is re-checked once before giving up, which aborts the handler."""
         lease_ms = self.config.lease_ms
-        while True:
-            await trio.sleep(lease_ms / 2000)
-            if await self._renewed(run, lease_ms):
-                continue
-            # One re-check: a transient failure (busy database) is not a lost lease.
-            if await self._still_ours(run) and await self._renewed(run, lease_ms):
-                continue
-            run.abort(await self._loss_reason(run))
-            run.scope.cancel()
-            return
+        if await self._renewed(run, lease_ms):
+            return True
+        # One re-check: a transient failure (busy database) is not a lost lease.
+        if await self._still_ours(run) and await self._renewed(run, lease_ms):
+            return True
+        run.abort(await self._loss_reason(run))
+        run.scope.cancel()
+        return False
 
     async def _renewed(self, run: RunningJob, lease_ms: int) -> bool:
         try:

@@ -289,6 +289,33 @@ async def test_given_a_long_job_then_renewals_keep_its_lease_past_many_lease_per
     assert done.stalled_counter == 0 and done.attempts_started == 1
 
 
+async def test_given_long_jobs_started_at_different_times_then_each_keeps_its_lease_and_a_finished_one_is_not_renewed(harness, mock_clock):
+    # given three gated jobs whose handlers start a quarter lease apart
+    first, second, third = [await harness.queue.submit("gate", i) for i in range(3)]
+    async with running(harness):
+        await harness.started_event(first.id).wait()
+        for job in (second, third):
+            await harness.jump(LEASE_MS / 4000)
+            await harness.started_event(job.id).wait()
+        # when the first one finishes and the clock runs four lease periods on
+        harness.release_event(first.id).set()
+        done = await harness.status(first.id, "completed")
+        for _ in range(8):
+            await harness.jump(LEASE_MS / 2000)
+            now_ms = int(trio.current_time() * 1000)
+            for job in (second, third):
+                # then the two still running are renewed, each on its own schedule
+                await harness.until(job.id, lambda j, now=now_ms: (j.lock_until or 0) >= now + LEASE_MS / 2)
+        # and the finished one saw no renewal after its completion
+        events = [r.event.type for r in await harness.store.read_stream(f"job-{first.id}")]
+        assert events[-1] == "job.completed"
+        for job in (second, third):
+            harness.release_event(job.id).set()
+            finished = await harness.status(job.id, "completed")
+            assert finished.stalled_counter == 0 and finished.attempts_started == 1
+    assert done.attempts_started == 1
+
+
 async def test_given_a_holder_that_died_then_the_stall_sweep_requeues_it_without_an_attempt(harness, mock_clock):
     job = await harness.queue.submit("echo", "orphan")
     lost = await harness.queue.claim({"echo"}, worker_id="dead-worker", lease_ms=LEASE_MS)
