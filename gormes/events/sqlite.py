@@ -68,12 +68,18 @@ class SQLiteTransaction:
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
         self._batch.flush()
-        return self._batch.log.read_stream(stream, after_version)
+        records = self._batch.log.read_stream(stream, after_version)
+        if after_version == 0:  # the whole stream: its version, for the next append
+            self._batch.learn_version(stream, records[-1].version if records else 0)
+        return records
 
     def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
         """Several whole streams in one query (see `SQLiteLog.read_streams`)."""
         self._batch.flush()
-        return self._batch.log.read_streams(streams)
+        found = self._batch.log.read_streams(streams)
+        for stream, records in found.items():
+            self._batch.learn_version(stream, records[-1].version if records else 0)
+        return found
 
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None

@@ -248,6 +248,11 @@ class WriteBatch:
             self._versions[stream] = v
         return v
 
+    def learn_version(self, stream: str, version: int) -> None:
+        """A version just read in this transaction (after `flush`, under the write
+        lock, so it is current): spares `version` its lookup."""
+        self._versions.setdefault(stream, version)
+
     @property
     def versions(self) -> dict[str, int]:
         return self._versions
