@@ -88,7 +88,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_interval_ms: int = 5_000
     abort_grace_ms: int = 5_000
     shutdown_grace_ms: int = 10_000
-    max_claims_per_round: int = 64
+    max_claims_per_round: int = 256  # one claim_many transaction; never past free slots
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 10_000:
