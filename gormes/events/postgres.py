@@ -45,13 +45,12 @@ from gormes.events.postgres_schema import (
     prepare,
     redact,
 )
-from gormes.events.sqlite import Subscription, _Batch, _Request
 from gormes.events.sqlite_schema import DURABILITY, default_durability
 from gormes.events.store import AppendRequest, AppendResult
+from gormes.events.store_base import LogReads, _Batch, _Request
 
 T = TypeVar("T")
 
-PAGE = 1000
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
 
@@ -122,7 +121,7 @@ class _Changes:
                     self.bump()
 
 
-class PostgresEventStore:
+class PostgresEventStore(LogReads):
     def __init__(
         self,
         url: str,
@@ -433,46 +432,6 @@ class PostgresEventStore:
                 raise
             self._readers.append(log)
             return result
-
-    async def head(self) -> int:
-        return await self.read_with(lambda r: r.head())
-
-    async def stream_version(self, stream: str) -> int:
-        return await self.read_with(lambda r: r.stream_version(stream))
-
-    async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
-        return await self.read_with(lambda r: r.read_stream(stream, after_version))
-
-    async def read_all(
-        self,
-        after_position: int = 0,
-        limit: int | None = None,
-        types: Sequence[str] | None = None,
-    ) -> list[Recorded]:
-        return await self.read_with(lambda r: r.read_all(after_position, limit, types))
-
-    async def read_page(
-        self, after_position: int, limit: int = PAGE, types: Sequence[str] | None = None
-    ) -> tuple[list[Recorded], int, int]:
-        return await self.read_with(lambda r: r.read_page(after_position, limit, types))
-
-    async def wait_for_change(self, generation: int) -> None:
-        await self._changes.wait(generation)
-
-    @property
-    def generation(self) -> int:
-        return self._changes.generation
-
-    def subscribe(
-        self, after: int = 0, types: Sequence[str] | None = None, page: int = PAGE
-    ) -> Subscription:
-        """Every event after `after` in position order, then new ones as they commit.
-
-        Each page is read from one snapshot, and a snapshot always holds a prefix of
-        positions (see postgres_log), so following by position never skips and never
-        repeats.
-        """
-        return Subscription(self, after, types, page)  # type: ignore[arg-type]
 
     # -- LISTEN/NOTIFY --------------------------------------------------------
 

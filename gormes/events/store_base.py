@@ -1,0 +1,130 @@
+"""What the SQLite and PostgreSQL stores share: the writer's request batches, the
+read methods built on `read_with`, and the subscription that follows the log.
+
+A store mixing in `LogReads` provides `read_with(fn)` (run `fn(log)` on a read
+connection in a worker thread) and `_changes` (with `generation`, `wait(gen)`,
+woken when the log grows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import trio
+
+from gormes.events.base import Recorded
+
+T = TypeVar("T")
+
+PAGE = 1000
+
+
+class _Request:
+    __slots__ = ("kind", "payload", "result", "error")
+
+    def __init__(self, kind: str, payload: Any) -> None:
+        self.kind = kind  # "append" | "transact"
+        self.payload = payload
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _Batch:
+    """Requests that will share one transaction, and the event set once it committed."""
+
+    __slots__ = ("requests", "done")
+
+    def __init__(self) -> None:
+        self.requests: list[_Request] = []
+        self.done = trio.Event()
+
+
+class LogReads:
+    """Reads and subscriptions over `read_with` and `_changes` (see the module doc)."""
+
+    _changes: Any
+
+    async def read_with(self, fn: Callable[[Any], T]) -> T:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def head(self) -> int:
+        return await self.read_with(lambda r: r.head())
+
+    async def stream_version(self, stream: str) -> int:
+        return await self.read_with(lambda r: r.stream_version(stream))
+
+    async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+        return await self.read_with(lambda r: r.read_stream(stream, after_version))
+
+    async def read_all(
+        self,
+        after_position: int = 0,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+    ) -> list[Recorded]:
+        return await self.read_with(lambda r: r.read_all(after_position, limit, types))
+
+    async def read_page(
+        self, after_position: int, limit: int = PAGE, types: Sequence[str] | None = None
+    ) -> tuple[list[Recorded], int, int]:
+        return await self.read_with(lambda r: r.read_page(after_position, limit, types))
+
+    async def wait_for_change(self, generation: int) -> None:
+        await self._changes.wait(generation)
+
+    @property
+    def generation(self) -> int:
+        return self._changes.generation
+
+    def subscribe(
+        self, after: int = 0, types: Sequence[str] | None = None, page: int = PAGE
+    ) -> Subscription:
+        """Every event after `after` in position order, then new ones as they commit.
+
+        Each page is read from one snapshot, and both stores make a committed prefix
+        of positions visible atomically (SQLite by its single writer, PostgreSQL by
+        numbering under the events table lock), so following by position never
+        skips and never repeats.
+        """
+        return Subscription(self, after, types, page)
+
+
+class Subscription:
+    """An async iterator over the log from a position on; it never ends by itself.
+
+    A plain class rather than an async generator, so that a consumer may stop at
+    any point (break, cancellation) with nothing left to finalize.
+    """
+
+    def __init__(
+        self, store: LogReads, after: int, types: Sequence[str] | None, page: int
+    ) -> None:
+        self._store = store
+        self.position = after  # the last position delivered (or filtered out)
+        self._types = types
+        self._page = page
+        self._buffer: list[Recorded] = []
+        self._next = 0
+        self._page_scanned = after
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Recorded:
+        while self._next >= len(self._buffer):
+            # a page is used up: move past everything it scanned, filtered-out tail too
+            self.position = max(self.position, self._page_scanned)
+            generation = self._store.generation
+            records, scanned, head = await self._store.read_page(
+                self.position, self._page, self._types
+            )
+            self._buffer, self._next, self._page_scanned = records, 0, scanned
+            if not records:
+                self.position = scanned
+                if scanned >= head:
+                    await self._store.wait_for_change(generation)
+        record = self._buffer[self._next]
+        self._next += 1
+        self.position = record.position
+        return record
