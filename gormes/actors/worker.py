@@ -274,6 +274,12 @@ class Worker:
             if self.stopping:
                 break
             jobs = await self._claim_some(names, wanted)
+            room = max(0, self.limit - len(self.active))
+            if len(jobs) > room:
+                # The governor lowered the limit while the claim was in flight:
+                # give the surplus back at once, without consuming an attempt.
+                jobs, surplus = jobs[:room], jobs[room:]
+                await self._give_back(surplus)
             for job in jobs:
                 # Counted as active now, before its task starts, so the next
                 # round never claims past the limit.
@@ -282,6 +288,13 @@ class Worker:
             found_last_time = bool(jobs)
             if len(jobs) < wanted:
                 await self._wait_for_new_events(seen_head)
+
+    async def _give_back(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            try:
+                await self.queue.release(job.id, job.lock_token, "over the governed concurrency limit")
+            except GormesError as exc:  # lost it already: its lease expires and it is requeued
+                self._log(f"could not give back {job.id}: {exc}")
 
     async def _claim_some(self, names: list[str], wanted: int) -> list[Job]:
         claimed: list[Job] = []

@@ -10,7 +10,6 @@ show up as two completion events in the log.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import sqlite3
@@ -29,7 +28,6 @@ N_JOBS = 300
 N_WORKERS = 3
 
 HANDLERS = """
-import os
 import random
 import trio
 import gormes

@@ -60,7 +60,15 @@ class Harness:
 
     async def jump(self, seconds: float) -> None:
         """Move the clock once every task has settled into its wait (so timers that
-        are about to start are measured from now, not from after the jump)."""
+        are about to start are measured from now, not from after the jump).
+
+        A task waiting on a store write in a thread counts as blocked, so first let
+        every write already queued commit (a no-op transaction is a barrier: the
+        writer commits in order) and the tasks that wrote settle again; otherwise a
+        renewal caught mid-write would be stamped before the jump and scheduled after it.
+        """
+        await trio.testing.wait_all_tasks_blocked()
+        await self.store.transact(lambda tx: None)
         await trio.testing.wait_all_tasks_blocked()
         self.clock.jump(seconds)
 
