@@ -28,6 +28,7 @@ N_JOBS = 300
 N_WORKERS = 3
 
 HANDLERS = """
+import os
 import random
 import trio
 import gormes
