@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import psycopg
 import trio
 
-from gormes.errors import StoreClosed, StoreError, StoreReadOnly
+from gormes.errors import StoreError, StoreReadOnly
 from gormes.events.base import Event, Recorded
 from gormes.events.codec import Codec, default_codec
 from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch
@@ -47,7 +47,7 @@ from gormes.events.postgres_schema import (
 )
 from gormes.events.sqlite_schema import DURABILITY, default_durability
 from gormes.events.store import AppendRequest, AppendResult
-from gormes.events.store_base import LogReads, _Batch, _Request
+from gormes.events.store_base import GroupCommitCalls, LogReads, _Batch, _Request
 
 T = TypeVar("T")
 
@@ -121,7 +121,10 @@ class _Changes:
                     self.bump()
 
 
-class PostgresEventStore(LogReads):
+class PostgresEventStore(GroupCommitCalls, LogReads):
+    def _read_only_error(self) -> StoreReadOnly:
+        return StoreReadOnly(f"{self.where} was opened read-only: cannot write events")
+
     def __init__(
         self,
         url: str,
@@ -258,15 +261,6 @@ class PostgresEventStore(LogReads):
 
     # -- writes -------------------------------------------------------------
 
-    async def append(
-        self, stream: str, events: Sequence[Event], expected_version: int | None = None
-    ) -> AppendResult:
-        results = await self._submit("append", [AppendRequest(stream, events, expected_version)])
-        return results[0]
-
-    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        return await self._submit("append", list(requests))
-
     async def transact(self, fn: Callable[[PostgresTransaction], T]) -> T:
         """Run `fn(tx)` in the writer's thread inside one transaction, committed durably.
 
@@ -275,20 +269,6 @@ class PostgresEventStore(LogReads):
         if the connection is lost before the commit is confirmed.
         """
         return await self._submit("transact", fn)
-
-    async def _submit(self, kind: str, payload: Any) -> Any:
-        if self.readonly:
-            raise StoreReadOnly(f"{self.where} was opened read-only: cannot write events")
-        if self._closed:
-            raise StoreClosed("the event store is closed")
-        req = _Request(kind, payload)
-        batch = self._batch
-        batch.requests.append(req)
-        self._work.set()
-        await batch.done.wait()
-        if req.error is not None:
-            raise req.error
-        return req.result
 
     async def _writer(self) -> None:
         try:

@@ -23,13 +23,13 @@ from typing import Any, TypeVar
 
 import trio
 
-from gormes.errors import StoreClosed, StoreError, StoreReadOnly
+from gormes.errors import StoreError, StoreReadOnly
 from gormes.events.base import Event, Recorded
 from gormes.events.codec import Codec, default_codec
 from gormes.events.sqlite_log import SQLiteLog, WriteBatch
 from gormes.events.sqlite_schema import translate_error
 from gormes.events.store import AppendRequest, AppendResult
-from gormes.events.store_base import LogReads, _Batch, _Request
+from gormes.events.store_base import GroupCommitCalls, LogReads, _Batch, _Request
 
 T = TypeVar("T")
 
@@ -112,7 +112,10 @@ class _Changes:
                 self.poll()
 
 
-class SQLiteEventStore(LogReads):
+class SQLiteEventStore(GroupCommitCalls, LogReads):
+    def _read_only_error(self) -> StoreReadOnly:
+        return StoreReadOnly(f"{self.path} is read-only: cannot write events")
+
     def __init__(
         self,
         log: SQLiteLog,
@@ -180,15 +183,6 @@ class SQLiteEventStore(LogReads):
 
     # -- writes -------------------------------------------------------------
 
-    async def append(
-        self, stream: str, events: Sequence[Event], expected_version: int | None = None
-    ) -> AppendResult:
-        results = await self._submit("append", [AppendRequest(stream, events, expected_version)])
-        return results[0]
-
-    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        return await self._submit("append", list(requests))
-
     async def transact(self, fn: Callable[[SQLiteTransaction], T]) -> T:
         """Run `fn(tx)` in the writer's thread inside one transaction, committed durably.
 
@@ -196,20 +190,6 @@ class SQLiteEventStore(LogReads):
         here; the other requests of the same batch are unaffected.
         """
         return await self._submit("transact", fn)
-
-    async def _submit(self, kind: str, payload: Any) -> Any:
-        if self.readonly:
-            raise StoreReadOnly(f"{self.path} is read-only: cannot write events")
-        if self._closed:
-            raise StoreClosed("the event store is closed")
-        req = _Request(kind, payload)
-        batch = self._batch
-        batch.requests.append(req)
-        self._work.set()
-        await batch.done.wait()
-        if req.error is not None:
-            raise req.error
-        return req.result
 
     async def _writer(self) -> None:
         while True:

@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 
 import trio
 
-from gormes.events.base import Recorded
+from gormes.errors import StoreClosed, StoreReadOnly
+from gormes.events.base import Event, Recorded
+from gormes.events.store import AppendRequest, AppendResult
 
 T = TypeVar("T")
 
@@ -38,6 +40,43 @@ class _Batch:
     def __init__(self) -> None:
         self.requests: list[_Request] = []
         self.done = trio.Event()
+
+
+class GroupCommitCalls:
+    """The callers' side of group commit: each request joins the batch that is
+    filling up and waits for that batch's commit. The store's writer task swaps
+    `_batch` for a new one, commits the old one and sets its `done` event."""
+
+    readonly: bool
+    _closed: bool
+    _batch: _Batch
+    _work: trio.Event
+
+    def _read_only_error(self) -> StoreReadOnly:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> AppendResult:
+        results = await self._submit("append", [AppendRequest(stream, events, expected_version)])
+        return results[0]
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        return await self._submit("append", list(requests))
+
+    async def _submit(self, kind: str, payload: Any) -> Any:
+        if self.readonly:
+            raise self._read_only_error()
+        if self._closed:
+            raise StoreClosed("the event store is closed")
+        req = _Request(kind, payload)
+        batch = self._batch
+        batch.requests.append(req)
+        self._work.set()
+        await batch.done.wait()
+        if req.error is not None:
+            raise req.error
+        return req.result
 
 
 class LogReads:
