@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from gormes.errors import NotAGormesDatabase, SchemaTooNew, StoreError, StoreFull, StoreReadOnly
@@ -177,7 +178,7 @@ def connect(
             conn = sqlite3.connect(
                 p, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
             )
-            conn.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(conn)
             conn.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
             if empty:
                 _create_schema(conn, p)
@@ -187,6 +188,28 @@ def connect(
         conn.close()
         raise StoreError(f"{p} is empty and read-only: not a gormes database yet")
     return conn, readonly
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL, waiting out other processes doing the same.
+
+    SQLite does not run the busy handler for this pragma: with several processes
+    opening one new file at once, the losers get "database is locked" at once. WAL
+    is a property of the file, so once anyone has switched it there is nothing to do.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.001
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal":
+                return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+        if time.monotonic() > deadline:
+            raise StoreError("could not switch the database to WAL mode: it stayed locked")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _create_schema(conn: sqlite3.Connection, path: Path) -> None:

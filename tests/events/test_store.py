@@ -265,6 +265,32 @@ async def test_new_database_is_marked_as_ours_and_in_wal_mode(db_path):
     log.close()
 
 
+def test_opening_waits_for_another_process_switching_the_file_to_wal(tmp_path):
+    # SQLite answers "locked" at once (no busy handler) to PRAGMA journal_mode=WAL
+    # while another connection writes in rollback mode: what a process opening
+    # the same brand-new file a moment earlier does. Opening must wait, not fail.
+    import threading
+
+    from gormes.events.sqlite_schema import connect
+
+    path = tmp_path / "gormes.db"
+    path.touch()
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE scratch (x)")
+    release = threading.Timer(0.2, lambda: other.execute("ROLLBACK"))
+    release.start()
+    try:
+        conn, readonly = connect(path)
+        assert not readonly
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        conn.close()
+    finally:
+        release.join()
+        other.close()
+
+
 async def test_a_readonly_store_reads_but_refuses_writes(db_path):
     log = SQLiteLog(db_path)
     log.append_now("a", [note("1")])
