@@ -148,3 +148,16 @@ def _wait_status(db: Path, job_id: str, status: str) -> None:
         if get(db, job_id)["status"] == status:
             return
     raise AssertionError(f"job {job_id} never became {status}: {get(db, job_id)}")
+
+
+def test_a_plain_worker_runs_agent_jobs_without_an_import(jobs_db: Path, worker, tmp_path: Path):
+    # `run.submit` (and MCP's run__submit) queue `agent` jobs: every worker must run them.
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"agents": [{"replies": [{"text": "all done"}]}]}))
+    data = json.dumps({"prompt": "say done", "model": f"scripted:{script}"})
+    job_id = ok(jobs_db, "jobs", "submit", "agent", "--data", data)
+    assert ok(jobs_db, "jobs", "wait", job_id, "--timeout", "60") == "completed", get(jobs_db, job_id)
+    job = get(jobs_db, job_id)
+    assert job["result"]["result"] == "all done"
+    shown = json.loads(ok(jobs_db, "runs", "show", job["result"]["run_id"], "--json"))
+    assert shown["status"] == "completed"
