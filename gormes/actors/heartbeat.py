@@ -16,18 +16,26 @@ import msgspec
 
 TABLE = "worker_heartbeats"
 
-_CREATE = f"""
-CREATE TABLE IF NOT EXISTS {TABLE}(
+# REAL is a float8 on SQLite but a float4 on PostgreSQL (seconds since the epoch
+# would lose minutes): the column type is the one thing that differs.
+_CREATE = """
+CREATE TABLE IF NOT EXISTS {table}(
     worker_id TEXT PRIMARY KEY,
     pid INTEGER,
     host TEXT,
     info TEXT,
-    started_at REAL NOT NULL,
-    last_seen REAL NOT NULL,
+    started_at {real} NOT NULL,
+    last_seen {real} NOT NULL,
     beats INTEGER NOT NULL DEFAULT 0,
-    stopped_at REAL
+    stopped_at {real}
 )
 """
+
+
+def create_sql(tx: Any) -> str:
+    """The table's DDL in the dialect of `tx` (a store transaction)."""
+    postgres = getattr(tx, "dialect", "sqlite") == "postgres"
+    return _CREATE.format(table=TABLE, real="DOUBLE PRECISION" if postgres else "REAL")
 
 
 class Heartbeat:
@@ -47,11 +55,12 @@ class Heartbeat:
         info_json = msgspec.json.encode(info).decode()
 
         def write(tx: Any) -> None:
-            tx.execute(_CREATE)
+            tx.execute(create_sql(tx))
+            # `{TABLE}.beats`: PostgreSQL finds a bare `beats` ambiguous with `excluded`
             tx.execute(
                 f"INSERT INTO {TABLE}(worker_id, pid, host, info, started_at, last_seen, beats) "
                 "VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT(worker_id) DO UPDATE SET "
-                "info = excluded.info, last_seen = excluded.last_seen, beats = beats + 1, "
+                f"info = excluded.info, last_seen = excluded.last_seen, beats = {TABLE}.beats + 1, "
                 "stopped_at = NULL",
                 (worker_id, info.get("pid"), info.get("host"), info_json, tx.now, tx.now),
             )
@@ -62,7 +71,7 @@ class Heartbeat:
         worker_id = self.worker_id
 
         def write(tx: Any) -> None:
-            tx.execute(_CREATE)
+            tx.execute(create_sql(tx))
             tx.execute(
                 f"UPDATE {TABLE} SET stopped_at = ?, last_seen = ? WHERE worker_id = ?",
                 (tx.now, tx.now, worker_id),

@@ -6,8 +6,9 @@ current with every append, because it is updated inside the append transaction.
 A command runs as `store.transact(fn)`: `fn` reads the ledger to find the job(s),
 folds their streams, lets the pure rules (gormes/actors/job_rules.py) decide, and
 appends with the expected version, all in the writer thread under the database
-write lock. So a claim can never hand one job to two workers, in this process
-or any other.
+write lock (on PostgreSQL, the events table lock every write transaction takes).
+So a claim can never hand one job to two workers, in this process or any other,
+on this host or any other.
 
     async with SQLiteEventStore.open(path) as store:
         queue = await JobQueue.open(store)
@@ -57,7 +58,7 @@ DEFAULT_MAX_DEPTH = 5
 
 
 class JobQueue(QueueBatches, QueueAdmin):
-    """The job queue over an event store (SQLiteEventStore).
+    """The job queue over an event store (SQLiteEventStore or PostgresEventStore).
 
     Operator commands and sweeps live in `QueueAdmin` (gormes/actors/queue_admin.py);
     `claim_many` and `complete_many` in `QueueBatches` (gormes/actors/queue_batch.py)."""
@@ -115,8 +116,10 @@ class JobQueue(QueueBatches, QueueAdmin):
             raise JobNotFound(f"no job {job_id}")
 
     async def _read(self, fn: Callable[[Any], Any]) -> Any:
-        # The store's pool of read connections (each a SQLiteLog with `.conn`).
-        return await self.store.read_with(lambda log: fn(log.conn))
+        """Run `fn(conn)` on one of the store's read connections: an sqlite3
+        connection, or on PostgreSQL the PostgresLog's `sql` (a PortableConnection
+        that runs the same `?` SQL)."""
+        return await self.store.read_with(lambda log: fn(getattr(log, "sql", None) or log.conn))
 
     # -- submitting and reading ------------------------------------------------
 
@@ -217,9 +220,9 @@ class JobQueue(QueueBatches, QueueAdmin):
                 "SELECT coalesce(sum(tokens_input), 0), coalesce(sum(tokens_output), 0),"
                 " coalesce(sum(tokens_cache_read), 0) FROM jobs WHERE parent_id IS NULL"
             ).fetchone()
-            return JobStats(
+            return JobStats(  # int(): PostgreSQL sums BIGINTs as numeric
                 total=total, by_status=by_status, by_queue=by_queue,
-                tokens=Tokens(input=i, output=o, cache_read=c),
+                tokens=Tokens(input=int(i), output=int(o), cache_read=int(c)),
             )
 
         return await self._read(read)

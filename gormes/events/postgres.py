@@ -25,7 +25,7 @@ listening connection is down.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -35,7 +35,7 @@ import trio
 from gormes.errors import StoreError, StoreReadOnly
 from gormes.events.base import Event, Recorded
 from gormes.events.codec import Codec, default_codec
-from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch
+from gormes.events.postgres_log import InlineApply, PostgresLog, PostgresWriteBatch
 from gormes.events.postgres_schema import (
     APPLICATION,
     channel_name,
@@ -45,6 +45,7 @@ from gormes.events.postgres_schema import (
     prepare,
     redact,
 )
+from gormes.events.postgres_sql import POSTGRES, PortableConnection
 from gormes.events.sqlite_schema import DURABILITY, default_durability
 from gormes.events.store import AppendRequest, AppendResult
 from gormes.events.store_base import GroupCommitCalls, LogReads, _Batch, _Request
@@ -68,11 +69,19 @@ def translate_error(exc: psycopg.Error, where: str) -> StoreError:
 
 
 class PostgresTransaction:
-    """The `Transaction` handed to `transact` functions; `execute` takes PostgreSQL SQL."""
+    """The `Transaction` handed to `transact` functions.
+
+    `execute` (and `conn.execute`) take the SQL both stores share, with SQLite's
+    `?` placeholders (see gormes/events/postgres_sql.py); `pg` is the psycopg
+    connection itself, for PostgreSQL's own SQL (`%s` placeholders).
+    """
+
+    dialect = POSTGRES
 
     def __init__(self, batch: PostgresWriteBatch) -> None:
         self._batch = batch
-        self.conn: psycopg.Connection = batch.log.conn
+        self.conn: PortableConnection = batch.log.sql
+        self.pg: psycopg.Connection = batch.log.conn
         self.now = batch.now
 
     def stream_version(self, stream: str) -> int:
@@ -80,7 +89,18 @@ class PostgresTransaction:
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
         self._batch.flush()
-        return self._batch.log.read_stream(stream, after_version)
+        records = self._batch.log.read_stream(stream, after_version)
+        if after_version == 0:  # the whole stream: its version, for the next append
+            self._batch.learn_version(stream, records[-1].version if records else 0)
+        return records
+
+    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
+        """Several whole streams in one query (see `PostgresLog.read_streams`)."""
+        self._batch.flush()
+        found = self._batch.log.read_streams(streams)
+        for stream, records in found.items():
+            self._batch.learn_version(stream, records[-1].version if records else 0)
+        return found
 
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None
@@ -122,6 +142,8 @@ class _Changes:
 
 
 class PostgresEventStore(GroupCommitCalls, LogReads):
+    dialect = POSTGRES
+
     def _read_only_error(self) -> StoreReadOnly:
         return StoreReadOnly(f"{self.where} was opened read-only: cannot write events")
 
@@ -157,6 +179,9 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         self._writer_done = trio.Event()
         self.batches_committed = 0
         self.writer_reconnects = 0
+        # Inline projections (the job ledger, see gormes/projections/ledger.py): run
+        # in every write transaction on the rows it inserts, before COMMIT.
+        self.inline: list[InlineApply] = []
 
     @classmethod
     @asynccontextmanager
@@ -333,7 +358,7 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         xid: int | None = None
         try:
             xid, head = log.begin_write()
-            wb = PostgresWriteBatch(log, head)
+            wb = PostgresWriteBatch(log, head, self.inline)
             wb.prefetch_versions(
                 r.stream for req in batch if req.kind == "append" for r in req.payload
             )

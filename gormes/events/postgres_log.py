@@ -24,6 +24,7 @@ from gormes.errors import ConcurrencyError
 from gormes.events.base import Recorded
 from gormes.events.codec import Codec, default_codec
 from gormes.events.postgres_schema import glob_regex
+from gormes.events.postgres_sql import PortableConnection
 from gormes.events.store import AppendRequest, AppendResult
 
 COLUMNS = "position, stream, version, type, type_version, data, recorded_at"
@@ -34,6 +35,9 @@ _INSERT = (
 )
 
 Row = tuple[int, str, int, str, int, str, float]
+# An inline projection (the job ledger): called with the transaction's connection
+# (a PortableConnection) and the records just inserted, inside the write transaction.
+InlineApply = Callable[[PortableConnection, list[Recorded]], None]
 
 
 def pattern_clause(column: str, patterns: Sequence[str], params: list[Any]) -> str:
@@ -60,6 +64,8 @@ class PostgresLog:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.conn = conn
+        # The same connection for SQL written in SQLite's dialect (read models).
+        self.sql = PortableConnection(conn)
         self.codec = codec
         self.clock = clock
 
@@ -85,6 +91,21 @@ class PostgresLog:
             (stream, after_version),
         ).fetchall()
         return self.decode(rows)
+
+    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
+        """Several whole streams in one query: {stream: its events in version order}
+        (an empty list for a stream with no events)."""
+        wanted = list(dict.fromkeys(streams))
+        out: dict[str, list[Recorded]] = {stream: [] for stream in wanted}
+        if not wanted:
+            return out
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS} FROM events WHERE stream = ANY(%s) ORDER BY stream, version",
+            (wanted,),
+        ).fetchall()
+        for record in self.decode(rows):
+            out[record.stream].append(record)
+        return out
 
     def select_rows(
         self,
@@ -168,11 +189,15 @@ class PostgresWriteBatch:
     per stream per batch, and kept current as rows are staged.
     """
 
-    def __init__(self, log: PostgresLog, head: int) -> None:
+    def __init__(
+        self, log: PostgresLog, head: int, inline: Sequence[InlineApply] = ()
+    ) -> None:
         self.log = log
         self.now = log.clock()
+        self.inline = inline
         self._versions: dict[str, int] = {}
         self._rows: list[Row] = []
+        self._events: list[Any] = []  # the event of each staged row (None: decode it)
         self._next_position = head + 1
 
     @property
@@ -184,6 +209,11 @@ class PostgresWriteBatch:
         if v is None:
             v = self._versions[stream] = self.log.stream_version(stream)
         return v
+
+    def learn_version(self, stream: str, version: int) -> None:
+        """A version just read in this transaction (after `flush`, under the table
+        lock, so it is current): spares `version` its lookup."""
+        self._versions.setdefault(stream, version)
 
     def prefetch_versions(self, streams: Iterable[str]) -> None:
         missing = sorted({s for s in streams if s not in self._versions})
@@ -216,6 +246,7 @@ class PostgresWriteBatch:
                 version += 1
                 type_, tv, data = encode(event)
                 self._rows.append((self._next_position, req.stream, version, type_, tv, data, self.now))
+                self._events.append(event)
                 self._next_position += 1
             self._versions[req.stream] = version
             results.append(AppendResult(req.stream, first, self._next_position - 1, version))
@@ -224,6 +255,7 @@ class PostgresWriteBatch:
     def append_rows(self, rows: Sequence[Row]) -> None:
         """Stage stored rows as they are (a migration), at the positions they carry."""
         self._rows.extend(rows)
+        self._events.extend([None] * len(rows))
         if rows:
             self._next_position = rows[-1][0] + 1
 
@@ -233,7 +265,18 @@ class PostgresWriteBatch:
             return
         columns = list(zip(*self._rows))
         self.log.conn.execute(_INSERT, [list(c) for c in columns])
+        if self.inline:
+            decode = self.log.codec.decode
+            records = [
+                Recorded(pos, stream, version, type_,
+                         decode(type_, tv, data) if event is None else event, at)
+                for (pos, stream, version, type_, tv, data, at), event
+                in zip(self._rows, self._events)
+            ]
+            for apply in self.inline:
+                apply(self.log.sql, records)
         self._rows.clear()
+        self._events.clear()
 
     def mark(self) -> tuple[dict[str, int], int]:
         """A point to return to if a savepoint is rolled back (call after `flush`)."""
@@ -242,3 +285,4 @@ class PostgresWriteBatch:
     def restore(self, mark: tuple[dict[str, int], int]) -> None:
         self._versions, self._next_position = dict(mark[0]), mark[1]
         self._rows.clear()
+        self._events.clear()

@@ -11,8 +11,13 @@ version, tables, setup, apply), so `ProjectionRunner(store, LEDGER).rebuild()`
 rebuilds it and maintenance can check it. `apply` is deterministic in the records
 alone: every value comes from the events (times included), never from a clock.
 
-Tables are created with sqlite-utils on a separate connection (`setup_file`),
-outside any write transaction; rows are written with plain SQL only.
+Both stores run the same ledger: on SQLite the tables are created with
+sqlite-utils on a separate connection (`setup_file`), outside any write
+transaction; on PostgreSQL with plain DDL inside the writer's transaction
+(gormes/projections/ledger_postgres.py, from the same `TABLES` and `INDEXES`).
+Rows are written with one SQL text for both, with `?` placeholders (a
+PortableConnection runs it on PostgreSQL); the few spellings that differ are
+the `Dialect` fragments below.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from gormes.events.base import Recorded
 from gormes.events.codec import default_codec
+from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.jobs import (
     JobAwaitingChildren, JobCancelled, JobChildAdded, JobChildDone, JobChildrenSettled,
     JobClaimed, JobCompleted, JobFailed, JobInboxRead, JobLeaseRenewed, JobMessageSent,
@@ -61,48 +67,69 @@ def _jobs_columns() -> dict[str, type]:
     }
 
 
-def setup(db: Any) -> None:
-    """Create the tables and indexes if missing (a `sqlite_utils.Database`)."""
-    db["jobs"].create(
-        _jobs_columns(), pk="id", if_not_exists=True,
-        not_null={"name", "queue", "status", "priority", "created_at"},
-        defaults={
+class Table(NamedTuple):
+    """One ledger table, described once for both databases (sqlite-utils builds it
+    on SQLite, gormes/projections/ledger_postgres.py on PostgreSQL)."""
+
+    name: str
+    columns: dict[str, type]
+    pk: str | tuple[str, ...]
+    not_null: frozenset[str] = frozenset()
+    defaults: dict[str, Any] = {}
+
+
+TABLES = (
+    Table(
+        "jobs", _jobs_columns(), "id",
+        frozenset({"name", "queue", "status", "priority", "created_at"}),
+        {
             "attempts_made": 0, "attempts_started": 0, "stalled_counter": 0, "depth": 0,
             "live_children": 0, "tokens_input": 0, "tokens_output": 0, "tokens_cache_read": 0,
         },
-    )
-    db["jobs"].create_index(
-        ["status", "queue", "name", "priority", "created_at"], if_not_exists=True,
-        index_name="jobs_claim",
-    )
+    ),
+    Table(
+        "inbox",
+        {"id": str, "job_id": str, "sender": str, "payload": str, "sent_at": int, "read_at": int},
+        "id", frozenset({"job_id", "sender", "sent_at"}),
+    ),
+    Table(
+        "transcript",
+        {"job_id": str, "seq": int, "kind": str, "text": str, "data": str, "at": int},
+        ("job_id", "seq"),
+    ),
+)
+
+# (index name, table, columns)
+INDEXES = (
+    ("jobs_claim", "jobs", ("status", "queue", "name", "priority", "created_at")),
     # The claim order (priority, then age) under each status, covering the name and
     # queue filters: a claim walks it in order and stops at its LIMIT, no sort.
-    db["jobs"].create_index(
-        ["status", "priority", "created_at", "id", "name", "queue"], if_not_exists=True,
-        index_name="jobs_pick",
-    )
-    db["jobs"].create_index(["status", "delay_until"], if_not_exists=True, index_name="jobs_delay")
-    db["jobs"].create_index(["status", "lock_until"], if_not_exists=True, index_name="jobs_lock")
-    db["jobs"].create_index(["parent_id"], if_not_exists=True, index_name="jobs_parent")
-    db["jobs"].create_index(["idempotency_key"], if_not_exists=True, index_name="jobs_idem")
-    db["jobs"].create_index(["status", "finished_at"], if_not_exists=True, index_name="jobs_done")
-    db["inbox"].create(
-        {"id": str, "job_id": str, "sender": str, "payload": str, "sent_at": int, "read_at": int},
-        pk="id", if_not_exists=True, not_null={"job_id", "sender", "sent_at"},
-    )
-    db["inbox"].create_index(["job_id", "sent_at"], if_not_exists=True, index_name="inbox_job")
-    db["transcript"].create(
-        {"job_id": str, "seq": int, "kind": str, "text": str, "data": str, "at": int},
-        pk=("job_id", "seq"), if_not_exists=True,
-    )
+    ("jobs_pick", "jobs", ("status", "priority", "created_at", "id", "name", "queue")),
+    ("jobs_delay", "jobs", ("status", "delay_until")),
+    ("jobs_lock", "jobs", ("status", "lock_until")),
+    ("jobs_parent", "jobs", ("parent_id",)),
+    ("jobs_idem", "jobs", ("idempotency_key",)),
+    ("jobs_done", "jobs", ("status", "finished_at")),
+    ("inbox_job", "inbox", ("job_id", "sent_at")),
+)
+
+
+def setup(db: Any) -> None:
+    """Create the tables and indexes if missing (a `sqlite_utils.Database`)."""
+    for table in TABLES:
+        db[table.name].create(
+            table.columns, pk=table.pk, if_not_exists=True,
+            not_null=set(table.not_null) or None, defaults=table.defaults or None,
+        )
+    for name, table_name, columns in INDEXES:
+        db[table_name].create_index(list(columns), if_not_exists=True, index_name=name)
 
 
 # Every schema object `setup` and the bookkeeping create: when all exist (and the
 # built version is recorded) there is nothing to set up. A name missing from this
 # list only means the full setup runs again, which is idempotent.
 _SCHEMA = (
-    "jobs", "inbox", "transcript", "jobs_claim", "jobs_pick", "jobs_delay", "jobs_lock",
-    "jobs_parent", "jobs_idem", "jobs_done", "inbox_job",
+    *(t.name for t in TABLES), *(name for name, _, _ in INDEXES),
     "projection_versions", "projection_failures", "idx_projection_failures_projection_resolved_at",
 )
 
@@ -151,7 +178,7 @@ def setup_file(path: str | Path) -> None:
 # -- applying events -------------------------------------------------------------
 
 
-def _delete_job(conn: sqlite3.Connection, job_id: str) -> None:
+def _delete_job(conn: Any, job_id: str) -> None:
     conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
     conn.execute("DELETE FROM inbox WHERE job_id = ?", (job_id,))
     conn.execute("DELETE FROM transcript WHERE job_id = ?", (job_id,))
@@ -161,10 +188,48 @@ _UNLOCK = "lock_token = NULL, lock_until = NULL, lease_ms = NULL, worker_id = NU
 _REQUEUE = "status = CASE WHEN status = 'waiting-children' THEN status ELSE 'waiting' END"
 
 
-def apply_one(conn: sqlite3.Connection, rec: Recorded) -> None:  # noqa: C901 - one dispatch
+class Dialect(NamedTuple):
+    """The few pieces of ledger SQL that SQLite and PostgreSQL spell differently;
+    everything else is one text (run on PostgreSQL through a PortableConnection,
+    gormes/events/postgres_sql.py)."""
+
+    option: str  # the option named by the parameter, true when set (one row per job)
+    option_key: str  # how the parameter names it ({key})
+    not_option_remove_on_complete: str  # a WHERE term over the jobs row
+    live_children_less_one: str  # live_children - 1, never below 0
+    job_types: str  # the event types the ledger folds
+
+
+SQLITE_DIALECT = Dialect(
+    option="SELECT json_extract(options, ?) FROM jobs WHERE id = ?",
+    option_key="$.{key}",
+    not_option_remove_on_complete="NOT coalesce(json_extract(options, '$.remove_on_complete'), 0)",
+    live_children_less_one="max(live_children - 1, 0)",
+    job_types="type GLOB 'job.*'",
+)
+POSTGRES_DIALECT = Dialect(
+    option="SELECT coalesce((options::jsonb ->> CAST(? AS text))::boolean, false)"
+    " FROM jobs WHERE id = ?",
+    option_key="{key}",
+    not_option_remove_on_complete=(
+        "NOT coalesce((options::jsonb ->> 'remove_on_complete')::boolean, false)"
+    ),
+    live_children_less_one="greatest(live_children - 1, 0)",
+    job_types="type LIKE 'job.%'",
+)
+
+
+def dialect(conn: Any) -> Dialect:
+    return POSTGRES_DIALECT if dialect_of(conn) == POSTGRES else SQLITE_DIALECT
+
+
+def apply_one(conn: Any, rec: Recorded, d: Dialect | None = None) -> None:  # noqa: C901 - one dispatch
+    """Fold one `job-*` event into the ledger. `conn` is an sqlite3 connection or a
+    PortableConnection (PostgreSQL); `d` its dialect (looked up when not given)."""
     e = rec.event
     job_id = rec.stream[4:]
     x = conn.execute
+    d = d or dialect(conn)
 
     def update(sets: str, *params: Any) -> None:
         x(f"UPDATE jobs SET {sets}, version = ? WHERE id = ?", (*params, rec.version, job_id))
@@ -197,7 +262,7 @@ def apply_one(conn: sqlite3.Connection, rec: Recorded) -> None:  # noqa: C901 - 
         updated = x(
             f"UPDATE jobs SET status = 'completed', result = ?, finished_at = ?,"
             f" attempts_made = attempts_made + 1, {_UNLOCK}, updated_at = ?, version = ?"
-            " WHERE id = ? AND NOT coalesce(json_extract(options, '$.remove_on_complete'), 0)",
+            f" WHERE id = ? AND {d.not_option_remove_on_complete}",
             (_enc(e.result), e.at, e.at, rec.version, job_id),
         ).rowcount
         if not updated and _option(conn, job_id, "remove_on_complete"):
@@ -291,7 +356,7 @@ def apply_one(conn: sqlite3.Connection, rec: Recorded) -> None:  # noqa: C901 - 
             "INSERT INTO inbox(id, job_id, sender, payload, sent_at) VALUES (?,?,?,?,?)",
             (e.message_id, job_id, f"child:{e.child_id}", _enc(payload), e.at),
         )
-        update("live_children = max(live_children - 1, 0), updated_at = ?", e.at)
+        update(f"live_children = {d.live_children_less_one}, updated_at = ?", e.at)
     elif isinstance(e, JobChildrenSettled):
         update(
             "status = CASE WHEN lock_token IS NOT NULL THEN 'active' ELSE 'waiting' END,"
@@ -305,34 +370,34 @@ def apply_one(conn: sqlite3.Connection, rec: Recorded) -> None:  # noqa: C901 - 
         )
 
 
-def _option(conn: sqlite3.Connection, job_id: str, key: str) -> bool:
-    row = conn.execute(
-        "SELECT json_extract(options, ?) FROM jobs WHERE id = ?", (f"$.{key}", job_id)
-    ).fetchone()
+def _option(conn: Any, job_id: str, key: str) -> bool:
+    d = dialect(conn)
+    row = conn.execute(d.option, (d.option_key.format(key=key), job_id)).fetchone()
     return bool(row and row[0])
 
 
-def apply(conn: sqlite3.Connection, records: Sequence[Recorded]) -> None:
+def apply(conn: Any, records: Sequence[Recorded]) -> None:
     """Fold a batch of events into the ledger (ignores everything but `job-*`)."""
+    d = dialect(conn)
     for rec in records:
         if rec.type.startswith("job.") and rec.stream.startswith("job-"):
-            apply_one(conn, rec)
+            apply_one(conn, rec, d)
 
 
 # -- inline application and tracking ----------------------------------------------
 
 _SELECT = (
     "SELECT position, stream, version, type, type_version, data, recorded_at FROM events"
-    " WHERE position > ? AND position < ? AND type GLOB 'job.*' ORDER BY position"
+    " WHERE position > ? AND position < ? AND {job_types} ORDER BY position"
 )
 
 
-def _tracked(conn: sqlite3.Connection) -> int:
+def _tracked(conn: Any) -> int:
     row = conn.execute("SELECT position FROM tracking WHERE projection = ?", (NAME,)).fetchone()
     return row[0] if row else 0
 
 
-def _track(conn: sqlite3.Connection, position: int) -> None:
+def _track(conn: Any, position: int) -> None:
     conn.execute(
         "INSERT INTO tracking(projection, position) VALUES (?, ?) "
         "ON CONFLICT(projection) DO UPDATE SET position = excluded.position",
@@ -340,7 +405,7 @@ def _track(conn: sqlite3.Connection, position: int) -> None:
     )
 
 
-def catch_up(conn: sqlite3.Connection, before: int | None = None) -> int:
+def catch_up(conn: Any, before: int | None = None) -> int:
     """Apply every event after the tracked position (and before `before`); returns
     the new tracked position. Call inside a write transaction."""
     after = _tracked(conn)
@@ -349,14 +414,16 @@ def catch_up(conn: sqlite3.Connection, before: int | None = None) -> int:
     if before - 1 <= after:
         return after
     decode = default_codec.decode
-    for pos, stream, version, type_, tv, data, at in conn.execute(_SELECT, (after, before)).fetchall():
+    d = dialect(conn)
+    select = _SELECT.format(job_types=d.job_types)
+    for pos, stream, version, type_, tv, data, at in conn.execute(select, (after, before)).fetchall():
         if stream.startswith("job-"):
-            apply_one(conn, Recorded(pos, stream, version, type_, decode(type_, tv, data), at))
+            apply_one(conn, Recorded(pos, stream, version, type_, decode(type_, tv, data), at), d)
     _track(conn, before - 1)
     return before - 1
 
 
-def inline_apply(conn: sqlite3.Connection, records: list[Recorded]) -> None:
+def inline_apply(conn: Any, records: list[Recorded]) -> None:
     """The store's inline hook: apply a just-inserted batch, exactly once, in order."""
     if not records:
         return
@@ -369,7 +436,7 @@ def inline_apply(conn: sqlite3.Connection, records: list[Recorded]) -> None:
     _track(conn, max(tracked, records[-1].position))
 
 
-def reset(conn: sqlite3.Connection) -> None:
+def reset(conn: Any) -> None:
     """Empty the ledger and its tracking (a rebuild then catches up from 0)."""
     for table in ("jobs", "inbox", "transcript"):
         conn.execute(f"DELETE FROM {table}")
@@ -377,10 +444,28 @@ def reset(conn: sqlite3.Connection) -> None:
 
 
 async def install(store: Any) -> None:
-    """Create the tables (outside any write transaction), catch up with the log and
-    make the ledger inline on `store` (an SQLiteEventStore). Idempotent."""
+    """Create the tables, catch up with the log and make the ledger inline on
+    `store` (an SQLiteEventStore or a PostgresEventStore). Idempotent."""
     import trio
 
+    if dialect_of(store) == POSTGRES:
+        from gormes.projections import ledger_postgres
+
+        # DDL is transactional on PostgreSQL: the tables are made in the writer's
+        # transaction, under its table lock, so hosts starting together take turns.
+        def attach_pg(tx: Any) -> int:
+            ledger_postgres.set_up(tx.conn, NAME, VERSION)
+            tx.execute("SELECT 1")  # flush anything staged before us in this batch
+            position = catch_up(tx.conn)
+            if inline_apply not in store.inline:
+                store.inline.append(inline_apply)
+            return position
+
+        await store.transact(attach_pg)
+        return
+
+    # SQLite: sqlite-utils reads the schema on a connection of its own, outside any
+    # write transaction.
     await trio.to_thread.run_sync(setup_file, store.path)
 
     def attach(tx: Any) -> int:
@@ -415,7 +500,7 @@ class LedgerProjection:
     def setup(self, db: Any) -> None:
         setup(db)
 
-    def apply(self, conn: sqlite3.Connection, records: list[Recorded]) -> None:
+    def apply(self, conn: Any, records: list[Recorded]) -> None:
         apply(conn, records)
 
 

@@ -1,0 +1,78 @@
+"""One SQL text for both stores: SQLite's `?` placeholders run on PostgreSQL.
+
+Read models (the job ledger, the queue's reads) are written once, in the SQL
+both databases share, with `?` placeholders as sqlite3 takes them. On PostgreSQL
+they go through `PortableConnection`, which rewrites each statement for psycopg
+(`?` outside string literals becomes `%s`, a literal `%` becomes `%%`) and
+otherwise hands it over unchanged. What really differs between the two dialects
+(JSON access, scalar `max`, GLOB) is not translated here: the callers pick a
+fragment by `dialect_of(conn)`.
+
+    conn = PortableConnection(psycopg_conn)
+    conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # importing psycopg is left to the Postgres store (startup time)
+    import psycopg
+
+SQLITE = "sqlite"
+POSTGRES = "postgres"
+
+
+@functools.lru_cache(maxsize=4096)
+def to_psycopg(sql: str) -> str:
+    """`?` placeholders as `%s`, a literal `%` as `%%` (string literals and quoted
+    identifiers are left as they are, except that `%` in them is doubled too)."""
+    out: list[str] = []
+    quote: str | None = None
+    for c in sql:
+        if c == "%":
+            out.append("%%")
+        elif quote is not None:
+            out.append(c)
+            if c == quote:
+                quote = None
+        elif c in ("'", '"'):
+            quote = c
+            out.append(c)
+        elif c == "?":
+            out.append("%s")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def dialect_of(conn: Any) -> str:
+    """"postgres" for a `PortableConnection` (or a Postgres transaction), else "sqlite"."""
+    return getattr(conn, "dialect", SQLITE)
+
+
+class PortableConnection:
+    """A psycopg connection that runs SQLite-style SQL (`?` placeholders).
+
+    `execute` always passes parameters (an empty tuple when there are none), so
+    psycopg always reads `%%` as one `%`. Everything else (`transaction`,
+    `closed`, `info`, ...) is the psycopg connection's own, and `raw` is the
+    connection itself for PostgreSQL SQL.
+    """
+
+    dialect = POSTGRES
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.raw = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
+        return self.raw.execute(to_psycopg(sql), tuple(params))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self.raw.cursor() as cur:
+            cur.executemany(to_psycopg(sql), rows)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
