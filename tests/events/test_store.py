@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from gormes.errors import ConcurrencyError, NotAGormesDatabase, SchemaTooNew, StoreReadOnly
 from gormes.events.notes import NoteAdded
@@ -117,6 +118,31 @@ async def test_concurrent_appends_to_one_stream_conflict_and_lose_nothing(store)
             nursery.start_soon(writer, i)
     assert outcomes.count("ok") == 1 and outcomes.count("conflict") == 19
     assert len(await store.read_stream("hot")) == 1
+
+
+async def test_a_cancelled_appender_leaves_its_batch_mates_and_the_writer_unharmed(store):
+    results = []
+    victim = trio.CancelScope()
+
+    async def appender(i: int) -> None:
+        results.append(await store.append(f"mate-{i}", [note(str(i))], expected_version=0))
+
+    async def cancelled() -> None:
+        with victim:
+            await store.append("victim", [note("v")], expected_version=0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancelled)
+        for i in range(10):
+            nursery.start_soon(appender, i)
+        await trio.testing.wait_all_tasks_blocked()
+        victim.cancel()
+
+    assert sorted(r.stream for r in results) == sorted(f"mate-{i}" for i in range(10))
+    # a queued request commits with its batch even if its caller stopped waiting
+    assert len(await store.read_stream("victim")) == 1
+    again = await store.append("victim", [note("w")], expected_version=1)
+    assert again.version == 2 and again.last_position == 12
 
 
 async def test_read_all_filters_by_type_and_glob(store):
