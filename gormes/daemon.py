@@ -46,6 +46,7 @@ from gormes.actors.handlers import (
 from gormes.actors.queue import JobQueue
 from gormes.actors.worker import Worker, WorkerConfig, new_worker_id
 from gormes.errors import GormesError, UserError
+from gormes.events.open import is_postgres_url, open_store
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.projections import ledger, registry
 from gormes.projections.runner import ProjectionRunner
@@ -137,7 +138,7 @@ def _reload_module(spec: str) -> None:
 class Daemon:
     def __init__(
         self,
-        db: Path,
+        db: str | Path,  # an SQLite path or a PostgreSQL URL
         settings: DaemonSettings,
         *,
         notifier: Notifier,
@@ -166,14 +167,19 @@ class Daemon:
 
     async def run(self) -> None:
         with trio.open_signal_receiver(*STOP_SIGNALS, signal.SIGHUP) as signals:
-            async with SQLiteEventStore.open(self.db) as store:
+            async with open_store(self.db) as store:
                 self.queue = queue = await JobQueue.open(store)
-                runners = await self._caught_up_runners(store)
+                # On PostgreSQL only the job queue runs: the asynchronous projections
+                # and cron still speak SQLite's SQL (docs/postgres.md).
+                postgres = is_postgres_url(self.db)
+                if postgres:
+                    log.warning("PostgreSQL: running jobs only (no projections, no cron)")
+                runners = [] if postgres else await self._caught_up_runners(store)
                 async with trio.open_nursery() as nursery:
                     for runner in runners:
                         nursery.start_soon(self._follow, runner)
                     await self._start_worker(nursery)
-                    if self.settings.cron:
+                    if self.settings.cron and not postgres:
                         self.scheduler = CronScheduler(queue, scheduler_id=f"cron:{self.worker.id}")
                         await nursery.start(self._run_cron)
                     nursery.start_soon(self._answer_signals, signals, nursery)

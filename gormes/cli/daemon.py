@@ -70,7 +70,7 @@ def daemon(ctx: click.Context, config_path: Path | None, log_format: str, **opti
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     import trio
 
-    runner = Daemon(ctx.obj.db, settings, notifier=notifier, loader=loader, handlers=handlers,
+    runner = Daemon(ctx.obj.target, settings, notifier=notifier, loader=loader, handlers=handlers,
                     config_path=config_path, overrides=overrides)
     try:
         trio.run(runner.run)

@@ -63,15 +63,16 @@ def parse_duration_ms(text: str) -> int:
     return int(float(match.group(1)) * _UNIT_MS[match.group(2) or "s"])
 
 
-def run_queue(db: Path, fn: Callable[[Any], Awaitable[T]]) -> T:
-    """Open the store and the queue, run `fn(queue)` in trio, close both."""
+def run_queue(target: str | Path, fn: Callable[[Any], Awaitable[T]]) -> T:
+    """Open the store (an SQLite path or a PostgreSQL URL) and the queue, run
+    `fn(queue)` in trio, close both."""
     import trio
 
     from gormes.actors.queue import JobQueue
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
 
     async def main() -> T:
-        async with SQLiteEventStore.open(db) as store:
+        async with open_store(target) as store:
             queue = await JobQueue.open(store)
             return await fn(queue)
 
@@ -185,7 +186,7 @@ def submit(obj: Any, name: str, data: str | None, queue: str | None, priority: i
                                ("jitter", backoff_jitter)) if v is not None}
     if shape:
         options["backoff"] = shape
-    job = run_queue(obj.db, lambda q: q.submit(name, payload, options))
+    job = run_queue(obj.target, lambda q: q.submit(name, payload, options))
     if as_json:
         emit_json(job_json(job, None))
     else:
@@ -205,7 +206,7 @@ def list_(obj: Any, status: str | None, queue: str | None, name: str | None, lim
     """List jobs, newest first."""
     check_range("--limit", limit, 1, 100_000)
     prices = load_pricing(pricing)
-    found = run_queue(obj.db, lambda q: q.list(status=status, queue=queue, name=name, limit=limit))
+    found = run_queue(obj.target, lambda q: q.list(status=status, queue=queue, name=name, limit=limit))
     if as_json:
         emit_json([job_json(job, prices) for job in found])
     else:
@@ -221,7 +222,7 @@ def list_(obj: Any, status: str | None, queue: str | None, name: str | None, lim
 def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
     """Show one job."""
     prices = load_pricing(pricing)
-    job = _require(run_queue(obj.db, lambda q: q.get(job_id)), job_id)
+    job = _require(run_queue(obj.target, lambda q: q.get(job_id)), job_id)
     if as_json:
         emit_json(job_json(job, prices))
         return
@@ -242,7 +243,7 @@ def _steer(verb: str, help_text: str) -> click.Command:
     @click.option("--json", "as_json", is_flag=True)
     @click.pass_obj
     def command(obj: Any, job_id: str, as_json: bool) -> None:
-        result = run_queue(obj.db, lambda q: getattr(q, verb)(job_id))
+        result = run_queue(obj.target, lambda q: getattr(q, verb)(job_id))
         if verb == "cancel":  # the ids cancelled: the job and its live descendants
             emit_json(result) if as_json else click.echo("\n".join(f"{i} cancelled" for i in result))
         elif as_json:
@@ -267,7 +268,7 @@ jobs.add_command(_steer("retry", "Send a failed or dead job back to waiting."))
 def replay(obj: Any, job_id: str, data: str | None, as_json: bool) -> None:
     """Submit a terminal job again as a new job; prints the new id."""
     overrides = parse_json(data, "--data")
-    job = run_queue(obj.db, lambda q: q.replay(job_id, overrides))
+    job = run_queue(obj.target, lambda q: q.replay(job_id, overrides))
     emit_json(job_json(job, None)) if as_json else click.echo(job.id)
 
 
@@ -279,7 +280,7 @@ def replay(obj: Any, job_id: str, data: str | None, as_json: bool) -> None:
 def send(obj: Any, job_id: str, payload: str, as_json: bool) -> None:
     """Send an operator message to a job's inbox; prints the message id."""
     message = parse_json(payload, "--payload")
-    sent = run_queue(obj.db, lambda q: q.send(job_id, message))
+    sent = run_queue(obj.target, lambda q: q.send(job_id, message))
     emit_json(sent) if as_json else click.echo(sent.id)
 
 
@@ -294,7 +295,7 @@ def inbox(obj: Any, job_id: str, as_json: bool) -> None:
         _require(await q.get(job_id), job_id)
         return await q.inbox(job_id)
 
-    messages = run_queue(obj.db, read)
+    messages = run_queue(obj.target, read)
     if as_json:
         emit_json(messages)
         return
@@ -310,7 +311,7 @@ def inbox(obj: Any, job_id: str, as_json: bool) -> None:
 def stats(obj: Any, pricing: str | None, as_json: bool) -> None:
     """Counts by status and queue, and token totals."""
     prices = load_pricing(pricing)
-    result = run_queue(obj.db, lambda q: q.stats())
+    result = run_queue(obj.target, lambda q: q.stats())
     data = msgspec.to_builtins(result)
     data["cost"] = cost_of(result.tokens, prices)
     if as_json:
@@ -333,7 +334,7 @@ def stats(obj: Any, pricing: str | None, as_json: bool) -> None:
 def prune(obj: Any, older_than: str, dry_run: bool, as_json: bool) -> None:
     """Remove terminal jobs that finished before a cutoff."""
     cutoff = parse_duration_ms(older_than)
-    result = run_queue(obj.db, lambda q: q.prune(cutoff, dry_run=dry_run))
+    result = run_queue(obj.target, lambda q: q.prune(cutoff, dry_run=dry_run))
     if as_json:
         emit_json({"ids": result.ids, "count": result.count, "dry_run": result.dry_run})
     else:
@@ -362,7 +363,7 @@ def wait(obj: Any, job_id: str, timeout: float | None) -> None:
                 await q.store.wait_for_change(seen)
         return job.status
 
-    status = run_queue(obj.db, until_terminal)
+    status = run_queue(obj.target, until_terminal)
     if status not in TERMINAL:
         raise WaitTimedOut(f"job {job_id} is still {status} after {timeout} s")
     click.echo(status)

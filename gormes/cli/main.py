@@ -74,6 +74,12 @@ class Config:
         self.url = db if db and db.startswith(("postgresql://", "postgres://")) else None
         self.db = Path(db) if db else default_db_path()
 
+    @property
+    def target(self) -> str | Path:
+        """What `gormes.events.open.open_store` takes: the URL, or the SQLite path
+        (for the commands that run on either backend: jobs, worker, daemon)."""
+        return self.url if self.url is not None else self.db
+
 
 @click.group(cls=LazyGroup)
 @click.option(

@@ -70,7 +70,7 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     import trio
 
-    trio.run(_serve, obj.db, config, default_registry.copy(), governor, floor)
+    trio.run(_serve, obj.target, config, default_registry.copy(), governor, floor)
 
 
 async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor: int) -> None:
@@ -79,10 +79,10 @@ async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor:
     from gormes.actors.governor import Governor, GovernorPolicy
     from gormes.actors.queue import JobQueue
     from gormes.actors.worker import Worker
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
 
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        async with SQLiteEventStore.open(db) as store:
+        async with open_store(db) as store:
             queue = await JobQueue.open(store)
             governor = (
                 Governor(GovernorPolicy(floor=floor, ceiling=config.concurrency))
