@@ -58,10 +58,18 @@ __all__ = ["Divergence", "Replayer", "RunReplay", "replay"]
 DEFAULT_REGISTRY: Any = object()
 
 
-def default_ops_registry() -> Registry:
-    from gormes.ops.builtin import default_registry
+_default_ops_registry: Registry | None = None
 
-    return default_registry()
+
+def default_ops_registry() -> Registry:
+    """The built-in operation registry, built once per process for replay (which
+    only reads it: a run's tool schemas and operation names)."""
+    global _default_ops_registry
+    if _default_ops_registry is None:
+        from gormes.ops.builtin import default_registry
+
+        _default_ops_registry = default_registry()
+    return _default_ops_registry
 
 
 async def replay(

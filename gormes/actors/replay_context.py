@@ -53,7 +53,7 @@ from gormes.actors.run_context import (
     ToolCallFailed,
     UnknownRunHandler,
 )
-from gormes.actors.run_live import reply_from_record
+from gormes.actors.run_live import reply_from_record, tool_specs
 from gormes.events.base import Recorded
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
@@ -254,10 +254,7 @@ class ReplayContext(RunContext):
     # -- the observations ----------------------------------------------------------------
 
     def tool_schemas(self) -> tuple[ToolSpec, ...]:
-        if self.registry is None:
-            return ()
-        schemas = self.registry.tool_schemas(self.trust, self.allowed_tools)
-        return tuple(ToolSpec(name=s.name, description=s.description, parameters=s.parameters) for s in schemas)
+        return tool_specs(self.registry, self.trust, self.allowed_tools)
 
     def llm_matches(self, event: Any, digest: str, request: ModelRequest) -> bool:
         return (

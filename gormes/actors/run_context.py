@@ -28,9 +28,11 @@ The live implementation is `gormes.actors.runs.LiveRunContext`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import textwrap
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -242,10 +244,32 @@ class RunContext(ABC):
 RunHandler = Callable[[RunContext, Any], Awaitable[Any]]
 
 
+_versions: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
+
+
 def handler_version(fn: Callable[..., Any]) -> str:
     """sha256 (hex) of the handler function's source, dedented: recorded in
     `run.started` so replay can say when the code changed since the recording.
-    Falls back to the code object's bytecode when the source is not available."""
+    Falls back to the code object's bytecode when the source is not available.
+
+    Computed once per function (and code object): reading the source tokenizes its
+    file, which costs more than a whole agent step. The cached value is also the
+    more accurate one: it is the source of the code that is running, even when the
+    file was edited on disk since it was imported."""
+    code = getattr(fn, "__code__", None)
+    try:
+        cached = _versions.get(fn)
+    except TypeError:  # not hashable or not weak-referenceable: computed each time
+        return _handler_version(fn)
+    if cached is not None and cached[0] is code:
+        return cached[1]
+    version = _handler_version(fn)
+    with contextlib.suppress(TypeError):
+        _versions[fn] = (code, version)
+    return version
+
+
+def _handler_version(fn: Callable[..., Any]) -> str:
     try:
         source = textwrap.dedent(inspect.getsource(fn)).encode()
     except (OSError, TypeError):

@@ -12,7 +12,8 @@ nursery) is driven by gormes/actors/runs.py; this module is only the door.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -56,6 +57,7 @@ from gormes.events.runs import (
     RunRandomDrawn,
     RunTokensAdded,
     RunToolCalled,
+    NO_TOKENS,
     canonical_arguments,
     run_stream,
     tokens_of,
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from gormes.actors.job_context import JobContext
     from gormes.actors.providers.base import Provider
     from gormes.actors.runs import LiveRun, RunManager
+    from gormes.ops.registry import Registry
 
 TokenSink = Callable[[Tokens], Awaitable[None]]
 
@@ -96,6 +99,19 @@ def reply_from_record(turn: RunLlmTurn) -> ModelReply:
     )
     usage = Usage(input=turn.usage.input, output=turn.usage.output, cache_read=turn.usage.cache_read)
     return ModelReply(message=message, usage=usage, finish_reason=r.finish_reason, model=r.model)
+
+
+def tool_specs(registry: Registry | None, trust: str, allowed: tuple[str, ...] | None) -> tuple[ToolSpec, ...]:
+    """The tools a run with `trust` and allowlist `allowed` may offer its model, as
+    providers' `ToolSpec`s; the same tuple for every run with the same trust and
+    allowlist until the registry changes (so a request's tools encode once, see
+    `providers.base.tools_json`)."""
+    if registry is None:
+        return ()
+    return registry.derived(("tool_specs", trust, allowed), lambda: tuple(
+        ToolSpec(name=s.name, description=s.description, parameters=s.parameters)
+        for s in registry.tool_schemas(trust, allowed)
+    ))
 
 
 def error_text(exc: BaseException) -> str:
@@ -229,13 +245,32 @@ class LiveRunContext(RunContext):
     # -- recording ---------------------------------------------------------------------
 
     async def _record(self, make: Callable[[int], Event]) -> Event:
-        async with self._lock:
+        async with self._locked():
             event = make(self._seq)
             with trio.CancelScope(shield=True):
                 await self._store.append(self._stream, [event])
             self._seq += 1
-            self.total_tokens = self.total_tokens + tokens_of(event)
+            tokens = tokens_of(event)
+            if tokens is not NO_TOKENS:
+                self.total_tokens = self.total_tokens + tokens
         return event
+
+    @asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
+        """The recording lock (seq order = stream order). Like `trio.Lock`, a
+        cancelled run stops here, before anything is recorded; unlike it, a free lock
+        (nearly always) is taken with no schedule point: the recording waits for its
+        commit right after anyway."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        lock = self._lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
 
     async def _count(self, tokens: Tokens) -> None:
         """Usage of this run's own (not a child's total): also to the job, if any."""
@@ -246,10 +281,16 @@ class LiveRunContext(RunContext):
 
     def tool_schemas(self) -> tuple[ToolSpec, ...]:
         executor = self._manager.executor
+        return tool_specs(None if executor is None else executor.registry, self.trust, self.allowed_tools)
+
+    def _tool_names(self) -> frozenset[str]:
+        executor = self._manager.executor
         if executor is None:
-            return ()
-        schemas = executor.registry.tool_schemas(self.trust, self.allowed_tools)
-        return tuple(ToolSpec(name=s.name, description=s.description, parameters=s.parameters) for s in schemas)
+            return frozenset()
+        return executor.registry.derived(
+            ("tool_names", self.trust, self.allowed_tools),
+            lambda: frozenset(s.name for s in self.tool_schemas()),
+        )
 
     async def llm(self, request: ModelRequest) -> ModelReply:
         if self._provider is None:
@@ -292,7 +333,7 @@ class LiveRunContext(RunContext):
                 operation, raw, hashlib.sha256(raw.encode()).hexdigest(), "error",
                 f"arguments are not JSON: {exc}", "InvalidArguments", 0,
             )
-        allowed = {s.name for s in self.tool_schemas()}
+        allowed = self._tool_names()
         if executor is None or operation not in allowed:
             offered = ", ".join(sorted(allowed)) or "none"
             return await self._tool_failed(
@@ -363,19 +404,33 @@ class LiveRunContext(RunContext):
         return self._token_sink
 
     async def inbox(self) -> list[InboxItem]:
-        records = await self._store.read_stream(self._stream, self._inbox_after)
-        items: list[InboxItem] = []
-        for r in records:
-            self._inbox_after = r.version
-            e = r.event
-            if isinstance(e, RunMessageSent) and e.message_id not in self._read_ids:
-                items.append(InboxItem(id=e.message_id, sender=e.sender, payload=e.payload, sent_at=e.sent_at))
+        """The job's unread messages (the job marks them read itself), then, in ONE
+        transaction, the run's own new messages and the `run.inbox_read` receipt: no
+        message can land between the read and its receipt, and a step costs one
+        commit instead of a read and a commit."""
+        job_items: list[InboxItem] = []
         if self._job is not None:
             for m in await self._job.inbox():
-                items.append(InboxItem(id=m.id, sender=m.sender, payload=m.payload, sent_at=m.sent_at))
-        items.sort(key=lambda m: (m.sent_at, m.id))
+                job_items.append(InboxItem(id=m.id, sender=m.sender, payload=m.payload, sent_at=m.sent_at))
+        stream, after, read_ids = self._stream, self._inbox_after, self._read_ids
+
+        def read_and_receipt(tx: Any, seq: int) -> tuple[Event, int, list[InboxItem]]:
+            items = list(job_items)
+            for r in tx.read_stream(stream, after):
+                e = r.event
+                if isinstance(e, RunMessageSent) and e.message_id not in read_ids:
+                    items.append(InboxItem(id=e.message_id, sender=e.sender, payload=e.payload, sent_at=e.sent_at))
+            items.sort(key=lambda m: (m.sent_at, m.id))
+            event = RunInboxRead(seq=seq, messages=tuple(items))
+            # everything up to the receipt has been read: the next read starts after it
+            return event, tx.append(stream, [event]).version, items
+
+        async with self._locked():
+            seq = self._seq
+            with trio.CancelScope(shield=True):
+                _, self._inbox_after, items = await self._store.transact(lambda tx: read_and_receipt(tx, seq))
+            self._seq += 1
         self._read_ids.update(m.id for m in items)
-        await self._record(lambda seq: RunInboxRead(seq=seq, messages=tuple(items)))
         return items
 
     def mark_read(self, message_ids: set[str]) -> None:

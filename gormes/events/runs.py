@@ -267,12 +267,15 @@ OBSERVATION_TYPES: tuple[type, ...] = (
 TERMINAL_TYPES: tuple[type, ...] = (RunCompleted, RunFailed, RunCancelled)
 
 
+NO_TOKENS = Tokens()
+
+
 def tokens_of(event: Event) -> Tokens:
-    """The tokens one event adds to its run's total (zero for most events)."""
+    """The tokens one event adds to its run's total (`NO_TOKENS` for most events)."""
     if isinstance(event, RunLlmTurn):
         return event.usage
     if isinstance(event, RunTokensAdded):
         return Tokens(input=event.input, output=event.output, cache_read=event.cache_read)
     if isinstance(event, RunChildFinished):
         return event.tokens
-    return Tokens()
+    return NO_TOKENS

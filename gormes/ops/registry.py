@@ -9,12 +9,14 @@ marked prompt-visible (a model must never be offered what only an operator may r
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import msgspec
 
 from gormes.ops.spec import TRUST_CLASSES, InvalidOperationSpec, OperationSpec, ToolSchema
+
+T = TypeVar("T")
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 
@@ -47,6 +49,7 @@ class Registry:
     def __init__(self, specs: Iterable[OperationSpec] = ()) -> None:
         self._specs: dict[str, OperationSpec] = {}
         self._schemas: dict[str, dict[str, Any]] = {}
+        self._derived: dict[Any, Any] = {}  # see `derived`; emptied by `register`
         for spec in specs:
             self.register(spec)
 
@@ -59,7 +62,18 @@ class Registry:
             raise InvalidOperationSpec(f"operation {spec.name!r} clashes with {clash[0]!r}")
         self._specs[spec.name] = spec
         self._schemas[spec.name] = schema
+        self._derived.clear()
         return spec
+
+    def derived(self, key: Any, build: Callable[[], T]) -> T:
+        """`build()`, computed once per `key` until the next `register`: for values
+        derived from the registered specs alone (the tools a run may offer, in the
+        shape its caller needs). `build` must return something immutable."""
+        try:
+            return self._derived[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._derived[key] = build()
+            return value
 
     def get(self, name: str) -> OperationSpec | None:
         """The spec called `name`, also found by its wire name (`fs__read`)."""
@@ -86,12 +100,12 @@ class Registry:
     def tool_schemas(self, trust: str, allow: Iterable[str] | None = None) -> list[ToolSchema]:
         """What a model acting with `trust` is offered: the prompt-visible specs
         that class may call (narrowed to `allow`, a tool allowlist, when given)."""
-        allowed = None if allow is None else set(allow)
-        return [
+        key = ("tool_schemas", trust, None if allow is None else frozenset(allow))
+        return list(self.derived(key, lambda: tuple(
             ToolSchema(name=spec.name, description=spec.description, parameters=self._schemas[spec.name])
             for spec in self.list(trust=trust, prompt_visible=True)
-            if allowed is None or spec.name in allowed
-        ]
+            if key[2] is None or spec.name in key[2]
+        )))
 
 
 def _validate(spec: OperationSpec) -> dict[str, Any]:

@@ -89,10 +89,60 @@ class ModelReply(msgspec.Struct, frozen=True, kw_only=True):
     model: str
 
 
+_sorted = msgspec.json.Encoder(order="sorted")
+
+# A request's canonical JSON is assembled field by field in this order (msgspec's
+# order="sorted" for a Struct: its fields by name, every one present) so that its
+# tools, the same for every turn of a run and most of its bytes, are encoded once.
+_REQUEST_FIELDS = ("max_tokens", "messages", "model", "temperature", "tools")
+assert tuple(sorted(ModelRequest.__struct_encode_fields__)) == _REQUEST_FIELDS, "update request_json"
+_MAX_TOKENS, _MESSAGES, _MODEL, _TEMPERATURE, _TOOLS = (
+    (b"{" if i == 0 else b",") + _sorted.encode(name) + b":" for i, name in enumerate(_REQUEST_FIELDS)
+)
+
+_tool_json_cache: dict[int, tuple[ToolSpec, bytes]] = {}
+_TOOL_JSON_CACHE_MAX = 1024
+
+
+def _tool_json(tool: ToolSpec) -> bytes:
+    """A tool's canonical JSON, kept per ToolSpec object. A ToolSpec is frozen and its
+    `parameters` must not be changed once it is made (the registry makes each
+    run's tools once, see `run_live.tool_specs`)."""
+    hit = _tool_json_cache.get(id(tool))
+    if hit is not None and hit[0] is tool:
+        return hit[1]
+    data = _sorted.encode(tool)
+    if len(_tool_json_cache) >= _TOOL_JSON_CACHE_MAX:
+        _tool_json_cache.clear()
+    _tool_json_cache[id(tool)] = (tool, data)
+    return data
+
+
+def tools_json(tools: tuple[ToolSpec, ...]) -> bytes:
+    """`msgspec.json.encode(tools, order="sorted")`, each ToolSpec encoded once."""
+    if not tools:
+        return b"[]"
+    return b"[" + b",".join([
+        _tool_json(t) if type(t) is ToolSpec else _sorted.encode(t) for t in tools
+    ]) + b"]"
+
+
+def request_json(request: ModelRequest) -> bytes:
+    """The request's canonical JSON: keys sorted, every field present; the same bytes
+    as `msgspec.json.encode(request, order="sorted")`."""
+    if type(request) is not ModelRequest:
+        return _sorted.encode(request)
+    enc = _sorted.encode
+    return b"".join((
+        _MAX_TOKENS, enc(request.max_tokens), _MESSAGES, enc(request.messages), _MODEL,
+        enc(request.model), _TEMPERATURE, enc(request.temperature), _TOOLS,
+        tools_json(request.tools), b"}",
+    ))
+
+
 def request_hash(request: ModelRequest) -> str:
     """sha256 (hex) of the request's canonical JSON: keys sorted, every field present."""
-    canonical = msgspec.json.encode(request, order="sorted")
-    return hashlib.sha256(canonical).hexdigest()
+    return hashlib.sha256(request_json(request)).hexdigest()
 
 
 class ProviderError(GormesError):

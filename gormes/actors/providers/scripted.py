@@ -35,6 +35,7 @@ from gormes.actors.providers.base import (
     Usage,
     parse_tool_arguments,
     request_hash,
+    tools_json,
 )
 from gormes.errors import UserError
 
@@ -168,8 +169,12 @@ def _message_chars(message: Message) -> int:
 
 
 def estimate_usage(request: ModelRequest, reply: Message) -> Usage:
-    prompt = sum(_message_chars(m) for m in request.messages)
-    prompt += len(msgspec.json.encode(request.tools, order="sorted")) if request.tools else 0
+    prompt = 0
+    for m in request.messages:
+        prompt += len(m.content)
+        for c in m.tool_calls:
+            prompt += len(c.name) + len(c.arguments)
+    prompt += len(tools_json(request.tools)) if request.tools else 0
     return Usage(input=estimate_tokens(prompt), output=estimate_tokens(_message_chars(reply)))
 
 
