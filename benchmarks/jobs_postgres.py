@@ -101,10 +101,18 @@ def env() -> dict[str, str]:
     return e
 
 
-def admin(sql: str) -> list[tuple]:
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        cur = conn.execute(sql)
-        return cur.fetchall() if cur.description else []
+def admin(sql: str, retry_for: float = 0.0) -> list[tuple]:
+    """Run one statement; retry while the server is unreachable, for up to retry_for s."""
+    deadline = time.monotonic() + retry_for
+    while True:
+        try:
+            with psycopg.connect(PG_URL, autocommit=True, connect_timeout=5) as conn:
+                cur = conn.execute(sql)
+                return cur.fetchall() if cur.description else []
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 class Schema:
@@ -118,7 +126,8 @@ class Schema:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        admin(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE')
+        # the server is shared: ride out someone else's restart of it
+        admin(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE', retry_for=120)
 
     @property
     def url(self) -> str:
