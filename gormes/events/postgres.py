@@ -44,6 +44,7 @@ from gormes.events.postgres_schema import (
     is_connection_lost,
     prepare,
     redact,
+    url_application_name,
 )
 from gormes.events.postgres_sql import POSTGRES, PortableConnection
 from gormes.events.sqlite_schema import DURABILITY, default_durability
@@ -197,8 +198,12 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         clock: Callable[[], float] = time.time,
         poll_interval: float = 0.5,
         reconnect_timeout: float = 60.0,
-        application_name: str = APPLICATION,
+        application_name: str | None = None,
     ) -> AsyncIterator[PostgresEventStore]:
+        """`application_name` (what pg_stat_activity shows): the URL's own
+        `application_name` parameter when it has one, else "gormes"."""
+        if application_name is None:
+            application_name = url_application_name(url) or APPLICATION
         durability = durability or default_durability()
         if durability not in DURABILITY:
             raise StoreError(f"durability must be one of {sorted(DURABILITY)}, not {durability!r}")

@@ -52,6 +52,14 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def url_application_name(url: str) -> str | None:
+    """The `application_name` a URL (or conninfo string) sets, if any."""
+    try:
+        return psycopg.conninfo.conninfo_to_dict(url).get("application_name")
+    except psycopg.ProgrammingError:
+        return None  # a malformed URL: connecting says what is wrong with it
+
+
 def channel_name(schema: str) -> str:
     """The LISTEN/NOTIFY channel of one schema's log (channels are database-wide)."""
     return ("gormes_" + re.sub(r"\W", "_", schema))[:63]

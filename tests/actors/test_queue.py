@@ -1,4 +1,5 @@
-"""JobQueue against a real temp-file SQLiteEventStore, with a controlled clock."""
+"""JobQueue against a real store, with a controlled clock: each test runs on a temp-file
+SQLite database and on PostgreSQL (the `store` fixture, tests/actors/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import pytest
 import trio
 
 from gormes.actors.queue import InvalidJob, InvalidTransition, JobNotFound, JobQueue, LockLost
-from gormes.events.sqlite import SQLiteEventStore
 from gormes.projections import ledger
 
 
@@ -382,14 +382,37 @@ async def test_rebuilding_the_ledger_gives_identical_rows(queue, store, clock):
     assert len(before["jobs"]) == 3 and len(before["inbox"]) == 2
 
 
-async def test_ledger_catches_up_events_appended_without_it(db_path, clock):
-    async with SQLiteEventStore.open(db_path) as store:
-        queue = await JobQueue.open(store, clock=clock)
-        job = await queue.submit("a")
-    async with SQLiteEventStore.open(db_path) as store:  # no ledger installed here
-        from gormes.events.jobs import JobCancelled
+async def test_ledger_catches_up_events_appended_without_it(store, reopen, clock):
+    from gormes.events.jobs import JobCancelled
 
-        await store.append(f"job-{job.id}", [JobCancelled(at=1)])
-    async with SQLiteEventStore.open(db_path) as store:
-        queue = await JobQueue.open(store, clock=clock)
+    queue = await JobQueue.open(store, clock=clock)
+    job = await queue.submit("a")
+    async with reopen(store) as other:  # another process, no ledger installed there
+        await other.append(f"job-{job.id}", [JobCancelled(at=1)])
+    async with reopen(store) as third:
+        queue = await JobQueue.open(third, clock=clock)
         assert (await queue.get(job.id)).status == "cancelled"
+
+
+async def test_two_stores_claiming_at_once_never_share_a_job(store, reopen, clock):
+    """Two processes (on PostgreSQL: two hosts) with a store each claim from one
+    ledger: every job is claimed and completed exactly once."""
+    queue = await JobQueue.open(store, clock=clock)
+    ids = {(await queue.submit("work", {"i": i})).id for i in range(60)}
+    claimed: list[str] = []
+
+    async def drain(q: JobQueue, n: int) -> None:
+        while jobs := await q.claim_many({"work"}, worker_id=f"w{n}", limit=3):
+            for job in jobs:
+                claimed.append(job.id)
+                await q.complete(job.id, job.lock_token, n)
+
+    async with reopen(store) as other:
+        other_queue = await JobQueue.open(other, clock=clock)
+        async with trio.open_nursery() as nursery:
+            for n in range(3):
+                nursery.start_soon(drain, queue, n)
+                nursery.start_soon(drain, other_queue, 10 + n)
+    assert Counter(claimed).most_common(1)[0][1] == 1
+    assert set(claimed) == ids
+    assert (await queue.stats()).by_status["completed"] == 60
