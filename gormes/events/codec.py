@@ -23,6 +23,7 @@ Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 class Codec:
     def __init__(self) -> None:
         self._classes: dict[str, type] = {}
+        self._tags: dict[type, str] = {}  # registered class -> its tag, for encode
         self._decoders: dict[str, msgspec.json.Decoder] = {}
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         self._aliases: dict[str, str] = {}
@@ -36,7 +37,10 @@ class Codec:
         known = self._classes.get(tag)
         if known is not None and known is not cls and known.__qualname__ != cls.__qualname__:
             raise TypeError(f"event type {tag!r} is declared twice: {known} and {cls}")
+        if known is not None:
+            self._tags.pop(known, None)
         self._classes[tag] = cls
+        self._tags[cls] = tag
         self._decoders[tag] = msgspec.json.Decoder(cls)
 
     def upcaster(self, tag: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
@@ -65,11 +69,11 @@ class Codec:
 
     def encode(self, event: Any) -> tuple[str, int, str]:
         """Return (type, schema_version, json text) for storage."""
-        if isinstance(event, UnknownEvent):
-            return event.type, event.schema_version, self._encoder.encode(event.data).decode()
         cls = type(event)
-        tag = cls.__struct_config__.tag
-        if self._classes.get(tag) is not cls:  # also catches UnknownEvent subclasses' tags
+        tag = self._tags.get(cls)
+        if tag is None:
+            if isinstance(event, UnknownEvent):
+                return event.type, event.schema_version, self._encoder.encode(event.data).decode()
             raise UnknownEventType(f"event class {cls.__qualname__} is not registered")
         return tag, cls.schema_version, self._encoder.encode(event).decode()
 

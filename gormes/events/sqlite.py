@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from gormes.errors import StoreError, StoreReadOnly
+from gormes.errors import StoreReadOnly
 from gormes.events.base import Event, Recorded
 from gormes.events.codec import Codec, default_codec
 from gormes.events.sqlite_log import SQLiteLog, WriteBatch
@@ -220,14 +220,16 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
             wb.prefetch_versions(
                 r.stream for req in batch if req.kind == "append" for r in req.payload
             )
+            appends: list[_Request] = []
             for req in batch:
                 if req.kind == "append":
-                    try:
-                        req.result = wb.append(req.payload)
-                    except StoreError as exc:
-                        req.error = exc
-                else:
-                    self._run_transact(wb, req)
+                    appends.append(req)
+                    continue
+                if appends:  # in batch order: a transact sees the appends queued before it
+                    wb.append_each(appends)
+                    appends = []
+                self._run_transact(wb, req)
+            wb.append_each(appends)
             wb.finish()
             log.commit(wb.versions)
         except BaseException as exc:

@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gormes.errors import ConcurrencyError, StoreError, StoreReadOnly
+import msgspec
+
+from gormes.errors import ConcurrencyError, StoreError, StoreReadOnly, UserError
 from gormes.events.base import Event, Recorded
 from gormes.events.codec import Codec, default_codec
 from gormes.events.sqlite_schema import (
@@ -39,6 +41,11 @@ _INSERT = (
 
 Row = tuple[int, str, int, str, int, Any, float]
 InlineApply = Callable[[sqlite3.Connection, list[Recorded]], None]
+
+
+def _first_stream(item: Any) -> str:
+    payload = item.payload
+    return payload[0].stream if payload else ""
 
 
 class SQLiteLog:
@@ -258,26 +265,22 @@ class WriteBatch:
         return self._versions
 
     def prefetch_versions(self, streams: Iterable[str]) -> None:
-        """Look up the versions of many streams in one query (a batch of appends)."""
+        """Look up the versions of many streams in one query (a batch of appends).
+
+        Streams already known (written in this batch, or cached) are left to
+        `version`, which finds them without a query."""
         versions, cache = self._versions, self._cache
-        missing = []
-        for s in set(streams):
-            if s not in versions:
-                v = cache.get(s)
-                if v is None:
-                    missing.append(s)
-                else:
-                    versions[s] = v
+        missing = list({s for s in streams if s not in cache and s not in versions})
         for i in range(0, len(missing), 20000):
             chunk = missing[i : i + 20000]
             for s in chunk:
-                self._versions[s] = 0
+                versions[s] = 0
             rows = self.log.conn.execute(
                 "SELECT stream, max(version) FROM events "
                 "WHERE stream IN (SELECT value FROM json_each(?)) GROUP BY stream",
                 (json.dumps(chunk),),
             )
-            self._versions.update(rows)
+            versions.update(rows)
 
     def append(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         """Check every request's expected version, then stage all or none of them."""
@@ -290,19 +293,70 @@ class WriteBatch:
                 raise ConcurrencyError(req.stream, req.expected_version, actual)
             staged[req.stream] = actual + len(req.events)
         encode = self.log.codec.encode
+        encoded = [[encode(event) for event in req.events] for req in requests]
+        rows, now = self._rows, self.now
         results = []
-        for req in requests:
-            version = self._versions[req.stream]
+        for req, coded in zip(requests, encoded):
+            stream = req.stream
+            version = self._versions[stream]
             first = self._next_position
-            for event in req.events:
+            for type_, tv, data in coded:
                 version += 1
-                type_, tv, data = encode(event)
-                self._rows.append((req.stream, version, type_, tv, data, self.now))
-                self._events.append(event)
-            self._next_position += len(req.events)
-            self._versions[req.stream] = version
-            results.append(AppendResult(req.stream, first, self._next_position - 1, version))
+                rows.append((stream, version, type_, tv, data, now))
+            self._events.extend(req.events)
+            self._next_position += len(coded)
+            self._versions[stream] = version
+            results.append(AppendResult(stream, first, self._next_position - 1, version))
         return results
+
+    def append_each(self, requests: Iterable[Any]) -> None:
+        """Stage many callers' appends, each all or none and independently of the others.
+
+        Each item has `payload` (a list of `AppendRequest`) and gets `result` (their
+        `AppendResult`s) or `error` (a `ConcurrencyError`, or why its events could not
+        be encoded). The store's writer calls this with a whole batch: the common
+        single-request single-event append is written out here, one loop for all.
+        """
+        versions, cache, rows, staged = self._versions, self._cache, self._rows, self._events
+        encode = self.log.codec.encode
+        now = self.now
+        # In stream order: the rows then go into the (stream, version) index in key
+        # order, which costs SQLite a good part less than the same rows in random
+        # order (fewer page visits while inserting, fewer pages to write at COMMIT).
+        # Concurrent callers' requests have no order among themselves; a stream's
+        # own requests keep theirs (the sort is stable).
+        for item in sorted(requests, key=_first_stream):
+            payload = item.payload
+            if len(payload) != 1 or len(payload[0].events) != 1:
+                try:
+                    item.result = self.append(payload)
+                except (StoreError, UserError, msgspec.EncodeError, TypeError) as exc:
+                    item.error = exc
+                continue
+            req = payload[0]
+            stream = req.stream
+            version = versions.get(stream)
+            if version is None:
+                version = cache.get(stream)
+                if version is None:
+                    version = self.version(stream)
+            expected = req.expected_version
+            if expected is not None and expected != version:
+                item.error = ConcurrencyError(stream, expected, version)
+                continue
+            event = req.events[0]
+            try:
+                type_, tv, data = encode(event)
+            except (UserError, msgspec.EncodeError, TypeError) as exc:
+                item.error = exc
+                continue
+            version += 1
+            versions[stream] = version
+            rows.append((stream, version, type_, tv, data, now))
+            staged.append(event)
+            position = self._next_position
+            self._next_position = position + 1
+            item.result = [AppendResult(stream, position, position, version)]
 
     def flush(self) -> None:
         """Insert the staged rows so that SQL run next in the transaction sees them."""

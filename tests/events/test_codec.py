@@ -139,3 +139,23 @@ def test_declaring_one_tag_twice_is_an_error():
 
         class Duplicate(Event, tag="note.added"):
             other: int
+
+
+def test_a_class_declared_again_under_its_tag_replaces_the_old_one_for_encoding():
+    # (a module reloaded: same qualified name, new class object)
+    codec = Codec()
+
+    def declare() -> type:
+        class Again(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="t.again"):
+            schema_version: typing.ClassVar[int] = 1
+            n: int
+
+        return Again
+
+    old, new = declare(), declare()
+    codec.register(old)
+    assert codec.encode(old(n=1)) == ("t.again", 1, '{"type":"t.again","n":1}')
+    codec.register(new)
+    assert codec.encode(new(n=2)) == ("t.again", 1, '{"type":"t.again","n":2}')
+    with pytest.raises(UnknownEventType):
+        codec.encode(old(n=3))

@@ -7,11 +7,18 @@ import random
 import sqlite3
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 import trio.testing
 
-from gormes.errors import ConcurrencyError, NotAGormesDatabase, SchemaTooNew, StoreReadOnly
+from gormes.errors import (
+    ConcurrencyError,
+    NotAGormesDatabase,
+    SchemaTooNew,
+    StoreReadOnly,
+    UnknownEventType,
+)
 from gormes.events.notes import NoteAdded
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.events.sqlite_log import SQLiteLog
@@ -118,6 +125,57 @@ async def test_concurrent_appends_to_one_stream_conflict_and_lose_nothing(store)
             nursery.start_soon(writer, i)
     assert outcomes.count("ok") == 1 and outcomes.count("conflict") == 19
     assert len(await store.read_stream("hot")) == 1
+
+
+async def test_one_batch_of_mixed_requests_each_gets_what_it_asked_for(store, db_path):
+    class Stray(msgspec.Struct, frozen=True, tag="stray.unregistered"):
+        pass
+
+    await store.append("taken", [note("0")], expected_version=0)
+    outcomes: dict[str, object] = {}
+
+    async def run(name: str, call) -> None:
+        try:
+            outcomes[name] = await call()
+        except Exception as exc:  # noqa: BLE001 - the outcome is what is checked
+            outcomes[name] = exc
+
+    def in_tx(tx):
+        return tx.append("tx", [note("t")], expected_version=tx.stream_version("tx"))
+
+    calls = {
+        **{f"one-{i}": (lambda i=i: store.append(f"z-one-{i}", [note(str(i))], 0)) for i in range(5)},
+        "three": lambda: store.append("m-three", [note("a"), note("b"), note("c")], 0),
+        "many": lambda: store.append_many(
+            [AppendRequest("b-many", [note("x")], 0), AppendRequest("a-many", [note("y"), note("z")], 0)]
+        ),
+        "conflict": lambda: store.append("taken", [note("late")], expected_version=0),
+        "stray": lambda: store.append("stray", [Stray()], 0),
+        "stray-second": lambda: store.append("stray-2", [note("ok"), Stray()], 0),
+        "tx": lambda: store.transact(in_tx),
+    }
+    before = store.batches_committed
+    async with trio.open_nursery() as nursery:
+        for name, call in calls.items():
+            nursery.start_soon(run, name, call)
+    assert store.batches_committed - before <= 2  # (the writer may take a first one early)
+
+    assert isinstance(outcomes["conflict"], ConcurrencyError)
+    assert isinstance(outcomes["stray"], UnknownEventType)
+    assert isinstance(outcomes["stray-second"], UnknownEventType)
+    assert await store.read_stream("stray") == [] and await store.read_stream("stray-2") == []
+    assert [r.version for r in await store.read_stream("taken")] == [1]
+
+    results = [outcomes[f"one-{i}"] for i in range(5)] + [outcomes["three"], outcomes["tx"]]
+    results += outcomes["many"]
+    positions, streams = positions_and_versions(db_path)
+    assert positions == list(range(1, 1 + 1 + 5 + 3 + 1 + 3))  # gap-free
+    stored = {r.position: (r.stream, r.version) for r in await store.read_all()}
+    for result in results:
+        span = range(result.first_position, result.last_position + 1)
+        assert [stored[p][0] for p in span] == [result.stream] * len(span)
+        assert stored[result.last_position][1] == result.version
+    assert streams["m-three"] == [1, 2, 3] and streams["a-many"] == [1, 2]
 
 
 async def test_a_cancelled_appender_leaves_its_batch_mates_and_the_writer_unharmed(store):
