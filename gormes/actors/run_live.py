@@ -40,6 +40,7 @@ from gormes.actors.run_context import (
 from gormes.errors import UserError
 from gormes.events.base import Event
 from gormes.events.jobs import Tokens
+from gormes.events.store import AppendRequest
 from gormes.events.runs import (
     InboxItem,
     LogLevel,
@@ -344,20 +345,49 @@ class LiveRunContext(RunContext):
 
         caller = Caller(trust=self.trust, id=self._stream, run_id=self.run_id, job_id=self._run.job_id)
         started = trio.current_time()
+        recorded: list[RunToolCalled] = []
+
+        async def audit_and_record(audit: AppendRequest, output: Any, error: BaseException | None) -> None:
+            """The executor's audit event and `run.tool_called`, in one transaction."""
+            if error is not None and not isinstance(error, Exception):
+                await self._store.append(audit.stream, audit.events)  # cancelled: no observation
+                return
+            duration_ms = _ms(started)
+            if error is None:
+                try:
+                    result = msgspec.to_builtins(output)
+                except Exception:
+                    await self._store.append(audit.stream, audit.events)
+                    raise
+            async with self._locked():
+                if error is None:
+                    event = RunToolCalled(
+                        seq=self._seq, operation=operation, arguments=args_text, args_hash=args_hash,
+                        outcome="ok", result=result, duration_ms=duration_ms,
+                    )
+                else:
+                    event = RunToolCalled(
+                        seq=self._seq, operation=operation, arguments=args_text, args_hash=args_hash,
+                        outcome="denied" if isinstance(error, OperationDenied) else "error",
+                        error=error_text(error), error_type=type(error).__name__, duration_ms=duration_ms,
+                    )
+                await self._store.append_many([audit, AppendRequest(self._stream, [event])])
+                self._seq += 1
+            recorded.append(event)
+
         try:
-            output = await executor.call(operation, args_text, caller)
-        except OperationDenied as exc:
-            return await self._tool_failed(
-                operation, args_text, args_hash, "denied", error_text(exc), type(exc).__name__, _ms(started))
+            output = await executor.call(operation, args_text, caller, audit=audit_and_record)
         except Exception as exc:  # noqa: BLE001 - a failed tool is an observation, not a crash
+            if recorded:
+                failed = recorded[0]
+                raise ToolCallFailed(operation, failed.outcome, failed.error or "")
+            # the audit could not be appended: the run records the call on its own
+            outcome = "denied" if isinstance(exc, OperationDenied) else "error"
             return await self._tool_failed(
-                operation, args_text, args_hash, "error", error_text(exc), type(exc).__name__, _ms(started))
-        result = msgspec.to_builtins(output)
-        await self._record(lambda seq: RunToolCalled(
-            seq=seq, operation=operation, arguments=args_text, args_hash=args_hash,
-            outcome="ok", result=result, duration_ms=_ms(started),
-        ))
-        return result
+                operation, args_text, args_hash, outcome, error_text(exc), type(exc).__name__, _ms(started))
+        assert recorded, "the executor returned without auditing the call"
+        del output  # what the run was served is the recorded copy
+        return recorded[0].result
 
     async def _tool_failed(
         self, operation: str, args_text: str, args_hash: str, outcome: Any,

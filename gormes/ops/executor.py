@@ -8,6 +8,10 @@ under the spec's timeout (-> `OperationTimeout`); and appends one
 `OperationAudited` event (gormes/events/audit.py) whatever happened, even when the
 handler raised or the call was cancelled. The original error always propagates.
 
+A caller that records the call itself (a run's `run.tool_called`) passes `audit`:
+the executor then hands it the audit append request with the call's outcome, and
+the caller appends it together with its own record, in one transaction.
+
     executor = Executor(default_registry(), store, workspace=Path("."), jobs=queue)
     out = await executor.call("fs.read", '{"path": "README.md"}', Caller(trust="gateway", id="gw-1"))
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +29,7 @@ import msgspec
 import trio
 
 from gormes.events.audit import OperationAudited, audit_stream
+from gormes.events.store import AppendRequest
 from gormes.ops.registry import Registry
 from gormes.ops.spec import (
     TRUST_CLASSES, Caller, InvalidOperationInput, OperationContext, OperationDenied,
@@ -35,6 +40,11 @@ if TYPE_CHECKING:
     from gormes.actors.queue import JobQueue
 
 RawInput = bytes | bytearray | memoryview | str | dict | msgspec.Struct | None
+
+# audit(request, output, error): append `request` (the call's audit event), and the
+# caller's own record of the call with it. `output` is the call's output when
+# `error` is None. Called shielded from cancellation, exactly once per call.
+AuditWriter = Callable[[AppendRequest, Any, BaseException | None], Awaitable[None]]
 
 ERROR_TEXT_MAX = 300
 SHELL_ENV = "GORMES_SHELL_ENABLED"
@@ -76,13 +86,16 @@ class Executor:
             shell_enabled=self.shell_enabled, store=self.store,
         )
 
-    async def call(self, name: str, raw_input: RawInput, caller: Caller) -> Any:
+    async def call(
+        self, name: str, raw_input: RawInput, caller: Caller, *, audit: AuditWriter | None = None
+    ) -> Any:
         """Run operation `name` for `caller` and return its output (an instance of
         the spec's output type). `raw_input` may be JSON text or bytes (a model's
-        tool arguments), a dict, or a Struct; empty text or None means `{}`."""
+        tool arguments), a dict, or a Struct; empty text or None means `{}`.
+        `audit`: see the module doc (None: the executor appends the audit event)."""
         started = trio.current_time()
         spec = self.registry.get(name)
-        record = _CallRecord(name, spec, caller, _raw_digest(raw_input))
+        record = _CallRecord(name, spec, caller, raw_input)
         try:
             if spec is None:
                 raise UnknownOperation(f"unknown operation {name!r}")
@@ -102,25 +115,31 @@ class Executor:
         except BaseException as exc:
             record.failed(exc)
             try:
-                await self._append(record, started)
+                await self._append(record, started, audit, None, exc)
             except Exception as audit_exc:  # noqa: BLE001 (the original error wins)
                 exc.add_note(f"gormes: the audit event could not be appended: {audit_exc}")
             raise
         # An unaudited success is not a success: an append error propagates.
-        await self._append(record, started)
+        await self._append(record, started, audit, result, None)
         return result
 
     async def call_json(self, name: str, raw_input: RawInput, caller: Caller) -> bytes:
         """`call`, with the output encoded as JSON (what a model is shown)."""
         return msgspec.json.encode(await self.call(name, raw_input, caller))
 
-    async def _append(self, record: _CallRecord, started: float) -> None:
+    async def _append(
+        self, record: _CallRecord, started: float, audit: AuditWriter | None,
+        output: Any, error: BaseException | None,
+    ) -> None:
         duration_ms = round((trio.current_time() - started) * 1000, 3)
         at = int(self.clock() * 1000)
         event = record.event(duration_ms=duration_ms, at=at)
         # Shielded so that a cancelled call is still audited.
         with trio.CancelScope(shield=True):
-            await self.store.append(audit_stream(at), [event])
+            if audit is None:
+                await self.store.append(audit_stream(at), [event])
+            else:
+                await audit(AppendRequest(audit_stream(at), [event]), output, error)
 
 
 def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
@@ -193,11 +212,12 @@ def _error_text(exc: BaseException) -> str:
 class _CallRecord:
     """What the audit event will say, filled in as the call goes."""
 
-    def __init__(self, name: str, spec: OperationSpec | None, caller: Caller, digest: str | None) -> None:
+    def __init__(self, name: str, spec: OperationSpec | None, caller: Caller, raw: RawInput) -> None:
         self.name = spec.name if spec is not None else name
         self.spec = spec
         self.caller = caller
-        self.input_sha256 = digest
+        self.raw = raw  # digested only if the input never validates (see `event`)
+        self.input_sha256: str | None = None
         self.allowed = False
         self.outcome = "ok"
         self.error: str | None = None
@@ -218,7 +238,7 @@ class _CallRecord:
             outcome=self.outcome,  # type: ignore[arg-type]
             error=self.error,
             duration_ms=duration_ms,
-            input_sha256=self.input_sha256,
+            input_sha256=self.input_sha256 if self.input_sha256 is not None else _raw_digest(self.raw),
             mutating=False if self.spec is None else self.spec.mutating,
             at=at,
         )

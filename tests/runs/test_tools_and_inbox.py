@@ -102,3 +102,62 @@ async def test_an_inbox_message_steers_the_agent_before_its_next_turn(store, wor
     turns = [e for e in events if isinstance(e, RunLlmTurn)]
     # read before the second turn, which saw it: user, assistant, tool, injected user
     assert reads[1].seq < turns[1].seq and turns[1].message_count == 4
+
+
+class BoomInput(msgspec.Struct, frozen=True):
+    pass
+
+
+class BoomOutput(msgspec.Struct, frozen=True):
+    ok: bool
+
+
+async def test_each_tool_call_s_audit_and_its_record_commit_together(store, workspace: Path, script):
+    async def boom(ctx, value):
+        raise RuntimeError("boom")
+
+    registry = Registry([*default_registry().list(), OperationSpec(
+        name="test.boom", description="Fail.", input_type=BoomInput, output_type=BoomOutput,
+        handler=boom, trust=frozenset({"operator", "child-agent"}), audit_kind="test", prompt_visible=True,
+    )])
+    executor = Executor(registry, store, workspace=workspace)
+    model = script({"replies": [
+        {"tool_calls": [call("fs.read", path="README.md"), call("test.boom"), call("fs.read", path="missing")]},
+        {"text": "done"},
+    ]})
+    async with RunManager.open(store, executor=executor) as runs:
+        outcome = await runs.run("agent", {"prompt": "p"}, model=model)
+    assert outcome.status == "completed"
+    records = await store.read_all(types=["audit.operation", "run.tool_called"])
+    pairs = [(records[i], records[i + 1]) for i in range(0, len(records), 2)]
+    assert [(a.event.operation, a.event.outcome, t.event.outcome) for a, t in pairs] == [
+        ("fs.read", "ok", "ok"), ("test.boom", "error", "error"), ("fs.read", "invalid", "error")]
+    for audit, tool in pairs:
+        assert tool.position == audit.position + 1  # one transaction: nothing in between
+        assert audit.event.run_id == outcome.run_id and audit.event.caller == tool.stream
+    assert pairs[1][1].event.error_type == "RuntimeError"
+
+
+async def test_a_cancelled_tool_call_is_audited_and_not_recorded_in_the_run(store, workspace: Path, script):
+    reached = trio.Event()
+
+    async def pause(ctx, value):
+        reached.set()
+        await trio.sleep_forever()
+
+    registry = Registry([*default_registry().list(), OperationSpec(
+        name="test.pause", description="Wait forever.", input_type=PauseInput,
+        output_type=PauseOutput, handler=pause, trust=frozenset({"operator", "child-agent"}),
+        audit_kind="test", prompt_visible=True,
+    )])
+    executor = Executor(registry, store, workspace=workspace)
+    model = script({"replies": [{"tool_calls": [call("test.pause")]}, {"text": "never"}]})
+    async with RunManager.open(store, executor=executor) as runs:
+        handle = await runs.start("agent", {"prompt": "p"}, model=model)
+        await reached.wait()
+        handle.cancel("stop")
+        outcome = await handle.outcome()
+    assert outcome.status == "cancelled"
+    (audit,) = [r.event for r in await store.read_all(types=["audit.operation"])]
+    assert (audit.operation, audit.outcome, audit.run_id) == ("test.pause", "cancelled", outcome.run_id)
+    assert not [e for e in await run_events(store, outcome.run_id) if isinstance(e, RunToolCalled)]
