@@ -149,6 +149,84 @@ def test_cli_submit_then_two_workers_drain_every_job_once_through_lost_connectio
     assert json.loads(got.stdout)["result"] == {"n": 0}
 
 
+LEASE_HANDLERS = """
+import os
+import trio
+import gormes
+
+MARKER = os.environ["GORMES_MARKER_FILE"]
+
+@gormes.job("hang_once")
+async def hang_once(ctx, data):
+    if not os.path.exists(MARKER):
+        open(MARKER, "w").close()
+        await trio.sleep(600)  # its worker is SIGKILLed meanwhile
+    return "second time"
+
+@gormes.job("slow")
+async def slow(ctx, data):
+    await trio.sleep(1.5)  # three times the lease: lives on renewals
+    return "slow done"
+"""
+
+
+def test_a_killed_workers_job_is_reclaimed_after_its_lease_and_a_long_job_is_renewed(
+    schema: str, tmp_path: Path
+):
+    url = url_for_schema(schema)
+    handlers, marker = tmp_path / "lease_handlers.py", tmp_path / "hung"
+    handlers.write_text(LEASE_HANDLERS)
+    env = cli_env()
+    env["GORMES_MARKER_FILE"] = str(marker)
+
+    def worker() -> subprocess.Popen:
+        return subprocess.Popen(
+            gormes_command(url, "worker", "--import", str(handlers), "--lease", "500",
+                           "--stall-interval", "100", "--stall-grace", "200", "--no-governor"),
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    hung = json.loads(run_gormes(url, "jobs", "submit", "hang_once", "--json").stdout)
+    first = worker()
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        slow = json.loads(run_gormes(url, "jobs", "submit", "slow", "--json").stdout)
+        second = worker()
+        try:
+            for job in (hung, slow):
+                waited = run_gormes(url, "jobs", "wait", job["id"], "--timeout", "30")
+                assert waited.stdout.strip() == "completed", waited.stderr
+        finally:
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(timeout=30) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+
+    def types(job_id: str) -> list[str]:
+        return [t for (t,) in query(
+            schema, "SELECT type FROM events WHERE stream = %s ORDER BY version", (f"job-{job_id}",)
+        )]
+
+    assert types(hung["id"]) == [
+        "job.submitted", "job.claimed", "job.stalled", "job.claimed", "job.completed",
+    ]
+    slow_types = types(slow["id"])
+    assert slow_types[:2] == ["job.submitted", "job.claimed"] and slow_types[-1] == "job.completed"
+    assert slow_types.count("job.lease_renewed") >= 2 and "job.stalled" not in slow_types
+    got = json.loads(run_gormes(url, "jobs", "get", hung["id"], "--json").stdout)
+    assert got["result"] == "second time" and got["attempts_made"] == 1
+    assert got["stalled_counter"] == 1
+    beats = query(schema, "SELECT stopped_at IS NULL FROM worker_heartbeats ORDER BY started_at")
+    assert beats == [(True,), (False,)]  # the killed worker never said it stopped
+
+
 def _submit_rest(url: str, ns: range) -> None:
     import trio
 
