@@ -131,8 +131,21 @@ class ReplayContext(RunContext):
         self.stop: str | None = None
         self.divergence: Divergence | None = None
         self.iterations = 0
-        self.conversation: tuple[Message, ...] = ()
+        # the latest model request and the reply served to it: the conversation
+        self._request: ModelRequest | None = None
+        self._reply: ModelReply | None = None
+        self._model_name: str | None = None
         self.children: list[ReplayChildRun] = []
+
+    @property
+    def conversation(self) -> tuple[Message, ...]:
+        """The conversation as the code last built it: its latest model request's
+        messages, and the reply served to it if any."""
+        if self._request is None:
+            return ()
+        if self._reply is None:
+            return self._request.messages
+        return (*self._request.messages, self._reply.message)
 
     # -- what the run is: all from run.started -------------------------------------------
 
@@ -176,6 +189,11 @@ class ReplayContext(RunContext):
     def model_name(self) -> str:
         """The provider's model name. Replay opens no provider: it is the model of the
         first recorded model turn (see .coordination/replay-needs.md, item 6)."""
+        if self._model_name is None:
+            self._model_name = self._recorded_model_name()
+        return self._model_name
+
+    def _recorded_model_name(self) -> str:
         for record in self.recorded.observations:
             if isinstance(record.event, (RunLlmTurn, RunLlmFailed)) and record.event.model:
                 return record.event.model
@@ -191,6 +209,18 @@ class ReplayContext(RunContext):
     def peek(self) -> Recorded | None:
         observations = self.recorded.observations
         return observations[self.cursor] if self.cursor < len(observations) else None
+
+    def next_served(self) -> Recorded | None:
+        """The next observation, if there is one and `until` allows serving it: the
+        fast path of `take` (a caller that finds it matching advances `cursor`
+        itself; otherwise `take` decides what not matching means)."""
+        observations = self.recorded.observations
+        cursor = self.cursor
+        if cursor < len(observations):
+            record = observations[cursor]
+            if self.until is None or record.position <= self.until:
+                return record
+        return None
 
     async def take(self, asked: Asked, matches: Callable[[Any], bool]) -> Recorded | None:
         """The next recorded observation if `matches(event)`; otherwise the run has
@@ -265,16 +295,18 @@ class ReplayContext(RunContext):
 
     async def llm(self, request: ModelRequest) -> ModelReply:
         digest = request_hash(request)
-        def asked() -> str:
-            return f"llm model={request.model} request {digest[:12]} ({len(request.messages)} messages)"
-
-        self.conversation = request.messages
-        attempt = 0
+        self._request, self._reply = request, None
         while True:
-            attempt += 1
-            record = await self.take(asked, lambda e: self.llm_matches(e, digest, request))
-            if record is None:
-                return await self.go_live().llm(request)
+            record = self.next_served()
+            if record is not None and self.llm_matches(record.event, digest, request):
+                self.cursor += 1
+            else:
+                record = await self.take(
+                    lambda: f"llm model={request.model} request {digest[:12]} ({len(request.messages)} messages)",
+                    lambda e: self.llm_matches(e, digest, request),
+                )
+                if record is None:
+                    return await self.go_live().llm(request)
             event = record.event
             if isinstance(event, RunLlmTurn):
                 if self.copies:
@@ -282,8 +314,7 @@ class ReplayContext(RunContext):
                         event, request_hash=digest, model=request.model, message_count=len(request.messages),
                     ))
                 self.iterations += 1
-                reply = reply_from_record(event)
-                self.conversation = (*request.messages, reply.message)
+                reply = self._reply = reply_from_record(event)
                 return reply
             if self.copies:
                 await self.served(record, msgspec.structs.replace(event, request_hash=digest, model=request.model))
@@ -309,11 +340,17 @@ class ReplayContext(RunContext):
     async def tool(self, name: str, arguments: Any) -> Any:
         operation = self.operation_name(name)
         args_text, args_hash = tool_arguments(arguments)
-        record = await self.take(lambda: f"tool {operation} {short(args_text)}", lambda e: (
-            isinstance(e, RunToolCalled) and e.operation == operation and e.args_hash == args_hash
-        ))
-        if record is None:
-            return await self.go_live().tool(name, arguments)
+        record = self.next_served()
+        if record is not None and (
+            type(e := record.event) is RunToolCalled and e.operation == operation and e.args_hash == args_hash
+        ):
+            self.cursor += 1
+        else:
+            record = await self.take(lambda: f"tool {operation} {short(args_text)}", lambda e: (
+                isinstance(e, RunToolCalled) and e.operation == operation and e.args_hash == args_hash
+            ))
+            if record is None:
+                return await self.go_live().tool(name, arguments)
         if self.copies:
             await self.served(record)
         event: RunToolCalled = record.event  # type: ignore[assignment]

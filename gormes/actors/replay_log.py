@@ -72,18 +72,21 @@ class RunSource(Protocol):
     def load(self, run_id: str) -> RecordedRun: ...
 
 
-def split_run(run_id: str, records: Iterable[Recorded]) -> RecordedRun:
-    """Check a run's stream and split it into start, observations and end."""
+def split_run(run_id: str, records: Iterable[Recorded], *, all_known: bool = False) -> RecordedRun:
+    """Check a run's stream and split it into start, observations and end.
+    `all_known`: the records were decoded as current run event types (no
+    `UnknownEvent` among them), as `decode_run_rows` does."""
     records = tuple(records)
     if not records:
         raise UnknownRun(f"no run {run_id!r} (no events on stream {run_stream_name(run_id)!r})")
-    for record in records:
-        if isinstance(record.event, UnknownEvent):
-            raise IncompatibleRecording(
-                f"run {run_id!r} was recorded by an incompatible gormes: the event at "
-                f"position {record.position} has type {record.type!r} (schema version "
-                f"{record.event.schema_version}), which this gormes cannot read"
-            )
+    if not all_known:
+        for record in records:
+            if isinstance(record.event, UnknownEvent):
+                raise IncompatibleRecording(
+                    f"run {run_id!r} was recorded by an incompatible gormes: the event at "
+                    f"position {record.position} has type {record.type!r} (schema version "
+                    f"{record.event.schema_version}), which this gormes cannot read"
+                )
     first = records[0]
     if not isinstance(first.event, RunStarted):
         raise UserError(
@@ -127,13 +130,13 @@ class DatabaseRuns:
     def load(self, run_id: str) -> RecordedRun:
         stream = run_stream_name(run_id)
         rows = self._log.conn.execute(
-            "SELECT position, stream, version, type, type_version, data, recorded_at "
+            "SELECT position, version, type, type_version, data, recorded_at "
             "FROM events WHERE stream = ? ORDER BY version", (stream,),
         ).fetchall()
-        records = decode_run_rows(rows)
+        records = decode_run_rows(stream, rows)
         if records is None:  # an event type or version the fast path does not take
-            records = self._log.read_stream(stream)
-        return split_run(run_id, records)
+            return split_run(run_id, self._log.read_stream(stream))
+        return split_run(run_id, records, all_known=True)
 
     def head(self) -> int:
         return self._log.head()
@@ -152,28 +155,27 @@ _RUN_CLASSES: dict[str, type] = {
     cls.__struct_config__.tag: cls  # type: ignore[attr-defined]
     for cls in (*OBSERVATION_TYPES, *TERMINAL_TYPES, RunStarted, RunSuspended, RunResumed, RunMessageSent)
 }
+_CURRENT_VERSIONS: dict[str, int] = {tag: cls.schema_version for tag, cls in _RUN_CLASSES.items()}  # type: ignore[attr-defined]
 _run_events_decoder = msgspec.json.Decoder(list[functools.reduce(operator.or_, _RUN_CLASSES.values())])  # type: ignore[misc]
 
 
-def decode_run_rows(rows: list[tuple[Any, ...]]) -> list[Recorded] | None:
-    """A run's rows decoded in one msgspec call (the whole list at once), or None
-    when a row is not a current run event type: then the codec decodes row by row
-    (upcasting older versions, keeping unknown ones as `UnknownEvent`)."""
+def decode_run_rows(stream: str, rows: list[tuple[Any, ...]]) -> list[Recorded] | None:
+    """A run's rows (position, version, type, type_version, data, recorded_at) decoded
+    in one msgspec call (the whole list at once), or None when a row is not a
+    current run event type: then the codec decodes row by row (upcasting older
+    versions, keeping unknown ones as `UnknownEvent`)."""
+    current = _CURRENT_VERSIONS
     for row in rows:
-        cls = _RUN_CLASSES.get(row[3])
-        if cls is None or row[4] != cls.schema_version:  # type: ignore[attr-defined]
+        if current.get(row[2]) != row[3]:
             return None
-    data = [row[5] for row in rows]
     try:
-        text = "[" + ",".join(data) + "]" if all(isinstance(d, str) for d in data) else None
-        if text is None:
-            return None
+        text = "[" + ",".join([row[4] for row in rows]) + "]"  # TypeError: data that is not text
         events = _run_events_decoder.decode(text)
-    except msgspec.DecodeError:  # ValidationError included
+    except (TypeError, msgspec.DecodeError):  # ValidationError included
         return None
     return [
         Recorded(pos, stream, version, type_, event, at)
-        for (pos, stream, version, type_, _, _, at), event in zip(rows, events)
+        for (pos, version, type_, _, _, at), event in zip(rows, events)
     ]
 
 

@@ -93,12 +93,10 @@ def record_reply(reply: ModelReply) -> RecordedReply:
 def reply_from_record(turn: RunLlmTurn) -> ModelReply:
     """The ModelReply a recorded turn stands for (what replay hands the handler)."""
     r = turn.reply
-    message = Message(
-        role="assistant",
-        content=r.content,
-        tool_calls=tuple(ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in r.tool_calls),
-    )
-    usage = Usage(input=turn.usage.input, output=turn.usage.output, cache_read=turn.usage.cache_read)
+    calls = tuple([ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in r.tool_calls]) if r.tool_calls else ()
+    message = Message(role="assistant", content=r.content, tool_calls=calls)
+    u = turn.usage
+    usage = Usage(input=u.input, output=u.output, cache_read=u.cache_read)
     return ModelReply(message=message, usage=usage, finish_reason=r.finish_reason, model=r.model)
 
 

@@ -16,6 +16,10 @@ Only events-layer types appear here: the providers' neutral model types are
 converted to and from `RecordedReply` by gormes/actors/runs.py, so no provider's
 wire format and no actors-layer class reaches the log.
 
+Run events (and the structs inside them) are declared `gc=False`: they hold JSON
+data only, which cannot form reference cycles, so the garbage collector need not
+track the thousands of them a long run's replay decodes at once.
+
 Tokens are counted once: a model turn's usage is in its `run.llm_turn`; usage the
 handler reports itself is `run.tokens_added`; a child's total is in the parent's
 `run.child_finished`. A run's total is the sum of the three.
@@ -50,14 +54,17 @@ def canonical_arguments(arguments: Any) -> tuple[str, str]:
     Raises `msgspec.DecodeError` for text that is not JSON.
     """
     value = msgspec.json.decode(arguments) if isinstance(arguments, (str, bytes)) else arguments
-    text = msgspec.json.encode(value, order="sorted")
+    text = _sorted_json.encode(value)
     return text.decode(), hashlib.sha256(text).hexdigest()
+
+
+_sorted_json = msgspec.json.Encoder(order="sorted")
 
 
 # -- recorded copies of what a run saw -------------------------------------------
 
 
-class RecordedToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class RecordedToolCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A tool call as the model asked for it; `arguments` is the JSON text it sent."""
 
     id: str
@@ -65,7 +72,7 @@ class RecordedToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
 
 
-class RecordedReply(msgspec.Struct, frozen=True, kw_only=True):
+class RecordedReply(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A neutral copy of a model reply (an assistant message and how it ended)."""
 
     content: str
@@ -74,7 +81,7 @@ class RecordedReply(msgspec.Struct, frozen=True, kw_only=True):
     model: str = ""
 
 
-class InboxItem(msgspec.Struct, frozen=True, kw_only=True):
+class InboxItem(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A message as the run read it. `sent_at` is ms since the epoch, as the sender
     recorded it; `sender` is "operator", "run:<id>", "job:<id>" or a free name."""
 
@@ -84,7 +91,7 @@ class InboxItem(msgspec.Struct, frozen=True, kw_only=True):
     sent_at: int
 
 
-class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True):
+class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Where a forked run came from: the source run and the stream version copied up to."""
 
     run_id: str
@@ -94,7 +101,7 @@ class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True):
 # -- lifecycle --------------------------------------------------------------------
 
 
-class RunStarted(Event, tag="run.started", kw_only=True):
+class RunStarted(Event, tag="run.started", kw_only=True, gc=False):
     run_id: str
     handler: str
     handler_version: str  # sha256 of the handler function's source
@@ -111,22 +118,22 @@ class RunStarted(Event, tag="run.started", kw_only=True):
     max_depth: int = 3
 
 
-class RunCompleted(Event, tag="run.completed", kw_only=True):
+class RunCompleted(Event, tag="run.completed", kw_only=True, gc=False):
     result: Any = None
     tokens: Tokens = Tokens()  # the run's total, its children's included
 
 
-class RunFailed(Event, tag="run.failed", kw_only=True):
+class RunFailed(Event, tag="run.failed", kw_only=True, gc=False):
     error: str
     tokens: Tokens = Tokens()
 
 
-class RunCancelled(Event, tag="run.cancelled", kw_only=True):
+class RunCancelled(Event, tag="run.cancelled", kw_only=True, gc=False):
     reason: str = "cancelled"
     tokens: Tokens = Tokens()
 
 
-class RunSuspended(Event, tag="run.suspended", kw_only=True):
+class RunSuspended(Event, tag="run.suspended", kw_only=True, gc=False):
     """The job attempt running this run stopped without ending it (pause, lease
     lost, worker shutdown); a later attempt resumes it."""
 
@@ -134,7 +141,7 @@ class RunSuspended(Event, tag="run.suspended", kw_only=True):
     job_attempt: int | None = None
 
 
-class RunResumed(Event, tag="run.resumed", kw_only=True):
+class RunResumed(Event, tag="run.resumed", kw_only=True, gc=False):
     """A later job attempt took the run up again: the handler runs from the start
     and is served its recorded observations up to `replayed_seq`, then goes live."""
 
@@ -145,7 +152,7 @@ class RunResumed(Event, tag="run.resumed", kw_only=True):
 # -- observations (each with its seq) --------------------------------------------
 
 
-class RunLlmTurn(Event, tag="run.llm_turn", kw_only=True):
+class RunLlmTurn(Event, tag="run.llm_turn", kw_only=True, gc=False):
     seq: int
     request_hash: str  # gormes.actors.providers.base.request_hash of the request
     model: str
@@ -155,7 +162,7 @@ class RunLlmTurn(Event, tag="run.llm_turn", kw_only=True):
     duration_ms: int = 0
 
 
-class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True):
+class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True, gc=False):
     """One failed attempt at a model turn. Retryable failures are retried by the
     context (with a bounded backoff) and each is its own observation; the turn that
     finally succeeds is a `run.llm_turn` with the same request_hash."""
@@ -169,7 +176,7 @@ class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True):
     error_type: str = "ProviderError"  # the exception class raised (InvalidModelReply...)
 
 
-class RunToolCalled(Event, tag="run.tool_called", kw_only=True):
+class RunToolCalled(Event, tag="run.tool_called", kw_only=True, gc=False):
     seq: int
     operation: str
     arguments: str  # canonical JSON text (or the raw text when it was not JSON)
@@ -181,29 +188,29 @@ class RunToolCalled(Event, tag="run.tool_called", kw_only=True):
     duration_ms: int = 0
 
 
-class RunInboxRead(Event, tag="run.inbox_read", kw_only=True):
+class RunInboxRead(Event, tag="run.inbox_read", kw_only=True, gc=False):
     """The messages one `inbox()` call returned; also their read receipt."""
 
     seq: int
     messages: tuple[InboxItem, ...] = ()
 
 
-class RunClockRead(Event, tag="run.clock_read", kw_only=True):
+class RunClockRead(Event, tag="run.clock_read", kw_only=True, gc=False):
     seq: int
     value: float  # seconds since the epoch
 
 
-class RunRandomDrawn(Event, tag="run.random_drawn", kw_only=True):
+class RunRandomDrawn(Event, tag="run.random_drawn", kw_only=True, gc=False):
     seq: int
     value: float  # in [0, 1)
 
 
-class RunProgressed(Event, tag="run.progress", kw_only=True):
+class RunProgressed(Event, tag="run.progress", kw_only=True, gc=False):
     seq: int
     progress: Any
 
 
-class RunTokensAdded(Event, tag="run.tokens_added", kw_only=True):
+class RunTokensAdded(Event, tag="run.tokens_added", kw_only=True, gc=False):
     """Usage the handler reported itself (not from `llm()`, which records its own)."""
 
     seq: int
@@ -212,13 +219,13 @@ class RunTokensAdded(Event, tag="run.tokens_added", kw_only=True):
     cache_read: int = 0
 
 
-class RunLogged(Event, tag="run.logged", kw_only=True):
+class RunLogged(Event, tag="run.logged", kw_only=True, gc=False):
     seq: int
     level: LogLevel = "info"
     message: str
 
 
-class RunChildSpawned(Event, tag="run.child_spawned", kw_only=True):
+class RunChildSpawned(Event, tag="run.child_spawned", kw_only=True, gc=False):
     seq: int
     child_run_id: str
     handler: str
@@ -227,7 +234,7 @@ class RunChildSpawned(Event, tag="run.child_spawned", kw_only=True):
     model: str | None = None
 
 
-class RunChildFinished(Event, tag="run.child_finished", kw_only=True):
+class RunChildFinished(Event, tag="run.child_finished", kw_only=True, gc=False):
     """Recorded in the PARENT when the parent's handler observed the child's end
     (`await child.result()`), so the parent's order does not depend on timing."""
 
@@ -242,7 +249,7 @@ class RunChildFinished(Event, tag="run.child_finished", kw_only=True):
 # -- written by others -------------------------------------------------------------
 
 
-class RunMessageSent(Event, tag="run.message_sent", kw_only=True):
+class RunMessageSent(Event, tag="run.message_sent", kw_only=True, gc=False):
     """A message for the run's inbox, appended to the run's stream by its sender."""
 
     message_id: str

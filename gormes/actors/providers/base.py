@@ -130,7 +130,7 @@ def tools_json(tools: tuple[ToolSpec, ...]) -> bytes:
 def request_json(request: ModelRequest) -> bytes:
     """The request's canonical JSON: keys sorted, every field present; the same bytes
     as `msgspec.json.encode(request, order="sorted")`."""
-    if type(request) is not ModelRequest:
+    if not request.tools or type(request) is not ModelRequest:
         return _sorted.encode(request)
     enc = _sorted.encode
     return b"".join((
