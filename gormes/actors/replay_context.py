@@ -135,6 +135,7 @@ class ReplayContext(RunContext):
         self._request: ModelRequest | None = None
         self._reply: ModelReply | None = None
         self._model_name: str | None = None
+        self._operations: dict[str, str] = {}  # tool name asked -> operation name
         self.children: list[ReplayChildRun] = []
 
     @property
@@ -209,18 +210,6 @@ class ReplayContext(RunContext):
     def peek(self) -> Recorded | None:
         observations = self.recorded.observations
         return observations[self.cursor] if self.cursor < len(observations) else None
-
-    def next_served(self) -> Recorded | None:
-        """The next observation, if there is one and `until` allows serving it: the
-        fast path of `take` (a caller that finds it matching advances `cursor`
-        itself; otherwise `take` decides what not matching means)."""
-        observations = self.recorded.observations
-        cursor = self.cursor
-        if cursor < len(observations):
-            record = observations[cursor]
-            if self.until is None or record.position <= self.until:
-                return record
-        return None
 
     async def take(self, asked: Asked, matches: Callable[[Any], bool]) -> Recorded | None:
         """The next recorded observation if `matches(event)`; otherwise the run has
@@ -297,9 +286,14 @@ class ReplayContext(RunContext):
         digest = request_hash(request)
         self._request, self._reply = request, None
         while True:
-            record = self.next_served()
-            if record is not None and self.llm_matches(record.event, digest, request):
-                self.cursor += 1
+            # the next observation, if `until` allows serving it and it matches: served
+            # at once; anything else is for `take` to judge
+            observations, cursor = self.recorded.observations, self.cursor
+            record = observations[cursor] if cursor < len(observations) else None
+            if record is not None and (self.until is None or record.position <= self.until) and (
+                self.llm_matches(record.event, digest, request)
+            ):
+                self.cursor = cursor + 1
             else:
                 record = await self.take(
                     lambda: f"llm model={request.model} request {digest[:12]} ({len(request.messages)} messages)",
@@ -334,17 +328,21 @@ class ReplayContext(RunContext):
         return isinstance(event, RunLlmTurn) and event.request_hash == digest
 
     def operation_name(self, name: str) -> str:
-        spec = self.registry.get(name) if self.registry is not None else None
-        return spec.name if spec is not None else name
+        operation = self._operations.get(name)
+        if operation is None:
+            spec = self.registry.get(name) if self.registry is not None else None
+            operation = self._operations[name] = spec.name if spec is not None else name
+        return operation
 
     async def tool(self, name: str, arguments: Any) -> Any:
         operation = self.operation_name(name)
         args_text, args_hash = tool_arguments(arguments)
-        record = self.next_served()
-        if record is not None and (
+        observations, cursor = self.recorded.observations, self.cursor
+        record = observations[cursor] if cursor < len(observations) else None
+        if record is not None and (self.until is None or record.position <= self.until) and (
             type(e := record.event) is RunToolCalled and e.operation == operation and e.args_hash == args_hash
         ):
-            self.cursor += 1
+            self.cursor = cursor + 1
         else:
             record = await self.take(lambda: f"tool {operation} {short(args_text)}", lambda e: (
                 isinstance(e, RunToolCalled) and e.operation == operation and e.args_hash == args_hash

@@ -142,7 +142,9 @@ def request_json(request: ModelRequest) -> bytes:
 
 def request_hash(request: ModelRequest) -> str:
     """sha256 (hex) of the request's canonical JSON: keys sorted, every field present."""
-    return hashlib.sha256(request_json(request)).hexdigest()
+    if request.tools:
+        return hashlib.sha256(request_json(request)).hexdigest()
+    return hashlib.sha256(_sorted.encode(request)).hexdigest()
 
 
 class ProviderError(GormesError):
