@@ -12,8 +12,7 @@ nursery) is driven by gormes/actors/runs.py; this module is only the door.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -127,6 +126,28 @@ def _ms(started: float) -> int:
     return int((trio.current_time() - started) * 1000)
 
 
+class _RecordingLock:
+    """A run's recording lock (seq order = stream order), FIFO. Like `trio.Lock`, a
+    cancelled run stops here before anything is recorded; unlike it, a free lock
+    (nearly always) is taken with no schedule point (the recording waits for its
+    commit right after anyway) and no owner bookkeeping."""
+
+    __slots__ = ("_free",)
+
+    def __init__(self) -> None:
+        self._free = trio.Semaphore(1)
+
+    async def __aenter__(self) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            self._free.acquire_nowait()
+        except trio.WouldBlock:
+            await self._free.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._free.release()
+
+
 class LiveChildRun(ChildRun):
     def __init__(self, parent: LiveRunContext, child: LiveRun) -> None:
         self._parent = parent
@@ -183,7 +204,7 @@ class LiveRunContext(RunContext):
         self._store = manager.store
         self._stream = run_stream(run.run_id)
         self._seq = next_seq
-        self._lock = trio.Lock()
+        self._lock = _RecordingLock()
         self.total_tokens = tokens or Tokens()
         self._token_sink = token_sink
         self._job = job
@@ -244,7 +265,7 @@ class LiveRunContext(RunContext):
     # -- recording ---------------------------------------------------------------------
 
     async def _record(self, make: Callable[[int], Event]) -> Event:
-        async with self._locked():
+        async with self._lock:
             event = make(self._seq)
             with trio.CancelScope(shield=True):
                 await self._store.append(self._stream, [event])
@@ -254,22 +275,6 @@ class LiveRunContext(RunContext):
                 self.total_tokens = self.total_tokens + tokens
         return event
 
-    @asynccontextmanager
-    async def _locked(self) -> AsyncIterator[None]:
-        """The recording lock (seq order = stream order). Like `trio.Lock`, a
-        cancelled run stops here, before anything is recorded; unlike it, a free lock
-        (nearly always) is taken with no schedule point: the recording waits for its
-        commit right after anyway."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        lock = self._lock
-        try:
-            lock.acquire_nowait()
-        except trio.WouldBlock:
-            await lock.acquire()
-        try:
-            yield
-        finally:
-            lock.release()
 
     async def _count(self, tokens: Tokens) -> None:
         """Usage of this run's own (not a child's total): also to the job, if any."""
@@ -357,7 +362,7 @@ class LiveRunContext(RunContext):
                 except Exception:
                     await self._store.append(audit.stream, audit.events)
                     raise
-            async with self._locked():
+            async with self._lock:
                 if error is None:
                     event = RunToolCalled(
                         seq=self._seq, operation=operation, arguments=args_text, args_hash=args_hash,
@@ -453,7 +458,7 @@ class LiveRunContext(RunContext):
             # everything up to the receipt has been read: the next read starts after it
             return event, tx.append(stream, [event]).version, items
 
-        async with self._locked():
+        async with self._lock:
             seq = self._seq
             with trio.CancelScope(shield=True):
                 _, self._inbox_after, items = await self._store.transact(lambda tx: read_and_receipt(tx, seq))

@@ -20,10 +20,18 @@ AUDIT_STREAM_PREFIX = "audit-"
 AuditOutcome = Literal["ok", "error", "denied", "invalid", "timeout", "cancelled"]
 
 
+DAY_MS = 86_400_000  # a UTC day in Unix time (which has no leap seconds)
+_last_day: tuple[int, str] = (0, AUDIT_STREAM_PREFIX + "1970-01-01")  # (its first ms, its stream)
+
+
 def audit_stream(at_ms: int) -> str:
     """The stream an audit event recorded at `at_ms` (ms since the epoch) goes to."""
-    day = datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d")
-    return AUDIT_STREAM_PREFIX + day
+    global _last_day
+    start = at_ms - at_ms % DAY_MS
+    if _last_day[0] != start:
+        day = datetime.fromtimestamp(start / 1000, tz=timezone.utc).strftime("%Y-%m-%d")
+        _last_day = (start, AUDIT_STREAM_PREFIX + day)
+    return _last_day[1]
 
 
 class OperationAudited(Event, tag="audit.operation", kw_only=True):

@@ -173,3 +173,15 @@ async def test_every_call_and_every_denial_is_audited_in_order(executor, store):
 async def test_operations_are_found_by_their_wire_name(executor, recorder):
     await executor.call("test__echo", {"text": "w"}, CHILD)
     assert recorder.calls == [("test.echo", EchoInput(text="w"))]
+
+
+def test_audit_stream_names_the_utc_day_at_every_boundary():
+    from datetime import datetime, timezone
+
+    def expected(at_ms: int) -> str:
+        return "audit-" + datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d")
+
+    day = 86_400_000
+    for at in [0, 1, day - 1, day, day + 1, -1, -day, -day - 1, 1_796_019_294_291, 1_796_019_294_291 - 10 * day]:
+        assert audit_stream(at) == expected(at), at
+    assert audit_stream(day - 1) == "audit-1970-01-01" and audit_stream(day) == "audit-1970-01-02"

@@ -118,13 +118,26 @@ def _tool_json(tool: ToolSpec) -> bytes:
     return data
 
 
+_tools_json_cache: dict[int, tuple[tuple[ToolSpec, ...], bytes]] = {}
+_TOOLS_JSON_CACHE_MAX = 256  # tuples (a few live runs' worth): each holds ~10 KB of JSON
+
+
 def tools_json(tools: tuple[ToolSpec, ...]) -> bytes:
-    """`msgspec.json.encode(tools, order="sorted")`, each ToolSpec encoded once."""
+    """`msgspec.json.encode(tools, order="sorted")`, each ToolSpec encoded once (and
+    each tuple of them joined once: an agent sends the same tuple every turn)."""
     if not tools:
         return b"[]"
-    return b"[" + b",".join([
+    hit = _tools_json_cache.get(id(tools))
+    if hit is not None and hit[0] is tools:
+        return hit[1]
+    data = b"[" + b",".join([
         _tool_json(t) if type(t) is ToolSpec else _sorted.encode(t) for t in tools
     ]) + b"]"
+    if type(tools) is tuple and all(type(t) is ToolSpec for t in tools):
+        if len(_tools_json_cache) >= _TOOLS_JSON_CACHE_MAX:
+            _tools_json_cache.clear()
+        _tools_json_cache[id(tools)] = (tools, data)
+    return data
 
 
 def request_json(request: ModelRequest) -> bytes:
