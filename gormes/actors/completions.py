@@ -1,20 +1,31 @@
 """Group completion: concurrent `complete` calls share one `complete_many` transaction.
 
 The worker finishes many jobs at once. Instead of one transaction each, the
-first caller of a round leads it: it waits until the previous round's write is
-done (meanwhile more callers join its round), then writes the whole round with
-`queue.complete_many` and hands every caller its own outcome, exactly what
-`queue.complete` would have returned or raised for it. If the round's
+first caller of a round leads it: it lets every other caller that is ready in
+the same scheduler pass join (one checkpoint), waits until the previous round's
+write is done (meanwhile more callers join its round), then writes the whole
+round with `queue.complete_many` and hands every caller its own outcome, exactly
+what `queue.complete` would have returned or raised for it. If the round's
 transaction fails as a whole, each of its items is written alone, so each
 caller still gets `complete`'s own answer.
 
     completions = Completions(queue)
     job = await completions.complete(job_id, token, result)
+
+With a `refill` (the worker), a round also claims new jobs for the slots its
+items free, in the same transaction (`queue.complete_and_claim`): the leader
+asks `refill.reserve(items)` for the claim's arguments before writing and gives
+every outcome and the claimed jobs to `refill.claimed(...)` once written (or
+nothing claimed, if the round failed), before any caller of the round wakes.
+
+With `results=False` a caller whose job was completed gets None instead of the
+Job (refusals are raised all the same): the ledger rows are not read back for a
+caller that does not look at them (the worker).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -22,6 +33,17 @@ from gormes.actors.job_views import Job
 from gormes.errors import StoreError
 
 Item = tuple[str, str, Any]
+
+
+class Refill(Protocol):
+    def reserve(self, items: list[Item]) -> dict[str, Any] | None:
+        """`complete_and_claim`'s claim arguments (names, queues, worker_id,
+        lease_ms, limit) for a round of `items`, or None to claim nothing."""
+
+    def claimed(
+        self, claim: dict[str, Any], items: list[Item], outcomes: list[Any], jobs: list[Job]
+    ) -> None:
+        """After the round: `jobs` were claimed with `claim` (none if it failed)."""
 
 
 class _Round:
@@ -34,8 +56,11 @@ class _Round:
 
 
 class Completions:
-    def __init__(self, queue: Any) -> None:
+    def __init__(self, queue: Any, refill: Refill | None = None, *, results: bool = True) -> None:
         self.queue = queue
+        self._combined = getattr(queue, "complete_and_claim", None) is not None
+        self.refill = refill if self._combined else None
+        self.results = results
         self.rounds_written = 0
         self._round = _Round()
         self._writing = trio.Lock()
@@ -50,6 +75,9 @@ class Completions:
         if index == 0:
             # The leader writes even if cancelled meanwhile: the others wait on it.
             with trio.CancelScope(shield=True):
+                # Jobs that finish together finish in the same scheduler pass: let
+                # the others of this pass join before the round can be taken.
+                await trio.lowlevel.checkpoint()
                 async with self._writing:
                     if self._round is round_:
                         self._round = _Round()
@@ -64,16 +92,29 @@ class Completions:
         return outcome
 
     async def _write(self, round_: _Round) -> None:
+        items = round_.items
+        claim = self.refill.reserve(items) if self.refill is not None else None
+        jobs: list[Job] = []
         try:
-            round_.outcomes = list(await self.queue.complete_many(round_.items))
+            if not self._combined or (claim is None and self.results):
+                round_.outcomes = list(await self.queue.complete_many(items))
+            else:
+                outcomes, jobs = await self.queue.complete_and_claim(
+                    items, **(claim or {"names": ()}), rows=self.results
+                )
+                round_.outcomes = list(outcomes)
         except Exception:  # noqa: BLE001 - each item gets its own answer below
-            round_.outcomes = [await self._alone(item) for item in round_.items]
+            round_.outcomes = [await self._alone(item) for item in items]
         finally:
             self.rounds_written += 1
+            if claim is not None:
+                assert self.refill is not None
+                self.refill.claimed(claim, items, round_.outcomes, jobs)
             round_.done.set()
 
     async def _alone(self, item: Item) -> Any:
         try:
-            return await self.queue.complete(*item)
+            job = await self.queue.complete(*item)
         except Exception as exc:  # noqa: BLE001 - handed to its caller, who raises it
             return exc
+        return job if self.results else None

@@ -6,6 +6,10 @@ inserted together and the ledger updated in one pass, where one call per job
 pays all of that per job. The rules are the same ones, applied to each job in
 turn under the same write lock, so nothing differs from calling `claim` or
 `complete` that many times in a row; see gormes/actors/queue.py.
+
+`complete_and_claim` is `complete_many` then `claim_many` in one transaction: a
+worker whose jobs finish together records them and fills the slots they free
+with one commit instead of two.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ def jobs_by_id(s: JobSession, job_ids: Sequence[str]) -> dict[str, Job]:
 
 
 class QueueBatches:
-    """`claim_many` and `complete_many`."""
+    """`claim_many`, `complete_many` and `complete_and_claim`."""
 
     if TYPE_CHECKING:  # provided by JobQueue
         async def _transact(self, fn: Callable[[JobSession], Any], now: int | None = None) -> Any: ...
@@ -69,29 +73,10 @@ class QueueBatches:
         """Claim up to `limit` waiting jobs with one of `names` (in `queues`, default
         all), by priority then age, in one transaction; due delayed jobs are
         promoted first. Each returned Job carries its own fresh `lock_token`."""
-        names = sorted(set(names))
-        queues = None if queues is None else sorted(set(queues))
-        if not names or queues == []:
+        claim = _claimer(names, queues, worker_id, lease_ms, limit)
+        if claim is None:
             return []
-        if lease_ms <= 0:
-            raise InvalidJob("lease_ms must be > 0")
-        if limit < 1:
-            raise InvalidJob("limit must be >= 1")
-        sql, params = claim_sql(names, queues)
-
-        def claim(s: JobSession) -> list[Job]:
-            self._promote_due(s)
-            found = s.ids_where(sql, (*params, limit))
-            s.preload(found)
-            for job_id in found:
-                s.run(job_id, rules.Claim(
-                    now=s.now, worker_id=worker_id, lock_token=secrets.token_hex(16),
-                    lease_ms=lease_ms,
-                ))
-            rows = jobs_by_id(s, found)
-            return [rows[job_id] for job_id in found]
-
-        return await self._transact(claim)
+        return await self._transact(lambda s: claim(self, s))
 
     async def complete_many(
         self, items: Sequence[tuple[str, str, Any]]
@@ -103,45 +88,130 @@ class QueueBatches:
         the ledger, or the error `complete` would raise (LockLost for a stale
         token, JobNotFound, InvalidJob for a result that is not JSON). An item
         refused changes nothing and does not affect the others."""
-        outcomes: list[CompleteOutcome] = [None] * len(items)
-        todo: list[tuple[int, str, str, Any]] = []
-        for i, (job_id, token, result) in enumerate(items):
-            try:
-                plain = _json_data(result, "job result")
-            except InvalidJob as exc:
-                outcomes[i] = exc
-                continue
-            todo.append((i, job_id, token, plain))
-
-        def complete(s: JobSession) -> list[CompleteOutcome]:
-            s.preload([job_id for _, job_id, _, _ in todo])
-            done: list[tuple[int, str]] = []
-            for i, job_id, token, result in todo:
-                appends = s.appends
-                try:
-                    if s.state(job_id) is None:
-                        raise JobNotFound(f"no job {job_id}")
-                    s.run(job_id, rules.Complete(now=s.now, token=token, result=result))
-                except JobError as exc:
-                    if s.appends != appends:  # refused half-way: undo the whole batch
-                        raise
-                    outcomes[i] = exc
-                else:
-                    done.append((i, job_id))
-            rows = jobs_by_id(s, [job_id for _, job_id in done])
-            for i, job_id in done:
-                outcomes[i] = _completed(s, job_id, rows)
-            return outcomes
-
+        outcomes, todo = _completable(items)
         if not todo:
             return outcomes
-        return await self._transact(complete)
+        return await self._transact(lambda s: _complete_in(s, todo, outcomes))
+
+    async def complete_and_claim(
+        self,
+        items: Sequence[tuple[str, str, Any]],
+        names: Iterable[str],
+        queues: Iterable[str] | None = None,
+        worker_id: str = "",
+        lease_ms: int = DEFAULT_LEASE_MS,
+        limit: int = 1,
+        *,
+        rows: bool = True,
+    ) -> tuple[list[CompleteOutcome], list[Job]]:
+        """`complete_many(items)` then `claim_many(names, queues, worker_id,
+        lease_ms, limit)` in ONE transaction (one commit): what a worker does when
+        jobs finish and it takes new ones for the slots they free.
+
+        The outcomes and the claimed jobs are exactly those of the two calls made
+        one after the other; if the transaction fails, neither happened. With
+        `rows=False` an item completed has the outcome None instead of its Job
+        (the ledger rows are not read back; the refusals are the same)."""
+        outcomes, todo = _completable(items)
+        claim = _claimer(names, queues, worker_id, lease_ms, limit)
+
+        def run(s: JobSession) -> tuple[list[CompleteOutcome], list[Job]]:
+            if todo:
+                _complete_in(s, todo, outcomes, rows)
+            return outcomes, [] if claim is None else claim(self, s)
+
+        if not todo and claim is None:
+            return outcomes, []
+        return await self._transact(run)
 
 
-def _completed(s: JobSession, job_id: str, rows: dict[str, Job]) -> Job | None:
-    """What `complete` returns once its events are appended."""
+Todo = list[tuple[int, str, str, Any]]
+
+
+def _completable(items: Sequence[tuple[str, str, Any]]) -> tuple[list[CompleteOutcome], Todo]:
+    """The items' outcomes so far (InvalidJob for a result that is not JSON) and
+    the items left to write, with their index and plain result."""
+    outcomes: list[CompleteOutcome] = [None] * len(items)
+    todo: Todo = []
+    for i, (job_id, token, result) in enumerate(items):
+        try:
+            plain = _json_data(result, "job result")
+        except InvalidJob as exc:
+            outcomes[i] = exc
+            continue
+        todo.append((i, job_id, token, plain))
+    return outcomes, todo
+
+
+def _complete_in(
+    s: JobSession, todo: Todo, outcomes: list[CompleteOutcome], rows: bool = True
+) -> list[CompleteOutcome]:
+    s.preload([job_id for _, job_id, _, _ in todo])
+    done: list[tuple[int, str]] = []
+    for i, job_id, token, result in todo:
+        appends = s.appends
+        try:
+            if s.state(job_id) is None:
+                raise JobNotFound(f"no job {job_id}")
+            s.run(job_id, rules.Complete(now=s.now, token=token, result=result))
+        except JobError as exc:
+            if s.appends != appends:  # refused half-way: undo the whole batch
+                raise
+            outcomes[i] = exc
+        else:
+            done.append((i, job_id))
+    done_ids = [job_id for _, job_id in done]
+    if rows:
+        found = jobs_by_id(s, done_ids)
+        for i, job_id in done:
+            outcomes[i] = _completed(s, job_id, found)
+    else:
+        present = set(s.ids_where(
+            f"SELECT id FROM jobs WHERE id IN ({','.join('?' * len(done_ids))})", done_ids
+        )) if done_ids else set()
+        for i, job_id in done:
+            _completed(s, job_id, {}, job_id in present)
+            outcomes[i] = None
+    return outcomes
+
+
+def _claimer(
+    names: Iterable[str], queues: Iterable[str] | None, worker_id: str, lease_ms: int, limit: int
+) -> Callable[[Any, JobSession], list[Job]] | None:
+    """The body of a claim of up to `limit` jobs (None: nothing could be claimed);
+    the arguments are checked here, before any transaction."""
+    names = sorted(set(names))
+    queues = None if queues is None else sorted(set(queues))
+    if not names or queues == []:
+        return None
+    if lease_ms <= 0:
+        raise InvalidJob("lease_ms must be > 0")
+    if limit < 1:
+        raise InvalidJob("limit must be >= 1")
+    sql, params = claim_sql(names, queues)
+
+    def claim(queue: Any, s: JobSession) -> list[Job]:
+        queue._promote_due(s)
+        found = s.ids_where(sql, (*params, limit))
+        s.preload(found)
+        for job_id in found:
+            s.run(job_id, rules.Claim(
+                now=s.now, worker_id=worker_id, lock_token=secrets.token_hex(16),
+                lease_ms=lease_ms,
+            ))
+        rows = jobs_by_id(s, found)
+        return [rows[job_id] for job_id in found]
+
+    return claim
+
+
+def _completed(
+    s: JobSession, job_id: str, rows: dict[str, Job], in_ledger: bool = False
+) -> Job | None:
+    """What `complete` returns once its events are appended (`in_ledger`: the row
+    is known to be there, not read)."""
     job = rows.get(job_id)
-    if job is not None:
+    if job is not None or in_ledger:
         return job
     state = s.state(job_id)
     if state is not None and state.terminal:

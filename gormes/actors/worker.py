@@ -38,7 +38,6 @@ import os
 import socket
 import sys
 import traceback
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -72,7 +71,7 @@ TIMEOUT, BREAKER, SHUTDOWN, PAUSED, CANCELLED, LEASE_LOST = (
 
 
 def new_worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
 
 
 class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,7 +181,13 @@ class Worker:
         self._capacity_changed = trio.Event()
         self._idle_scope: trio.CancelScope | None = None
         self._handlers: trio.Nursery | None = None
-        self._completions = Completions(queue)  # jobs finishing together: one transaction
+        self._executors: trio.Nursery | None = None
+        # Slots promised to claims in flight (the claim loop's or a completion
+        # round's refill), so that the two never claim the same free slot.
+        self._reserved = 0
+        # Jobs finishing together are recorded in one transaction, which also
+        # claims the jobs that take their slots (see `_Refill`).
+        self._completions = Completions(queue, refill=_Refill(self), results=False)
         if governor is not None:
             governor.on_change(lambda _limit: self._wake_claimer())
 
@@ -231,6 +236,7 @@ class Worker:
                 async with trio.open_nursery() as handlers:
                     self._handlers = handlers
                     async with trio.open_nursery() as executors:
+                        self._executors = executors
                         executors.start_soon(self._claim_loop, executors)
                         task_status.started(self)
                         await self._stopping.wait()
@@ -265,7 +271,7 @@ class Worker:
         names = self.registry.names()
         found_last_time = True
         while not self.stopping:
-            free = self.limit - len(self.active)
+            free = self.limit - len(self.active) - self._reserved
             if free <= 0:
                 await self._capacity_changed.wait()
                 continue
@@ -273,21 +279,31 @@ class Worker:
             seen_head = await self.store.head()
             if self.stopping:
                 break
-            jobs = await self._claim_some(names, wanted)
-            room = max(0, self.limit - len(self.active))
-            if len(jobs) > room:
-                # The governor lowered the limit while the claim was in flight:
-                # give the surplus back at once, without consuming an attempt.
-                jobs, surplus = jobs[:room], jobs[room:]
+            self._reserved += wanted
+            try:
+                jobs = await self._claim_some(names, wanted)
+            finally:
+                self._reserved -= wanted
+            surplus = self._start(jobs)
+            if surplus:
                 await self._give_back(surplus)
-            for job in jobs:
-                # Counted as active now, before its task starts, so the next
-                # round never claims past the limit.
-                run = self.active[job.id] = RunningJob(job)
-                executors.start_soon(self._execute, run)
             found_last_time = bool(jobs)
             if len(jobs) < wanted:
                 await self._wait_for_new_events(seen_head)
+
+    def _start(self, jobs: list[Job]) -> list[Job]:
+        """Run the claimed `jobs` that fit under the limit; returns the surplus (the
+        governor lowered the limit while the claim was in flight), which the
+        caller gives back at once, without consuming an attempt."""
+        room = max(0, self.limit - len(self.active))
+        jobs, surplus = jobs[:room], jobs[room:]
+        assert self._executors is not None
+        for job in jobs:
+            # Counted as active now, before its task starts, so the next
+            # round never claims past the limit.
+            run = self.active[job.id] = RunningJob(job)
+            self._executors.start_soon(self._execute, run)
+        return surplus
 
     async def _give_back(self, jobs: list[Job]) -> None:
         for job in jobs:
@@ -367,8 +383,10 @@ class Worker:
             assert self._handlers is not None
             self._handlers.start_soon(self._run_handler, run, handler)
             timeout_ms = job.options.timeout_ms
-            deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else math.inf
-            with trio.move_on_at(deadline):
+            if timeout_ms:
+                with trio.move_on_after(timeout_ms / 1000):
+                    await run.settled.wait()
+            else:  # no cancel scope to enter and leave: most jobs have no timeout
                 await run.settled.wait()
             if not run.done.is_set():
                 run.abort(TIMEOUT)
@@ -380,7 +398,8 @@ class Worker:
                 await self._record(run)
         finally:
             run.stop_renewing()
-            self.active.pop(job.id, None)
+            if self.active.get(job.id) is run:  # (a refill may have removed it already)
+                del self.active[job.id]
             self._wake_claimer()
 
     async def _run_handler(self, run: RunningJob, handler: Handler) -> None:
@@ -561,3 +580,48 @@ class Worker:
             "cpu_percent": sample.cpu_percent if sample else None,
             "memory_percent": sample.memory_percent if sample else None,
         }
+
+
+class _Refill:
+    """A completion round claims the jobs for the slots its items free, in the
+    same transaction (`Completions`, `JobQueue.complete_and_claim`)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def reserve(self, items: list[tuple[str, str, Any]]) -> dict[str, Any] | None:
+        w = self.worker
+        if w.stopping or w._executors is None:
+            return None
+        freed = sum(1 for job_id, token, _ in items if _holds(w, job_id, token))
+        free = w.limit - len(w.active) - w._reserved + freed
+        want = min(free, w.config.max_claims_per_round)
+        if want <= 0:
+            return None
+        w._reserved += want
+        return {
+            "names": w.registry.names(), "queues": w.config.queues, "worker_id": w.id,
+            "lease_ms": w.config.lease_ms, "limit": want,
+        }
+
+    def claimed(
+        self, claim: dict[str, Any], items: list[tuple[str, str, Any]], outcomes: list[Any],
+        jobs: list[Job],
+    ) -> None:
+        w = self.worker
+        w._reserved -= claim["limit"]
+        # The round's jobs are recorded (or no longer ours): their slots are free
+        # now, before their executors wake. One whose result was not JSON keeps
+        # its slot: its executor records a failure for it next.
+        for (job_id, token, _), outcome in zip(items, outcomes):
+            if not isinstance(outcome, InvalidJob) and _holds(w, job_id, token):
+                del w.active[job_id]
+        surplus = w._start(jobs)
+        if surplus:
+            assert w._executors is not None
+            w._executors.start_soon(w._give_back, surplus)
+
+
+def _holds(worker: Worker, job_id: str, token: str) -> bool:
+    run = worker.active.get(job_id)
+    return run is not None and run.token == token

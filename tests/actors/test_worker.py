@@ -161,6 +161,29 @@ async def test_given_more_jobs_than_concurrency_then_only_that_many_run_at_once(
     assert len(harness.calls) == 6
 
 
+async def test_given_many_short_jobs_then_each_round_of_completions_claims_the_next_within_the_limit(harness, mock_clock):
+    registry = harness.registry()
+    running_now: list[int] = [0]
+    most: list[int] = [0]
+
+    @registry_job(registry, "short")
+    async def short(ctx: JobContext, data: Any) -> Any:
+        running_now[0] += 1
+        most[0] = max(most[0], running_now[0])
+        await trio.lowlevel.checkpoint()
+        running_now[0] -= 1
+        return data
+
+    jobs = [await harness.queue.submit("short", i) for i in range(12)]
+    async with running(harness, registry, config=msgspec_replace(CONFIG, concurrency=3)) as worker:
+        for j in jobs:
+            done = await harness.status(j.id, "completed")
+            assert (done.result, done.attempts_made) == (j.data, 1)
+    assert most[0] <= 3
+    # jobs finishing together were recorded together
+    assert worker._completions.rounds_written < 12
+
+
 def msgspec_replace(config: WorkerConfig, **changes: Any) -> WorkerConfig:
     import msgspec
 
