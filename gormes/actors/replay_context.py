@@ -136,6 +136,8 @@ class ReplayContext(RunContext):
         self._reply: ModelReply | None = None
         self._model_name: str | None = None
         self._operations: dict[str, str] = {}  # tool name asked -> operation name
+        # llm() may check a model turn inline (a subclass may match otherwise)
+        self._strict_llm = type(self).llm_matches is ReplayContext.llm_matches
         self.children: list[ReplayChildRun] = []
 
     @property
@@ -291,7 +293,8 @@ class ReplayContext(RunContext):
             observations, cursor = self.recorded.observations, self.cursor
             record = observations[cursor] if cursor < len(observations) else None
             if record is not None and (self.until is None or record.position <= self.until) and (
-                self.llm_matches(record.event, digest, request)
+                (type(e := record.event) is RunLlmTurn and e.request_hash == digest and e.model == request.model)
+                if self._strict_llm else self.llm_matches(record.event, digest, request)
             ):
                 self.cursor = cursor + 1
             else:
@@ -335,8 +338,11 @@ class ReplayContext(RunContext):
         return operation
 
     async def tool(self, name: str, arguments: Any) -> Any:
-        operation = self.operation_name(name)
-        args_text, args_hash = tool_arguments(arguments)
+        operation = self._operations.get(name) or self.operation_name(name)
+        try:
+            args_text, args_hash = canonical_arguments(arguments)
+        except (msgspec.DecodeError, TypeError):
+            args_text, args_hash = tool_arguments(arguments)
         observations, cursor = self.recorded.observations, self.cursor
         record = observations[cursor] if cursor < len(observations) else None
         if record is not None and (self.until is None or record.position <= self.until) and (
