@@ -7,8 +7,11 @@
   a later batch applies past it (or a rebuild starts over), so the doctor and
   `gormes projections status` can report it.
 
-Plain blocking functions over one sqlite3 connection: the runner calls them inside
-its transactions, the CLI's status reads them directly.
+Plain blocking functions over one connection: the runner calls them inside its
+transactions, the CLI's status reads them directly. The connection is an sqlite3
+one or, on PostgreSQL, a PortableConnection (gormes/events/postgres_sql.py): the
+SQL is one text with `?` placeholders; only creating the tables and asking the
+catalog differ.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sqlite3
 from collections.abc import Sequence
 
 import msgspec
+
+from gormes.events.postgres_sql import POSTGRES, dialect_of
 
 VERSIONS = "projection_versions"
 FAILURES = "projection_failures"
@@ -36,6 +41,11 @@ class ProjectionStatus(msgspec.Struct, frozen=True):
 
 def ensure_tables(conn: sqlite3.Connection) -> None:
     """Create the bookkeeping tables if missing (safe inside an open transaction)."""
+    if dialect_of(conn) == POSTGRES:
+        from gormes.projections.ledger_postgres import ensure_bookkeeping
+
+        ensure_bookkeeping(conn)
+        return
     import sqlite_utils
 
     db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
@@ -146,7 +156,10 @@ def read_status(
     conn: sqlite3.Connection, projections: Sequence[tuple[str, int]]
 ) -> list[ProjectionStatus]:
     """The status of each (name, code version), read in one snapshot."""
-    conn.execute("BEGIN")
+    # One snapshot: on PostgreSQL a plain BEGIN is READ COMMITTED (a snapshot per
+    # statement), so ask for REPEATABLE READ.
+    postgres = dialect_of(conn) == POSTGRES
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if postgres else "BEGIN")
     try:
         head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
         statuses = []
@@ -183,6 +196,13 @@ def _state(built: int | None, version: int, position: int, head: int, failures: 
 
 
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    if dialect_of(conn) == POSTGRES:
+        row = conn.execute(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema() AND c.relname = ? AND c.relkind = 'r'",
+            (name,),
+        ).fetchone()
+        return row is not None
     row = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
     ).fetchone()

@@ -26,6 +26,8 @@ from gormes.events.cron import (
     CronScheduled,
 )
 
+from gormes.projections.schema import Schema, Table, replace_sql
+
 if TYPE_CHECKING:
     import sqlite_utils
 
@@ -34,27 +36,44 @@ TABLE = "schedules"
 _encode = msgspec.json.Encoder().encode
 
 
-class SchedulesProjection:
-    name = "schedules"
-    version = 1
-    tables = (TABLE,)
-    types = ("cron.*",)
+COLUMNS = (
+    "name", "schedule", "job", "data", "queue", "status", "created_at", "counts_from",
+    "updated_at", "last_fire_at", "last_job_id", "fires",
+)
 
-    def setup(self, db: sqlite_utils.Database) -> None:
-        db.table(TABLE).create(
+SCHEMA = Schema(
+    tables=(
+        Table(
+            TABLE,
             {
                 "name": str, "schedule": str, "job": str, "data": str, "queue": str,
                 "status": str, "created_at": int, "counts_from": int, "updated_at": int,
                 "last_fire_at": int,
                 "last_job_id": str, "fires": int,
             },
-            pk="name",
-            not_null={
+            "name",
+            frozenset({
                 "schedule", "job", "queue", "status", "created_at", "counts_from", "updated_at",
                 "fires",
-            },
-            if_not_exists=True,
-        )
+            }),
+        ),
+    ),
+)
+
+# A schedule added again under a removed one's name replaces the row, as INSERT OR
+# REPLACE did (a live name cannot be added twice: the decider refuses it).
+_SCHEDULE = replace_sql(TABLE, COLUMNS, "name", "?, ?, ?, ?, ?, 'active', ?, ?, ?, NULL, NULL, 0")
+
+
+class SchedulesProjection:
+    name = "schedules"
+    version = 1
+    tables = (TABLE,)
+    types = ("cron.*",)
+    schema = SCHEMA
+
+    def setup(self, db: sqlite_utils.Database) -> None:
+        SCHEMA.create_sqlite(db)
 
     def apply(self, conn: sqlite3.Connection, records: list[Recorded]) -> None:
         for r in records:
@@ -63,9 +82,7 @@ class SchedulesProjection:
             name, e = r.stream[len(CRON_STREAM_PREFIX):], r.event
             if isinstance(e, CronScheduled):
                 conn.execute(
-                    f"INSERT OR REPLACE INTO {TABLE}(name, schedule, job, data, queue, status,"
-                    " created_at, counts_from, updated_at, fires)"
-                    " VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, 0)",
+                    _SCHEDULE,
                     (name, e.schedule, e.job, _encode(e.data).decode(), e.queue, e.at, e.at, e.at),
                 )
             elif isinstance(e, CronPaused):
@@ -90,12 +107,6 @@ class SchedulesProjection:
 
 
 schedules = SchedulesProjection()
-
-
-COLUMNS = (
-    "name", "schedule", "job", "data", "queue", "status", "created_at", "counts_from",
-    "updated_at", "last_fire_at", "last_job_id", "fires",
-)
 
 
 def read_rows(conn: sqlite3.Connection) -> list[dict[str, object]]:

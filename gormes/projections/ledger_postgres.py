@@ -1,5 +1,7 @@
 """The job ledger's tables on PostgreSQL: DDL made from the ledger's own table list.
 
+(`table_sql` and `index_sql` serve every portable projection: gormes/projections/schema.py.)
+
 `gormes/projections/ledger.py` describes its tables and indexes once (`TABLES`,
 `INDEXES`); on SQLite sqlite-utils builds them, here they become PostgreSQL DDL
 (integers are BIGINT: times are milliseconds since the epoch). Beside them go
@@ -37,11 +39,10 @@ _BOOKKEEPING = (
     " ON projection_failures(projection, resolved_at)",
 )
 
-NAMES = (
-    *(t.name for t in TABLES), *(name for name, _, _ in INDEXES),
-    "projection_versions", "projection_failures",
-    "idx_projection_failures_projection_resolved_at",
+BOOKKEEPING_NAMES = (
+    "projection_versions", "projection_failures", "idx_projection_failures_projection_resolved_at",
 )
+NAMES = (*(t.name for t in TABLES), *(name for name, _, _ in INDEXES), *BOOKKEEPING_NAMES)
 
 
 def _literal(value: Any) -> str:
@@ -64,28 +65,40 @@ def table_sql(table: Table) -> str:
     return f"CREATE TABLE IF NOT EXISTS {table.name}(\n    " + ",\n    ".join(columns) + ")"
 
 
+def index_sql(name: str, table: str, columns: tuple[str, ...]) -> str:
+    return f"CREATE INDEX IF NOT EXISTS {name} ON {table}({', '.join(columns)})"
+
+
 def statements() -> list[str]:
     """Every statement that creates the ledger's schema (each idempotent)."""
     out = [table_sql(t) for t in TABLES]
-    out += [
-        f"CREATE INDEX IF NOT EXISTS {name} ON {table}({', '.join(columns)})"
-        for name, table, columns in INDEXES
-    ]
+    out += [index_sql(name, table, columns) for name, table, columns in INDEXES]
     out += list(_BOOKKEEPING)
     return out
+
+
+def present_relations(conn: Any) -> set[str]:
+    """The tables and indexes of the current schema (one catalog query)."""
+    return {
+        relname for (relname,) in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema()"
+        )
+    }
+
+
+def ensure_bookkeeping(conn: Any) -> None:
+    """`projection_versions` and `projection_failures`, if missing."""
+    if not present_relations(conn).issuperset(BOOKKEEPING_NAMES):
+        for statement in _BOOKKEEPING:
+            conn.execute(statement)
 
 
 def set_up(conn: Any, name: str, version: int) -> None:
     """Create whatever is missing and record the built version (first time only).
 
     `conn` is the transaction's PortableConnection (SQL with `?` placeholders)."""
-    present = {
-        relname for (relname,) in conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = current_schema()"
-        )
-    }
-    if not present.issuperset(NAMES):
+    if not present_relations(conn).issuperset(NAMES):
         for statement in statements():
             conn.execute(statement)
     conn.execute(

@@ -13,9 +13,23 @@ A projection is anything with this shape (see `streams.py`):
     setup(db)                 # sqlite_utils.Database: create or migrate the tables
     apply(conn, records)      # plain SQL on conn; never sqlite-utils' insert/upsert
     types (optional)          # only these event types (GLOB patterns); default all
+    schema (optional)         # a schema.Schema: the tables described once, so the
+                              # projection also runs on PostgreSQL
 
 `apply` must be deterministic in the records alone: a rebuild from position 0
 has to give the same rows.
+
+The runner works on both stores. On PostgreSQL `conn` is the transaction's
+PortableConnection (SQL with `?` placeholders, gormes/events/postgres_sql.py),
+the tables come from `schema` (DDL, in the same transaction) and a projection
+without one is refused with a `ProjectionError`. Every write transaction of the
+PostgreSQL store holds the events table lock, so batches of one projection from
+many processes or hosts take turns there exactly as under SQLite's write lock,
+and the tracking check in `_apply_batch` keeps them from applying twice.
+PostgreSQL is stricter in two places: an upsert's `DO UPDATE SET` must name the
+table in a reference to the old row (`notes = note_counts.notes + excluded.notes`;
+a bare `notes` is ambiguous there), and `INSERT OR REPLACE` does not exist
+(`schema.replace_sql` writes the upsert both take).
 """
 
 from __future__ import annotations
@@ -29,7 +43,9 @@ import trio
 
 from gormes.errors import GormesError, ProjectionError
 from gormes.events.base import Recorded
+from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.projections import bookkeeping
+from gormes.projections.schema import schema_of, supports
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -67,6 +83,11 @@ class ProjectionRunner:
         from gormes.events.catalog import load_all
 
         load_all()
+        if not supports(projection, store):
+            raise ProjectionError(
+                f"projection {projection.name!r} runs on SQLite only; "
+                "it is not available on PostgreSQL (docs/postgres.md)"
+            )
         self.store = store
         self.projection = projection
         self.batch_size = batch_size
@@ -92,7 +113,7 @@ class ProjectionRunner:
             if built != projection.version:
                 _reset(tx, projection)
             else:
-                projection.setup(_database(conn))
+                _setup(conn, projection)
             return bookkeeping.tracked_position(conn, projection.name)
 
         self._moved_to(await self.store.transact(prepare))
@@ -232,12 +253,25 @@ def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
     return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
 
 
+def _setup(conn: Any, projection: Projection) -> None:
+    if dialect_of(conn) == POSTGRES:
+        schema = schema_of(projection)
+        assert schema is not None  # checked when the runner was made
+        schema.create_postgres(conn)
+    else:
+        projection.setup(_database(conn))
+
+
 def _reset(tx: SQLiteTransaction, projection: Projection) -> None:
     conn = tx.conn
-    db = _database(conn)
-    for table in projection.tables:
-        db.table(table).drop(ignore=True)
-    projection.setup(db)
+    if dialect_of(conn) == POSTGRES:
+        for table in projection.tables:
+            conn.execute(f'DROP TABLE IF EXISTS "{table}" CASCADE')
+    else:
+        db = _database(conn)
+        for table in projection.tables:
+            db.table(table).drop(ignore=True)
+    _setup(conn, projection)
     bookkeeping.set_position(conn, projection.name, 0)
     bookkeeping.set_built_version(conn, projection.name, projection.version)
     bookkeeping.resolve_failures(conn, projection.name, tx.now)

@@ -26,6 +26,8 @@ from gormes.events.runs import (
     RunToolCalled,
 )
 
+from gormes.projections.schema import Index, Schema, Table, replace_sql
+
 if TYPE_CHECKING:
     import sqlite_utils
 
@@ -37,14 +39,32 @@ COLUMNS = (
     "tokens_cache_read", "last_tool", "error",
 )
 
-_INSERT = (
-    f"INSERT OR REPLACE INTO {TABLE}(run_id, parent_run_id, job_id, handler, handler_version, "
-    "model, status, depth, started_at, iterations, tokens_input, tokens_output, "
-    "tokens_cache_read) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, 0, 0, 0, 0)"
+# A run started again (the same run id) replaces its row, as INSERT OR REPLACE did.
+_INSERT = replace_sql(
+    TABLE, COLUMNS, "run_id", "?, ?, ?, ?, ?, ?, 'running', ?, ?, NULL, 0, 0, 0, 0, NULL, NULL"
 )
 _ADD_TOKENS = (
     f"UPDATE {TABLE} SET tokens_input = tokens_input + ?, tokens_output = tokens_output + ?, "
     "tokens_cache_read = tokens_cache_read + ? WHERE run_id = ?"
+)
+
+
+SCHEMA = Schema(
+    tables=(
+        Table(
+            TABLE,
+            {
+                "run_id": str, "parent_run_id": str, "job_id": str, "handler": str,
+                "handler_version": str, "model": str, "status": str, "depth": int,
+                "started_at": float, "finished_at": float, "iterations": int,
+                "tokens_input": int, "tokens_output": int, "tokens_cache_read": int,
+                "last_tool": str, "error": str,
+            },
+            "run_id",
+            frozenset({"handler", "status", "depth", "started_at", "iterations"}),
+        ),
+    ),
+    indexes=(Index(TABLE, ("parent_run_id",)), Index(TABLE, ("status",))),
 )
 
 
@@ -53,23 +73,10 @@ class RunsProjection:
     version = 1
     tables = (TABLE,)
     types = ("run.*",)
+    schema = SCHEMA
 
     def setup(self, db: sqlite_utils.Database) -> None:
-        table = db.table(TABLE)
-        table.create(
-            {
-                "run_id": str, "parent_run_id": str, "job_id": str, "handler": str,
-                "handler_version": str, "model": str, "status": str, "depth": int,
-                "started_at": float, "finished_at": float, "iterations": int,
-                "tokens_input": int, "tokens_output": int, "tokens_cache_read": int,
-                "last_tool": str, "error": str,
-            },
-            pk="run_id",
-            not_null={"handler", "status", "depth", "started_at", "iterations"},
-            if_not_exists=True,
-        )
-        table.create_index(["parent_run_id"], if_not_exists=True)
-        table.create_index(["status"], if_not_exists=True)
+        SCHEMA.create_sqlite(db)
 
     def apply(self, conn: sqlite3.Connection, records: list[Recorded]) -> None:
         for r in records:

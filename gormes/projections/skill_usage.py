@@ -20,6 +20,8 @@ from gormes.events.base import Recorded
 from gormes.events.runs import RunCancelled, RunCompleted, RunFailed
 from gormes.events.skills import SkillFeedback, SkillSelected
 
+from gormes.projections.schema import Index, Schema, Table, replace_sql
+
 if TYPE_CHECKING:
     import sqlite_utils
 
@@ -29,27 +31,36 @@ OUTCOMES = "skill_run_outcomes"
 _OUTCOME_OF = {RunCompleted: "completed", RunFailed: "failed", RunCancelled: "cancelled"}
 
 
+_USAGE_COLUMNS = {
+    "position": int, "skill": str, "run_id": str, "score": float, "why": str,
+    "status": str, "phrase": str, "selected_at": float, "outcome": str,
+    "feedback": str, "feedback_note": str,
+}
+SCHEMA = Schema(
+    tables=(
+        Table(
+            TABLE, _USAGE_COLUMNS, "position",
+            frozenset({"skill", "run_id", "outcome", "selected_at"}),
+        ),
+        Table(OUTCOMES, {"run_id": str, "outcome": str}, "run_id"),
+    ),
+    indexes=(Index(TABLE, ("skill",)), Index(TABLE, ("run_id",))),
+)
+
+# INSERT OR REPLACE, in the SQL both databases share (every column replaced).
+_SELECTED = replace_sql(TABLE, tuple(_USAGE_COLUMNS), "position", "?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL")
+_OUTCOME = replace_sql(OUTCOMES, ("run_id", "outcome"), "run_id", "?, ?")
+
+
 class SkillUsageProjection:
     name = "skill_usage"
     version = 1
     tables = (TABLE, OUTCOMES)
     types = ("skill.*", "run.completed", "run.failed", "run.cancelled")
+    schema = SCHEMA
 
     def setup(self, db: sqlite_utils.Database) -> None:
-        usage = db.table(TABLE)
-        usage.create(
-            {
-                "position": int, "skill": str, "run_id": str, "score": float, "why": str,
-                "status": str, "phrase": str, "selected_at": float, "outcome": str,
-                "feedback": str, "feedback_note": str,
-            },
-            pk="position",
-            not_null={"skill", "run_id", "outcome", "selected_at"},
-            if_not_exists=True,
-        )
-        usage.create_index(["skill"], if_not_exists=True)
-        usage.create_index(["run_id"], if_not_exists=True)
-        db.table(OUTCOMES).create({"run_id": str, "outcome": str}, pk="run_id", if_not_exists=True)
+        SCHEMA.create_sqlite(db)
 
     def apply(self, conn: sqlite3.Connection, records: list[Recorded]) -> None:
         for r in records:
@@ -57,8 +68,7 @@ class SkillUsageProjection:
             if isinstance(e, SkillSelected):
                 row = conn.execute(f"SELECT outcome FROM {OUTCOMES} WHERE run_id = ?", (e.run_id,)).fetchone()
                 conn.execute(
-                    f"INSERT OR REPLACE INTO {TABLE}(position, skill, run_id, score, why, status, phrase, "
-                    "selected_at, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    _SELECTED,
                     (r.position, e.skill, e.run_id, e.score, e.why, e.status, e.phrase, r.recorded_at,
                      row[0] if row else "running"),
                 )
@@ -69,7 +79,7 @@ class SkillUsageProjection:
                 )
             elif type(e) in _OUTCOME_OF and r.stream.startswith("run-"):
                 run_id, outcome = r.stream[4:], _OUTCOME_OF[type(e)]
-                conn.execute(f"INSERT OR REPLACE INTO {OUTCOMES}(run_id, outcome) VALUES (?, ?)", (run_id, outcome))
+                conn.execute(_OUTCOME, (run_id, outcome))
                 conn.execute(f"UPDATE {TABLE} SET outcome = ? WHERE run_id = ?", (outcome, run_id))
 
 

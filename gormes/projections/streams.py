@@ -16,6 +16,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from gormes.events.base import Recorded
+from gormes.projections.schema import Index, Schema, Table
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -30,15 +31,10 @@ _UPSERT = (
 )
 
 
-class StreamsProjection:
-    name = "streams"
-    version = 1
-    tables = (TABLE,)
-    types = None  # every event
-
-    def setup(self, db: sqlite_utils.Database) -> None:
-        table = db.table(TABLE)
-        table.create(
+SCHEMA = Schema(
+    tables=(
+        Table(
+            TABLE,
             {
                 "stream": str,
                 "first_type": str,
@@ -47,11 +43,23 @@ class StreamsProjection:
                 "last_position": int,
                 "updated_at": float,
             },
-            pk="stream",
-            not_null={"first_type", "version", "first_position", "last_position", "updated_at"},
-            if_not_exists=True,
-        )
-        table.create_index(["updated_at"], if_not_exists=True)
+            "stream",
+            frozenset({"first_type", "version", "first_position", "last_position", "updated_at"}),
+        ),
+    ),
+    indexes=(Index(TABLE, ("updated_at",)),),
+)
+
+
+class StreamsProjection:
+    name = "streams"
+    version = 1
+    tables = (TABLE,)
+    types = None  # every event
+    schema = SCHEMA
+
+    def setup(self, db: sqlite_utils.Database) -> None:
+        SCHEMA.create_sqlite(db)
 
     def apply(self, conn: sqlite3.Connection, records: list[Recorded]) -> None:
         # Fold the batch per stream first: one upsert per stream, not per event.

@@ -1,15 +1,16 @@
-"""The `streams` projection: one row per stream, deterministic from the log."""
+"""The `streams` projection: one row per stream, deterministic from the log.
+
+Every test runs on SQLite and on PostgreSQL (the `store` fixture, conftest.py,
+whose clock gives each write a distinct time from 1000.0 on).
+"""
 
 from __future__ import annotations
 
-import itertools
-import sqlite3
-
 import pytest
+from projection_helpers import rows
 
 from gormes.events.base import UnknownEvent
 from gormes.events.notes import NoteAdded
-from gormes.events.sqlite import SQLiteEventStore
 from gormes.projections.runner import ProjectionRunner
 from gormes.projections.streams import streams
 
@@ -25,15 +26,11 @@ def other(kind: str) -> UnknownEvent:
     return UnknownEvent(type=kind, data={"n": 1})
 
 
-def table(path) -> list[tuple]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(f"SELECT {COLUMNS} FROM streams ORDER BY stream").fetchall()
-    finally:
-        conn.close()
+async def table(store) -> list[tuple]:
+    return await rows(store, f"SELECT {COLUMNS} FROM streams ORDER BY stream")
 
 
-async def expected_from_log(store: SQLiteEventStore) -> list[tuple]:
+async def expected_from_log(store) -> list[tuple]:
     """The rows, computed another way: from each stream's own events."""
     names = sorted({r.stream for r in await store.read_all()})
     rows = []
@@ -46,7 +43,7 @@ async def expected_from_log(store: SQLiteEventStore) -> list[tuple]:
     return rows
 
 
-async def fill(store: SQLiteEventStore) -> None:
+async def fill(store) -> None:
     await store.append("job-1", [other("job.submitted"), note("a")], expected_version=0)
     await store.append("run-1", [note("b")], expected_version=0)
     await store.append("job-1", [other("job.claimed")], expected_version=2)
@@ -54,23 +51,16 @@ async def fill(store: SQLiteEventStore) -> None:
     await store.append("run-1", [note("c"), note("d")], expected_version=1)
 
 
-@pytest.fixture
-async def store(tmp_path):
-    ticks = itertools.count(1_000)  # an injected clock: every write gets a distinct time
-    async with SQLiteEventStore.open(tmp_path / "g.db", clock=lambda: float(next(ticks))) as s:
-        yield s
-
-
 @pytest.mark.parametrize("batch_size", [1, 2, 3, 1000])
 async def test_one_row_per_stream_whatever_the_batch_size(store, batch_size):
     await fill(store)
     await ProjectionRunner(store, streams, batch_size=batch_size).catch_up()
-    assert table(store.path) == [
+    assert await table(store) == [
         ("job-1", "job.submitted", 3, 1, 4, 1002.0),
         ("memory-x", "memory.added", 2, 5, 6, 1003.0),
         ("run-1", "note.added", 3, 3, 8, 1004.0),
     ]
-    assert table(store.path) == await expected_from_log(store)
+    assert await table(store) == await expected_from_log(store)
 
 
 async def test_rows_follow_later_events_and_keep_the_first(store):
@@ -80,22 +70,22 @@ async def test_rows_follow_later_events_and_keep_the_first(store):
     await store.append("job-1", [note("later")], expected_version=3)
     await store.append("new", [other("x.y")], expected_version=0)
     await runner.catch_up()
-    rows = {row[0]: row for row in table(store.path)}
+    rows = {row[0]: row for row in await table(store)}
     [later] = await store.read_stream("job-1", after_version=3)
     [new] = await store.read_stream("new")
     assert rows["job-1"] == ("job-1", "job.submitted", 4, 1, 9, later.recorded_at)
     assert rows["new"] == ("new", "x.y", 1, 10, 10, new.recorded_at)
-    assert table(store.path) == await expected_from_log(store)
+    assert await table(store) == await expected_from_log(store)
 
 
-async def test_setup_is_idempotent_and_indexes_updated_at(store):
+async def test_setup_is_idempotent_and_indexes_updated_at(store, backend):
     await fill(store)
     await ProjectionRunner(store, streams).catch_up()
     await ProjectionRunner(store, streams).prepare()  # setup again over existing tables
-    conn = sqlite3.connect(store.path)
-    try:
-        indexes = [r[1] for r in conn.execute("PRAGMA index_list(streams)")]
-    finally:
-        conn.close()
-    assert any("updated_at" in name for name in indexes)
-    assert len(table(store.path)) == 3
+    if backend == "postgres":
+        sql = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'streams'"
+    else:
+        sql = "SELECT name FROM pragma_index_list('streams')"
+    indexes = [name for (name,) in await rows(store, sql)]
+    assert "idx_streams_updated_at" in indexes
+    assert len(await table(store)) == 3
