@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from gormes.actors.providers.base import Provider
     from gormes.actors.runs import LiveRun, RunManager
     from gormes.ops.registry import Registry
+    from gormes.ops.spec import Caller
 
 TokenSink = Callable[[Tokens], Awaitable[None]]
 
@@ -211,6 +212,7 @@ class LiveRunContext(RunContext):
         self._inbox_after = 0  # the stream version the run's inbox was read up to
         self._read_ids: set[str] = set()
         self.children_nursery: trio.Nursery | None = None  # set by the driver
+        self._as_caller: Caller | None = None
 
     # -- what the run is ---------------------------------------------------------------
 
@@ -287,6 +289,14 @@ class LiveRunContext(RunContext):
         executor = self._manager.executor
         return tool_specs(None if executor is None else executor.registry, self.trust, self.allowed_tools)
 
+    def _caller(self) -> Caller:
+        """Who the run's tool calls come from (fixed for the run's life)."""
+        if self._as_caller is None:
+            from gormes.ops.spec import Caller
+
+            self._as_caller = Caller(trust=self.trust, id=self._stream, run_id=self.run_id, job_id=self._run.job_id)
+        return self._as_caller
+
     def _tool_names(self) -> frozenset[str]:
         executor = self._manager.executor
         if executor is None:
@@ -315,13 +325,13 @@ class LiveRunContext(RunContext):
                     raise
                 await trio.sleep(min(self._manager.llm_backoff_s * 2 ** (attempt - 1), 30.0))
                 continue
-            usage = Tokens(input=reply.usage.input, output=reply.usage.output, cache_read=reply.usage.cache_read)
-            turn = RunLlmTurn(
-                seq=0, request_hash=digest, model=request.model,
-                message_count=len(request.messages), reply=record_reply(reply), usage=usage,
-                duration_ms=_ms(started),
-            )
-            await self._record(lambda seq, turn=turn: msgspec.structs.replace(turn, seq=seq))
+            u = reply.usage
+            usage = Tokens(input=u.input, output=u.output, cache_read=u.cache_read)
+            recorded, duration_ms = record_reply(reply), _ms(started)
+            await self._record(lambda seq: RunLlmTurn(
+                seq=seq, request_hash=digest, model=request.model, message_count=len(request.messages),
+                reply=recorded, usage=usage, duration_ms=duration_ms,
+            ))
             await self._count(usage)
             return reply
 
@@ -344,9 +354,9 @@ class LiveRunContext(RunContext):
                 operation, args_text, args_hash, "denied",
                 f"{operation} is not allowed for this run (allowed: {offered})", "ToolNotAllowed", 0,
             )
-        from gormes.ops.spec import Caller, OperationDenied
+        from gormes.ops.spec import OperationDenied
 
-        caller = Caller(trust=self.trust, id=self._stream, run_id=self.run_id, job_id=self._run.job_id)
+        caller = self._caller()
         started = trio.current_time()
         recorded: list[RunToolCalled] = []
 

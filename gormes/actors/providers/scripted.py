@@ -169,11 +169,10 @@ def _message_chars(message: Message) -> int:
 
 
 def estimate_usage(request: ModelRequest, reply: Message) -> Usage:
-    prompt = 0
-    for m in request.messages:
-        prompt += len(m.content)
-        for c in m.tool_calls:
-            prompt += len(c.name) + len(c.arguments)
+    messages = request.messages
+    prompt = sum([len(m.content) for m in messages]) + sum([
+        len(c.name) + len(c.arguments) for m in messages if m.tool_calls for c in m.tool_calls
+    ])
     prompt += len(tools_json(request.tools)) if request.tools else 0
     return Usage(input=estimate_tokens(prompt), output=estimate_tokens(_message_chars(reply)))
 
