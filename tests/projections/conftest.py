@@ -42,3 +42,20 @@ async def store(backend: str, tmp_path: Path) -> AsyncIterator[Any]:
             PG_URL, schema=schema, poll_interval=0.05, clock=clock
         ) as s:
             yield s
+
+
+@pytest.fixture
+def reopen() -> Any:
+    """`reopen(store)`: another store on the same database, as a second process or
+    host would open it (an async context manager)."""
+
+    def open_again(store: Any) -> Any:
+        if getattr(store, "dialect", "sqlite") == "postgres":
+            from gormes.events.postgres import PostgresEventStore
+
+            return PostgresEventStore.open(store.url, schema=store.schema, poll_interval=0.05)
+        from gormes.events.sqlite import SQLiteEventStore
+
+        return SQLiteEventStore.open(store.path)
+
+    return open_again
