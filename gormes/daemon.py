@@ -46,10 +46,11 @@ from gormes.actors.handlers import (
 from gormes.actors.queue import JobQueue
 from gormes.actors.worker import Worker, WorkerConfig, new_worker_id
 from gormes.errors import GormesError, UserError
-from gormes.events.open import is_postgres_url, open_store
+from gormes.events.open import open_store
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.projections import ledger, registry
 from gormes.projections.runner import ProjectionRunner
+from gormes.projections.schema import supports
 from gormes.systemd import Notifier
 
 log = logging.getLogger("gormes.daemon")
@@ -169,17 +170,12 @@ class Daemon:
         with trio.open_signal_receiver(*STOP_SIGNALS, signal.SIGHUP) as signals:
             async with open_store(self.db) as store:
                 self.queue = queue = await JobQueue.open(store)
-                # On PostgreSQL only the job queue runs: the asynchronous projections
-                # and cron still speak SQLite's SQL (docs/postgres.md).
-                postgres = is_postgres_url(self.db)
-                if postgres:
-                    log.warning("PostgreSQL: running jobs only (no projections, no cron)")
-                runners = [] if postgres else await self._caught_up_runners(store)
+                runners = await self._caught_up_runners(store)
                 async with trio.open_nursery() as nursery:
                     for runner in runners:
                         nursery.start_soon(self._follow, runner)
                     await self._start_worker(nursery)
-                    if self.settings.cron and not postgres:
+                    if self.settings.cron:
                         self.scheduler = CronScheduler(queue, scheduler_id=f"cron:{self.worker.id}")
                         await nursery.start(self._run_cron)
                     nursery.start_soon(self._answer_signals, signals, nursery)
@@ -200,6 +196,11 @@ class Daemon:
         for projection in registry.all_projections():
             if projection.name == ledger.NAME:
                 continue  # inline: kept current inside every append (JobQueue.open)
+            if not supports(projection, store):
+                # memory's recall needs SQLite's FTS5 (docs/postgres.md)
+                log.warning("PostgreSQL: projection %s runs on SQLite only; not running it",
+                            projection.name)
+                continue
             runner = ProjectionRunner(store, projection)
             try:
                 await runner.catch_up()
