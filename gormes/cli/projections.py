@@ -15,17 +15,37 @@ def projections() -> None:
 @click.pass_obj
 def status(obj, as_json: bool) -> None:
     """Each projection's version, tracked position, lag and failed batches."""
-    from gormes.events.sqlite_log import SQLiteLog
     from gormes.projections import registry
     from gormes.projections.bookkeeping import read_status
 
-    log = SQLiteLog(obj.db, readonly=True)
-    try:
-        statuses = read_status(
-            log.conn, [(p.name, p.version) for p in registry.all_projections()]
-        )
-    finally:
-        log.close()
+    if obj.url is not None:
+        import trio
+
+        from gormes.events.open import open_store
+        from gormes.projections.schema import schema_of
+
+        known = [p for p in registry.all_projections()
+                 if schema_of(p) is not None or p.name == "ledger"]
+        skipped = [p.name for p in registry.all_projections() if p not in known]
+
+        async def read() -> list:
+            async with open_store(obj.url, readonly=True) as store:
+                return await store.read_with(
+                    lambda log: read_status(log.sql, [(p.name, p.version) for p in known])
+                )
+
+        statuses = trio.run(read)
+    else:
+        from gormes.events.sqlite_log import SQLiteLog
+
+        skipped = []
+        log = SQLiteLog(obj.db, readonly=True)
+        try:
+            statuses = read_status(
+                log.conn, [(p.name, p.version) for p in registry.all_projections()]
+            )
+        finally:
+            log.close()
     if as_json:
         _echo_json(statuses)
         return
@@ -37,6 +57,8 @@ def status(obj, as_json: bool) -> None:
     for s in statuses:
         if s.last_error:
             click.echo(f"{s.name}: last failure: {s.last_error}")
+    for name in skipped:
+        click.echo(f"{name}: SQLite only, not on PostgreSQL")
 
 
 @projections.command()
@@ -57,8 +79,17 @@ def rebuild(ctx: click.Context, names: tuple[str, ...], check: bool, as_json: bo
 
     from gormes.projections import maintenance, registry
 
+    from gormes.errors import UserError
+
     selected = registry.select(names)
-    db = ctx.obj.db
+    db = ctx.obj.target
+    if ctx.obj.url is not None:
+        if check:
+            raise UserError(
+                "projections rebuild --check needs an SQLite database (it rebuilds in a "
+                "copy of the file); on PostgreSQL rebuild without --check"
+            )
+        selected = _on_postgres(selected, explicit=bool(names))
     with _progress() as progress_for:
         if not check:
             rebuilt = trio.run(maintenance.rebuild, db, selected, progress_for)
@@ -72,6 +103,23 @@ def rebuild(ctx: click.Context, names: tuple[str, ...], check: bool, as_json: bo
         # Not ctx.exit(1): main() runs click with standalone_mode=False, which
         # turns click's Exit into a return value that main() does not pass on.
         sys.exit(1)
+
+
+def _on_postgres(selected: list, explicit: bool) -> list:
+    """The projections that run on PostgreSQL; one named that does not is an error."""
+    from gormes.errors import UserError
+    from gormes.projections.schema import schema_of
+
+    portable = [p for p in selected if schema_of(p) is not None or p.name == "ledger"]
+    others = [p.name for p in selected if p not in portable]
+    if others and explicit:
+        raise UserError(
+            f"projection {', '.join(others)} runs on SQLite only; it is not available on "
+            "PostgreSQL (docs/postgres.md)"
+        )
+    for name in others:
+        click.echo(f"{name}: SQLite only, skipped on PostgreSQL", err=True)
+    return portable
 
 
 def _report_rebuilt(results: list, as_json: bool) -> None:

@@ -1,6 +1,6 @@
 """Rebuilding projections in place, and checking them against a rebuild.
 
-`check` never writes to the live database. It copies it with SQLite's backup API
+`rebuild` works on SQLite and PostgreSQL. `check` (SQLite only) never writes to the live database. It copies it with SQLite's backup API
 (one consistent snapshot of log, tables and tracking) into a scratch file, rebuilds
 each projection there from position 0 up to the position its live tables had
 reached, and compares the two sets of tables row by row. Comparing at the same
@@ -69,14 +69,29 @@ async def rebuild(
     projections: Sequence[Projection],
     progress_for: ProgressFor = _no_progress,
 ) -> list[RebuildResult]:
-    """Rebuild each projection in place from position 0 to the head."""
-    from gormes.events.sqlite import SQLiteEventStore
+    """Rebuild each projection in place from position 0 to the head.
+
+    `db` is an SQLite path or a PostgreSQL URL. On PostgreSQL the job ledger is
+    rebuilt by `ledger.rebuild` (one transaction, its own DDL), and a projection
+    that runs on SQLite only is refused with a `ProjectionError` before anything
+    is written."""
+    from gormes.events.open import open_store
+    from gormes.events.postgres_sql import POSTGRES, dialect_of
+    from gormes.projections import ledger
 
     results = []
-    async with SQLiteEventStore.open(db) as store:
+    async with open_store(db) as store:
+        postgres = dialect_of(store) == POSTGRES
+        runners = {
+            p.name: ProjectionRunner(store, p)
+            for p in projections if not (postgres and p.name == ledger.NAME)
+        }
         for projection in projections:
-            runner = ProjectionRunner(store, projection)
-            position = await runner.rebuild(progress=progress_for(projection))
+            if projection.name in runners:
+                position = await runners[projection.name].rebuild(progress=progress_for(projection))
+            else:
+                await ledger.install(store)
+                position = await ledger.rebuild(store)
             results.append(RebuildResult(projection.name, projection.version, position))
     return results
 
