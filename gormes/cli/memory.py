@@ -32,6 +32,9 @@ def _write(obj: Any, fn: Any) -> Any:
 
     from gormes.events.sqlite import SQLiteEventStore
     from gormes.memory.writer import MemoryWriter
+    from gormes.projections.memory import require_sqlite
+
+    require_sqlite(obj)  # a PostgreSQL URL: one line, nothing opened
 
     async def main() -> Any:
         async with SQLiteEventStore.open(obj.db) as store:

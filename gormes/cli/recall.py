@@ -33,8 +33,10 @@ def recall(obj: Any, query: str, mode: str, k: int, scope: str, cross_scope: boo
     from gormes.ops.builtin import default_registry
     from gormes.ops.executor import Executor
     from gormes.ops.spec import Caller
+    from gormes.projections.memory import require_sqlite
     from gormes.recall.api import RecallResult, check_request
 
+    require_sqlite(obj)  # a PostgreSQL URL: one line, nothing opened
     check_request(query, mode=mode, k=k, scope=scope, cross_scope=cross_scope, trust="operator")
 
     async def main() -> RecallResult:

@@ -18,6 +18,11 @@ observation upgrades `unreviewed` to `trusted`; a person's verdict (`promoted`,
 `rejected`) is never overwritten by later observations. Forgetting is sticky;
 forgetting an entity also forgets its relationships and the facts about it.
 Every value comes from the events, so a rebuild gives identical tables.
+
+SQLite only: lexical recall ranks with FTS5's bm25 over the `_fts` tables, which
+PostgreSQL does not have. The projection has no portable `schema`, so the runner
+refuses it on PostgreSQL, the daemon leaves it out there, and `gormes memory` and
+`gormes recall` say so in one line (`require_sqlite`).
 """
 
 from __future__ import annotations
@@ -84,6 +89,20 @@ _UPSERT_FACT = (
 )
 
 _aliases_encoder = msgspec.json.Encoder()
+
+SQLITE_ONLY = (
+    "memory and recall run on SQLite only (recall ranks with SQLite's FTS5); "
+    "give --db an SQLite file (docs/postgres.md)"
+)
+
+
+def require_sqlite(config: object) -> None:
+    """Refuse a PostgreSQL `--db` (the CLI's Config) with one line, before anything
+    is opened: without this a URL would be taken for an SQLite file name."""
+    from gormes.errors import UserError
+
+    if getattr(config, "url", None) is not None:
+        raise UserError(SQLITE_ONLY)
 
 
 def _provenance_values(p: Provenance) -> tuple[object, ...]:

@@ -69,3 +69,19 @@ async def test_status_and_rebuild_on_postgres(store, backend):
         assert done.returncode == 2  # a UserError
         [line] = done.stderr.strip().splitlines()
         assert line.startswith("gormes: error: ") and message in line
+
+
+def test_memory_and_recall_refuse_a_postgres_url_in_one_line(tmp_path):
+    url = "postgresql://nobody@127.0.0.1:5432/test"
+    for args in (("recall", "anything"), ("memory", "add-fact", "a fact")):
+        done = subprocess.run(
+            [sys.executable, "-m", "gormes", "--db", url, *args],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )
+        assert done.returncode == 2
+        [line] = done.stderr.strip().splitlines()
+        assert line == (
+            "gormes: error: memory and recall run on SQLite only (recall ranks with "
+            "SQLite's FTS5); give --db an SQLite file (docs/postgres.md)"
+        )
+        assert list(tmp_path.iterdir()) == []  # no SQLite file named after the URL
