@@ -177,11 +177,7 @@ class SQLiteLog:
         return sql, params
 
     def _decode(self, rows: Iterable[Row]) -> list[Recorded]:
-        decode = self.codec.decode
-        return [
-            Recorded(pos, stream, version, type_, decode(type_, tv, data), at)
-            for pos, stream, version, type_, tv, data, at in rows
-        ]
+        return self.codec.decode_rows(rows, Recorded)
 
     # -- writes -------------------------------------------------------------
 

@@ -159,3 +159,34 @@ def test_a_class_declared_again_under_its_tag_replaces_the_old_one_for_encoding(
     assert codec.encode(new(n=2)) == ("t.again", 1, '{"type":"t.again","n":2}')
     with pytest.raises(UnknownEventType):
         codec.encode(old(n=3))
+
+
+def test_decoding_rows_gives_what_decode_gives_row_by_row():
+    codec = Codec()
+
+    class Current(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="t.rows"):
+        schema_version: typing.ClassVar[int] = 2
+        title: str
+
+    codec.register(Current)
+
+    @codec.upcaster("t.rows", from_version=1)
+    def v1_to_v2(raw):
+        raw["title"] = raw.pop("name")
+        return raw
+
+    stored = [
+        ("t.rows", 2, '{"type":"t.rows","title":"now"}'),  # current
+        ("t.rows", 1, '{"name":"then"}'),  # upcast
+        ("t.rows", 2, '{"title": 5}'),  # invalid data
+        ("t.rows", 2, "{not json"),  # corrupt
+        ("t.nobody", 1, '{"a": 1}'),  # unknown tag
+    ]
+    rows = [(i + 1, "s", i + 1, tag, tv, data, 0.5) for i, (tag, tv, data) in enumerate(stored)]
+    got = codec.decode_rows(rows, lambda *fields: fields)
+    assert got == [
+        (i + 1, "s", i + 1, tag, codec.decode(tag, tv, data), 0.5)
+        for i, (tag, tv, data) in enumerate(stored)
+    ]
+    assert got[0][4] == Current(title="now") and got[1][4] == Current(title="then")
+    assert [type(g[4]) for g in got[2:]] == [UnknownEvent] * 3
