@@ -72,13 +72,30 @@ class Config:
 
         # A postgresql:// URL is kept as given (a Path would fold its `//`).
         self.url = db if db and db.startswith(("postgresql://", "postgres://")) else None
-        self.db = Path(db) if db else default_db_path()
+        self._path = Path(db) if db else default_db_path()
+
+    @property
+    def db(self) -> Path:
+        """The SQLite file, for the commands that run on SQLite only.
+
+        With a PostgreSQL URL this refuses in one line: taken for a path, the URL
+        would become a new SQLite file under a directory named `postgresql:`."""
+        if self.url is not None:
+            from gormes.errors import UserError
+
+            ctx = click.get_current_context(silent=True)
+            command = ctx.command_path if ctx is not None else "this command"
+            raise UserError(
+                f"`{command}` runs on an SQLite file only, not on PostgreSQL yet "
+                "(docs/postgres.md lists what does); give --db a file path"
+            )
+        return self._path
 
     @property
     def target(self) -> str | Path:
         """What `gormes.events.open.open_store` takes: the URL, or the SQLite path
         (for the commands that run on either backend: jobs, worker, daemon)."""
-        return self.url if self.url is not None else self.db
+        return self.url if self.url is not None else self._path
 
 
 @click.group(cls=LazyGroup)

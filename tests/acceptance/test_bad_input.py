@@ -230,3 +230,35 @@ def test_a_full_disk_is_one_line_and_the_log_stays_intact(tmpfs: Path) -> None:
         log.close()
     listed = run_gormes(path, "events", "--json")
     assert [e["position"] for e in json_lines(listed.stdout)] == sorted(acknowledged)
+
+
+# -- a PostgreSQL URL given to a command that runs on SQLite only ---------------
+
+SQLITE_ONLY_COMMANDS = {
+    "query": ["query", "SELECT 1"],
+    "export": ["export"],
+    "doctor": ["doctor", "--offline"],
+    "runs list": ["runs", "list"],
+    "replay": ["replay", "run-x"],
+    "top": ["top", "--once"],
+    "demo": ["demo"],
+}
+
+
+@pytest.mark.parametrize("command", list(SQLITE_ONLY_COMMANDS))
+def test_sqlite_only_commands_refuse_a_postgres_url_and_create_nothing(
+    tmp_path: Path, command: str
+) -> None:
+    # Taken for a path, the URL once became an SQLite file under ./postgresql:/...
+    import subprocess
+
+    from cli_helpers import cli_env, gormes_command
+
+    url = "postgresql://nobody@127.0.0.1:1/nowhere"
+    done = subprocess.run(
+        gormes_command(url, *SQLITE_ONLY_COMMANDS[command]), capture_output=True, text=True,
+        env=cli_env(), timeout=60, cwd=tmp_path,
+    )
+    line = assert_one_line_error(done)
+    assert "runs on an SQLite file only" in line
+    assert list(tmp_path.iterdir()) == []
