@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from typing import Any
 
 import click
@@ -42,7 +43,6 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
            min_concurrency: int | None, governor: bool) -> None:
     """Claim and run jobs until SIGINT or SIGTERM."""
     from gormes.actors.handlers import default_registry, import_handlers
-    from gormes.cli.jobs import check_range
     from gormes.errors import UserError
 
     for flag, value, low, high in (
@@ -50,7 +50,12 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
         ("--stall-interval", stall_interval_ms, 10, None), ("--stall-grace", stall_grace_ms, 0, None),
         ("--shutdown-grace", shutdown_grace_ms, 0, None), ("--min-concurrency", min_concurrency, 1, None),
     ):
-        check_range(flag, value, low, high)
+        if value is not None and (value < low or (high is not None and value > high)):
+            # The jobs commands' module (its error and wording) only when needed:
+            # a worker starts faster without it.
+            from gormes.cli.jobs import check_range
+
+            check_range(flag, value, low, high)
 
     # Load handler modules before touching the database: a bad module changes nothing.
     for spec in imports:
@@ -81,6 +86,10 @@ async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor:
     from gormes.actors.worker import Worker
     from gormes.events.open import open_store
 
+    if use_governor:
+        # The governor's sampler imports psutil: ~10 ms of CPU that would hold up
+        # the event loop as the worker starts. A thread imports it meanwhile.
+        threading.Thread(target=_import_psutil, daemon=True).start()
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with open_store(db) as store:
             queue = await JobQueue.open(store)
@@ -114,3 +123,10 @@ async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor:
                                "abandoned handler(s) behind", err=True)
                     os._exit(0)
                 nursery.cancel_scope.cancel()
+
+
+def _import_psutil() -> None:
+    try:
+        import psutil  # noqa: F401
+    except ImportError:  # the governor reports it when it samples
+        pass
