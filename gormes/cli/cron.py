@@ -19,10 +19,10 @@ def _run(db: Any, work: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
     import trio
 
     from gormes.actors.cron_scheduler import CronBook
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
 
     async def main() -> Any:
-        async with SQLiteEventStore.open(db) as store:
+        async with open_store(db) as store:
             return await work(CronBook(store))
 
     return trio.run(main)
@@ -67,7 +67,7 @@ def add(obj: Any, name: str, schedule: str, job_name: str, data: str | None, que
             value = msgspec.json.decode(data)
         except msgspec.DecodeError as exc:
             raise InvalidSchedule(f"--data is not JSON: {exc}") from None
-    state = _run(obj.db, lambda book: book.add(name, schedule, job_name, value, queue))
+    state = _run(obj.target, lambda book: book.add(name, schedule, job_name, value, queue))
     click.echo(f"added {state.name}: {state.schedule} -> {state.job} on queue {state.queue}; "
                f"next fire {_iso(_next_fire(state))}")
 
@@ -77,7 +77,7 @@ def add(obj: Any, name: str, schedule: str, job_name: str, data: str | None, que
 @click.pass_obj
 def list_(obj: Any, as_json: bool) -> None:
     """Every schedule with its next and last fire time."""
-    states = _run(obj.db, lambda book: book.list())
+    states = _run(obj.target, lambda book: book.list())
     rows = [
         {
             "name": s.name, "schedule": s.schedule, "job": s.job, "data": s.data,
@@ -108,7 +108,7 @@ def _simple(verb: str, past: str, doc: str) -> click.Command:
     @click.argument("name")
     @click.pass_obj
     def command(obj: Any, name: str) -> None:
-        state = _run(obj.db, lambda book: getattr(book, verb)(name))
+        state = _run(obj.target, lambda book: getattr(book, verb)(name))
         click.echo(f"{past} {state.name} (now {state.status})")
 
     command.__doc__ = doc
