@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gormes.actors.job_rules import AddTokens, Command, NotifyChildDone, decide, outcome_of
@@ -77,6 +77,16 @@ class JobSession:
         streams = read_streams([job_stream(job_id) for job_id in missing])
         for job_id in missing:
             self._states[job_id] = fold([r.event for r in streams[job_stream(job_id)]])
+
+    def know(self, states: Iterable[JobState]) -> None:
+        """Take states folded in an earlier transaction (a claim's) for jobs whose
+        stream has had nothing appended since (its version is still the state's),
+        so that `state` and `preload` need not read those streams again."""
+        for state in states:
+            if state.id not in self._states and (
+                self.tx.stream_version(job_stream(state.id)) == state.version
+            ):
+                self._states[state.id] = state
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.tx.execute(sql, params).fetchall()
