@@ -116,20 +116,28 @@ def split_run(run_id: str, records: Iterable[Recorded], *, all_known: bool = Fal
 
 
 class DatabaseRuns:
-    """Runs read from a gormes database, opened read-only (replay never writes)."""
+    """Runs read from a gormes database, opened read-only (replay never writes):
+    an SQLite file, or a PostgreSQL URL."""
 
     def __init__(self, path: str | Path) -> None:
-        from gormes.events.sqlite_log import SQLiteLog
+        from gormes.events.open import is_postgres_url
 
         load_all()
+        if is_postgres_url(path):
+            self._log: Any = _postgres_log(str(path))
+            self._sql: Any = self._log.sql  # runs the `?` SQL below
+            return
+        from gormes.events.sqlite_log import SQLiteLog
+
         path = Path(path)
         if not path.exists():
             raise UserError(f"no database at {path}")
         self._log = SQLiteLog(path, readonly=True, create=False)
+        self._sql = self._log.conn
 
     def load(self, run_id: str) -> RecordedRun:
         stream = run_stream_name(run_id)
-        rows = self._log.conn.execute(
+        rows = self._sql.execute(
             "SELECT position, version, type, type_version, data, recorded_at "
             "FROM events WHERE stream = ? ORDER BY version", (stream,),
         ).fetchall()
@@ -149,6 +157,20 @@ class DatabaseRuns:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _postgres_log(url: str) -> Any:
+    """A PostgresLog on an existing gormes schema (nothing is created)."""
+    from gormes.events.postgres_log import PostgresLog
+    from gormes.events.postgres_schema import connect, prepare
+
+    conn = connect(url)
+    try:
+        prepare(conn, url, create=False)
+    except BaseException:
+        conn.close()
+        raise
+    return PostgresLog(conn)
 
 
 _RUN_CLASSES: dict[str, type] = {
