@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from gormes.actors import job_rules as rules
 from gormes.actors.job_session import JobSession
 from gormes.actors.job_views import Job, job_from_row
-from gormes.actors.jobs import InvalidJob, JobError, JobNotFound
+from gormes.actors.jobs import InvalidJob, JobError, JobNotFound, JobState
 from gormes.actors.queue_admin import _json_data
 
 DEFAULT_LEASE_MS = 30_000
@@ -76,7 +76,9 @@ class QueueBatches:
         claim = _claimer(names, queues, worker_id, lease_ms, limit)
         if claim is None:
             return []
-        return await self._transact(lambda s: claim(self, s))
+        jobs, states = await self._transact(lambda s: claim(self, s))
+        self._keep_states(states)
+        return jobs
 
     async def complete_many(
         self, items: Sequence[tuple[str, str, Any]]
@@ -91,7 +93,13 @@ class QueueBatches:
         outcomes, todo = _completable(items)
         if not todo:
             return outcomes
-        return await self._transact(lambda s: _complete_in(s, todo, outcomes))
+        known = self._known_states(todo)
+
+        def run(s: JobSession) -> list[CompleteOutcome]:
+            _know(s, known)
+            return _complete_in(s, todo, outcomes)
+
+        return await self._transact(run)
 
     async def complete_and_claim(
         self,
@@ -115,17 +123,49 @@ class QueueBatches:
         outcomes, todo = _completable(items)
         claim = _claimer(names, queues, worker_id, lease_ms, limit)
 
-        def run(s: JobSession) -> tuple[list[CompleteOutcome], list[Job]]:
+        known = self._known_states(todo)
+
+        def run(s: JobSession) -> tuple[list[CompleteOutcome], tuple[list[Job], list[JobState]]]:
             if todo:
+                _know(s, known)
                 _complete_in(s, todo, outcomes, rows)
-            return outcomes, [] if claim is None else claim(self, s)
+            return outcomes, ([], []) if claim is None else claim(self, s)
 
         if not todo and claim is None:
             return outcomes, []
-        return await self._transact(run)
+        outcomes, (jobs, states) = await self._transact(run)
+        self._keep_states(states)
+        return outcomes, jobs
+
+    # States of the jobs this queue claimed, as their claims left them: completing
+    # one of them needs no read of its stream while nothing was appended to it
+    # since (`JobSession.know` checks the version). Taken by the completion;
+    # dropped all at once past a bound (jobs that ended otherwise).
+    _KEEP_STATES = 4096
+
+    def _keep_states(self, states: list[JobState]) -> None:
+        kept = self.__dict__.setdefault("_claimed_states", {})
+        if len(kept) + len(states) > self._KEEP_STATES:
+            kept.clear()
+        for state in states:
+            kept[state.id] = state
+
+    def _known_states(self, todo: Todo) -> list[JobState]:
+        kept = self.__dict__.get("_claimed_states")
+        if not kept:
+            return []
+        return [state for _, job_id, _, _ in todo if (state := kept.pop(job_id, None)) is not None]
 
 
 Todo = list[tuple[int, str, str, Any]]
+
+
+def _know(s: JobSession, states: list[JobState]) -> None:
+    # Checking a version is a lookup in SQLite's version cache (while no other
+    # process wrote); PostgreSQL would ask its server once per job, where reading
+    # the streams is one query: there the streams are read.
+    if states and getattr(s.tx, "dialect", "sqlite") == "sqlite":
+        s.know(states)
 
 
 def _completable(items: Sequence[tuple[str, str, Any]]) -> tuple[list[CompleteOutcome], Todo]:
@@ -177,7 +217,7 @@ def _complete_in(
 
 def _claimer(
     names: Iterable[str], queues: Iterable[str] | None, worker_id: str, lease_ms: int, limit: int
-) -> Callable[[Any, JobSession], list[Job]] | None:
+) -> Callable[[Any, JobSession], tuple[list[Job], list[JobState]]] | None:
     """The body of a claim of up to `limit` jobs (None: nothing could be claimed);
     the arguments are checked here, before any transaction."""
     names = sorted(set(names))
@@ -190,7 +230,7 @@ def _claimer(
         raise InvalidJob("limit must be >= 1")
     sql, params = claim_sql(names, queues)
 
-    def claim(queue: Any, s: JobSession) -> list[Job]:
+    def claim(queue: Any, s: JobSession) -> tuple[list[Job], list[JobState]]:
         queue._promote_due(s)
         found = s.ids_where(sql, (*params, limit))
         s.preload(found)
@@ -200,7 +240,8 @@ def _claimer(
                 lease_ms=lease_ms,
             ))
         rows = jobs_by_id(s, found)
-        return [rows[job_id] for job_id in found]
+        states = [state for job_id in found if (state := s.state(job_id)) is not None]
+        return [rows[job_id] for job_id in found], states
 
     return claim
 

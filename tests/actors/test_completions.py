@@ -156,3 +156,21 @@ async def test_without_results_a_caller_gets_none_and_refusals_still_raise(queue
     assert isinstance(outcomes["stale"], LockLost)
     assert (await queue.get(good.id)).status == "completed"
     assert (await queue.get(other.id)).status == "active"
+
+
+async def test_completing_what_this_queue_claimed_sees_everything_appended_since(queue, store):
+    # given three jobs claimed by this queue: one renewed since, one paused since
+    for i in range(3):
+        await queue.submit("a", i)
+    untouched, renewed, paused = await queue.claim_many({"a"}, worker_id="w", limit=3)
+    assert await queue.renew(renewed.id, renewed.lock_token, 60_000)
+    await queue.pause(paused.id)
+    # when all three are completed (states kept from the claim stand only for an unmoved stream)
+    outcomes = await queue.complete_many(
+        [(j.id, j.lock_token, j.data) for j in (untouched, renewed, paused)]
+    )
+    # then the first two are completed from their current state, the paused one is refused
+    assert [o.status for o in outcomes[:2]] == ["completed", "completed"]
+    assert isinstance(outcomes[2], Exception)
+    assert (await queue.get(paused.id)).status == "paused"
+    assert outcomes[1].attempts_made == 1 and outcomes[1].result == renewed.data
