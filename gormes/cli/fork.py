@@ -50,18 +50,18 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
     from gormes.cli.replay import load_handlers
     from gormes.errors import UserError
     from gormes.events.catalog import load_all
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import is_postgres_url, open_store
     from gormes.ops.builtin import default_registry
     from gormes.ops.executor import Executor
 
     load_all()
     load_handlers(imports)
     overrides = dict(parse_setting(s) for s in settings)
-    if not Path(obj.db).exists():
-        raise UserError(f"no database at {obj.db}")
+    if not is_postgres_url(obj.target) and not Path(obj.target).exists():
+        raise UserError(f"no database at {obj.target}")
 
     async def main() -> Any:
-        async with SQLiteEventStore.open(obj.db) as store:
+        async with open_store(obj.target) as store:
             executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
             async with RunManager.open(store, executor=executor) as runs:
                 return await fork_run(runs, run_id, at, model=model, overrides=overrides)

@@ -46,11 +46,14 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
             raise UserError(f"cannot read {source}: {exc.strerror}") from None
     if not parsed:
         raise UserError(f"{source} holds no events")
-    log = SQLiteLog(obj.db)
-    try:
-        result = jsonl.import_lines(log, parsed, check_versions=not ignore_versions)
-    finally:
-        log.close()
+    if obj.url is not None:
+        result = _import_into_store(obj.url, parsed, check_versions=not ignore_versions)
+    else:
+        log = SQLiteLog(obj.db)
+        try:
+            result = jsonl.import_lines(log, parsed, check_versions=not ignore_versions)
+        finally:
+            log.close()
     if as_json:
         output.write_json_objects([result])
     else:
@@ -58,6 +61,38 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
             f"imported {result.imported} events "
             f"(positions {result.first_position}..{result.last_position})"
         )
+
+
+def _import_into_store(target, parsed, *, check_versions: bool):
+    """All the lines in one transaction of the store `target` names (PostgreSQL)."""
+    import trio
+
+    from gormes.events import jsonl
+    from gormes.events.open import open_store
+
+    async def main():
+        async with open_store(target) as store:
+            return await store.transact(
+                lambda tx: jsonl.import_lines_in(tx, parsed, check_versions=check_versions)
+            )
+
+    return trio.run(main)
+
+
+def _read_run(target, run_id: str, children: bool):
+    """The run's records from the PostgreSQL store `target` names, read-only."""
+    import trio
+
+    from gormes.events import run_export
+    from gormes.events.open import open_store
+
+    async def main():
+        async with open_store(target, readonly=True) as store:
+            return await store.read_with(
+                lambda log: run_export.run_records(log, run_id, children=children)
+            )
+
+    return trio.run(main)
 
 
 @click.command()
@@ -106,11 +141,14 @@ def _export_run(obj, run_id, children, after, types, streams, out) -> None:
         raise UserError("--children needs a RUN")
     if after or types or streams:
         raise UserError("RUN exports a whole run: --after, --type and --stream do not apply")
-    log = jsonl.open_for_reading(obj.db)
-    try:
-        records = run_export.run_records(log, run_id, children=children)
-    finally:
-        log.close()
+    if obj.url is not None:
+        records = _read_run(obj.url, run_id, children)
+    else:
+        log = jsonl.open_for_reading(obj.db)
+        try:
+            records = run_export.run_records(log, run_id, children=children)
+        finally:
+            log.close()
     text = b"".join(jsonl.to_line(r) for r in records)
     if out is None:
         sys.stdout.buffer.write(text)

@@ -43,7 +43,7 @@ def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no
     else:
         if run_id is None:
             raise UserError("give the RUN to replay (or --file FILE)")
-        source = DatabaseRuns(obj.db)
+        source = DatabaseRuns(obj.target)
     try:
         report = trio.run(lambda: replay_run(source, run_id, children=not no_children, until=until))
     finally:

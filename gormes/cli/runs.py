@@ -37,7 +37,7 @@ def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, syst
     import trio
 
     from gormes.actors.runs import RunManager
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
     from gormes.ops.builtin import default_registry
     from gormes.ops.executor import Executor
 
@@ -55,7 +55,7 @@ def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, syst
     allow = [t.strip() for t in tools.split(",") if t.strip()] if tools is not None else None
 
     async def main() -> Any:
-        async with SQLiteEventStore.open(obj.db) as store:
+        async with open_store(obj.target) as store:
             executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
             async with RunManager.open(store, executor=executor) as runs:
                 handle = await runs.start(
@@ -92,13 +92,13 @@ def list_(obj: Any, as_json: bool) -> None:
     """Every run, newest first (from the `runs` projection, caught up first)."""
     import trio
 
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
     from gormes.projections.runner import ProjectionRunner
     from gormes.projections.runs import COLUMNS, TABLE
     from gormes.projections.runs import runs as projection
 
     async def main() -> list[dict[str, Any]]:
-        async with SQLiteEventStore.open(obj.db) as store:
+        async with open_store(obj.target) as store:
             await ProjectionRunner(store, projection).catch_up()
             rows = await store.read_with(lambda log: log.conn.execute(
                 f"SELECT {', '.join(COLUMNS)} FROM {TABLE} ORDER BY started_at DESC, run_id DESC"
@@ -129,10 +129,10 @@ def show(obj: Any, run_id: str, tree: bool, as_json: bool) -> None:
     import trio
 
     from gormes.actors.run_timeline import format_view, run_view
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
 
     async def main() -> dict[str, Any]:
-        async with SQLiteEventStore.open(obj.db, readonly=True) as store:
+        async with open_store(obj.target, readonly=True) as store:
             return await run_view(store, run_id, tree=tree)
 
     view = trio.run(main)

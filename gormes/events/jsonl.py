@@ -117,7 +117,8 @@ def select(
     if limit is not None:
         sql += " LIMIT ?"
         params.append(limit)
-    rows = log.conn.execute(sql, params).fetchall()
+    # on PostgreSQL `log.sql` runs this `?` SQL (exact names only: no GLOB there)
+    rows = getattr(log, "sql", log.conn).execute(sql, params).fetchall()
     decode = STORED_JSON.decode
     return [
         Recorded(pos, stream, version, type_, decode(type_, tv, data), at)
@@ -300,22 +301,37 @@ def import_lines(
     log.begin()
     try:
         batch = WriteBatch(log)
-        first = last = 0
-        for line in lines:
-            expected = line.version - 1 if check_versions and line.version is not None else None
-            try:
-                result = batch.append([AppendRequest(line.stream, [line.event], expected)])[0]
-            except ConcurrencyError as exc:
-                raise UserError(
-                    f"line {line.number}: stream {line.stream!r} is at version {exc.actual}, "
-                    f"so the line's version {line.version} does not follow "
-                    "(already imported? use --ignore-versions to append anyway)"
-                ) from None
-            first = first or result.first_position
-            last = result.last_position
+        result = append_lines(batch.append, lines, check_versions=check_versions)
         batch.finish()
     except BaseException:
         log.rollback()
         raise
     log.commit(batch.versions)
+    return result
+
+
+def import_lines_in(tx: Any, lines: Sequence[ParsedLine], *, check_versions: bool = True) -> ImportResult:
+    """`import_lines` inside a store transaction (`store.transact`), on either backend."""
+    if not lines:
+        return ImportResult(0, 0, 0)
+    return append_lines(tx.append_many, lines, check_versions=check_versions)
+
+
+def append_lines(
+    append: Callable[[Sequence[AppendRequest]], Any], lines: Sequence[ParsedLine], *, check_versions: bool
+) -> ImportResult:
+    """Append the lines one by one through `append` (a batch's or a transaction's)."""
+    first = last = 0
+    for line in lines:
+        expected = line.version - 1 if check_versions and line.version is not None else None
+        try:
+            result = append([AppendRequest(line.stream, [line.event], expected)])[0]
+        except ConcurrencyError as exc:
+            raise UserError(
+                f"line {line.number}: stream {line.stream!r} is at version {exc.actual}, "
+                f"so the line's version {line.version} does not follow "
+                "(already imported? use --ignore-versions to append anyway)"
+            ) from None
+        first = first or result.first_position
+        last = result.last_position
     return ImportResult(len(lines), first, last)

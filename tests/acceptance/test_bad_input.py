@@ -238,8 +238,7 @@ SQLITE_ONLY_COMMANDS = {
     "query": ["query", "SELECT 1"],
     "export": ["export"],
     "doctor": ["doctor", "--offline"],
-    "runs list": ["runs", "list"],
-    "replay": ["replay", "run-x"],
+    "audit export": ["audit", "export"],
     "top": ["top", "--once"],
     "demo": ["demo"],
 }

@@ -58,3 +58,87 @@ def test_cron_add_list_pause_resume_remove(url: str, tmp_path: Path):
     assert ok(gormes(url, tmp_path, "cron", "remove", "nightly")) == "removed nightly (now removed)\n"
     assert ok(gormes(url, tmp_path, "cron", "list")) == "no schedules\n"
     assert list(tmp_path.iterdir()) == []  # no SQLite file was made anywhere
+
+
+# -- run, runs list|show, replay, export/import of a run, fork ---------------------
+
+
+def _script(tmp_path: Path) -> str:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"agents": [
+        {"match": "CHILD", "replies": [
+            {"tool_calls": [{"name": "fs.read", "arguments": {"path": "notes.txt"}}]},
+            {"text": "the notes say hello"}]},
+        {"replies": [
+            {"tool_calls": [{"name": "agent.spawn", "arguments": {"prompt": "CHILD read notes.txt"}}]},
+            {"text": "my child read the notes"}]},
+    ]}))
+    return f"scripted:{path}"
+
+
+def test_run_an_agent_then_list_show_replay_export_import_and_fork(url: str, tmp_path: Path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("hello\n")
+    model = _script(tmp_path)
+
+    outcome = json.loads(ok(gormes(url, tmp_path, "run", "agent", "--prompt", "read the notes",
+                                   "--model", model, "--workspace", str(ws), "--json")))
+    assert outcome["status"] == "completed" and outcome["result"] == "my child read the notes"
+    run_id = outcome["run_id"]
+
+    rows = {r["run_id"]: r for r in json.loads(ok(gormes(url, tmp_path, "runs", "list", "--json")))}
+    assert len(rows) == 2 and rows[run_id]["status"] == "completed"
+    assert rows[run_id]["tokens_input"] == outcome["tokens"]["input"]
+    (child_id,) = [r for r in rows if r != run_id]
+    assert rows[child_id]["parent_run_id"] == run_id and rows[child_id]["depth"] == 1
+    assert run_id in ok(gormes(url, tmp_path, "runs", "list"))
+
+    view = json.loads(ok(gormes(url, tmp_path, "runs", "show", run_id, "--tree", "--json")))
+    assert view["status"] == "completed" and view["iterations"] == 2
+    assert [e["type"] for e in view["timeline"]] == [
+        "run.llm_turn", "run.child_spawned", "run.child_finished", "run.llm_turn", "run.completed"]
+    (child,) = view["children"]
+    tool = next(e for e in child["timeline"] if e["type"] == "run.tool_called")
+    assert tool["operation"] == "fs.read" and tool["outcome"] == "ok" and "hello" in tool["text"]
+    assert "fs.read ok" in ok(gormes(url, tmp_path, "runs", "show", run_id, "--tree"))
+
+    report = json.loads(ok(gormes(url, tmp_path, "replay", run_id, "--json")))
+    assert (report["exact"], report["divergence"], report["status"]) == (True, None, "completed")
+    assert [c["status"] for c in report["children"]] == ["completed"]
+    events = report["events"]
+    assert ok(gormes(url, tmp_path, "replay", run_id)) == f"exact: {events} events reproduced\n"
+
+    # export the run with its child, import it into another schema, replay it there
+    exported = ok(gormes(url, tmp_path, "export", run_id, "--children"))
+    lines = [json.loads(line) for line in exported.splitlines()]
+    assert {line["stream"] for line in lines} == {f"run-{run_id}", f"run-{child_id}"}
+    assert [line["position"] for line in lines] == sorted(line["position"] for line in lines)
+    out = tmp_path / "run.jsonl"
+    ok(gormes(url, tmp_path, "export", run_id, "--children", "--out", str(out)))
+    assert out.read_text() == exported
+    file_replay = ok(gormes(url, tmp_path, "replay", "--file", str(out)))
+    assert file_replay == f"exact: {events} events reproduced\n"
+    with fresh_schema() as other:
+        other_url = url_for_schema(other)
+        imported = json.loads(ok(gormes(other_url, tmp_path, "import", str(out), "--json")))
+        assert imported == {"imported": len(lines), "first_position": 1, "last_position": len(lines)}
+        assert ok(gormes(other_url, tmp_path, "replay", run_id)) == f"exact: {events} events reproduced\n"
+        again = gormes(other_url, tmp_path, "import", str(out))  # the versions say: already there
+        assert again.returncode != 0 and "already imported?" in again.stderr
+        own = [json.loads(line) for line in ok(gormes(other_url, tmp_path, "export", run_id)).splitlines()]
+        # import gives new positions and times; everything else is as recorded
+        strip = lambda line: {k: v for k, v in line.items() if k not in ("position", "recorded_at")}  # noqa: E731
+        assert [strip(line) for line in own] == [strip(line) for line in lines if line["stream"] == f"run-{run_id}"]
+
+    # fork the run after its first model turn, continuing with another script
+    first_turn = next(e for e in view["timeline"] if e["type"] == "run.llm_turn")
+    script = tmp_path / "fork.json"
+    # the first reply is the recorded turn's (copied, not asked again)
+    script.write_text(json.dumps({"agents": [{"replies": [{"text": "not asked"}, {"text": "forked and done"}]}]}))
+    forked = json.loads(ok(gormes(url, tmp_path, "fork", run_id, "--at", str(first_turn["position"]),
+                                  "--model", f"scripted:{script}", "--workspace", str(ws), "--json")))
+    assert forked["forked_from"] == {"run_id": run_id, "position": first_turn["position"]}
+    assert (forked["outcome"]["status"], forked["outcome"]["result"]) == ("completed", "forked and done")
+    assert ok(gormes(url, tmp_path, "replay", forked["run_id"])).startswith("exact: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fork.json", "run.jsonl", "script.json", "ws"]
