@@ -25,12 +25,12 @@ def mcp(obj: Any, trust: str, workspace: str | None) -> None:
     """Serve the prompt-visible operations as MCP tools over stdin/stdout."""
     import anyio
 
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
     from gormes.mcp_server import serve_stdio
     from gormes.ops.builtin import default_registry
 
     async def main() -> None:
-        async with SQLiteEventStore.open(obj.db) as store:
+        async with open_store(obj.target) as store:
             await serve_stdio(
                 store, registry=default_registry(), trust=trust,
                 workspace=Path(workspace) if workspace else None,

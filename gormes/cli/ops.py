@@ -87,13 +87,13 @@ def call(obj: Any, name: str, input_json: str, workspace: str) -> None:
     import trio
 
     from gormes.actors.queue import JobQueue
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
     from gormes.ops.builtin import default_registry
     from gormes.ops.executor import Executor
     from gormes.ops.spec import Caller
 
     async def main() -> bytes:
-        async with SQLiteEventStore.open(obj.db) as store:
+        async with open_store(obj.target) as store:
             executor = Executor(default_registry(), store, workspace=workspace, jobs=await JobQueue.open(store))
             return await executor.call_json(name, input_json, Caller(trust="operator", id="cli"))
 

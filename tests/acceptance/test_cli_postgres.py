@@ -142,3 +142,41 @@ def test_run_an_agent_then_list_show_replay_export_import_and_fork(url: str, tmp
     assert (forked["outcome"]["status"], forked["outcome"]["result"]) == ("completed", "forked and done")
     assert ok(gormes(url, tmp_path, "replay", forked["run_id"])).startswith("exact: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fork.json", "run.jsonl", "script.json", "ws"]
+
+
+# -- ops ------------------------------------------------------------------------------
+
+
+def test_ops_list_schema_and_call(url: str, tmp_path: Path):
+    names = {o["name"] for o in json.loads(ok(gormes(url, tmp_path, "ops", "list", "--json")))}
+    assert {"job.submit", "run.list", "memory.recall"} <= names
+    assert json.loads(ok(gormes(url, tmp_path, "ops", "schema", "--trust", "gateway")))
+
+    job = json.loads(ok(gormes(url, tmp_path, "ops", "call", "job.submit", '{"name": "report", "data": {"n": 1}}')))
+    assert (job["name"], job["status"]) == ("report", "waiting")
+    listed = json.loads(ok(gormes(url, tmp_path, "ops", "call", "job.list", '{"status": "waiting"}')))
+    assert [j["id"] for j in listed["jobs"]] == [job["id"]]
+    jobs = json.loads(ok(gormes(url, tmp_path, "jobs", "list", "--json")))
+    assert [j["id"] for j in jobs] == [job["id"]]
+    assert json.loads(ok(gormes(url, tmp_path, "ops", "call", "run.list", '{"status": "completed"}'))) == {"runs": []}
+    audited = [json.loads(line) for line in ok(gormes(url, tmp_path, "events", "--type", "audit.operation",
+                                                       "--json")).splitlines()]
+    assert [(a["data"]["operation"], a["data"]["outcome"]) for a in audited] == [
+        ("job.submit", "ok"), ("job.list", "ok"), ("run.list", "ok")]
+
+    # memory runs on SQLite only: one line, exit 2, nothing written
+    for name, value in (("memory.recall", '{"query": "x"}'), ("memory.remember", '{"fact": "x"}')):
+        refused = gormes(url, tmp_path, "ops", "call", name, value)
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr.startswith("gormes: error: memory and recall run on SQLite only")
+        assert len(refused.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["runs", "list"], ["replay", "run-x"], ["cron", "list"], ["ops", "call", "time.now"]])
+def test_an_unreachable_server_is_one_line_and_no_file(tmp_path: Path, args: list[str]):
+    done = gormes("postgresql://nobody@127.0.0.1:1/nowhere", tmp_path, *args)
+    assert done.returncode != 0 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("gormes: error: cannot connect to PostgreSQL at postgresql://nobody@127.0.0.1:1/")
+    assert list(tmp_path.iterdir()) == []
