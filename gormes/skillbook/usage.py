@@ -77,7 +77,8 @@ async def read_usage(store: Any, skill: str | None = None) -> list[UsageRow]:
     params = (skill,) if skill else ()
 
     def read(log: Any) -> list[tuple]:
-        return log.conn.execute(sql, params).fetchall()
+        # `log.sql` on PostgreSQL runs this `?` SQL; SQLite's connection takes it as it is
+        return (getattr(log, "sql", None) or log.conn).execute(sql, params).fetchall()
 
     rows = await store.read_with(read)
     return [UsageRow(**dict(zip(UsageRow.__struct_fields__, row))) for row in rows]
