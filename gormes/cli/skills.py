@@ -114,7 +114,7 @@ def route_(obj: Any, phrase: str, skills_path: str | None, candidates: bool, run
     result = route(load_strict(skills_path), phrase, include_candidates=candidates)
     positions: list[int] = []
     if run_id is not None and result.chosen:
-        positions = _record(obj.db, run_id, result)
+        positions = _record(obj.target, run_id, result)
     if as_json:
         _echo_json({**msgspec.to_builtins(result), "selection_positions": positions})
         return
@@ -132,14 +132,14 @@ def route_(obj: Any, phrase: str, skills_path: str | None, candidates: bool, run
         click.echo(f"recorded skill.selected at position {position} for run {run_id}")
 
 
-def _record(db: Path, run_id: str, result: Any) -> list[int]:
+def _record(db: Path | str, run_id: str, result: Any) -> list[int]:
     import trio
 
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
     from gormes.skillbook.usage import record_selections, require_run
 
     async def main() -> list[int]:
-        async with SQLiteEventStore.open(db) as store:
+        async with open_store(db) as store:
             await require_run(store, run_id)
             return await record_selections(store, run_id, result.chosen, result.phrase)
 
@@ -155,13 +155,13 @@ def promote(obj: Any, name: str, skills_path: str | None, as_json: bool) -> None
     """Move NAME one status up, only if its evidence holds; records an event and rewrites its front matter."""
     import trio
 
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
     from gormes.skillbook.promotion import promote as run_promote
 
     root = skills_dir(skills_path)
 
     async def main() -> Any:
-        async with SQLiteEventStore.open(obj.db) as store:
+        async with open_store(obj.target) as store:
             return await run_promote(root, name, store, datetime.date.today())
 
     result = trio.run(main)
@@ -181,11 +181,11 @@ def feedback(obj: Any, run_id: str, name: str, verdict: str, note: str) -> None:
     """Say how skill NAME served run RUN_ID (good or bad)."""
     import trio
 
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
     from gormes.skillbook.usage import record_feedback
 
     async def main() -> int:
-        async with SQLiteEventStore.open(obj.db) as store:
+        async with open_store(obj.target) as store:
             return await record_feedback(store, run_id, name, verdict, note)  # type: ignore[arg-type]
 
     position = trio.run(main)
@@ -200,11 +200,11 @@ def usage(obj: Any, name: str | None, as_json: bool) -> None:
     """Each selection of a skill with its run's outcome and feedback (the skill_usage projection)."""
     import trio
 
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
     from gormes.skillbook.usage import read_usage
 
     async def main() -> list:
-        async with SQLiteEventStore.open(obj.db) as store:
+        async with open_store(obj.target) as store:
             return await read_usage(store, name)
 
     rows = trio.run(main)

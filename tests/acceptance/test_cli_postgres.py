@@ -180,3 +180,42 @@ def test_an_unreachable_server_is_one_line_and_no_file(tmp_path: Path, args: lis
     (line,) = done.stderr.splitlines()
     assert line.startswith("gormes: error: cannot connect to PostgreSQL at postgresql://nobody@127.0.0.1:1/")
     assert list(tmp_path.iterdir()) == []
+
+
+# -- skills that record events ----------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_skills_route_feedback_usage_and_promote(url: str, tmp_path: Path):
+    import shutil
+
+    skills = str(REPO / "skills")
+    ok(gormes(url, tmp_path, "append", "run-r1", "run.started",
+              "--data", '{"run_id": "r1", "handler": "agent", "handler_version": "v"}'))
+    routed = ok(gormes(url, tmp_path, "skills", "route", "why did my run fail", "--candidates",
+                       "--run", "r1", "--skills-dir", skills))
+    assert "recorded skill.selected at position 2 for run r1" in routed
+    ok(gormes(url, tmp_path, "append", "run-r1", "run.completed", "--data", "{}"))
+    assert ok(gormes(url, tmp_path, "skills", "feedback", "r1", "replay-forensics", "good")) == (
+        "recorded skill.feedback at position 4\n")
+    rows = json.loads(ok(gormes(url, tmp_path, "skills", "usage", "--json")))
+    assert [(r["skill"], r["run_id"], r["outcome"], r["feedback"]) for r in rows] == [
+        ("replay-forensics", "r1", "completed", "good")]
+    assert json.loads(ok(gormes(url, tmp_path, "skills", "usage", "--skill", "nope", "--json"))) == []
+    unknown = gormes(url, tmp_path, "skills", "route", "replay", "--candidates", "--run", "ghost",
+                     "--skills-dir", skills)
+    assert unknown.returncode != 0 and unknown.stderr == "gormes: error: no run 'ghost' in this database\n"
+
+    root = tmp_path / "skills"
+    shutil.copytree(REPO / "tests" / "skills" / "fixtures" / "good", root)
+    skill = root / "alpha" / "SKILL.md"
+    skill.write_text(skill.read_text().replace("evidence: []", (
+        "evidence:\n  - {date: 2026-01-05, type: run, ref: run-1}\n"
+        "  - {date: 2026-01-06, type: run, ref: run-2}\n  - {date: 2026-01-07, type: review, ref: bob}"
+    )))
+    promoted = json.loads(ok(gormes(url, tmp_path, "skills", "promote", "alpha", "--skills-dir", str(root), "--json")))
+    assert (promoted["to_status"], promoted["position"]) == ("proven", 5)
+    (event,) = [json.loads(line) for line in ok(gormes(url, tmp_path, "events", "--type", "skill.promoted",
+                                                        "--json")).splitlines()]
+    assert (event["stream"], event["data"]["from"], event["data"]["to"]) == ("skill-alpha", "candidate", "proven")
