@@ -7,7 +7,9 @@ database. The run's stream is `run-<id>`; with `children`, every run named by a
 log position order.
 
 Rows are copied as stored (never decoded and re-encoded), so an export holds the
-recording byte for byte.
+recording byte for byte. `log` is an `SQLiteLog`, or on PostgreSQL the
+`PostgresLog` a store's `read_with` hands over (`select` runs its SQL through
+`log.sql` there).
 """
 
 from __future__ import annotations
