@@ -161,3 +161,36 @@ async def test_a_cancelled_tool_call_is_audited_and_not_recorded_in_the_run(stor
     (audit,) = [r.event for r in await store.read_all(types=["audit.operation"])]
     assert (audit.operation, audit.outcome, audit.run_id) == ("test.pause", "cancelled", outcome.run_id)
     assert not [e for e in await run_events(store, outcome.run_id) if isinstance(e, RunToolCalled)]
+
+
+async def test_messages_sent_while_a_run_reads_its_inbox_are_each_read_exactly_once(store):
+    from gormes.actors.run_context import RunHandlerRegistry, run_handler
+    from gormes.events.runs import RunMessageSent, run_stream
+
+    handlers = RunHandlerRegistry()
+
+    @run_handler("collector", registry=handlers)
+    async def collector(ctx, input):
+        seen: list[str] = []
+        while len(seen) < input:
+            seen.extend(m.payload for m in await ctx.inbox())
+            await ctx.log("between reads")
+        return seen
+
+    sent = [f"m{i}" for i in range(12)]
+    async with RunManager.open(store, handlers=handlers) as runs:
+        handle = await runs.start("collector", len(sent))
+        stream = run_stream(handle.run_id)
+        async with trio.open_nursery() as senders:
+            for i, payload in enumerate(sent):
+                if i % 2:  # through send_message, and as a plain append by some other writer
+                    senders.start_soon(handle.send, payload)
+                else:
+                    senders.start_soon(store.append, stream, [RunMessageSent(
+                        message_id=f"direct-{i}", sender="test", payload=payload, sent_at=i)])
+                await trio.sleep(0)
+        outcome = await handle.outcome()
+    assert outcome.status == "completed"
+    assert sorted(outcome.result) == sorted(sent)  # every message once, none lost, none twice
+    reads = [e for e in await run_events(store, handle.run_id) if isinstance(e, RunInboxRead)]
+    assert sorted(m.payload for r in reads for m in r.messages) == sorted(sent)
