@@ -39,8 +39,8 @@ from gormes.actors.run_context import (
 from gormes.errors import UserError
 from gormes.events.base import Event
 from gormes.events.jobs import Tokens
-from gormes.events.store import AppendRequest
 from gormes.events.runs import (
+    NO_TOKENS,
     InboxItem,
     LogLevel,
     RecordedReply,
@@ -57,11 +57,11 @@ from gormes.events.runs import (
     RunRandomDrawn,
     RunTokensAdded,
     RunToolCalled,
-    NO_TOKENS,
     canonical_arguments,
     run_stream,
     tokens_of,
 )
+from gormes.events.store import AppendRequest
 
 if TYPE_CHECKING:
     from gormes.actors.job_context import JobContext
@@ -276,7 +276,6 @@ class LiveRunContext(RunContext):
             if tokens is not NO_TOKENS:
                 self.total_tokens = self.total_tokens + tokens
         return event
-
 
     async def _count(self, tokens: Tokens) -> None:
         """Usage of this run's own (not a child's total): also to the job, if any."""
