@@ -24,6 +24,10 @@ A handler that ignores its cancellation for `abort_grace_ms` is abandoned: its
 task is left behind, the job goes `dead` "handler ignored abort" (when the worker
 still owns it) and the slot is freed, so the worker keeps serving.
 
+Jobs that finish together are recorded in one transaction (completions.py),
+which also claims the jobs that take their slots (`JobQueue.complete_and_claim`):
+a busy worker commits once per round of jobs, not once to record and once to claim.
+
 An idle worker waits for the log to grow (`store.wait_for_change`: in-process
 wake-up, or `PRAGMA data_version` every few ms across processes), so a new job is
 picked up within milliseconds. Sweeps run on intervals: stalled leases, due
