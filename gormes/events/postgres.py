@@ -35,7 +35,7 @@ import trio
 from gormes.errors import StoreError, StoreReadOnly
 from gormes.events.base import Event, Recorded
 from gormes.events.codec import Codec, default_codec
-from gormes.events.postgres_log import InlineApply, PostgresLog, PostgresWriteBatch
+from gormes.events.postgres_log import InlineApply, PostgresLog, PostgresWriteBatch, pipeline
 from gormes.events.postgres_schema import (
     APPLICATION,
     channel_name,
@@ -52,6 +52,9 @@ from gormes.events.store import AppendRequest, AppendResult
 from gormes.events.store_base import GroupCommitCalls, LogReads, _Batch, _Request
 
 T = TypeVar("T")
+
+_SAVEPOINT = "SAVEPOINT transact"
+_RELEASE = "RELEASE SAVEPOINT transact"
 
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
@@ -81,24 +84,32 @@ class PostgresTransaction:
 
     def __init__(self, batch: PostgresWriteBatch) -> None:
         self._batch = batch
-        self.conn: PortableConnection = batch.log.sql
-        self.pg: psycopg.Connection = batch.log.conn
         self.now = batch.now
+
+    @property
+    def conn(self) -> PortableConnection:
+        self._batch.send_pending()  # the savepoint first: what runs here is undone with it
+        return self._batch.log.sql
+
+    @property
+    def pg(self) -> psycopg.Connection:
+        self._batch.send_pending()
+        return self._batch.log.conn
 
     def stream_version(self, stream: str) -> int:
         return self._batch.version(stream)
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
-        self._batch.flush()
-        records = self._batch.log.read_stream(stream, after_version)
+        log = self._batch.log
+        records = self._batch.flush(lambda: log.read_stream(stream, after_version))
         if after_version == 0:  # the whole stream: its version, for the next append
             self._batch.learn_version(stream, records[-1].version if records else 0)
         return records
 
     def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
         """Several whole streams in one query (see `PostgresLog.read_streams`)."""
-        self._batch.flush()
-        found = self._batch.log.read_streams(streams)
+        log = self._batch.log
+        found = self._batch.flush(lambda: log.read_streams(streams))
         for stream, records in found.items():
             self._batch.learn_version(stream, records[-1].version if records else 0)
         return found
@@ -112,8 +123,8 @@ class PostgresTransaction:
         return self._batch.append(requests)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
-        self._batch.flush()
-        return self.conn.execute(sql, params)
+        conn = self._batch.log.sql
+        return self._batch.flush(lambda: conn.execute(sql, params))
 
 
 class _Changes:
@@ -375,9 +386,13 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
                         req.error = exc
                 else:
                     self._run_transact(wb, req)
-            wb.flush()
-            log.conn.execute("SELECT pg_notify(%s, '')", (self.channel,))
-            log.conn.execute("COMMIT")
+            conn = log.conn
+
+            def notify_and_commit() -> None:
+                conn.execute("SELECT pg_notify(%s, '')", (self.channel,))
+                conn.execute("COMMIT")
+
+            wb.flush(notify_and_commit, force=True)
             return None
         except BaseException as exc:  # noqa: BLE001 - handed to the callers
             if isinstance(exc, psycopg.Error) and is_connection_lost(exc, log.conn):
@@ -399,23 +414,27 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
             pass
 
     def _run_transact(self, wb: PostgresWriteBatch, req: _Request) -> None:
+        # SAVEPOINT and RELEASE are deferred: sent with the next statement, in
+        # its round trip (`PostgresWriteBatch.defer`).
         conn = wb.log.conn
         wb.flush()
         mark = wb.mark()
-        conn.execute("SAVEPOINT transact")
+        wb.defer(_SAVEPOINT)
         try:
             req.result = req.payload(PostgresTransaction(wb))
             wb.flush()
         except Exception as exc:
             if isinstance(exc, psycopg.Error) and is_connection_lost(exc, conn):
                 raise
-            conn.execute("ROLLBACK TO SAVEPOINT transact")
-            conn.execute("RELEASE SAVEPOINT transact")
+            if not wb.undefer(_SAVEPOINT):  # it was sent: undo what followed it
+                with pipeline(conn):
+                    conn.execute("ROLLBACK TO SAVEPOINT transact")
+                    conn.execute(_RELEASE)
             wb.restore(mark)
             req.result = None
             req.error = translate_error(exc, self.where) if isinstance(exc, psycopg.Error) else exc
             return
-        conn.execute("RELEASE SAVEPOINT transact")
+        wb.defer(_RELEASE)
 
     # -- reads --------------------------------------------------------------
 

@@ -15,15 +15,16 @@ one is visible: a reader's snapshot always holds a prefix of positions. Unlike a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import psycopg
 
 from gormes.errors import ConcurrencyError
 from gormes.events.base import Recorded
 from gormes.events.codec import Codec, default_codec
-from gormes.events.postgres_schema import glob_regex
+from gormes.events.postgres_schema import glob_regex, is_connection_lost
 from gormes.events.postgres_sql import PortableConnection
 from gormes.events.store import AppendRequest, AppendResult
 
@@ -34,10 +35,85 @@ _INSERT = (
     "%s::int[], %s::text[], %s::float8[])"
 )
 
+_HEAD = "SELECT coalesce(max(position), 0) FROM events"
+
+T = TypeVar("T")
+
 Row = tuple[int, str, int, str, int, str, float]
 # An inline projection (the job ledger): called with the transaction's connection
 # (a PortableConnection) and the records just inserted, inside the write transaction.
 InlineApply = Callable[[PortableConnection, list[Recorded]], None]
+
+
+@contextmanager
+def pipeline(conn: psycopg.Connection) -> Iterator[psycopg.Pipeline]:
+    """`conn.pipeline()`, except when the connection is lost in it (an error the
+    server did not report, no SQLSTATE, or one `is_connection_lost` knows): then
+    the connection is closed at once, without trying to leave pipeline mode
+    (psycopg would fail to, and log it), so that the caller sees it lost and the
+    batch's outcome is asked of the server (`pg_xact_status`)."""
+
+    def lost(exc: BaseException) -> bool:
+        return isinstance(exc, psycopg.Error) and (
+            exc.sqlstate is None or is_connection_lost(exc, conn)
+        )
+
+    cm = conn.pipeline()
+    p = cm.__enter__()
+    try:
+        yield p
+    except BaseException as exc:
+        if lost(exc):
+            conn.close()
+            try:  # ended as if the block had not raised: psycopg logs nothing then
+                cm.__exit__(None, None, None)
+            except psycopg.Error:
+                pass
+            raise
+        if not cm.__exit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        try:
+            cm.__exit__(None, None, None)
+        except BaseException as exc:
+            if lost(exc):
+                conn.close()
+            raise
+
+
+class _PipelinedCursor:
+    """A cursor of a statement sent in a pipeline: reading anything of it (its
+    rowcount included, which psycopg would give as -1 before the answer came)
+    first waits for the answers."""
+
+    def __init__(self, cursor: psycopg.Cursor, pipeline: psycopg.Pipeline) -> None:
+        self._cursor = cursor
+        self._pipeline = pipeline
+
+    def __getattr__(self, name: str) -> Any:
+        if self._cursor.pgresult is None:
+            self._pipeline.sync()
+        return getattr(self._cursor, name)
+
+    def __iter__(self) -> Any:
+        return iter(self.fetchall())
+
+
+class PipelinedConnection:
+    """The write transaction's `PortableConnection` while a pipeline is open: the
+    inline projections' statements are queued, not answered one by one."""
+
+    dialect = PortableConnection.dialect
+
+    def __init__(self, conn: PortableConnection, pipeline: psycopg.Pipeline) -> None:
+        self._conn = conn
+        self._pipeline = pipeline
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> _PipelinedCursor:
+        return _PipelinedCursor(self._conn.execute(sql, params), self._pipeline)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
 
 
 def pattern_clause(column: str, patterns: Sequence[str], params: list[Any]) -> str:
@@ -75,7 +151,7 @@ class PostgresLog:
     # -- reads --------------------------------------------------------------
 
     def head(self) -> int:
-        return self.conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+        return self.conn.execute(_HEAD).fetchone()[0]
 
     def count(self) -> int:
         return self.conn.execute("SELECT count(*) FROM events").fetchone()[0]
@@ -170,12 +246,19 @@ class PostgresLog:
     # -- writes -------------------------------------------------------------
 
     def begin_write(self) -> tuple[int, int]:
-        """Open a write transaction holding the table lock; (its xid, the head)."""
+        """Open a write transaction holding the table lock; (its xid, the head).
+
+        One round trip (a pipeline): the head is read after the lock is granted,
+        since each statement of the pipeline runs only after the previous one
+        ended; the xid is known to the caller only once all of it answered (if
+        the connection drops before, nothing of the transaction can commit)."""
         conn = self.conn
-        conn.execute("BEGIN")
-        xid = int(conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0])
-        conn.execute("LOCK TABLE events IN EXCLUSIVE MODE")
-        return xid, self.head()
+        with pipeline(conn):
+            conn.execute("BEGIN")
+            xid = conn.execute("SELECT pg_current_xact_id()::text")
+            conn.execute("LOCK TABLE events IN EXCLUSIVE MODE")
+            head = conn.execute(_HEAD)
+        return int(xid.fetchone()[0]), head.fetchone()[0]
 
     def xact_status(self, xid: int) -> str | None:
         """'committed', 'aborted', 'in progress', or None (too old to know)."""
@@ -199,6 +282,9 @@ class PostgresWriteBatch:
         self._rows: list[Row] = []
         self._events: list[Any] = []  # the event of each staged row (None: decode it)
         self._next_position = head + 1
+        # Statements whose answer nobody reads (SAVEPOINT, RELEASE): sent ahead of
+        # the next statement, in the same round trip (see `defer`).
+        self._pending: list[str] = []
 
     @property
     def versions(self) -> dict[str, int]:
@@ -259,24 +345,58 @@ class PostgresWriteBatch:
         if rows:
             self._next_position = rows[-1][0] + 1
 
-    def flush(self) -> None:
-        """Insert the staged rows so that SQL run next in the transaction sees them."""
-        if not self._rows:
-            return
-        columns = list(zip(*self._rows))
-        self.log.conn.execute(_INSERT, [list(c) for c in columns])
-        if self.inline:
-            decode = self.log.codec.decode
-            records = [
-                Recorded(pos, stream, version, type_,
-                         decode(type_, tv, data) if event is None else event, at)
-                for (pos, stream, version, type_, tv, data, at), event
-                in zip(self._rows, self._events)
-            ]
-            for apply in self.inline:
-                apply(self.log.sql, records)
-        self._rows.clear()
-        self._events.clear()
+    def defer(self, sql: str) -> None:
+        """Send `sql` (no parameters, no answer read) ahead of the next statement:
+        it is queued in program order, before rows staged after it."""
+        assert not self._rows, "defer only with nothing staged"
+        self._pending.append(sql)
+
+    def undefer(self, sql: str) -> bool:
+        """Take back `sql` if it is the last statement deferred and not yet sent."""
+        if self._pending and self._pending[-1] == sql:
+            self._pending.pop()
+            return True
+        return False
+
+    def send_pending(self) -> None:
+        """Send the deferred statements now (before SQL run past this batch)."""
+        if self._pending:
+            self.flush()
+
+    def flush(self, then: Callable[[], T] | None = None, *, force: bool = False) -> T | None:
+        """Insert the staged rows so that SQL run next in the transaction sees them.
+
+        The deferred statements, the INSERT, the inline projections' statements
+        and `then` (SQL of the caller, whose result it returns) go in one
+        pipeline: a round trip only where an answer is read (a SELECT), not one
+        per statement. Errors are raised as without a pipeline (at the latest
+        when it ends); statements after a failed one are not run. `force`:
+        `then` is pipelined even when nothing is staged (several statements)."""
+        conn = self.log.conn
+        if not self._rows and not self._pending and not force:
+            return None if then is None else then()
+        with pipeline(conn) as pipe:
+            pending, self._pending = self._pending, []
+            for sql in pending:
+                conn.execute(sql)
+            if self._rows:
+                columns = list(zip(*self._rows))
+                conn.execute(_INSERT, [list(c) for c in columns])
+                if self.inline:
+                    decode = self.log.codec.decode
+                    records = [
+                        Recorded(pos, stream, version, type_,
+                                 decode(type_, tv, data) if event is None else event, at)
+                        for (pos, stream, version, type_, tv, data, at), event
+                        in zip(self._rows, self._events)
+                    ]
+                    sql = PipelinedConnection(self.log.sql, pipe)
+                    for apply in self.inline:
+                        apply(sql, records)
+                self._rows.clear()
+                self._events.clear()
+            result = None if then is None else then()
+        return result
 
     def mark(self) -> tuple[dict[str, int], int]:
         """A point to return to if a savepoint is rolled back (call after `flush`)."""
