@@ -126,6 +126,24 @@ def cli(ctx: click.Context, db: str | None, durability: str | None) -> None:
     ctx.obj = Config(db)
 
 
+def _database_error_line(exc: BaseException) -> str | None:
+    """One line for an error the database raised that no gormes code translated
+    (the server shutting down under a command, say), None for anything else.
+
+    Looked up by module so that psycopg is not imported to check."""
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _database_error_line(exc.exceptions[0])
+    from gormes.errors import GormesError
+
+    if isinstance(exc, GormesError):
+        return str(exc)
+    module = type(exc).__module__
+    if module.startswith("psycopg") or module == "sqlite3":
+        text = str(exc).strip()
+        return f"database error: {text.splitlines()[0] if text else type(exc).__name__}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     from gormes.errors import GormesError
 
@@ -142,6 +160,12 @@ def main(argv: list[str] | None = None) -> None:
     except GormesError as exc:
         click.echo(f"gormes: error: {exc}", err=True)
         sys.exit(getattr(exc, "exit_code", 1))
+    except Exception as exc:  # noqa: BLE001 - a database's own error still gets one line
+        line = _database_error_line(exc)
+        if line is None:
+            raise
+        click.echo(f"gormes: error: {line}", err=True)
+        sys.exit(1)
     except BrokenPipeError:
         # Output piped into `head` and the like: not an error of ours.
         devnull = os.open(os.devnull, os.O_WRONLY)
