@@ -96,3 +96,29 @@ def remount_read_only(mount_point: Path) -> None:
         import pytest
 
         pytest.skip(f"cannot remount the tmpfs read-only: {done.stderr.strip()}")
+
+
+def side_file_handlers(name: str, side_env: str, sleep_s: tuple[float, float]) -> str:
+    """Source of a handlers module for crash and drain tests: job `name` sleeps a
+    random while in `sleep_s`, then appends "JOB_ID LOCK_TOKEN" to the file named by
+    the environment variable `side_env` (O_APPEND: one whole line per run, even
+    from several processes), so a test can count every handler run under a claim."""
+    low, high = sleep_s
+    return f"""
+import os
+import random
+import trio
+import gormes
+
+SIDE = os.environ["{side_env}"]
+
+@gormes.job("{name}")
+async def {name}(ctx, data):
+    await trio.sleep(random.uniform({low}, {high}))
+    fd = os.open(SIDE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{{ctx.id}} {{ctx.lock_token}}\\n".encode())
+    finally:
+        os.close(fd)
+    return {{"n": data["n"]}}
+"""

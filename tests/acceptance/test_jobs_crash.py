@@ -20,31 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import cli_env, gormes_command, run_gormes
+from cli_helpers import cli_env, gormes_command, run_gormes, side_file_handlers
 
 pytestmark = pytest.mark.slow
 
 N_JOBS = 300
 N_WORKERS = 3
 
-HANDLERS = """
-import os
-import random
-import trio
-import gormes
-
-SIDE = os.environ["GORMES_CRASH_SIDE_FILE"]
-
-@gormes.job("crashy")
-async def crashy(ctx, data):
-    await trio.sleep(random.uniform(0.05, 0.15))
-    fd = os.open(SIDE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{ctx.id} {ctx.lock_token}\\n".encode())
-    finally:
-        os.close(fd)
-    return {"n": data["n"]}
-"""
+HANDLERS = side_file_handlers("crashy", "GORMES_CRASH_SIDE_FILE", (0.05, 0.15))
 
 
 def start_worker(db: Path, handlers: Path, side: Path) -> subprocess.Popen:

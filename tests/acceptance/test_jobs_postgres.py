@@ -26,28 +26,13 @@ import psycopg
 import pytest
 from pg_helpers import admin, fresh_schema, url_for_schema
 
-from cli_helpers import assert_one_line_error, cli_env, gormes_command, run_gormes
+from cli_helpers import (
+    assert_one_line_error, cli_env, gormes_command, run_gormes, side_file_handlers,
+)
 
 N_JOBS = 120
 
-HANDLERS = """
-import os
-import random
-import trio
-import gormes
-
-SIDE = os.environ["GORMES_SIDE_FILE"]
-
-@gormes.job("pgwork")
-async def pgwork(ctx, data):
-    await trio.sleep(random.uniform(0.01, 0.05))
-    fd = os.open(SIDE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{ctx.id} {ctx.lock_token}\\n".encode())
-    finally:
-        os.close(fd)
-    return {"n": data["n"]}
-"""
+HANDLERS = side_file_handlers("pgwork", "GORMES_SIDE_FILE", (0.01, 0.05))
 
 
 @pytest.fixture

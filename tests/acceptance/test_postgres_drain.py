@@ -43,7 +43,7 @@ import psycopg
 import pytest
 from pg_helpers import fresh_schema, require_postgres, url_for_schema
 
-from cli_helpers import cli_env, gormes_command, run_gormes
+from cli_helpers import cli_env, gormes_command, run_gormes, side_file_handlers
 
 pytestmark = pytest.mark.slow
 
@@ -52,24 +52,7 @@ N_WORKERS = 3
 KILL_AT = 200  # completed jobs when worker 0 is SIGKILLed
 RESTART_AT = 450  # completed jobs when the server is restarted
 
-HANDLERS = """
-import os
-import random
-import trio
-import gormes
-
-SIDE = os.environ["GORMES_DRAIN_SIDE_FILE"]
-
-@gormes.job("drain")
-async def drain(ctx, data):
-    await trio.sleep(random.uniform(0.01, 0.05))
-    fd = os.open(SIDE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{ctx.id} {ctx.lock_token}\\n".encode())
-    finally:
-        os.close(fd)
-    return {"n": data["n"]}
-"""
+HANDLERS = side_file_handlers("drain", "GORMES_DRAIN_SIDE_FILE", (0.01, 0.05))
 
 
 def pg_cluster() -> tuple[str, str] | None:
