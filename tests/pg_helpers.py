@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools
 import os
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -57,3 +59,35 @@ def url_for_schema(schema: str) -> str:
     """A URL whose connections use `schema` (for the CLI, which takes only a URL)."""
     sep = "&" if "?" in PG_URL else "?"
     return f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+
+
+@asynccontextmanager
+async def backend_store(backend: str, sqlite_path: Path, **options: Any) -> AsyncIterator[Any]:
+    """An event store on `backend`: the SQLite file `sqlite_path`, or a fresh
+    Postgres schema (dropped afterwards; the test is skipped when the server
+    cannot be reached). `options` go to the store's `open` (a `clock`, say)."""
+    if backend == "sqlite":
+        from gormes.events.sqlite import SQLiteEventStore
+
+        async with SQLiteEventStore.open(sqlite_path, **options) as store:
+            yield store
+        return
+    from gormes.events.postgres import PostgresEventStore
+
+    with fresh_schema() as schema:
+        async with PostgresEventStore.open(
+            PG_URL, schema=schema, poll_interval=0.05, **options
+        ) as store:
+            yield store
+
+
+def reopen_store(store: Any) -> Any:
+    """Another store on the same database as `store`, as a second process or host
+    would open it (an async context manager)."""
+    if getattr(store, "dialect", "sqlite") == "postgres":
+        from gormes.events.postgres import PostgresEventStore
+
+        return PostgresEventStore.open(store.url, schema=store.schema, poll_interval=0.05)
+    from gormes.events.sqlite import SQLiteEventStore
+
+    return SQLiteEventStore.open(store.path)

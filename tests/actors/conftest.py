@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_helpers import PG_URL, fresh_schema
+from pg_helpers import backend_store, reopen_store
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -24,31 +24,11 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def store(backend: str, db_path: Path) -> AsyncIterator[Any]:
-    if backend == "sqlite":
-        from gormes.events.sqlite import SQLiteEventStore
-
-        async with SQLiteEventStore.open(db_path) as s:
-            yield s
-        return
-    from gormes.events.postgres import PostgresEventStore
-
-    with fresh_schema() as schema:
-        async with PostgresEventStore.open(PG_URL, schema=schema, poll_interval=0.05) as s:
-            yield s
+    async with backend_store(backend, db_path) as s:
+        yield s
 
 
 @pytest.fixture
 def reopen() -> Any:
-    """`reopen(store)`: another store on the same database, as a second process or
-    host would open it (an async context manager)."""
-
-    def open_again(store: Any) -> Any:
-        if getattr(store, "dialect", "sqlite") == "postgres":
-            from gormes.events.postgres import PostgresEventStore
-
-            return PostgresEventStore.open(store.url, schema=store.schema, poll_interval=0.05)
-        from gormes.events.sqlite import SQLiteEventStore
-
-        return SQLiteEventStore.open(store.path)
-
-    return open_again
+    """`reopen(store)`: another store on the same database (pg_helpers.reopen_store)."""
+    return reopen_store
