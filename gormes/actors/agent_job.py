@@ -15,9 +15,20 @@ Job data: the agent's input plus where it runs:
 The fs tools work in GORMES_WORKSPACE (the worker's environment); without it they
 are unavailable.
 
-Not built: resuming the same run on a later attempt (replaying its recorded
-prefix). Each attempt is a run of its own; an attempt that is paused, loses its
-lease or is shut down ends its run as `run.cancelled` with the job's abort reason.
+Each attempt is a run of its own, named in the job's log (a transcript entry with
+`data={"agent_run": RUN_ID, ...}`) before it starts. An attempt that is paused,
+loses its lease or is shut down ends its run as `run.cancelled` with the job's
+abort reason. The next attempt looks at the run the previous one named
+(decision 0011):
+
+- cancelled, or cut off with no end (the worker died): the new run RESUMES it,
+  a new run with `resumed_from` whose handler is served the earlier run's
+  recorded prefix (model turns, tool results, inbox reads, clock and random
+  readings, finished children) from the record, then continues live; nothing in
+  the prefix calls the provider, runs a tool or counts tokens again;
+- completed (the attempt died before the job recorded its completion): the job
+  completes with that run's result, and no run is started;
+- failed, or none, or the code no longer replays its prefix: a fresh run.
 """
 
 from __future__ import annotations
@@ -29,7 +40,8 @@ import msgspec
 
 from gormes.actors.handlers import UnrecoverableError, job
 from gormes.actors.job_context import JobContext
-from gormes.events.jobs import Tokens
+from gormes.events.jobs import JobTranscribed, Tokens, job_stream
+from gormes.events.runs import RunCompleted, run_stream
 
 WORKSPACE_ENV = "GORMES_WORKSPACE"
 RUN_OPTIONS = ("model", "tools", "max_iterations", "deadline_s")
@@ -67,28 +79,76 @@ def _executor(store: Any) -> Any:
     return Executor(default_registry(), store, workspace=os.environ.get(WORKSPACE_ENV) or None)
 
 
+AGENT_RUN = "agent_run"  # the key of the transcript entry naming an attempt's run
+
+
+def last_attempt_run(job_records: list[Any]) -> str | None:
+    """The run the latest attempt named in the job's log, if any."""
+    for record in reversed(job_records):
+        e = record.event
+        if isinstance(e, JobTranscribed) and isinstance(e.entry.data, dict) and AGENT_RUN in e.entry.data:
+            return str(e.entry.data[AGENT_RUN])
+    return None
+
+
+async def _earlier_run(store: Any, job_id: str) -> Any:
+    """The RecordedRun of the previous attempt, or None (none, or it never started)."""
+    from gormes.actors.replay_log import split_run
+
+    run_id = last_attempt_run(await store.read_stream(job_stream(job_id)))
+    if run_id is None:
+        return None
+    records = await store.read_stream(run_stream(run_id))
+    return split_run(run_id, records) if records else None
+
+
 @job("agent")
 async def agent_job(ctx: JobContext, data: Any) -> Any:
+    from gormes.actors.fork import resume_run
     from gormes.actors.runs import RunManager
     from gormes.errors import UserError
 
     options, run_input = parse_job_data(data)
     store = ctx._queue.store
+    earlier = await _earlier_run(store, ctx.id)
+    if earlier is not None and earlier.end is not None and isinstance(earlier.end.event, RunCompleted):
+        await ctx.log(f"run {earlier.run_id} had completed: its result is the job's",
+                      data={"completed_run": earlier.run_id})
+        return {"run_id": earlier.run_id, "result": earlier.end.event.result}
 
     async def to_job(tokens: Tokens) -> None:
         await ctx.tokens(input=tokens.input, output=tokens.output, cache_read=tokens.cache_read)
 
+    def outside_reason() -> str | None:
+        return f"job {ctx.abort_reason}" if ctx.abort_reason else None
+
     async with RunManager.open(store, executor=_executor(store)) as runs:
+        run_id = runs.new_id()
+        if earlier is not None and (earlier.end is None or earlier.end.type == "run.cancelled"):
+            await ctx.log(f"run {run_id} resumes run {earlier.run_id}",
+                          data={AGENT_RUN: run_id, "resumes": earlier.run_id})
+            try:
+                resumed = await resume_run(runs, earlier, run_id=run_id, job_id=ctx.id, token_sink=to_job,
+                                           job=ctx, outside_reason=outside_reason)
+            except UserError as exc:  # ResumeRefused, or the handler or model is gone now
+                await ctx.log(f"{exc}; starting afresh")
+            else:
+                return _result(resumed.outcome)
+            run_id = runs.new_id()
+        await ctx.log(f"run {run_id}", data={AGENT_RUN: run_id})
         try:
             handle = await runs.start(
                 options.handler, run_input, model=options.model, tools=options.tools,
                 max_iterations=options.max_iterations, deadline_s=options.deadline_s,
-                trust="system", job_id=ctx.id, token_sink=to_job, job=ctx,
-                outside_reason=lambda: f"job {ctx.abort_reason}" if ctx.abort_reason else None,
+                trust="system", job_id=ctx.id, token_sink=to_job, job=ctx, run_id=run_id,
+                outside_reason=outside_reason,
             )
         except UserError as exc:  # unknown handler, bad model spec: retrying will not help
             raise UnrecoverableError(str(exc)) from None
-        outcome = await handle.outcome()
+        return _result(await handle.outcome())
+
+
+def _result(outcome: Any) -> Any:
     if outcome.status == "completed":
         return {"run_id": outcome.run_id, "result": outcome.result}
     raise RuntimeError(f"run {outcome.run_id} {outcome.status}: {outcome.error}")

@@ -23,6 +23,11 @@ overrides means: the same history, other parameters from here on) and copied wit
 the request hash the code produced. Any other mismatch in the prefix fails the
 new run with `ForkDiverged`.
 
+The same machinery resumes an agent job's run on a later attempt (`resume_run`,
+decision 0011): a new run with `resumed_from` instead of `forked_from`, no
+overrides, the earlier run's whole recorded prefix (cut before a child that had
+not finished), and the job's token sink and inbox for the live part.
+
 Not built: forking at a position where a child spawned in the prefix has not
 finished by then (refused with a clear message); forking a run that is still
 going; copying inbox messages sent but not yet read by the position.
@@ -30,6 +35,7 @@ going; copying inbox messages sent but not yet read by the position.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -39,23 +45,27 @@ from gormes.actors.replay import Replayer, replay
 from gormes.actors.replay_context import ReplayContext
 from gormes.actors.replay_log import RecordedRun, split_run
 from gormes.actors.run_context import RunContext, handler_version
-from gormes.actors.run_live import LiveRunContext
+from gormes.actors.run_live import LiveRunContext, TokenSink
 from gormes.actors.runs import LiveRun, RunManager, RunOutcome
 from gormes.errors import UserError
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
     ForkOrigin,
+    RunCancelled,
     RunChildFinished,
     RunChildSpawned,
     RunInboxRead,
     RunLlmFailed,
     RunLlmTurn,
+    RunMessageSent,
+    RunStarted,
     run_stream,
     tokens_of,
 )
 from gormes.events.store import NO_STREAM
 
 if TYPE_CHECKING:
+    from gormes.actors.job_context import JobContext
     from gormes.events.base import Recorded
 
 
@@ -185,18 +195,128 @@ async def fork_run(
         max_depth=started.max_depth, trust=started.trust, tools=started.tools, model=new_model,
         max_iterations=started.max_iterations, deadline_s=started.deadline_s,
     )
-    provider = manager.provider(new_model) if new_model else None
     origin = ForkOrigin(run_id=source_run_id, position=at)
+    outcome = await continue_run(
+        manager, run, prefix, run.started_event(handler_version(fn), forked_from=origin),
+        lenient_llm=bool(model or overrides),
+    )
+    return ForkedRun(run_id=run.run_id, forked_from=origin, copied=len(prefix), outcome=outcome)
+
+
+async def continue_run(
+    manager: RunManager,
+    run: LiveRun,
+    prefix: tuple[Recorded, ...],
+    started: RunStarted,
+    *,
+    lenient_llm: bool = False,
+    messages: tuple[RunMessageSent, ...] = (),
+    token_sink: TokenSink | None = None,
+    job: JobContext | None = None,
+) -> RunOutcome:
+    """Record `started` (and `messages`, unread inbox messages carried over) on the new
+    run's stream, then drive the handler with a `ForkContext`: `prefix` (another run's
+    observations) is served and copied, then the run continues live. The prefix's
+    tokens count in the run's total but are not sent to `token_sink` again."""
+    store = manager.store
+    registry = manager.executor.registry if manager.executor is not None else None
+    fn = manager.handlers.get(run.handler)
+    provider = manager.provider(run.model) if run.model else None
     tokens = sum((tokens_of(r.event) for r in prefix), Tokens())
-    live = LiveRunContext(manager, run, provider, next_seq=len(prefix) + 1, tokens=tokens)
+    live = LiveRunContext(manager, run, provider, next_seq=len(prefix) + 1, tokens=tokens,
+                          token_sink=token_sink, job=job)
     live.mark_read({m.id for r in prefix if isinstance(r.event, RunInboxRead) for m in r.event.messages})
-    new_started = run.started_event(handler_version(fn), forked_from=origin)
-    await store.append(run_stream(run.run_id), [new_started], expected_version=NO_STREAM)
+    await store.append(run_stream(run.run_id), [started, *messages], expected_version=NO_STREAM)
     copy = RecordedRun(
-        run_id=run.run_id, started=new_started, started_position=0, observations=prefix,
+        run_id=run.run_id, started=started, started_position=0, observations=prefix,
         end=None, records=tuple(prefix),
     )
     replayer = Replayer(_OneRun(copy), None, children=False, registry=registry, handlers=manager.handlers)
-    ctx = ForkContext(copy, replayer, live, store, lenient_llm=bool(model or overrides))
-    outcome = await manager.drive(run, ctx, live, fn)
-    return ForkedRun(run_id=run.run_id, forked_from=origin, copied=len(prefix), outcome=outcome)
+    ctx = ForkContext(copy, replayer, live, store, lenient_llm=lenient_llm)
+    return await manager.drive(run, ctx, live, fn)
+
+
+# -- resuming an agent job's run on a later attempt (decision 0011) --------------------
+
+
+class ResumeRefused(UserError):
+    """The earlier run cannot be continued (its code changed, or it has no start)."""
+
+
+class ResumedRun(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    resumed_from: ForkOrigin
+    copied: int  # observations replayed from the earlier run
+    outcome: RunOutcome
+
+
+def resumable_prefix(recorded: RecordedRun) -> tuple[Recorded, ...]:
+    """The observations of an unfinished run that a continuation takes over: all of
+    them, or those before the first child that was spawned and never observed
+    finishing. Such a child is restarted, not resumed: the continuation's code
+    reaches its spawn live and starts a new child run (its earlier child stays
+    cancelled or unfinished), and the parent's observations after that spawn are
+    made again live."""
+    finished = {r.event.child_run_id for r in recorded.observations if isinstance(r.event, RunChildFinished)}
+    for i, r in enumerate(recorded.observations):
+        if isinstance(r.event, RunChildSpawned) and r.event.child_run_id not in finished:
+            return recorded.observations[:i]
+    return recorded.observations
+
+
+def carried_messages(recorded: RecordedRun, prefix: tuple[Recorded, ...]) -> tuple[RunMessageSent, ...]:
+    """Inbox messages the continuation must still be given: sent to the earlier run
+    and not read in `prefix` (read after the cut, or never read), in the order the
+    inbox serves them. Messages the earlier run read after the cut came perhaps from
+    the job's inbox, which will not serve them again: they are carried too."""
+    read = {m.id for r in prefix if isinstance(r.event, RunInboxRead) for m in r.event.messages}
+    pending: dict[str, RunMessageSent] = {}
+    for r in recorded.records:
+        e = r.event
+        if isinstance(e, RunMessageSent):
+            pending.setdefault(e.message_id, e)
+        elif isinstance(e, RunInboxRead):
+            for m in e.messages:
+                pending.setdefault(m.id, RunMessageSent(
+                    message_id=m.id, sender=m.sender, payload=m.payload, sent_at=m.sent_at))
+    return tuple(sorted((m for i, m in pending.items() if i not in read), key=lambda m: (m.sent_at, m.message_id)))
+
+
+async def resume_run(
+    manager: RunManager,
+    source: RecordedRun,
+    *,
+    run_id: str | None = None,
+    job_id: str | None = None,
+    token_sink: TokenSink | None = None,
+    job: JobContext | None = None,
+    outside_reason: Callable[[], str | None] | None = None,
+) -> ResumedRun:
+    """Continue `source`, a run that did not complete (cancelled, or cut off with no
+    end), as a new run with `resumed_from`: the same handler, input and options; its
+    recorded prefix (see `resumable_prefix`) is replayed, not redone, then the run
+    goes live. Refused, with nothing written, when the code no longer replays the
+    prefix (then only a fresh start makes sense)."""
+    if source.end is not None and not isinstance(source.end.event, RunCancelled):
+        raise ResumeRefused(f"run {source.run_id} ended {source.end.type}: there is nothing to resume")
+    prefix = resumable_prefix(source)
+    at = prefix[-1].position if prefix else source.started_position
+    registry = manager.executor.registry if manager.executor is not None else None
+    check = await replay(_OneRun(source), source.run_id, children=False, until=at,
+                         registry=registry, handlers=manager.handlers)
+    if check.divergence is not None:
+        raise ResumeRefused(f"cannot resume run {source.run_id}: {check.divergence.line()}")
+    started = source.started
+    fn = manager.handlers.get(started.handler)
+    run = LiveRun(
+        run_id=run_id or manager.new_id(), handler=started.handler, input=started.input,
+        depth=started.depth, max_depth=started.max_depth, trust=started.trust, tools=started.tools,
+        model=started.model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
+        job_id=job_id if job_id is not None else started.job_id, outside_reason=outside_reason,
+    )
+    origin = ForkOrigin(run_id=source.run_id, position=at)
+    outcome = await continue_run(
+        manager, run, prefix, run.started_event(handler_version(fn), resumed_from=origin),
+        messages=carried_messages(source, prefix), token_sink=token_sink, job=job,
+    )
+    return ResumedRun(run_id=run.run_id, resumed_from=origin, copied=len(prefix), outcome=outcome)

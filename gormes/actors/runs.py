@@ -119,12 +119,15 @@ class LiveRun:
             return "parent run's deadline exceeded"
         return "parent run ended"
 
-    def started_event(self, version: str, forked_from: ForkOrigin | None = None) -> RunStarted:
+    def started_event(
+        self, version: str, forked_from: ForkOrigin | None = None, resumed_from: ForkOrigin | None = None,
+    ) -> RunStarted:
         return RunStarted(
             run_id=self.run_id, handler=self.handler, handler_version=version, input=self.input,
             parent_run_id=self.parent_run_id, depth=self.depth, deadline_s=self.deadline_s,
             tools=self.tools, model=self.model, max_iterations=self.max_iterations,
             trust=self.trust, job_id=self.job_id, forked_from=forked_from, max_depth=self.max_depth,
+            resumed_from=resumed_from,
         )
 
 

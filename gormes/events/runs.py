@@ -9,8 +9,9 @@ Replay walks the observations by `seq` and serves them back to the same handler.
 
 Events that are not observations carry no `seq`: `run.started`, the terminal
 `run.completed | run.failed | run.cancelled`, `run.suspended`/`run.resumed`
-(a job attempt of the run stopped and a later one took it up) and
-`run.message_sent` (written by whoever sends the run a message).
+(declared, never written: a job attempt that resumes an earlier run is a new
+run with `resumed_from`, see decision 0011) and `run.message_sent` (written by
+whoever sends the run a message).
 
 Only events-layer types appear here: the providers' neutral model types are
 converted to and from `RecordedReply` by gormes/actors/runs.py, so no provider's
@@ -92,7 +93,8 @@ class InboxItem(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """Where a forked run came from: the source run and the stream version copied up to."""
+    """Where a forked (or resumed) run came from: the source run and the log position
+    its observations were copied up to."""
 
     run_id: str
     position: int
@@ -116,6 +118,9 @@ class RunStarted(Event, tag="run.started", kw_only=True, gc=False):
     job_id: str | None = None
     forked_from: ForkOrigin | None = None
     max_depth: int = 3
+    # A later attempt of the same agent job continuing this earlier run (decision 0011):
+    # its observations up to the position were copied (replayed, not redone).
+    resumed_from: ForkOrigin | None = None
 
 
 class RunCompleted(Event, tag="run.completed", kw_only=True, gc=False):
@@ -134,16 +139,16 @@ class RunCancelled(Event, tag="run.cancelled", kw_only=True, gc=False):
 
 
 class RunSuspended(Event, tag="run.suspended", kw_only=True, gc=False):
-    """The job attempt running this run stopped without ending it (pause, lease
-    lost, worker shutdown); a later attempt resumes it."""
+    """Not written (kept so that logs holding it still read): resuming an agent job's
+    run is a new run with `run.started.resumed_from` (decision 0011); the attempt
+    that stopped ends its run as `run.cancelled`."""
 
     reason: str
     job_attempt: int | None = None
 
 
 class RunResumed(Event, tag="run.resumed", kw_only=True, gc=False):
-    """A later job attempt took the run up again: the handler runs from the start
-    and is served its recorded observations up to `replayed_seq`, then goes live."""
+    """Not written (kept so that logs holding it still read); see `RunSuspended`."""
 
     replayed_seq: int
     job_attempt: int | None = None

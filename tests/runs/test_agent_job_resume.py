@@ -1,0 +1,221 @@
+"""Resuming an agent job's run on a later attempt (decision 0011), on a real store
+and a real Worker: the earlier attempt's recorded prefix is replayed (no provider
+call, no tool side effect, no tokens counted again), then the run goes live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+from run_helpers import run_events, wait_until
+
+import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job handler)
+from gormes.actors.agent_job import agent_job, last_attempt_run
+from gormes.actors.handlers import default_registry
+from gormes.actors.job_context import JobContext
+from gormes.actors.providers.scripted import ScriptedProvider
+from gormes.actors.queue import JobQueue
+from gormes.actors.replay import replay
+from gormes.actors.replay_log import DatabaseRuns
+from gormes.actors.worker import Worker, WorkerConfig
+from gormes.events.jobs import JobTranscribed, Tokens, job_stream
+from gormes.events.runs import RunCancelled, RunCompleted, RunLlmTurn, RunStarted, RunToolCalled
+from gormes.ops.builtin import default_registry as default_ops
+
+
+def call(tool: str, **arguments: Any) -> dict:
+    return {"name": tool, "arguments": arguments}
+
+
+class ProviderCalls:
+    """Wraps the real scripted provider: counts the turns it answered, and can hold
+    one turn until released (so a test can pause the job while the run waits)."""
+
+    def __init__(self, monkeypatch: Any, hold_turn: int | None = None) -> None:
+        self.answered: list[int] = []
+        self.held = trio.Event()
+        self.release = trio.Event()
+        original = ScriptedProvider.complete
+        calls = self
+
+        async def complete(provider: ScriptedProvider, request: Any) -> Any:
+            turn = sum(1 for m in request.messages if m.role == "assistant")
+            if turn == hold_turn and not calls.release.is_set():
+                calls.held.set()
+                await calls.release.wait()
+            reply = await original(provider, request)
+            calls.answered.append(turn)
+            return reply
+
+        monkeypatch.setattr(ScriptedProvider, "complete", complete)
+
+
+async def _job_runs(store: Any, job_id: str) -> list[str]:
+    records = await store.read_stream(job_stream(job_id))
+    return [r.event.entry.data["agent_run"] for r in records
+            if isinstance(r.event, JobTranscribed) and isinstance(r.event.entry.data, dict)
+            and "agent_run" in r.event.entry.data]
+
+
+async def _executions(store: Any, operation: str) -> int:
+    """How many times the executor ran `operation` to success (its audit events)."""
+    audits = await store.read_all(types=["audit.operation"])
+    return sum(1 for r in audits if r.event.operation == operation and r.event.outcome == "ok")
+
+
+async def _replays_exactly(db_path: Path, run_id: str) -> Any:
+    with DatabaseRuns(db_path) as source:
+        report = await replay(source, run_id, registry=default_ops())
+    assert report.first_divergence is None, report.first_divergence
+    assert report.tree_exact
+    return report
+
+
+async def test_a_paused_agent_job_resumes_its_run_instead_of_starting_over(
+    store, db_path, script, workspace, monkeypatch,
+) -> None:
+    monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
+    model = script({"replies": [
+        # the side effect: a fact remembered (each execution is audited)
+        {"tool_calls": [call("memory.remember", fact="resume replays the prefix")]},
+        {"tool_calls": [call("fs.read", path="README.md")]},
+        {"text": "all done"},
+    ]})
+    provider = ProviderCalls(monkeypatch, hold_turn=1)  # the attempt waits in its second turn
+    queue = await JobQueue.open(store)
+    job = await queue.submit("agent", {"prompt": "work", "model": model})
+    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+
+    async def status(*wanted: str) -> bool:
+        return (await queue.get(job.id)).status in wanted
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        with trio.fail_after(10):
+            await provider.held.wait()  # after the first tool call, in the next model turn
+        await queue.pause(job.id)
+        await wait_until(lambda: status("paused"), timeout=10)
+
+        async def first_run_ended() -> bool:
+            (run_id,) = await _job_runs(store, job.id)
+            return isinstance((await run_events(store, run_id))[-1], RunCancelled)
+
+        await wait_until(first_run_ended, timeout=10)  # the held turn was cancelled, not answered
+        provider.release.set()
+        await queue.resume(job.id)
+        await wait_until(lambda: status("completed", "failed", "dead"), timeout=10)
+        worker.stop()
+        await worker.wait_stopped()
+
+    finished = await queue.get(job.id)
+    assert finished.status == "completed", finished.error
+    assert finished.result["result"] == "all done"
+    first, second = await _job_runs(store, job.id)
+    assert finished.result["run_id"] == second
+
+    # the provider answered each turn once: turn 0 in the first attempt, 1 and 2 after
+    assert provider.answered == [0, 1, 2]
+    # the tool's side effect happened once
+    assert await _executions(store, "memory.remember") == 1
+
+    earlier = await run_events(store, first)
+    assert isinstance(earlier[-1], RunCancelled) and earlier[-1].reason == "job paused"
+    assert [type(e) for e in earlier if isinstance(e, (RunLlmTurn, RunToolCalled))] == [RunLlmTurn, RunToolCalled]
+    later_records = await store.read_stream(f"run-{second}")
+    later = [r.event for r in later_records]
+    started = later[0]
+    assert isinstance(started, RunStarted) and started.job_id == job.id and started.forked_from is None
+    first_records = await store.read_stream(f"run-{first}")
+    assert started.resumed_from.run_id == first
+    assert started.resumed_from.position == first_records[-2].position  # the last observation
+    copied = [e for e in earlier if hasattr(e, "seq")]
+    assert later[1 : 1 + len(copied)] == copied  # the prefix, copied as recorded
+    assert sum(isinstance(e, RunToolCalled) and e.operation == "memory.remember" for e in later) == 1
+
+    # tokens: the job counted each turn once; the continuation's total is the whole run's
+    turns = [e.usage for e in later if isinstance(e, RunLlmTurn)]
+    assert len(turns) == 3
+    total = sum(turns, Tokens())
+    assert isinstance(later[-1], RunCompleted) and later[-1].tokens == total
+    assert finished.tokens == total
+
+    # both runs replay exactly: the earlier one to its cancellation, the continuation to its end
+    assert (await _replays_exactly(db_path, first)).status == "cancelled"
+    assert (await _replays_exactly(db_path, second)).status == "completed"
+
+
+async def test_a_run_that_completed_before_its_job_did_is_the_jobs_result(
+    store, db_path, script, workspace, monkeypatch,
+) -> None:
+    """The attempt's run completed, then the worker died before recording the job's
+    completion: the next attempt completes the job with that run's result and
+    starts no run (no provider call, no tool call again)."""
+    monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
+    model = script({"replies": [
+        {"tool_calls": [call("memory.remember", fact="finished once")]},
+        {"text": "finished once"},
+    ]})
+    provider = ProviderCalls(monkeypatch)
+    queue = await JobQueue.open(store)
+    job = await queue.submit("agent", {"prompt": "work", "model": model})
+    # the first attempt: the real handler on a claimed job, whose completion is never recorded
+    claimed = await queue.claim(["agent"], worker_id="dies-after-the-handler")
+    assert claimed is not None and claimed.id == job.id
+    first = await agent_job(JobContext(queue, claimed), claimed.data)
+    await queue.release(job.id, claimed.lock_token, "worker died")
+    assert provider.answered == [0, 1]
+
+    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await wait_until(lambda: _status_in(queue, job.id, "completed", "failed", "dead"), timeout=10)
+        worker.stop()
+        await worker.wait_stopped()
+    finished = await queue.get(job.id)
+    assert finished.status == "completed", finished.error
+    assert finished.result == first == {"run_id": first["run_id"], "result": "finished once"}
+    assert provider.answered == [0, 1]  # nothing asked again
+    assert await _executions(store, "memory.remember") == 1
+    assert await _job_runs(store, job.id) == [first["run_id"]]  # no second run
+    turns = [e.usage for e in await run_events(store, first["run_id"]) if isinstance(e, RunLlmTurn)]
+    assert finished.tokens == sum(turns, Tokens())
+    await _replays_exactly(db_path, first["run_id"])
+
+
+async def _status_in(queue: JobQueue, job_id: str, *wanted: str) -> bool:
+    return (await queue.get(job_id)).status in wanted
+
+
+async def test_a_failed_run_is_retried_afresh(store, script, workspace, monkeypatch) -> None:
+    """A run that failed (its handler's own failure) is not resumed: the retry is a
+    fresh run, which asks the model again."""
+    monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
+    model = script({"replies": [{"tool_calls": [call("fs.read", path="README.md")]}, {"text": "done"}]})
+    provider = ProviderCalls(monkeypatch)
+    queue = await JobQueue.open(store)
+    job = await queue.submit("agent", {"prompt": "work", "model": model, "max_iterations": 1},
+                             {"max_attempts": 2, "backoff": {"kind": "fixed", "delay_ms": 1}})
+    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await wait_until(lambda: _status_in(queue, job.id, "failed", "dead", "completed"), timeout=10)
+        worker.stop()
+        await worker.wait_stopped()
+    runs = await _job_runs(store, job.id)
+    assert len(runs) == 2
+    for run_id in runs:
+        started = (await run_events(store, run_id))[0]
+        assert started.resumed_from is None
+    assert provider.answered == [0, 0]
+
+
+def test_the_last_attempt_run_is_read_from_the_jobs_log() -> None:
+    from gormes.events.base import Recorded
+    from gormes.events.jobs import TranscriptEntry
+
+    def entry(data: Any) -> Recorded:
+        return Recorded(1, "job-j", 1, "job.transcribed", JobTranscribed(entry=TranscriptEntry(text="x", data=data), at=0), 0.0)
+
+    assert last_attempt_run([]) is None
+    assert last_attempt_run([entry({"agent_run": "a"}), entry(None), entry({"agent_run": "b"}), entry([1])]) == "b"
