@@ -100,6 +100,9 @@ async def run_view(store: Any, run_id: str, *, tree: bool) -> dict[str, Any]:
         "job_id": s.job_id, "model": s.model, "trust": s.trust, "input": s.input,
         "started_at": records[0].recorded_at, "finished_at": None, "result": None, "error": None,
         "iterations": 0, "tokens": None, "cost": None, "timeline": [],
+        # where a fork's or a resumed job attempt's copied prefix came from (decision 0011)
+        "forked_from": msgspec.to_builtins(s.forked_from),
+        "resumed_from": msgspec.to_builtins(s.resumed_from),
     }
     own_cost: float | None = 0.0
     tokens = Tokens()
@@ -151,6 +154,11 @@ def format_view(view: dict[str, Any], indent: str = "") -> list[str]:
             f"turns {view['iterations']}  tokens in {t['input']} out {t['output']} cache {t['cache_read']}  "
             f"cost {format_cost(view['cost']) if view['iterations'] else '-'}")
     lines = [head]
+    for key, what in (("resumed_from", "resumes"), ("forked_from", "forked from")):
+        origin = view.get(key)
+        if origin:
+            lines.append(f"{indent}  {what} run {origin['run_id']} (its events up to position "
+                         f"{origin['position']} replayed, not redone)")
     if view.get("error"):
         lines.append(f"{indent}  error: {view['error']}")
     for entry in view["timeline"]:

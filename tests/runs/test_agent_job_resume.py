@@ -140,6 +140,14 @@ async def test_a_paused_agent_job_resumes_its_run_instead_of_starting_over(
     assert isinstance(later[-1], RunCompleted) and later[-1].tokens == total
     assert finished.tokens == total
 
+    # `runs show` says where the continuation came from
+    from gormes.actors.run_timeline import format_view, run_view
+
+    view = await run_view(store, second, tree=True)
+    assert view["resumed_from"] == {"run_id": first, "position": started.resumed_from.position}
+    assert view["forked_from"] is None and view["status"] == "completed" and view["iterations"] == 3
+    assert f"resumes run {first}" in "\n".join(format_view(view))
+
     # both runs replay exactly: the earlier one to its cancellation, the continuation to its end
     assert (await _replays_exactly(db_path, first)).status == "cancelled"
     assert (await _replays_exactly(db_path, second)).status == "completed"
