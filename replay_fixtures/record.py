@@ -169,7 +169,8 @@ async def cancelled_child(store: Any, tmp: Path) -> list[str]:
     return [outcome.run_id]
 
 
-@fixture("paused_resumed", "an agent job paused mid-run (its run is cancelled) and resumed (a new run completes)")
+@fixture("paused_resumed", "an agent job paused mid-run (its run is cancelled) and resumed: a new run "
+         "with resumed_from replays the cancelled run's recorded prefix, then completes live")
 async def paused_resumed(store: Any, tmp: Path) -> list[str]:
     import os
 

@@ -79,3 +79,21 @@ def test_paused_resumed_is_one_job_paused_then_finished_by_a_second_run() -> Non
     assert [(e["type"], e["data"].get("reason")) for e in ends] == [
         ("run.cancelled", "job paused"), ("run.completed", None),
     ]
+
+
+def test_paused_resumed_continues_the_cancelled_run_from_its_recorded_prefix() -> None:
+    lines = events_of("paused_resumed")
+    first, second = [line["data"] for line in lines if line["type"] == "run.started"]
+    assert first.get("resumed_from") is None
+    assert second["resumed_from"]["run_id"] == first["run_id"]
+    cut = second["resumed_from"]["position"]
+
+    def observations(run_id: str) -> list[dict]:
+        return [line for line in lines if line["stream"] == f"run-{run_id}" and "seq" in line["data"]]
+
+    prefix = [line for line in observations(first["run_id"]) if line["position"] <= cut]
+    copied = observations(second["run_id"])[: len(prefix)]
+    assert prefix and [(c["type"], c["data"]) for c in copied] == [(p["type"], p["data"]) for p in prefix]
+    # what came after the prefix was live: the word read, then the agent's model turns
+    later = [line["type"] for line in observations(second["run_id"])[len(prefix):]]
+    assert "run.llm_turn" in later and "run.llm_turn" not in [p["type"] for p in prefix]
