@@ -20,7 +20,14 @@ from gormes.actors.replay import replay
 from gormes.actors.replay_log import DatabaseRuns
 from gormes.actors.worker import Worker, WorkerConfig
 from gormes.events.jobs import JobTranscribed, Tokens, job_stream
-from gormes.events.runs import RunCancelled, RunCompleted, RunLlmTurn, RunStarted, RunToolCalled
+from gormes.events.runs import (
+    RunCancelled,
+    RunChildSpawned,
+    RunCompleted,
+    RunLlmTurn,
+    RunStarted,
+    RunToolCalled,
+)
 from gormes.ops.builtin import default_registry as default_ops
 
 
@@ -32,8 +39,9 @@ class ProviderCalls:
     """Wraps the real scripted provider: counts the turns it answered, and can hold
     one turn until released (so a test can pause the job while the run waits)."""
 
-    def __init__(self, monkeypatch: Any, hold_turn: int | None = None) -> None:
+    def __init__(self, monkeypatch: Any, hold_turn: int | None = None, *, child_hold: bool = False) -> None:
         self.answered: list[int] = []
+        self.child_answered: list[int] = []  # turns answered to a conversation opening with CHILD
         self.held = trio.Event()
         self.release = trio.Event()
         original = ScriptedProvider.complete
@@ -41,11 +49,12 @@ class ProviderCalls:
 
         async def complete(provider: ScriptedProvider, request: Any) -> Any:
             turn = sum(1 for m in request.messages if m.role == "assistant")
-            if turn == hold_turn and not calls.release.is_set():
+            child = any(m.role == "user" and "CHILD" in (m.content or "") for m in request.messages[:2])
+            if (child if child_hold else not child and turn == hold_turn) and not calls.release.is_set():
                 calls.held.set()
                 await calls.release.wait()
             reply = await original(provider, request)
-            calls.answered.append(turn)
+            (calls.child_answered if child else calls.answered).append(turn)
             return reply
 
         monkeypatch.setattr(ScriptedProvider, "complete", complete)
@@ -227,3 +236,58 @@ def test_the_last_attempt_run_is_read_from_the_jobs_log() -> None:
 
     assert last_attempt_run([]) is None
     assert last_attempt_run([entry({"agent_run": "a"}), entry(None), entry({"agent_run": "b"}), entry([1])]) == "b"
+
+
+async def test_a_child_still_running_when_the_job_paused_is_restarted(
+    store, db_path, script, workspace, monkeypatch,
+) -> None:
+    """The continuation replays the parent up to the spawn of the child that had
+    not finished, then spawns it anew (a new child run); the earlier child stays
+    cancelled. Work before that spawn is not redone."""
+    monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
+    model = script(
+        {"match": "CHILD", "replies": [{"text": "child answer"}]},
+        {"replies": [
+            {"tool_calls": [call("memory.remember", fact="before the child")]},
+            {"tool_calls": [call("agent.spawn", prompt="CHILD help")]},
+            {"text": "parent done"},
+        ]},
+    )
+    provider = ProviderCalls(monkeypatch, child_hold=True)  # the child waits in its first turn
+    queue = await JobQueue.open(store)
+    job = await queue.submit("agent", {"prompt": "work", "model": model})
+    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+
+    async def first_run_ended() -> bool:
+        (run_id,) = await _job_runs(store, job.id)
+        return isinstance((await run_events(store, run_id))[-1], RunCancelled)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        with trio.fail_after(10):
+            await provider.held.wait()
+        await queue.pause(job.id)
+        await wait_until(first_run_ended, timeout=10)
+        provider.release.set()
+        await queue.resume(job.id)
+        await wait_until(lambda: _status_in(queue, job.id, "completed", "failed", "dead"), timeout=10)
+        worker.stop()
+        await worker.wait_stopped()
+
+    finished = await queue.get(job.id)
+    assert finished.status == "completed", finished.error
+    assert finished.result["result"] == "parent done"
+    first, second = await _job_runs(store, job.id)
+    assert provider.answered == [0, 1, 2]  # the parent's turns 0 and 1 were not asked again
+    assert provider.child_answered == [0]  # only the restarted child answered
+    assert await _executions(store, "memory.remember") == 1
+    spawned = [e for e in await run_events(store, first) if isinstance(e, RunChildSpawned)]
+    (old_child,) = [e.child_run_id for e in spawned]
+    assert isinstance((await run_events(store, old_child))[-1], RunCancelled)
+    later = await run_events(store, second)
+    (new_child,) = [e.child_run_id for e in later if isinstance(e, RunChildSpawned)]
+    assert new_child != old_child
+    assert later[0].resumed_from.position < (await store.read_stream(f"run-{first}"))[-1].position
+    report = await _replays_exactly(db_path, second)
+    assert report.status == "completed" and len(list(report.walk())) == 2
+    await _replays_exactly(db_path, first)
