@@ -99,6 +99,11 @@ def read_memory(conn: sqlite3.Connection) -> tuple[list[Entity], list[Edge], lis
             f"origin_artifact FROM {FACTS} WHERE forgotten = 0 AND review_state != 'rejected' ORDER BY scope, text, fact_id"
         )
     ]
+    # Sorted here too: the ORDER BYs follow the database's collation, Python's
+    # order is the code points' on both databases (SQLite's BINARY, for UTF-8).
+    entities.sort(key=lambda e: (e.scope, e.entity_id))
+    edges.sort(key=lambda e: (e.scope, e.subject, e.predicate, e.object, e.id))
+    facts.sort(key=lambda f: (f.scope, f.text, f.id))
     return entities, edges, facts
 
 

@@ -19,20 +19,23 @@ observation upgrades `unreviewed` to `trusted`; a person's verdict (`promoted`,
 forgetting an entity also forgets its relationships and the facts about it.
 Every value comes from the events, so a rebuild gives identical tables.
 
-SQLite only: lexical recall ranks with FTS5's bm25 over the `_fts` tables, which
-PostgreSQL does not have. The projection has no portable `schema`, so the runner
-refuses it on PostgreSQL, the daemon leaves it out there, and `gormes memory` and
-`gormes recall` say so in one line (`require_sqlite`).
+Both databases: the tables are described once (`SCHEMA`) and written with one
+SQL text (`upserts`: only SQLite's scalar min/max become least/greatest). Full-text
+search differs: on SQLite, FTS5 tables (porter) kept in step by triggers; on
+PostgreSQL, GIN indexes over `to_tsvector('english', ...)` of the same text (no
+extra tables or columns, so a rebuild gives the same rows on both).
 """
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from gormes.events.base import Recorded
+from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.memory import (
     MemoryEntityObserved,
     MemoryFactRecorded,
@@ -41,6 +44,7 @@ from gormes.events.memory import (
     MemoryRelationshipReviewed,
     Provenance,
 )
+from gormes.projections.schema import Index, Schema, Table
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -58,51 +62,122 @@ _PROVENANCE_COLUMNS = {
 }
 _PROVENANCE_NAMES = tuple(_PROVENANCE_COLUMNS)
 
-# An observation's review state against the stored one: verdicts and trust stick.
-_MERGE_STATE = (
-    "CASE WHEN review_state = 'unreviewed' THEN excluded.review_state ELSE review_state END"
-)
-_MERGE_SEEN = (
-    "first_seen = min(first_seen, excluded.first_seen), last_seen = max(last_seen, excluded.last_seen), "
-    "confidence = max(confidence, excluded.confidence), observations = observations + 1"
+# -- full-text search on PostgreSQL ------------------------------------------------------
+# The same text FTS5 indexes, as an expression (GIN index) rather than a column, so
+# the tables hold the same rows on both databases. Recall's queries repeat these
+# expressions exactly, or PostgreSQL would not use the index (gormes/recall/engine.py).
+TS_CONFIG = "english"  # Snowball English stemming, as FTS5's porter tokenizer stems
+FACTS_TSV = f"to_tsvector('{TS_CONFIG}', {{alias}}text)"
+ENTITIES_TSV = f"to_tsvector('{TS_CONFIG}', {{alias}}name || ' ' || coalesce({{alias}}aliases, ''))"
+FACTS_TSV_INDEX = "idx_memory_facts_tsv"
+ENTITIES_TSV_INDEX = "idx_memory_entities_tsv"
+
+SCHEMA = Schema(
+    tables=(
+        Table(
+            ENTITIES,
+            {
+                "scope": str, "entity_id": str, "name": str, "kind": str, "aliases": str,
+                "first_seen": float, "last_seen": float, "provenance_kind": str, "origin": str,
+                "forgotten": int,
+            },
+            ("scope", "entity_id"), frozenset({"name", "forgotten"}),
+        ),
+        Table(
+            RELATIONSHIPS,
+            {
+                "relationship_id": str, "scope": str, "subject": str, "predicate": str, "object": str,
+                "review_state": str, "forgotten": int, **_PROVENANCE_COLUMNS, "evidence": str, "text": str,
+                "reviewer": str, "review_note": str, "reviewed_at": float, "observations": int,
+            },
+            "relationship_id", frozenset({"scope", "subject", "predicate", "object", "review_state"}),
+        ),
+        Table(
+            FACTS,
+            {
+                "fact_id": str, "scope": str, "text": str, "subject": str, "review_state": str,
+                "forgotten": int, "stale": int, "superseded_by": str, **_PROVENANCE_COLUMNS,
+                "observations": int,
+            },
+            "fact_id", frozenset({"scope", "text", "review_state"}),
+        ),
+    ),
+    indexes=(
+        Index(ENTITIES, ("entity_id",)),
+        Index(RELATIONSHIPS, ("subject",)),
+        Index(RELATIONSHIPS, ("object",)),
+        Index(RELATIONSHIPS, ("scope", "review_state")),
+        Index(FACTS, ("subject",)),
+        Index(FACTS, ("scope",)),
+    ),
+    postgres_extra=(
+        (FACTS_TSV_INDEX,
+         f"CREATE INDEX IF NOT EXISTS {FACTS_TSV_INDEX} ON {FACTS} USING GIN ({FACTS_TSV.format(alias='')})"),
+        (ENTITIES_TSV_INDEX,
+         f"CREATE INDEX IF NOT EXISTS {ENTITIES_TSV_INDEX} ON {ENTITIES} "
+         f"USING GIN ({ENTITIES_TSV.format(alias='')})"),
+    ),
 )
 
-_UPSERT_ENTITY = (
-    f"INSERT INTO {ENTITIES}(scope, entity_id, name, kind, aliases, first_seen, last_seen, "
-    "provenance_kind, origin, forgotten) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0) "
-    "ON CONFLICT(scope, entity_id) DO UPDATE SET "
-    "first_seen = min(first_seen, excluded.first_seen), last_seen = max(last_seen, excluded.last_seen), "
-    "kind = CASE WHEN excluded.kind = 'thing' THEN kind ELSE excluded.kind END, "
-    "aliases = CASE WHEN excluded.aliases = '[]' THEN aliases ELSE excluded.aliases END"
-)
-_UPSERT_RELATIONSHIP = (
-    f"INSERT INTO {RELATIONSHIPS}(relationship_id, scope, subject, predicate, object, review_state, "
-    f"forgotten, {', '.join(_PROVENANCE_NAMES)}, evidence, text, observations) "
-    f"VALUES (?, ?, ?, ?, ?, ?, 0, {', '.join('?' * len(_PROVENANCE_NAMES))}, ?, ?, 1) "
-    f"ON CONFLICT(relationship_id) DO UPDATE SET review_state = {_MERGE_STATE}, {_MERGE_SEEN}"
-)
-_UPSERT_FACT = (
-    f"INSERT INTO {FACTS}(fact_id, scope, text, subject, review_state, forgotten, stale, "
-    f"{', '.join(_PROVENANCE_NAMES)}, observations) "
-    f"VALUES (?, ?, ?, ?, ?, 0, 0, {', '.join('?' * len(_PROVENANCE_NAMES))}, 1) "
-    f"ON CONFLICT(fact_id) DO UPDATE SET review_state = {_MERGE_STATE}, {_MERGE_SEEN}"
-)
+
+# An observation's review state against the stored one: verdicts and trust stick.
+def _merge_state(table: str) -> str:
+    return (
+        f"CASE WHEN {table}.review_state = 'unreviewed' THEN excluded.review_state "
+        f"ELSE {table}.review_state END"
+    )
+
+
+def _merge_times(table: str, dialect: str) -> str:
+    """Keep the earliest first_seen and the latest last_seen: SQLite's scalar
+    two-argument min/max are PostgreSQL's least/greatest."""
+    lo, hi = ("least", "greatest") if dialect == POSTGRES else ("min", "max")
+    return (
+        f"first_seen = {lo}({table}.first_seen, excluded.first_seen), "
+        f"last_seen = {hi}({table}.last_seen, excluded.last_seen)"
+    )
+
+
+def _merge_seen(table: str, dialect: str) -> str:
+    hi = "greatest" if dialect == POSTGRES else "max"
+    return (
+        f"{_merge_times(table, dialect)}, confidence = {hi}({table}.confidence, excluded.confidence), "
+        f"observations = {table}.observations + 1"
+    )
+
+
+@functools.cache
+def upserts(dialect: str) -> tuple[str, str, str]:
+    """The entity, relationship and fact upserts: one text, but for min/max."""
+    entity = (
+        f"INSERT INTO {ENTITIES}(scope, entity_id, name, kind, aliases, first_seen, last_seen, "
+        "provenance_kind, origin, forgotten) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0) "
+        f"ON CONFLICT(scope, entity_id) DO UPDATE SET {_merge_times(ENTITIES, dialect)}, "
+        f"kind = CASE WHEN excluded.kind = 'thing' THEN {ENTITIES}.kind ELSE excluded.kind END, "
+        f"aliases = CASE WHEN excluded.aliases = '[]' THEN {ENTITIES}.aliases ELSE excluded.aliases END"
+    )
+    relationship = (
+        f"INSERT INTO {RELATIONSHIPS}(relationship_id, scope, subject, predicate, object, review_state, "
+        f"forgotten, {', '.join(_PROVENANCE_NAMES)}, evidence, text, observations) "
+        f"VALUES (?, ?, ?, ?, ?, ?, 0, {', '.join('?' * len(_PROVENANCE_NAMES))}, ?, ?, 1) "
+        f"ON CONFLICT(relationship_id) DO UPDATE SET review_state = {_merge_state(RELATIONSHIPS)}, "
+        f"{_merge_seen(RELATIONSHIPS, dialect)}"
+    )
+    fact = (
+        f"INSERT INTO {FACTS}(fact_id, scope, text, subject, review_state, forgotten, stale, "
+        f"{', '.join(_PROVENANCE_NAMES)}, observations) "
+        f"VALUES (?, ?, ?, ?, ?, 0, 0, {', '.join('?' * len(_PROVENANCE_NAMES))}, 1) "
+        f"ON CONFLICT(fact_id) DO UPDATE SET review_state = {_merge_state(FACTS)}, "
+        f"{_merge_seen(FACTS, dialect)}"
+    )
+    return entity, relationship, fact
 
 _aliases_encoder = msgspec.json.Encoder()
 
-SQLITE_ONLY = (
-    "memory and recall run on SQLite only (recall ranks with SQLite's FTS5); "
-    "give --db an SQLite file (docs/postgres.md)"
-)
-
-
-def require_sqlite(config: object) -> None:
-    """Refuse a PostgreSQL `--db` (the CLI's Config) with one line, before anything
-    is opened: without this a URL would be taken for an SQLite file name."""
-    from gormes.errors import UserError
-
-    if getattr(config, "url", None) is not None:
-        raise UserError(SQLITE_ONLY)
+def read_connection(log: object) -> sqlite3.Connection:
+    """What memory's readers (recall, mirror, find_target) take from a store's
+    `read_with` log: the PortableConnection on PostgreSQL (`?` SQL), else sqlite3."""
+    return getattr(log, "sql", None) or log.conn  # type: ignore[attr-defined]
 
 
 def _provenance_values(p: Provenance) -> tuple[object, ...]:
@@ -118,65 +193,35 @@ class MemoryProjection:
     version = 1
     tables = (FACTS_FTS, ENTITIES_FTS, ENTITIES, RELATIONSHIPS, FACTS)
     types = ("memory.*",)
+    schema = SCHEMA  # on PostgreSQL: its tables plus the GIN indexes (no _fts tables)
 
     def setup(self, db: sqlite_utils.Database) -> None:
-        entities = db.table(ENTITIES)
-        entities.create(
-            {
-                "scope": str, "entity_id": str, "name": str, "kind": str, "aliases": str,
-                "first_seen": float, "last_seen": float, "provenance_kind": str, "origin": str,
-                "forgotten": int,
-            },
-            pk=("scope", "entity_id"), not_null={"name", "forgotten"}, if_not_exists=True,
-        )
-        entities.create_index(["entity_id"], if_not_exists=True)
-        relationships = db.table(RELATIONSHIPS)
-        relationships.create(
-            {
-                "relationship_id": str, "scope": str, "subject": str, "predicate": str, "object": str,
-                "review_state": str, "forgotten": int, **_PROVENANCE_COLUMNS, "evidence": str, "text": str,
-                "reviewer": str, "review_note": str, "reviewed_at": float, "observations": int,
-            },
-            pk="relationship_id", not_null={"scope", "subject", "predicate", "object", "review_state"},
-            if_not_exists=True,
-        )
-        relationships.create_index(["subject"], if_not_exists=True)
-        relationships.create_index(["object"], if_not_exists=True)
-        relationships.create_index(["scope", "review_state"], if_not_exists=True)
-        facts = db.table(FACTS)
-        facts.create(
-            {
-                "fact_id": str, "scope": str, "text": str, "subject": str, "review_state": str,
-                "forgotten": int, "stale": int, "superseded_by": str, **_PROVENANCE_COLUMNS,
-                "observations": int,
-            },
-            pk="fact_id", not_null={"scope", "text", "review_state"}, if_not_exists=True,
-        )
-        facts.create_index(["subject"], if_not_exists=True)
-        facts.create_index(["scope"], if_not_exists=True)
+        SCHEMA.create_sqlite(db)
+        facts, entities = db.table(FACTS), db.table(ENTITIES)
         if not db.table(FACTS_FTS).exists():
             facts.enable_fts(["text"], tokenize="porter", create_triggers=True)
         if not db.table(ENTITIES_FTS).exists():
             entities.enable_fts(["name", "aliases"], tokenize="porter", create_triggers=True)
 
     def apply(self, conn: sqlite3.Connection, records: list[Recorded]) -> None:
+        upsert_entity, upsert_relationship, upsert_fact = upserts(dialect_of(conn))
         for r in records:
             e = r.event
             if isinstance(e, MemoryEntityObserved):
-                conn.execute(_UPSERT_ENTITY, (
+                conn.execute(upsert_entity, (
                     e.scope, e.entity_id, e.name, e.kind, _aliases_encoder.encode(list(e.aliases)).decode(),
                     e.observed_at, e.observed_at, e.provenance_kind, e.origin.describe(),
                 ))
             elif isinstance(e, MemoryRelationshipObserved):
                 p = e.provenance
-                conn.execute(_UPSERT_RELATIONSHIP, (
+                conn.execute(upsert_relationship, (
                     e.relationship_id, p.scope, e.subject, e.predicate, e.object, e.review_state,
                     *_provenance_values(p), e.evidence,
                     f"{e.subject_name or e.subject} {e.predicate} {e.object_name or e.object}",
                 ))
             elif isinstance(e, MemoryFactRecorded):
                 p = e.provenance
-                conn.execute(_UPSERT_FACT, (
+                conn.execute(upsert_fact, (
                     e.fact_id, p.scope, e.text, e.subject, e.review_state, *_provenance_values(p),
                 ))
                 for old in e.supersedes:

@@ -13,8 +13,10 @@ description (gormes/projections/ledger_postgres.py: TEXT, BIGINT, DOUBLE
 PRECISION), inside the writer's transaction, where DDL is transactional. When
 every object exists already it is one catalog query.
 
-A projection with a `schema` attribute runs on both stores; one without (memory,
-whose recall needs SQLite's FTS5) runs on SQLite only, and the runner says so.
+A projection with a `schema` attribute runs on both stores; one without runs on
+SQLite only, and the runner says so. What has no portable description goes in
+`postgres_extra` (PostgreSQL DDL) or the projection's own `setup` (SQLite): memory's
+full-text search is FTS5 tables on SQLite and GIN expression indexes on PostgreSQL.
 
 Rows are written with one SQL text for both (`?` placeholders; a
 PortableConnection runs it on PostgreSQL). SQLite's `INSERT OR REPLACE` has no
@@ -46,10 +48,17 @@ class Index(NamedTuple):
 class Schema(NamedTuple):
     tables: tuple[Table, ...]
     indexes: tuple[Index, ...] = ()
+    # PostgreSQL-only objects, (name, idempotent DDL): e.g. memory's GIN full-text
+    # indexes, which stand where SQLite has FTS5 tables (those `setup` makes).
+    postgres_extra: tuple[tuple[str, str], ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
         return (*(t.name for t in self.tables), *(i.index_name for i in self.indexes))
+
+    @property
+    def postgres_names(self) -> tuple[str, ...]:
+        return (*self.names, *(name for name, _ in self.postgres_extra))
 
     def create_sqlite(self, db: Any) -> None:
         """Create what is missing with sqlite-utils (a `sqlite_utils.Database`)."""
@@ -67,13 +76,14 @@ class Schema(NamedTuple):
         return [
             *(table_sql(t) for t in self.tables),
             *(index_sql(i.index_name, i.table, i.columns) for i in self.indexes),
+            *(statement for _, statement in self.postgres_extra),
         ]
 
     def create_postgres(self, conn: Any) -> None:
         """Create what is missing (`conn`: the transaction's PortableConnection)."""
         from gormes.projections.ledger_postgres import present_relations
 
-        if not present_relations(conn).issuperset(self.names):
+        if not present_relations(conn).issuperset(self.postgres_names):
             for statement in self.postgres_statements():
                 conn.execute(statement)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
+
+from memory_helpers import rows
+from pg_helpers import backend_store
 
 from gormes.events.memory import MemoryRelationshipObserved, Origin
 from gormes.memory.writer import MemoryWriter, Source, find_target
@@ -11,8 +13,12 @@ from gormes.projections.memory import (
     ENTITIES,
     FACTS,
     FACTS_FTS,
+    FACTS_TSV,
+    FACTS_TSV_INDEX,
     RELATIONSHIPS,
+    SCHEMA,
     memory_projection,
+    read_connection,
 )
 from gormes.projections.runner import ProjectionRunner
 
@@ -54,61 +60,92 @@ def find_target_now(edge: MemoryRelationshipObserved):
     return MemoryTarget(id=edge.relationship_id, kind="relationship", scope=edge.provenance.scope)
 
 
-def dump(path: Path) -> dict[str, list[tuple]]:
-    conn = sqlite3.connect(path)
-    try:
-        out = {t: conn.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid").fetchall() for t in (ENTITIES, RELATIONSHIPS, FACTS)}
-        out["fts"] = conn.execute(f"SELECT rowid FROM {FACTS_FTS} WHERE {FACTS_FTS} MATCH 'ada' ORDER BY rowid").fetchall()
-        return out
-    finally:
-        conn.close()
+_KEYS = {ENTITIES: "scope, entity_id", RELATIONSHIPS: "relationship_id", FACTS: "fact_id"}
 
 
-async def test_rebuild_gives_identical_tables(store, db_path: Path):
+async def dump(store, backend: str) -> dict[str, list[tuple]]:
+    """Every memory row (by key), and which facts full-text search finds for 'ada'."""
+    out = {t: await rows(store, f"SELECT * FROM {t} ORDER BY {key}") for t, key in _KEYS.items()}
+    if backend == "postgres":
+        out["fts"] = await rows(store, f"SELECT fact_id FROM {FACTS} WHERE {FACTS_TSV.format(alias='')} "
+                                       f"@@ websearch_to_tsquery('english', 'ada') ORDER BY fact_id")
+    else:
+        out["fts"] = await rows(store, f"SELECT f.fact_id FROM {FACTS_FTS} JOIN {FACTS} f ON f.rowid = "
+                                       f"{FACTS_FTS}.rowid WHERE {FACTS_FTS} MATCH 'ada' ORDER BY f.fact_id")
+    return out
+
+
+async def test_rebuild_gives_identical_tables(store, backend):
     await seed(store)
     runner = ProjectionRunner(store, memory_projection)
     await runner.catch_up()
-    before = dump(db_path)
-    assert before[RELATIONSHIPS] and before[FACTS] and before["fts"]
+    before = await dump(store, backend)
+    assert before[RELATIONSHIPS] and before[FACTS] and len(before["fts"]) == 2
     await runner.rebuild()
-    assert dump(db_path) == before
+    assert await dump(store, backend) == before
 
 
-async def test_every_relationship_carries_its_provenance(store, db_path: Path):
+async def test_both_backends_hold_the_same_rows(tmp_path: Path):
+    """The same events give the same memory rows on SQLite and on PostgreSQL."""
+    dumps = []
+    for backend in ("sqlite", "postgres"):
+        async with backend_store(backend, tmp_path / "gormes.db") as store:
+            await seed(store)
+            await ProjectionRunner(store, memory_projection).catch_up()
+            dumps.append(await dump(store, backend))
+    assert dumps[0] == dumps[1]
+    assert dumps[0][ENTITIES] and dumps[0][RELATIONSHIPS] and dumps[0][FACTS]
+
+
+async def test_postgres_searches_through_the_gin_index(tmp_path: Path):
+    async with backend_store("postgres", tmp_path / "unused.db") as store:
+        await seed(store)
+        await ProjectionRunner(store, memory_projection).catch_up()
+        assert FACTS_TSV_INDEX in await store.read_with(_plan)
+
+
+def _plan(log) -> str:
+    conn = read_connection(log)
+    conn.execute("SET LOCAL enable_seqscan = off")
+    return "\n".join(r[0] for r in conn.execute(
+        f"EXPLAIN SELECT fact_id FROM {FACTS} f WHERE {FACTS_TSV.format(alias='f.')} "
+        "@@ websearch_to_tsquery('english', ?)", ("ada",)))
+
+
+async def test_every_relationship_carries_its_provenance(store):
     await seed(store)
     await ProjectionRunner(store, memory_projection).catch_up()
-    conn = sqlite3.connect(db_path)
-    conn.row_factory = sqlite3.Row
-    rows = conn.execute(f"SELECT * FROM {RELATIONSHIPS}").fetchall()
-    assert len(rows) == 4
-    for row in rows:
-        assert row["origin_run"] or row["origin_artifact"], dict(row)
+    names = [c for c in SCHEMA.tables[1].columns]
+    found = [dict(zip(names, r, strict=True)) for r in await rows(store, f"SELECT {', '.join(names)} FROM {RELATIONSHIPS}")]
+    assert len(found) == 4
+    for row in found:
+        assert row["origin_run"] or row["origin_artifact"], row
         assert row["provenance_kind"] in ("manual", "extracted", "imported", "reviewed")
         assert len(row["evidence_hash"]) == 64
         assert 0 < row["confidence"] <= 1
         assert row["first_seen"] <= row["last_seen"]
         assert row["scope"] in ("chat:a", "chat:b") and row["source_trust"]
-    extracted = [r for r in rows if r["provenance_kind"] == "extracted"]
+    extracted = [r for r in found if r["provenance_kind"] == "extracted"]
     assert {(r["origin_run"], r["origin_turn"], r["extractor_version"]) for r in extracted} == {("run-1", "seq:2", "memory-extractor/1")}
 
 
-async def test_a_repeat_observation_keeps_first_seen_and_moves_last_seen(store, db_path: Path):
+async def test_a_repeat_observation_keeps_first_seen_and_moves_last_seen(store):
     await seed(store)
     await ProjectionRunner(store, memory_projection).catch_up()
-    conn = sqlite3.connect(db_path)
-    first, last, seen, origin = conn.execute(
-        f"SELECT first_seen, last_seen, observations, origin_artifact FROM {RELATIONSHIPS} WHERE predicate = 'works_at'"
-    ).fetchone()
+    [(first, last, seen, origin)] = await rows(
+        store,
+        f"SELECT first_seen, last_seen, observations, origin_artifact FROM {RELATIONSHIPS} WHERE predicate = 'works_at'",
+    )
     assert last - first == 120.0 and seen == 2 and origin == "notes/ada.md"
 
 
-async def test_states_untrusted_unreviewed_rejected_stale_forgotten(store, db_path: Path):
+async def test_states_untrusted_unreviewed_rejected_stale_forgotten(store):
     await seed(store)
     await ProjectionRunner(store, memory_projection).catch_up()
-    conn = sqlite3.connect(db_path)
-    states = dict(conn.execute(f"SELECT predicate, review_state FROM {RELATIONSHIPS}").fetchall())
+    states = dict(await rows(store, f"SELECT predicate, review_state FROM {RELATIONSHIPS}"))
     assert states == {"works_at": "trusted", "located_in": "trusted", "owes": "unreviewed", "hates": "rejected"}
-    facts = {t: (stale, forgotten) for t, stale, forgotten in conn.execute(f"SELECT text, stale, forgotten FROM {FACTS}")}
+    facts = {t: (stale, forgotten) for t, stale, forgotten in await rows(store, f"SELECT text, stale, forgotten FROM {FACTS}")}
     assert facts == {"Ada drinks coffee": (1, 0), "Ada drinks tea now": (0, 0), "Bob lives on a boat": (0, 1)}
-    target = find_target(conn, conn.execute(f"SELECT relationship_id FROM {RELATIONSHIPS} WHERE predicate='owes'").fetchone()[0])
+    [(owes,)] = await rows(store, f"SELECT relationship_id FROM {RELATIONSHIPS} WHERE predicate='owes'")
+    target = await store.read_with(lambda log: find_target(read_connection(log), owes))
     assert (target.kind, target.scope, target.review_state) == ("relationship", "chat:b", "unreviewed")

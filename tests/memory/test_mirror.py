@@ -7,7 +7,7 @@ from pathlib import Path
 from gormes.events.memory import Origin
 from gormes.memory.mirror import mirror
 from gormes.memory.writer import MemoryTarget, MemoryWriter, Source
-from gormes.projections.memory import memory_projection
+from gormes.projections.memory import memory_projection, read_connection
 from gormes.projections.runner import ProjectionRunner
 
 MANUAL = Source(origin=Origin(artifact="notes/people.md"), kind="imported")
@@ -29,7 +29,7 @@ async def build(store) -> MemoryWriter:
 
 async def write(store, out: Path):
     await ProjectionRunner(store, memory_projection).catch_up()
-    return await store.read_with(lambda log: mirror(log.conn, out))
+    return await store.read_with(lambda log: mirror(read_connection(log), out))
 
 
 async def test_twice_gives_byte_identical_files_and_writes_nothing(store, tmp_path: Path):
