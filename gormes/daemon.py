@@ -197,7 +197,7 @@ class Daemon:
             if projection.name == ledger.NAME:
                 continue  # inline: kept current inside every append (JobQueue.open)
             if not supports(projection, store):
-                # memory's recall needs SQLite's FTS5 (docs/postgres.md)
+                # a projection without a portable schema (none today: docs/postgres.md)
                 log.warning("PostgreSQL: projection %s runs on SQLite only; not running it",
                             projection.name)
                 continue

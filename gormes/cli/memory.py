@@ -30,14 +30,11 @@ def _write(obj: Any, fn: Any) -> Any:
     """Run `fn(writer, store)` against the database, in trio."""
     import trio
 
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
     from gormes.memory.writer import MemoryWriter
-    from gormes.projections.memory import require_sqlite
-
-    require_sqlite(obj)  # a PostgreSQL URL: one line, nothing opened
 
     async def main() -> Any:
-        async with SQLiteEventStore.open(obj.db) as store:
+        async with open_store(obj.target) as store:  # an SQLite file or a PostgreSQL URL
             return await fn(MemoryWriter(store), store)
 
     return trio.run(main)
@@ -102,11 +99,11 @@ def relate(obj: Any, subject: str, predicate: str, object_: str, artifact: str |
 
 async def _target(store: Any, target_id: str, scope: str | None) -> Any:
     from gormes.memory.writer import find_target
-    from gormes.projections.memory import memory_projection
+    from gormes.projections.memory import memory_projection, read_connection
     from gormes.projections.runner import ProjectionRunner
 
     await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
-    return await store.read_with(lambda log: find_target(log.conn, target_id, scope))
+    return await store.read_with(lambda log: find_target(read_connection(log), target_id, scope))
 
 
 @memory.command()
@@ -156,11 +153,11 @@ def mirror(obj: Any, out: Path, as_json: bool) -> None:
     from gormes.memory.mirror import mirror as write_mirror
 
     async def go(_: Any, store: Any) -> Any:
-        from gormes.projections.memory import memory_projection
+        from gormes.projections.memory import memory_projection, read_connection
         from gormes.projections.runner import ProjectionRunner
 
         await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
-        return await store.read_with(lambda log: write_mirror(log.conn, out))
+        return await store.read_with(lambda log: write_mirror(read_connection(log), out))
 
     result = _write(obj, go)
     _echo(result, as_json, f"{result.pages} pages in {result.out}: {result.written} written, {result.removed} removed")

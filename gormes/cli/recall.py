@@ -29,18 +29,16 @@ def recall(obj: Any, query: str, mode: str, k: int, scope: str, cross_scope: boo
     import msgspec
     import trio
 
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
     from gormes.ops.builtin import default_registry
     from gormes.ops.executor import Executor
     from gormes.ops.spec import Caller
-    from gormes.projections.memory import require_sqlite
     from gormes.recall.api import RecallResult, check_request
 
-    require_sqlite(obj)  # a PostgreSQL URL: one line, nothing opened
     check_request(query, mode=mode, k=k, scope=scope, cross_scope=cross_scope, trust="operator")
 
     async def main() -> RecallResult:
-        async with SQLiteEventStore.open(obj.db) as store:
+        async with open_store(obj.target) as store:  # an SQLite file or a PostgreSQL URL
             executor = Executor(default_registry(), store)
             args = {"query": query, "mode": mode, "k": k, "scope": scope, "cross_scope": cross_scope}
             return await executor.call("memory.recall", args, Caller(trust="operator", id="cli"))

@@ -54,11 +54,7 @@ def bound_scope(caller: Caller, requested: str | None) -> str:
 def _store(ctx: OperationContext):
     if ctx.store is None:
         raise OperationUnavailable("memory operations need an event store")
-    if getattr(ctx.store, "dialect", None) == "postgres":
-        from gormes.projections.memory import SQLITE_ONLY
-
-        raise OperationUnavailable(SQLITE_ONLY)  # before anything is written or read
-    return ctx.store
+    return ctx.store  # SQLite or PostgreSQL
 
 
 class RecallInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

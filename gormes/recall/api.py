@@ -6,7 +6,8 @@
 
     result = await recall_in_store(store, "ada", scope="chat:42")  # catches up first
 
-Modes: `lexical` (FTS5 bm25 over facts), `graph` (entities matching the query
+Modes: `lexical` (full-text search over facts: FTS5 bm25 on SQLite, ts_rank_cd
+on PostgreSQL), `graph` (entities matching the query
 are seeds; relationships reached within two hops, and the facts about the
 entities reached, scored by seed strength, hop decay and how recently they were
 last seen), `semantic` (sentence embeddings, only with the `gormes[semantic]`
@@ -97,9 +98,12 @@ class Why(msgspec.Struct, frozen=True, kw_only=True):
     depth: int | None = None  # graph: hops from the seed (0: a fact about the seed)
 
 
-class ModeScore(msgspec.Struct, frozen=True, kw_only=True):
+class ModeScore(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     score: float  # higher is better, in that mode's own units
     rank: int  # 1-based rank in that mode's list
+    # lexical: the function behind `score`, which differs by database: "bm25"
+    # (SQLite FTS5, negated) or "ts_rank_cd" (PostgreSQL); not comparable numbers
+    ranking: str | None = None
 
 
 class ScoreBreakdown(msgspec.Struct, frozen=True, kw_only=True):
@@ -185,7 +189,8 @@ def recall(
 ) -> RecallResult:
     """Recall from a database whose `memory` projection is built.
 
-    `db`: a sqlite3 connection, a sqlite_utils.Database or a path. `now` is the
+    `db`: a sqlite3 connection, a sqlite_utils.Database, a path, or a PostgreSQL
+    PortableConnection. `now` is the
     reference time for the last-seen decay; by default the newest `last_seen`
     among the relationships considered, so results do not change with the clock.
     Raises `RecallError` (a UserError) for bad input.
@@ -214,20 +219,20 @@ async def recall_in_store(
 ) -> RecallResult:
     """`recall` over a store: brings the `memory` projection up to the log's head
     first (read-your-writes), then reads in a worker thread."""
-    from gormes.projections.memory import memory_projection
+    from gormes.projections.memory import memory_projection, read_connection
     from gormes.projections.runner import ProjectionRunner
 
     check_request(query, mode=mode, k=k, scope=scope, cross_scope=cross_scope, trust=trust)
     await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
-    return await store.read_with(
-        lambda log: recall(log.conn, query, mode=mode, k=k, scope=scope, cross_scope=cross_scope,
+    return await store.read_with(  # PostgreSQL: the log's PortableConnection (`?` SQL)
+        lambda log: recall(read_connection(log), query, mode=mode, k=k, scope=scope, cross_scope=cross_scope,
                            trust=trust, now=now)
     )
 
 
 def _connection(db: Any) -> tuple[sqlite3.Connection, bool]:
-    if isinstance(db, sqlite3.Connection):
-        return db, False
+    if isinstance(db, sqlite3.Connection) or getattr(db, "dialect", None) == "postgres":
+        return db, False  # an sqlite3 connection or a PortableConnection
     conn = getattr(db, "conn", None)  # sqlite_utils.Database, SQLiteLog
     if isinstance(conn, sqlite3.Connection):
         return conn, False

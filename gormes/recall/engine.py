@@ -2,6 +2,13 @@
 
 All SQL of recall lives here; every query carries the visibility filter
 (`visible`), so privacy does not depend on the ranking code.
+
+One SQL text for both databases (`?` placeholders; on PostgreSQL `conn` is a
+PortableConnection), except full-text search: on SQLite, FTS5 `MATCH` ranked by
+bm25; on PostgreSQL, `@@` against the GIN-indexed `to_tsvector('english', ...)`
+expressions of gormes/projections/memory.py, ranked by ts_rank_cd, the query made
+by `websearch_to_tsquery` from the same quoted terms (it never raises on any text).
+The two rankings are different numbers; each hit's lexical score names its own.
 """
 
 from __future__ import annotations
@@ -9,12 +16,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Sequence
 
+from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.projections.memory import (
     ENTITIES,
     ENTITIES_FTS,
+    ENTITIES_TSV,
     FACTS,
     FACTS_FTS,
+    FACTS_TSV,
     RELATIONSHIPS,
+    TS_CONFIG,
 )
 from gormes.recall import graph, lexical, semantic
 from gormes.recall.api import (
@@ -40,16 +51,21 @@ _EDGE_COLUMNS = (
 )
 
 
-def visible(alias: str, scope: str, cross_scope: bool) -> tuple[str, tuple[str, ...]]:
+LEXICAL_RANKING = {"sqlite": "bm25", POSTGRES: "ts_rank_cd"}  # what a lexical score is
+
+
+def visible(alias: str, scope: str, cross_scope: bool, dialect: str = "sqlite") -> tuple[str, tuple[str, ...]]:
     """SQL (and params) for what a query in `scope` may see of a fact or relationship:
     never forgotten or rejected items; in its own scope, anything else; in other
     scopes (cross-scope only), trusted and promoted items only."""
     # Unary `+` keeps SQLite from choosing the scope index over the subject/object
-    # ones: a scope holds everything, an entity's edges are few.
-    own = f"(+{alias}.scope = ? AND +{alias}.review_state != 'rejected')"
+    # ones: a scope holds everything, an entity's edges are few. (PostgreSQL has no
+    # unary `+` on text, and its planner weighs the indexes by statistics.)
+    c = f"{alias}." if dialect == POSTGRES else f"+{alias}."
+    own = f"({c}scope = ? AND {c}review_state != 'rejected')"
     if cross_scope:
-        return f"+{alias}.forgotten = 0 AND ({own} OR +{alias}.review_state IN ('trusted', 'promoted'))", (scope,)
-    return f"+{alias}.forgotten = 0 AND {own}", (scope,)
+        return f"{c}forgotten = 0 AND ({own} OR {c}review_state IN ('trusted', 'promoted'))", (scope,)
+    return f"{c}forgotten = 0 AND {own}", (scope,)
 
 
 def _origin(run: str | None, turn: str | None, artifact: str | None) -> str:
@@ -72,23 +88,45 @@ def _item(row: Sequence[object], kind: str) -> MemoryItem:
 
 
 def lexical_hits(conn: sqlite3.Connection, terms: Sequence[str], scope: str, cross: bool, limit: int) -> list[ModeHit]:
-    where, params = visible("f", scope, cross)
-    rows = conn.execute(
-        f"SELECT {_FACT_COLUMNS}, bm25({FACTS_FTS}) FROM {FACTS_FTS} JOIN {FACTS} f ON f.rowid = {FACTS_FTS}.rowid "
-        f"WHERE {FACTS_FTS} MATCH ? AND {where} ORDER BY bm25({FACTS_FTS}) LIMIT ?",
-        (lexical.match_expression(terms), *params, limit),
-    ).fetchall()
-    return lexical.rank_lexical([(_item(r, "fact"), r[-1]) for r in rows], terms)[:limit]
+    dialect = dialect_of(conn)
+    where, params = visible("f", scope, cross, dialect)
+    if dialect == POSTGRES:
+        tsv = FACTS_TSV.format(alias="f.")
+        rows = conn.execute(
+            f"SELECT {_FACT_COLUMNS}, ts_rank_cd({tsv}, q) AS rank "
+            f"FROM {FACTS} f, websearch_to_tsquery('{TS_CONFIG}', ?) q "
+            f"WHERE {tsv} @@ q AND {where} ORDER BY rank DESC, f.fact_id LIMIT ?",
+            (lexical.websearch_expression(terms), *params, limit),
+        ).fetchall()
+        scored = [(_item(r, "fact"), r[-1]) for r in rows]
+    else:
+        rows = conn.execute(
+            f"SELECT {_FACT_COLUMNS}, bm25({FACTS_FTS}) FROM {FACTS_FTS} JOIN {FACTS} f ON f.rowid = {FACTS_FTS}.rowid "
+            f"WHERE {FACTS_FTS} MATCH ? AND {where} ORDER BY bm25({FACTS_FTS}) LIMIT ?",
+            (lexical.match_expression(terms), *params, limit),
+        ).fetchall()
+        scored = [(_item(r, "fact"), -r[-1]) for r in rows]  # bm25: lower is better
+    return lexical.rank_lexical(scored, terms, LEXICAL_RANKING[dialect])[:limit]
 
 
 def _seeds(conn: sqlite3.Connection, terms: Sequence[str], scope: str, cross: bool) -> list[graph.Seed]:
     where = "e.forgotten = 0" + ("" if cross else " AND e.scope = ?")
-    rows = conn.execute(
-        f"SELECT e.entity_id, e.name, bm25({ENTITIES_FTS}) FROM {ENTITIES_FTS} "
-        f"JOIN {ENTITIES} e ON e.rowid = {ENTITIES_FTS}.rowid "
-        f"WHERE {ENTITIES_FTS} MATCH ? AND {where} ORDER BY bm25({ENTITIES_FTS}) LIMIT ?",
-        (lexical.match_expression(terms), *(() if cross else (scope,)), SEED_LIMIT * 4),
-    ).fetchall()
+    params = (() if cross else (scope,))
+    if dialect_of(conn) == POSTGRES:
+        tsv = ENTITIES_TSV.format(alias="e.")
+        rows = conn.execute(
+            f"SELECT e.entity_id, e.name, ts_rank_cd({tsv}, q) AS rank "
+            f"FROM {ENTITIES} e, websearch_to_tsquery('{TS_CONFIG}', ?) q "
+            f"WHERE {tsv} @@ q AND {where} ORDER BY rank DESC, e.entity_id LIMIT ?",
+            (lexical.websearch_expression(terms), *params, SEED_LIMIT * 4),
+        ).fetchall()
+    else:
+        rows = [(e, n, -bm25) for e, n, bm25 in conn.execute(
+            f"SELECT e.entity_id, e.name, bm25({ENTITIES_FTS}) FROM {ENTITIES_FTS} "
+            f"JOIN {ENTITIES} e ON e.rowid = {ENTITIES_FTS}.rowid "
+            f"WHERE {ENTITIES_FTS} MATCH ? AND {where} ORDER BY bm25({ENTITIES_FTS}) LIMIT ?",
+            (lexical.match_expression(terms), *params, SEED_LIMIT * 4),
+        )]
     return graph.seeds_from_matches(rows, terms)[:SEED_LIMIT]
 
 
@@ -97,7 +135,7 @@ def graph_hits(conn: sqlite3.Connection, terms: Sequence[str], scope: str, cross
     seeds = _seeds(conn, terms, scope, cross)
     if not seeds:
         return []
-    where, params = visible("r", scope, cross)
+    where, params = visible("r", scope, cross, dialect_of(conn))
 
     def edges_from(entities: Collection[str]) -> list[MemoryItem]:
         marks = ", ".join("?" * len(entities))
@@ -117,7 +155,7 @@ def graph_hits(conn: sqlite3.Connection, terms: Sequence[str], scope: str, cross
 
 
 def _facts_about(conn: sqlite3.Connection, entities: Sequence[str], scope: str, cross: bool) -> list[MemoryItem]:
-    where, params = visible("f", scope, cross)
+    where, params = visible("f", scope, cross, dialect_of(conn))
     out: list[MemoryItem] = []
     for start in range(0, len(entities), 500):
         chunk = entities[start:start + 500]
@@ -130,8 +168,8 @@ def _facts_about(conn: sqlite3.Connection, entities: Sequence[str], scope: str, 
 
 
 def semantic_hits(conn: sqlite3.Connection, query: str, scope: str, cross: bool, limit: int) -> list[ModeHit] | None:
-    fwhere, fparams = visible("f", scope, cross)
-    rwhere, rparams = visible("r", scope, cross)
+    fwhere, fparams = visible("f", scope, cross, dialect_of(conn))
+    rwhere, rparams = visible("r", scope, cross, dialect_of(conn))
     items = [_item(r, "fact") for r in conn.execute(
         f"SELECT {_FACT_COLUMNS} FROM {FACTS} f WHERE {fwhere} ORDER BY f.fact_id LIMIT ?", (*fparams, semantic.MAX_CANDIDATES),
     )]
@@ -174,8 +212,8 @@ def run_recall(
                     continue
                 lists[m] = hits
             statuses.append(ModeStatus(mode=m, enabled=True))
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
+    except Exception as exc:  # sqlite3.OperationalError, psycopg's UndefinedTable
+        if "no such table" in str(exc) or type(exc).__name__ == "UndefinedTable":
             raise RecallError("recall: this database has no memory yet (the memory projection is not built)") from None
         raise
     ranked = fuse(lists) if mode == "fused" else single(lists.get(mode, []), mode)

@@ -35,7 +35,7 @@ def breakdown(per_mode: Mapping[str, ModeScore], fused: ModeScore | None = None)
 def single(hits: Sequence[ModeHit], mode: str) -> list[Ranked]:
     """One mode's hits as results, ranks as given."""
     return [
-        Ranked(item=h.item, score=h.score, scores=breakdown({mode: ModeScore(score=h.score, rank=rank)}), why=(h.why,))
+        Ranked(item=h.item, score=h.score, scores=breakdown({mode: ModeScore(score=h.score, rank=rank, ranking=h.ranking)}), why=(h.why,))
         for rank, h in enumerate(hits, start=1)
     ]
 
@@ -50,7 +50,7 @@ def fuse(lists: Mapping[str, Sequence[ModeHit]], *, rrf_k: int = RRF_K) -> list[
         for rank, hit in enumerate(hits, start=1):
             key = hit.item.id
             items.setdefault(key, hit.item)
-            per_mode.setdefault(key, {})[mode] = ModeScore(score=hit.score, rank=rank)
+            per_mode.setdefault(key, {})[mode] = ModeScore(score=hit.score, rank=rank, ranking=hit.ranking)
             whys.setdefault(key, []).append(hit.why)
             totals[key] = totals.get(key, 0.0) + 1.0 / (rrf_k + rank)
     order = sorted(totals, key=lambda key: (-totals[key], key))

@@ -54,12 +54,12 @@ class Scored(NamedTuple):
 
 
 def seeds_from_matches(matches: Sequence[tuple[str, str, float]], terms: Sequence[str]) -> list[Seed]:
-    """(entity id, name, bm25) rows -> seeds, strongest first, one per entity."""
+    """(entity id, name, score) rows -> seeds, strongest first, one per entity
+    (score: higher is better, the negated bm25 or ts_rank_cd)."""
     from gormes.recall.lexical import matched_terms
 
     best: dict[str, tuple[str, float]] = {}
-    for entity, name, bm25 in matches:
-        score = -bm25
+    for entity, name, score in matches:
         if entity not in best or score > best[entity][1]:
             best[entity] = (name, score)
     if not best:

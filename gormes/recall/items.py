@@ -32,6 +32,7 @@ class ModeHit(msgspec.Struct, frozen=True, kw_only=True):
     item: MemoryItem
     score: float
     why: Why
+    ranking: str | None = None  # lexical: the function behind the score (bm25, ts_rank_cd)
 
 
 def stale_factor(item: MemoryItem) -> float:

@@ -1,8 +1,10 @@
-"""Lexical recall: FTS5 bm25 over facts. The pure half: query terms, the MATCH
-expression, and turning bm25 rows into ranked hits.
+"""Lexical recall: full-text search over facts. The pure half: query terms, the
+search expression, and turning scored rows into ranked hits.
 
-The FTS index (porter tokenizer) is made by gormes/projections/memory.py; the SQL
-that reads it is in gormes/recall/engine.py.
+SQLite: FTS5 (porter tokenizer) ranked by bm25. PostgreSQL: tsvector ('english'
+config: Snowball stemming, the nearest to porter) ranked by ts_rank_cd. The
+indexes are made by gormes/projections/memory.py; the SQL that reads them is in
+gormes/recall/engine.py. Both get the same terms (stopwords dropped here), OR-ed.
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ def match_expression(terms: Sequence[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
+def websearch_expression(terms: Sequence[str]) -> str:
+    """The same for PostgreSQL's websearch_to_tsquery: any of the terms, each
+    quoted. Terms are runs of word characters, so nothing else is syntax; and
+    websearch_to_tsquery never raises on malformed input anyway."""
+    return " or ".join('"' + t.replace('"', " ") + '"' for t in terms)
+
+
 def matched_terms(terms: Iterable[str], text: str) -> tuple[str, ...]:
     """Which query terms the text contains, allowing for word endings (works ~ work)."""
     tokens = set(words(text))
@@ -53,18 +62,22 @@ def _same_stem(a: str, b: str) -> bool:
     return len(short) >= 3 and long_.startswith(short) and len(long_) - len(short) <= 3
 
 
-def rank_lexical(rows: Sequence[tuple[MemoryItem, float]], terms: Sequence[str]) -> list[ModeHit]:
-    """Rows of (item, bm25) -> hits, best first. bm25 is lower-is-better, so the
-    score is its negation; a stale fact's score is scaled down by `stale_factor`."""
+def rank_lexical(
+    rows: Sequence[tuple[MemoryItem, float]], terms: Sequence[str], ranking: str = "bm25",
+) -> list[ModeHit]:
+    """Rows of (item, score) -> hits, best first. The score is higher-is-better
+    (the negated bm25 on SQLite, ts_rank_cd on PostgreSQL: `ranking` names which,
+    and the hit says so); a stale fact's score is scaled down by `stale_factor`."""
     from gormes.recall.api import Why
 
     hits = []
-    for item, bm25 in rows:
-        score = -bm25 * stale_factor(item)
+    for item, raw in rows:
+        score = raw * stale_factor(item)
         found = matched_terms(terms, item.text)
-        reason = f"bm25 match on {', '.join(found) or 'a stemmed term'}"
+        reason = f"{ranking} match on {', '.join(found) or 'a stemmed term'}"
         if item.stale:
             reason += " (stale: superseded)"
-        hits.append(ModeHit(item=item, score=score, why=Why(mode="lexical", reason=reason, matched_terms=found)))
+        hits.append(ModeHit(item=item, score=score, ranking=ranking,
+                            why=Why(mode="lexical", reason=reason, matched_terms=found)))
     hits.sort(key=lambda h: (-h.score, h.item.id))
     return hits
