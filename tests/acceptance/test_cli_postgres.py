@@ -164,12 +164,10 @@ def test_ops_list_schema_and_call(url: str, tmp_path: Path):
     assert [(a["data"]["operation"], a["data"]["outcome"]) for a in audited] == [
         ("job.submit", "ok"), ("job.list", "ok"), ("run.list", "ok")]
 
-    # memory runs on SQLite only: one line, exit 2, nothing written
-    for name, value in (("memory.recall", '{"query": "x"}'), ("memory.remember", '{"fact": "x"}')):
-        refused = gormes(url, tmp_path, "ops", "call", name, value)
-        assert refused.returncode == 2 and refused.stdout == ""
-        assert refused.stderr.startswith("gormes: error: memory and recall run on SQLite only")
-        assert len(refused.stderr.splitlines()) == 1
+    # memory runs on PostgreSQL too
+    remembered = json.loads(ok(gormes(url, tmp_path, "ops", "call", "memory.remember", '{"fact": "Ada likes tea"}')))
+    recalled = json.loads(ok(gormes(url, tmp_path, "ops", "call", "memory.recall", '{"query": "tea"}')))
+    assert [h["id"] for h in recalled["hits"]] == remembered["ids"]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -218,9 +218,25 @@ async def test_cron_book_and_scheduler_fire_once(store, reopen):
     assert len(cron_fired) == 1
 
 
-async def test_memory_is_refused_on_postgres_only(store, backend):
+async def test_memory_runs_on_both(store, backend):
+    assert await ProjectionRunner(store, memory_projection).catch_up() == await store.head()
+
+
+class _SQLiteOnly:
+    """A projection without a portable `schema` (none of gormes' own is one now)."""
+
+    name, version, tables, types = "local_only", 1, ("local_only",), None
+
+    def setup(self, db) -> None:
+        db.table("local_only").create({"k": str}, pk="k", if_not_exists=True)
+
+    def apply(self, conn, records) -> None:
+        pass
+
+
+async def test_a_projection_without_a_schema_is_refused_on_postgres_only(store, backend):
     if backend == "sqlite":
-        await ProjectionRunner(store, memory_projection).catch_up()
+        await ProjectionRunner(store, _SQLiteOnly()).catch_up()
         return
-    with pytest.raises(ProjectionError, match="'memory' runs on SQLite only"):
-        ProjectionRunner(store, memory_projection)
+    with pytest.raises(ProjectionError, match="'local_only' runs on SQLite only"):
+        ProjectionRunner(store, _SQLiteOnly())

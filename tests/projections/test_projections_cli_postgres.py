@@ -34,12 +34,12 @@ async def test_status_and_rebuild_on_postgres(store, backend):
     done = gormes(url, "status", "--json")
     assert done.returncode == 0, done.stderr
     by_name = {s["name"]: s for s in json.loads(done.stdout)}
-    assert "memory" not in by_name  # SQLite only
+    assert by_name["memory"]["state"] == "not built"  # on PostgreSQL too
     assert (by_name["streams"]["position"], by_name["streams"]["lag"]) == (6, 4)
     assert by_name["streams"]["state"] == "behind"
     assert by_name["runs"]["state"] == "not built"
     table = gormes(url, "status")
-    assert "memory: SQLite only, not on PostgreSQL" in table.stdout
+    assert "SQLite only" not in table.stdout
 
     done = gormes(url, "rebuild", "streams", "runs", "--json")
     assert done.returncode == 0, done.stderr
@@ -55,33 +55,17 @@ async def test_status_and_rebuild_on_postgres(store, backend):
         await again.rebuild()
     assert await rows(store, "SELECT * FROM streams ORDER BY stream") == rebuilt
 
-    # Everything, ledger included; memory is skipped with a note.
+    # Everything, ledger and memory included.
     done = gormes(url, "rebuild")
     assert done.returncode == 0, done.stderr
-    assert "memory: SQLite only, skipped on PostgreSQL" in done.stderr
+    assert "SQLite only" not in done.stderr
+    assert "memory: rebuilt (version 1) up to position 10" in done.stdout
     assert "ledger: rebuilt (version 1) up to position 10" in done.stdout
 
     for args, message in (
-        (("rebuild", "memory"), "projection memory runs on SQLite only"),
         (("rebuild", "--check"), "--check needs an SQLite database"),
     ):
         done = gormes(url, *args)
         assert done.returncode == 2  # a UserError
         [line] = done.stderr.strip().splitlines()
         assert line.startswith("gormes: error: ") and message in line
-
-
-def test_memory_and_recall_refuse_a_postgres_url_in_one_line(tmp_path):
-    url = "postgresql://nobody@127.0.0.1:5432/test"
-    for args in (("recall", "anything"), ("memory", "add-fact", "a fact")):
-        done = subprocess.run(
-            [sys.executable, "-m", "gormes", "--db", url, *args],
-            capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        )
-        assert done.returncode == 2
-        [line] = done.stderr.strip().splitlines()
-        assert line == (
-            "gormes: error: memory and recall run on SQLite only (recall ranks with "
-            "SQLite's FTS5); give --db an SQLite file (docs/postgres.md)"
-        )
-        assert list(tmp_path.iterdir()) == []  # no SQLite file named after the URL
