@@ -4,6 +4,7 @@ confusion pairs. Exit 1 below 100% (the CI gate)."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 import msgspec
@@ -59,9 +60,13 @@ def skills(skills_path: str | None, evals_path: str, as_json: bool) -> None:
               help="Comma-separated recall modes to score.")
 @click.option("--k", "k", type=click.IntRange(1, 100), default=5, show_default=True, help="Score the top k hits.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report (every query, every hit) as JSON.")
-def recall(fixtures_path: str, modes: str, k: int, as_json: bool) -> None:
+@click.pass_obj
+def recall(obj: Any, fixtures_path: str, modes: str, k: int, as_json: bool) -> None:
     """Seed each fixture into a scratch database, run its queries in each mode and
-    report precision@k, recall@k, MRR and nDCG@k; exit 1 on any privacy violation."""
+    report precision@k, recall@k, MRR and nDCG@k; exit 1 on any privacy violation.
+
+    The scratch database is a temp SQLite file; with `--db postgresql://...`, a
+    scratch schema in that PostgreSQL database (dropped afterwards)."""
     from pathlib import Path
 
     import trio
@@ -77,7 +82,8 @@ def recall(fixtures_path: str, modes: str, k: int, as_json: bool) -> None:
         raise RecallError(f"unknown recall mode {', '.join(unknown) or '(none given)'} (known: {', '.join(MODES)})")
     load_all()
     fixtures = load_fixtures(Path(fixtures_path))
-    report = trio.run(lambda: run_recall_evals(fixtures, modes=list(dict.fromkeys(chosen)), k=k))
+    url = getattr(obj, "url", None)
+    report = trio.run(lambda: run_recall_evals(fixtures, modes=list(dict.fromkeys(chosen)), k=k, postgres_url=url))
     if as_json:
         click.echo(msgspec.json.encode(report).decode())
     else:

@@ -15,10 +15,13 @@ it (the graph's seed and path, the lexical terms).
 
 from __future__ import annotations
 
+import secrets
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -101,12 +104,17 @@ class EvalReport(msgspec.Struct, frozen=True, kw_only=True):
         return not self.privacy_violations
 
 
-async def run_recall_evals(fixtures: Sequence[Fixture], *, modes: Sequence[str] = MODES, k: int = 5) -> EvalReport:
+async def run_recall_evals(
+    fixtures: Sequence[Fixture], *, modes: Sequence[str] = MODES, k: int = 5, postgres_url: str | None = None,
+) -> EvalReport:
+    """Seed each fixture into a scratch database and score its queries: a temp
+    SQLite file, or with `postgres_url` a scratch schema there (dropped after)."""
     outcomes: list[QueryOutcome] = []
     statuses: dict[str, tuple[bool, str]] = {}
     for fixture in fixtures:
         with tempfile.TemporaryDirectory(prefix="gormes-recall-eval-") as scratch:
-            fixture_outcomes, fixture_statuses = await _run_fixture(fixture, Path(scratch) / "eval.db", modes, k)
+            fixture_outcomes, fixture_statuses = await _run_fixture(
+                fixture, postgres_url or Path(scratch) / "eval.db", modes, k)
         outcomes.extend(fixture_outcomes)
         for mode, status in fixture_statuses.items():
             statuses.setdefault(mode, status)
@@ -117,15 +125,36 @@ async def run_recall_evals(fixtures: Sequence[Fixture], *, modes: Sequence[str] 
                       modes=reports, privacy_violations=violations, outcomes=outcomes)
 
 
-async def _run_fixture(
-    fixture: Fixture, db_path: Path, modes: Sequence[str], k: int,
-) -> tuple[list[QueryOutcome], dict[str, tuple[bool, str]]]:
-    from gormes.events.sqlite import SQLiteEventStore
+@asynccontextmanager
+async def _scratch_store(target: str | Path) -> AsyncIterator[Any]:
+    if isinstance(target, Path):
+        from gormes.events.sqlite import SQLiteEventStore
 
+        async with SQLiteEventStore.open(target, durability="normal") as store:
+            yield store
+        return
+    import psycopg
+
+    from gormes.events.postgres import PostgresEventStore
+
+    schema = f"gormes_recall_eval_{secrets.token_hex(5)}"
+    with psycopg.connect(target, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        async with PostgresEventStore.open(target, schema=schema) as store:
+            yield store
+    finally:
+        with psycopg.connect(target, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def _run_fixture(
+    fixture: Fixture, target: str | Path, modes: Sequence[str], k: int,
+) -> tuple[list[QueryOutcome], dict[str, tuple[bool, str]]]:
     seed = seed_events(fixture)
     outcomes: list[QueryOutcome] = []
     statuses: dict[str, tuple[bool, str]] = {}
-    async with SQLiteEventStore.open(db_path, durability="normal") as store:
+    async with _scratch_store(target) as store:
         await store.append_many([AppendRequest(stream, events) for stream, events in seed.events.items()])
         for query in fixture.queries:
             for mode in modes:
