@@ -12,11 +12,12 @@ and not offered to models.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import msgspec
 
-from gormes.events.memory import Origin
+from gormes.events.memory import Origin, is_valid_scope
 from gormes.memory.extractor import ExtractResult, extract_run
 from gormes.memory.writer import MemoryWriter, Source
 from gormes.ops.spec import (
@@ -41,11 +42,26 @@ NAMES_ITS_SCOPE = frozenset({"operator", "system"})
 Scope = Annotated[str, msgspec.Meta(description="chat:<id> or project:<id>; yours by default.")]
 
 
+def own_scope(caller_id: str) -> str:
+    """`chat:<caller id>`, made a valid scope when the id is not one as it stands (an
+    MCP client is `mcp:<the name it gives>`): characters a scope may not hold become
+    `-`, and it starts with a letter or digit and fits 200 characters. Two such ids
+    can meet in one scope; MCP client names are self-declared, so they were never a
+    boundary between clients (the trust class is)."""
+    own = f"chat:{caller_id}"
+    if is_valid_scope(own):
+        return own
+    safe = re.sub(r"[^A-Za-z0-9._@/-]", "-", caller_id)
+    if not safe[:1].isalnum():
+        safe = "x" + safe
+    return f"chat:{safe[:200]}"
+
+
 def bound_scope(caller: Caller, requested: str | None) -> str:
     """The scope a caller works in; a pinned caller asking for another is denied."""
     if caller.trust in NAMES_ITS_SCOPE:
         return requested or DEFAULT_SCOPE
-    own = f"chat:{caller.id}"
+    own = own_scope(caller.id)
     if requested is not None and requested != own:
         raise OperationDenied(f"a {caller.trust!r} caller may only use its own scope {own!r}, not {requested!r}")
     return own
