@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pg_helpers import admin, fresh_schema, url_for_schema
+from pg_helpers import PG_URL, admin, fresh_schema, url_for_schema
 
 from cli_helpers import (
     assert_one_line_error, cli_env, gormes_command, run_gormes, side_file_handlers,
@@ -232,6 +232,16 @@ def test_bad_postgres_targets_are_one_line_errors(schema: str, tmp_path: Path):
     for args in (("jobs", "submit", "x"), ("jobs", "list"), ("worker",)):
         line = assert_one_line_error(run_gormes(unreachable, *args))
         assert "cannot connect to PostgreSQL" in line and "secret" not in line
+
+    # wrong credentials (the server trusts 127.0.0.1, so a role it does not know)
+    # and a database that does not exist: the server's reason, password hidden
+    server = PG_URL.split("@", 1)[1].split("/", 1)[0]
+    for url, reason in (
+        (f"postgresql://nosuchrole:secret@{server}/test", 'role "nosuchrole" does not exist'),
+        (f"postgresql://postgres@{server}/nosuchdb", 'database "nosuchdb" does not exist'),
+    ):
+        line = assert_one_line_error(run_gormes(url, "jobs", "list"))
+        assert "cannot connect to PostgreSQL" in line and reason in line and "secret" not in line
 
     admin(f'CREATE TABLE "{schema}".invoices(id integer)')
     foreign = url_for_schema(schema)
