@@ -181,17 +181,21 @@ _CURRENT_VERSIONS: dict[str, int] = {tag: cls.schema_version for tag, cls in _RU
 _run_events_decoder = msgspec.json.Decoder(list[functools.reduce(operator.or_, _RUN_CLASSES.values())])  # type: ignore[misc]
 
 
+_TYPE_AND_VERSION = operator.itemgetter(2, 3)
+_DATA = operator.itemgetter(4)
+
+
 def decode_run_rows(stream: str, rows: list[tuple[Any, ...]]) -> list[Recorded] | None:
     """A run's rows (position, version, type, type_version, data, recorded_at) decoded
     in one msgspec call (the whole list at once), or None when a row is not a
     current run event type: then the codec decodes row by row (upcasting older
     versions, keeping unknown ones as `UnknownEvent`)."""
     current = _CURRENT_VERSIONS
-    for row in rows:
-        if current.get(row[2]) != row[3]:
+    for type_, type_version in set(map(_TYPE_AND_VERSION, rows)):
+        if current.get(type_) != type_version:
             return None
     try:
-        text = "[" + ",".join([row[4] for row in rows]) + "]"  # TypeError: data that is not text
+        text = "[" + ",".join(map(_DATA, rows)) + "]"  # TypeError: data that is not text
         events = _run_events_decoder.decode(text)
     except (TypeError, msgspec.DecodeError):  # ValidationError included
         return None

@@ -56,10 +56,22 @@ def canonical_arguments(arguments: Any) -> tuple[str, str]:
     """
     value = msgspec.json.decode(arguments) if isinstance(arguments, (str, bytes)) else arguments
     text = _sorted_json.encode(value)
-    return text.decode(), hashlib.sha256(text).hexdigest()
+    if len(text) > _ARGUMENT_HASHES_TEXT_MAX:
+        return text.decode(), hashlib.sha256(text).hexdigest()
+    known = _argument_hashes.get(text)
+    if known is None:
+        if len(_argument_hashes) >= _ARGUMENT_HASHES_MAX:
+            _argument_hashes.clear()
+        known = _argument_hashes[text] = (text.decode(), hashlib.sha256(text).hexdigest())
+    return known
 
 
 _sorted_json = msgspec.json.Encoder(order="sorted")
+# Agents call the same tools with the same arguments again and again (a replay of a
+# long run, every turn): the canonical text's hash is kept, for short texts only.
+_argument_hashes: dict[bytes, tuple[str, str]] = {}
+_ARGUMENT_HASHES_MAX = 4096
+_ARGUMENT_HASHES_TEXT_MAX = 512
 
 
 # -- recorded copies of what a run saw -------------------------------------------
