@@ -91,3 +91,19 @@ def reopen_store(store: Any) -> Any:
     from gormes.events.sqlite import SQLiteEventStore
 
     return SQLiteEventStore.open(store.path)
+
+
+# Fixtures for the test packages that run on both backends; a conftest.py takes
+# them with `from pg_helpers import backend, store_on_both_backends`.
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(name="store")
+async def store_on_both_backends(backend: str, db_path: Path) -> AsyncIterator[Any]:
+    """`store`: a temp-file SQLite store, then a fresh Postgres schema's store."""
+    async with backend_store(backend, db_path) as s:
+        yield s

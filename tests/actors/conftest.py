@@ -9,23 +9,10 @@ file path, sqlite3) open their own SQLiteEventStore instead.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_helpers import backend_store, reopen_store
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture
-async def store(backend: str, db_path: Path) -> AsyncIterator[Any]:
-    async with backend_store(backend, db_path) as s:
-        yield s
+from pg_helpers import backend, reopen_store, store_on_both_backends  # noqa: F401 (fixtures)
 
 
 @pytest.fixture

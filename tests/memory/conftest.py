@@ -6,21 +6,4 @@ be reached). `backend` says which."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
-
-import pytest
-from pg_helpers import backend_store
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture
-async def store(backend: str, db_path: Path) -> AsyncIterator[Any]:
-    async with backend_store(backend, db_path) as s:
-        yield s
-
+from pg_helpers import backend, store_on_both_backends  # noqa: F401 (fixtures)

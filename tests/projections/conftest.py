@@ -17,12 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_helpers import backend_store, reopen_store
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
+from pg_helpers import backend, backend_store, reopen_store  # noqa: F401 (fixture)
 
 
 @pytest.fixture
