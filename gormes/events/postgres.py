@@ -314,7 +314,8 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
     async def _writer(self) -> None:
         try:
             while True:
-                await self._work.wait()
+                if not self._closed:  # once closed, only what is queued is left to commit
+                    await self._work.wait()
                 self._work = trio.Event()
                 batch = self._batch
                 if not batch.requests:

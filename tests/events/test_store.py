@@ -393,30 +393,3 @@ async def test_events_survive_reopening(db_path):
         assert [r.event for r in await store.read_stream("a")] == [note("1"), note("2")]
         await store.append("a", [note("3")], 2)
         assert await store.head() == 3
-
-
-async def test_closing_while_a_commit_runs_still_commits_what_queued_behind_it(db_path):
-    started, release = threading.Event(), threading.Event()
-
-    def hold(tx) -> str:
-        started.set()
-        release.wait()
-        return "held"
-
-    outcomes: list[object] = []
-
-    async def call(fn, *args) -> None:
-        outcomes.append(await fn(*args))
-
-    async with trio.open_nursery() as outer:
-        async with SQLiteEventStore.open(db_path) as store:
-            outer.start_soon(call, store.transact, hold)
-            await trio.to_thread.run_sync(started.wait)  # the writer is in its thread
-            outer.start_soon(call, store.append, "late", [note("queued")], 0)
-            await trio.testing.wait_all_tasks_blocked()  # ... and that append queued
-            await store.aclose()
-            release.set()
-    assert "held" in outcomes and len(outcomes) == 2
-    log = SQLiteLog(db_path)
-    assert [r.event.text for r in log.read_stream("late")] == ["queued"]
-    log.close()

@@ -224,6 +224,39 @@ async def test_queued_appends_commit_before_the_store_closes(backend):
     assert sorted(r.last_position for r in results) == list(range(1, 31))
 
 
+async def test_closing_while_a_commit_runs_still_commits_what_queued_behind_it(backend):
+    # Regression (both writers): the close's wake-up was used up by the batch that
+    # queued during the commit, and the writer then waited for good.
+    import threading
+
+    import trio.testing
+
+    started, release = threading.Event(), threading.Event()
+
+    def hold(tx: Any) -> str:
+        started.set()
+        release.wait()
+        return "held"
+
+    outcomes: list[object] = []
+
+    async def call(fn: Any, *args: Any) -> None:
+        outcomes.append(await fn(*args))
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as outer:
+            async with backend.open() as store:
+                outer.start_soon(call, store.transact, hold)
+                await trio.to_thread.run_sync(started.wait)  # the writer is in its thread
+                outer.start_soon(call, store.append, "late", [note("queued")], 0)
+                await trio.testing.wait_all_tasks_blocked()  # ... and that append queued
+                await store.aclose()
+                release.set()
+    assert "held" in outcomes and len(outcomes) == 2
+    async with backend.open() as store:
+        assert [r.event.text for r in await store.read_stream("late")] == ["queued"]
+
+
 # -- Postgres only ------------------------------------------------------------
 
 
