@@ -29,10 +29,11 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import msgspec
 import psycopg
 import trio
 
-from gormes.errors import StoreError, StoreReadOnly
+from gormes.errors import StoreError, StoreReadOnly, UserError
 from gormes.events.base import Event, Recorded
 from gormes.events.codec import Codec, default_codec
 from gormes.events.postgres_log import InlineApply, PostgresLog, PostgresWriteBatch, pipeline
@@ -383,8 +384,8 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
                 if req.kind == "append":
                     try:
                         req.result = wb.append(req.payload)
-                    except StoreError as exc:
-                        req.error = exc
+                    except (StoreError, UserError, msgspec.EncodeError, TypeError) as exc:
+                        req.error = exc  # a conflict, or events that cannot be encoded
                 else:
                     self._run_transact(wb, req)
             conn = log.conn

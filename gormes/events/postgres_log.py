@@ -324,13 +324,14 @@ class PostgresWriteBatch:
                 raise ConcurrencyError(req.stream, req.expected_version, actual)
             staged[req.stream] = actual + len(req.events)
         encode = self.log.codec.encode
+        # every event encoded before any is staged: one that cannot be fails the call alone
+        encoded = [[encode(event) for event in req.events] for req in requests]
         results = []
-        for req in requests:
+        for req, coded in zip(requests, encoded):
             version = self._versions[req.stream]
             first = self._next_position
-            for event in req.events:
+            for event, (type_, tv, data) in zip(req.events, coded):
                 version += 1
-                type_, tv, data = encode(event)
                 self._rows.append((self._next_position, req.stream, version, type_, tv, data, self.now))
                 self._events.append(event)
                 self._next_position += 1
