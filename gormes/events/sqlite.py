@@ -169,11 +169,6 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
         if body_error is not None:
             raise body_error
 
-    async def aclose(self) -> None:
-        """Stop taking writes; requests already queued are still committed."""
-        self._closed = True
-        self._work.set()
-
     def _close_connections(self) -> None:
         for reader in self._readers:
             reader.close()

@@ -91,6 +91,12 @@ class GroupCommitCalls:
     def _read_only_error(self) -> StoreReadOnly:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    async def aclose(self) -> None:
+        """Stop taking writes; requests already queued are still committed (the
+        writer, woken, commits what is queued and then stops)."""
+        self._closed = True
+        self._work.set()
+
     async def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None
     ) -> AppendResult:
