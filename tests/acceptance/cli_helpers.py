@@ -122,3 +122,17 @@ async def {name}(ctx, data):
         os.close(fd)
     return {{"n": data["n"]}}
 """
+
+
+def child_reads_notes_script(tmp_path: Path) -> str:
+    """A `scripted:` model: the parent spawns a child that reads notes.txt."""
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"agents": [
+        {"match": "CHILD", "replies": [
+            {"tool_calls": [{"name": "fs.read", "arguments": {"path": "notes.txt"}}]},
+            {"text": "the notes say hello"}]},
+        {"replies": [
+            {"tool_calls": [{"name": "agent.spawn", "arguments": {"prompt": "CHILD read notes.txt"}}]},
+            {"text": "my child read the notes"}]},
+    ]}))
+    return f"scripted:{path}"

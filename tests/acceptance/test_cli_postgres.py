@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pg_helpers import fresh_schema, url_for_schema
 
-from cli_helpers import cli_env, gormes_command
+from cli_helpers import child_reads_notes_script, cli_env, gormes_command
 
 
 @pytest.fixture
@@ -63,24 +63,11 @@ def test_cron_add_list_pause_resume_remove(url: str, tmp_path: Path):
 # -- run, runs list|show, replay, export/import of a run, fork ---------------------
 
 
-def _script(tmp_path: Path) -> str:
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps({"agents": [
-        {"match": "CHILD", "replies": [
-            {"tool_calls": [{"name": "fs.read", "arguments": {"path": "notes.txt"}}]},
-            {"text": "the notes say hello"}]},
-        {"replies": [
-            {"tool_calls": [{"name": "agent.spawn", "arguments": {"prompt": "CHILD read notes.txt"}}]},
-            {"text": "my child read the notes"}]},
-    ]}))
-    return f"scripted:{path}"
-
-
 def test_run_an_agent_then_list_show_replay_export_import_and_fork(url: str, tmp_path: Path):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "notes.txt").write_text("hello\n")
-    model = _script(tmp_path)
+    model = child_reads_notes_script(tmp_path)
 
     outcome = json.loads(ok(gormes(url, tmp_path, "run", "agent", "--prompt", "read the notes",
                                    "--model", model, "--workspace", str(ws), "--json")))

@@ -6,20 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_helpers import run_gormes
-
-
-def _script(tmp_path: Path) -> str:
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps({"agents": [
-        {"match": "CHILD", "replies": [
-            {"tool_calls": [{"name": "fs.read", "arguments": {"path": "notes.txt"}}]},
-            {"text": "the notes say hello"}]},
-        {"replies": [
-            {"tool_calls": [{"name": "agent.spawn", "arguments": {"prompt": "CHILD read notes.txt"}}]},
-            {"text": "my child read the notes"}]},
-    ]}))
-    return f"scripted:{path}"
+from cli_helpers import child_reads_notes_script, run_gormes
 
 
 def test_run_then_list_then_show_the_tree(tmp_path: Path):
@@ -27,7 +14,7 @@ def test_run_then_list_then_show_the_tree(tmp_path: Path):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "notes.txt").write_text("hello\n")
-    model = _script(tmp_path)
+    model = child_reads_notes_script(tmp_path)
 
     ran = run_gormes(db, "run", "agent", "--prompt", "read the notes", "--model", model,
                      "--workspace", str(ws), "--json")

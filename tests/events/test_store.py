@@ -41,6 +41,15 @@ def positions_and_versions(path: Path) -> tuple[list[int], dict[str, list[int]]]
     return [r[0] for r in rows], streams
 
 
+async def all_positions_and_versions(store) -> tuple[list[int], dict[str, list[int]]]:
+    """Every position in the log, and each stream's versions, read through the store."""
+    streams: dict[str, list[int]] = {}
+    records = await store.read_all()
+    for r in records:
+        streams.setdefault(r.stream, []).append(r.version)
+    return [r.position for r in records], streams
+
+
 async def test_append_assigns_versions_from_one_and_positions_in_order(store):
     r1 = await store.append("a", [note("1"), note("2")], expected_version=0)
     r2 = await store.append("b", [note("3")], expected_version=0)
@@ -169,12 +178,9 @@ async def test_one_batch_of_mixed_requests_each_gets_what_it_asked_for(store):
 
     results = [outcomes[f"one-{i}"] for i in range(5)] + [outcomes["three"], outcomes["tx"]]
     results += outcomes["many"]
-    records = await store.read_all()
-    assert [r.position for r in records] == list(range(1, 1 + 1 + 5 + 3 + 1 + 3))  # gap-free
-    streams: dict[str, list[int]] = {}
-    for r in records:
-        streams.setdefault(r.stream, []).append(r.version)
-    stored = {r.position: (r.stream, r.version) for r in records}
+    positions, streams = await all_positions_and_versions(store)
+    assert positions == list(range(1, 1 + 1 + 5 + 3 + 1 + 3))  # gap-free
+    stored = {r.position: (r.stream, r.version) for r in await store.read_all()}
     for result in results:
         span = range(result.first_position, result.last_position + 1)
         assert [stored[p][0] for p in span] == [result.stream] * len(span)

@@ -19,6 +19,7 @@ import pytest
 import trio
 from pg_helpers import PG_URL, admin, fresh_schema
 from test_store import (  # noqa: F401 - collected here, run on both backends
+    all_positions_and_versions,
     note,
     test_any_expected_version_skips_the_check,
     test_append_assigns_versions_from_one_and_positions_in_order,
@@ -88,14 +89,6 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 async def store(backend: Backend) -> AsyncIterator[Any]:
     async with backend.open() as s:
         yield s
-
-
-async def all_positions_and_versions(store: Any) -> tuple[list[int], dict[str, list[int]]]:
-    streams: dict[str, list[int]] = {}
-    records = await store.read_all()
-    for r in records:
-        streams.setdefault(r.stream, []).append(r.version)
-    return [r.position for r in records], streams
 
 
 async def test_fifty_concurrent_appenders_give_gap_free_commit_order(store):
