@@ -160,17 +160,17 @@ def main(argv: list[str] | None = None) -> None:
     except GormesError as exc:
         click.echo(f"gormes: error: {exc}", err=True)
         sys.exit(getattr(exc, "exit_code", 1))
+    except BrokenPipeError:
+        # Output piped into `head` and the like: not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
     except Exception as exc:  # noqa: BLE001 - a database's own error still gets one line
         line = _database_error_line(exc)
         if line is None:
             raise
         click.echo(f"gormes: error: {line}", err=True)
         sys.exit(1)
-    except BrokenPipeError:
-        # Output piped into `head` and the like: not an error of ours.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(0)
     sys.exit(code if isinstance(code, int) else 0)
 
 

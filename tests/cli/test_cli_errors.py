@@ -38,3 +38,16 @@ def test_any_other_error_is_not_hidden(monkeypatch):
     monkeypatch.setattr(cli_main.cli, "main", fail)
     with pytest.raises(ValueError, match="a bug of ours"):
         cli_main.main(["events"])
+
+
+def test_a_closed_pipe_is_still_a_quiet_exit_0(monkeypatch, capsys):
+    # Output piped into `head`: the database-error line must not swallow this case.
+    def fail(**_: object) -> None:
+        raise BrokenPipeError
+
+    monkeypatch.setattr(cli_main.cli, "main", fail)
+    monkeypatch.setattr(cli_main.os, "dup2", lambda *_: None)
+    with pytest.raises(SystemExit) as exit_:
+        cli_main.main(["events"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().err == ""
