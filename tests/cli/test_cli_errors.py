@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 import psycopg
@@ -47,7 +48,9 @@ def test_a_closed_pipe_is_still_a_quiet_exit_0(monkeypatch, capsys):
 
     monkeypatch.setattr(cli_main.cli, "main", fail)
     monkeypatch.setattr(cli_main.os, "dup2", lambda *_: None)
-    with pytest.raises(SystemExit) as exit_:
-        cli_main.main(["events"])
+    with open(os.devnull, "w") as stdout:  # a real file descriptor, as a pipe has
+        monkeypatch.setattr(cli_main.sys, "stdout", stdout)
+        with pytest.raises(SystemExit) as exit_:
+            cli_main.main(["events"])
     assert exit_.value.code == 0
     assert capsys.readouterr().err == ""
