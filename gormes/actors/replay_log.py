@@ -126,6 +126,7 @@ class DatabaseRuns:
         if is_postgres_url(path):
             self._log: Any = _postgres_log(str(path))
             self._sql: Any = self._log.sql  # runs the `?` SQL below
+            self._sqlite = False
             return
         from gormes.events.sqlite_log import SQLiteLog
 
@@ -134,13 +135,14 @@ class DatabaseRuns:
             raise UserError(f"no database at {path}")
         self._log = SQLiteLog(path, readonly=True, create=False)
         self._sql = self._log.conn
+        self._sqlite = True
 
     def load(self, run_id: str) -> RecordedRun:
         stream = run_stream_name(run_id)
-        rows = self._sql.execute(
-            "SELECT position, version, type, type_version, data, recorded_at "
-            "FROM events WHERE stream = ? ORDER BY version", (stream,),
-        ).fetchall()
+        if self._sqlite:
+            rows = _sqlite_run_rows(self._sql, stream)
+        else:
+            rows = self._sql.execute(_RUN_ROWS + "WHERE stream = ? ORDER BY version", (stream,)).fetchall()
         records = decode_run_rows(stream, rows)
         if records is None:  # an event type or version the fast path does not take
             return split_run(run_id, self._log.read_stream(stream))
@@ -157,6 +159,38 @@ class DatabaseRuns:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+_RUN_ROWS = "SELECT position, version, type, type_version, data, recorded_at FROM events "
+# A run's events are written while it runs, so they lie close together in the log.
+# When they are at least 1 in _DENSE of the positions between the run's first and
+# last event, one scan of that rowid range (skipping the other streams' rows) reads
+# them faster than one index lookup per event, as `ORDER BY version` does.
+_DENSE = 8
+
+
+def _sqlite_run_rows(conn: Any, stream: str) -> list[tuple[Any, ...]]:
+    """A run's rows in version order, from one snapshot."""
+    conn.execute("BEGIN")
+    try:
+        first, last, count = conn.execute(
+            "SELECT min(position), max(position), count(*) FROM events WHERE stream = ?", (stream,)
+        ).fetchone()
+        if not count or last - first + 1 > _DENSE * count:
+            return conn.execute(_RUN_ROWS + "WHERE stream = ? ORDER BY version", (stream,)).fetchall()
+        # `+stream`: no index for this term, so SQLite walks the rowid range
+        rows = conn.execute(
+            _RUN_ROWS + "WHERE position BETWEEN ? AND ? AND +stream = ? ORDER BY position",
+            (first, last, stream),
+        ).fetchall()
+    finally:
+        conn.execute("COMMIT")
+    # One writer numbers positions in commit order, so a stream's versions rise
+    # with its positions; a log written otherwise is put in version order here.
+    versions = list(map(_VERSION, rows))
+    if versions != sorted(versions):
+        rows.sort(key=_VERSION)
+    return rows
 
 
 def _postgres_log(url: str) -> Any:
@@ -181,6 +215,7 @@ _CURRENT_VERSIONS: dict[str, int] = {tag: cls.schema_version for tag, cls in _RU
 _run_events_decoder = msgspec.json.Decoder(list[functools.reduce(operator.or_, _RUN_CLASSES.values())])  # type: ignore[misc]
 
 
+_VERSION = operator.itemgetter(1)
 _TYPE_AND_VERSION = operator.itemgetter(2, 3)
 _DATA = operator.itemgetter(4)
 

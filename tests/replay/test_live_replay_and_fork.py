@@ -170,3 +170,39 @@ async def test_fork_refuses_a_cut_through_a_child(store, tmp_path: Path, workspa
     async with RunManager.open(store, executor=executor) as runs:
         with pytest.raises(ForkRefused, match="has not finished by then"):
             await fork_run(runs, run_id, spawned.position)
+
+
+async def test_a_run_loads_the_same_by_range_scan_and_by_index(
+    store, db_path: Path, tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dense runs are read by one scan of their position range, sparse ones through
+    the (stream, version) index; both give the stream exactly as the log reads it."""
+    import gormes.actors.replay_log as replay_log
+
+    run_id = await record(store, workspace, write_script(tmp_path / "s.json", CHILD, PARENT))
+    expected = await store.read_stream(run_stream(run_id))
+    first, last = expected[0].position, expected[-1].position
+    assert last - first + 1 > len(expected)  # audit events lie between the run's own
+
+    loaded = {}
+    for dense in (len(expected), 1):  # the range scan, then the index
+        monkeypatch.setattr(replay_log, "_DENSE", dense)
+        with DatabaseRuns(db_path) as source:
+            loaded[dense] = source.load(run_id)
+    assert loaded[len(expected)].records == loaded[1].records == tuple(expected)
+
+
+def test_a_stream_written_out_of_position_order_loads_in_version_order(tmp_path: Path) -> None:
+    from gormes.actors.replay_log import _sqlite_run_rows
+
+    log = SQLiteLog(tmp_path / "g.db")
+    try:
+        for version in (2, 1, 3):  # as a foreign writer might have inserted them
+            log.conn.execute(
+                "INSERT INTO events(stream, version, type, type_version, data, recorded_at) "
+                "VALUES ('run-x', ?, 'note.added', 1, '{}', 0)", (version,),
+            )
+        rows = _sqlite_run_rows(log.conn, "run-x")
+    finally:
+        log.close()
+    assert [(position, version) for position, version, *_ in rows] == [(2, 1), (1, 2), (3, 3)]
