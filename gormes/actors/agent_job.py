@@ -16,7 +16,9 @@ The fs tools work in GORMES_WORKSPACE (the worker's environment); without it the
 are unavailable.
 
 Each attempt is a run of its own, named in the job's log (a transcript entry with
-`data={"agent_run": RUN_ID, ...}`) before it starts. An attempt that is paused,
+`data={"agent_run": RUN_ID, ...}`) before it starts. Each attempt first gives the
+job any tokens the earlier attempts' runs used that never reached it (a pause
+between a turn and its count; see `agent_tokens`). An attempt that is paused,
 loses its lease or is shut down ends its run as `run.cancelled` with the job's
 abort reason. The next attempt looks at the run the previous one named
 (decision 0011):
@@ -82,24 +84,45 @@ def _executor(store: Any) -> Any:
 AGENT_RUN = "agent_run"  # the key of the transcript entry naming an attempt's run
 
 
-def last_attempt_run(job_records: list[Any]) -> str | None:
-    """The run the latest attempt named in the job's log, if any."""
-    for record in reversed(job_records):
+def attempt_runs(job_records: list[Any]) -> list[str]:
+    """The runs the job's attempts named in its log, oldest first."""
+    runs = []
+    for record in job_records:
         e = record.event
         if isinstance(e, JobTranscribed) and isinstance(e.entry.data, dict) and AGENT_RUN in e.entry.data:
-            return str(e.entry.data[AGENT_RUN])
-    return None
+            runs.append(str(e.entry.data[AGENT_RUN]))
+    return runs
 
 
-async def _earlier_run(store: Any, job_id: str) -> Any:
+def last_attempt_run(job_records: list[Any]) -> str | None:
+    """The run the latest attempt named in the job's log, if any."""
+    runs = attempt_runs(job_records)
+    return runs[-1] if runs else None
+
+
+async def _earlier_run(store: Any, run_id: str | None) -> Any:
     """The RecordedRun of the previous attempt, or None (none, or it never started)."""
     from gormes.actors.replay_log import split_run
 
-    run_id = last_attempt_run(await store.read_stream(job_stream(job_id)))
     if run_id is None:
         return None
     records = await store.read_stream(run_stream(run_id))
     return split_run(run_id, records) if records else None
+
+
+async def _count_missed_tokens(ctx: JobContext, store: Any, job_records: list[Any]) -> None:
+    """Give the job what earlier attempts' runs used and it was never given (a pause
+    between a turn and its count; see `agent_tokens`)."""
+    from gormes.actors.agent_tokens import missed_tokens
+
+    async def read_run(run_id: str) -> list[Any]:
+        return await store.read_stream(run_stream(run_id))
+
+    missed = await missed_tokens(read_run, job_records, attempt_runs(job_records))
+    if missed.input or missed.output or missed.cache_read:
+        await ctx.log("tokens earlier attempts used but the job was not given are counted now",
+                      data={"missed_tokens": msgspec.to_builtins(missed)})
+        await ctx.tokens(input=missed.input, output=missed.output, cache_read=missed.cache_read)
 
 
 @job("agent")
@@ -110,7 +133,9 @@ async def agent_job(ctx: JobContext, data: Any) -> Any:
 
     options, run_input = parse_job_data(data)
     store = ctx._queue.store
-    earlier = await _earlier_run(store, ctx.id)
+    job_records = await store.read_stream(job_stream(ctx.id))
+    await _count_missed_tokens(ctx, store, job_records)
+    earlier = await _earlier_run(store, last_attempt_run(job_records))
     if earlier is not None and earlier.end is not None and isinstance(earlier.end.event, RunCompleted):
         await ctx.log(f"run {earlier.run_id} had completed: its result is the job's",
                       data={"completed_run": earlier.run_id})

@@ -108,6 +108,14 @@ class LiveRun:
             self.cancel_reason = reason
             self.scope.cancel()
 
+    def outside_abort(self) -> str | None:
+        """Why the job running this run's tree is being aborted (paused, lease lost,
+        shut down), if it is."""
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        return root.outside_reason() if root.outside_reason is not None else None
+
     def why_cancelled_from_outside(self) -> str:
         parent = self.parent
         if parent is None:
@@ -307,7 +315,14 @@ class RunManager:
                         _require_json(result, "run result")
                         status = "completed"
                     except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's
-                        status, error = "failed", error_text(exc)
+                        aborted = run.outside_abort()
+                        # Raised because the job is being aborted (a fenced write refused
+                        # after a pause or a lost lease): the job's abort, as a cancellation
+                        # would be, so that the next attempt resumes the run.
+                        if aborted is not None:
+                            status, error = "cancelled", aborted
+                        else:
+                            status, error = "failed", error_text(exc)
                     children.cancel_scope.cancel()  # children never awaited end with the parent
         except BaseException as exc:
             # Cancelled from outside (possibly grouped by a nursery), or a bug of ours.

@@ -291,3 +291,63 @@ async def test_a_child_still_running_when_the_job_paused_is_restarted(
     report = await _replays_exactly(db_path, second)
     assert report.status == "completed" and len(list(report.walk())) == 2
     await _replays_exactly(db_path, first)
+
+
+async def test_tokens_of_a_turn_whose_count_a_pause_cut_off_reach_the_job_on_resume(
+    store, script, workspace, monkeypatch,
+) -> None:
+    """The job is paused after the run recorded a model turn and before the turn's
+    tokens reached the job (the fenced write is refused). The next attempt serves
+    that turn from the record without counting it; it first gives the job what the
+    earlier run used and the job was not given, so the job's totals are the runs'."""
+    from gormes.actors.run_live import LiveRunContext
+
+    monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
+    model = script({"replies": [
+        {"tool_calls": [call("fs.read", path="README.md")]},
+        {"tool_calls": [call("fs.read", path="README.md")]},
+        {"text": "done"},
+    ]})
+    queue = await JobQueue.open(store)
+    job = await queue.submit("agent", {"prompt": "work", "model": model})
+    original = LiveRunContext._count
+    paused_once: list[Tokens] = []
+
+    async def count(ctx: LiveRunContext, tokens: Tokens) -> None:
+        if not paused_once and ctx._job is not None:  # the first turn: pause right here
+            paused_once.append(tokens)
+            await queue.pause(job.id)
+        await original(ctx, tokens)
+
+    monkeypatch.setattr(LiveRunContext, "_count", count)
+    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await wait_until(lambda: _status_in(queue, job.id, "paused"), timeout=10)
+        await wait_until(lambda: _attempt_ended(store, job.id), timeout=10)
+        assert (await queue.get(job.id)).tokens == Tokens()  # the turn's tokens were refused
+        await queue.resume(job.id)
+        await wait_until(lambda: _status_in(queue, job.id, "completed", "failed", "dead"), timeout=10)
+        worker.stop()
+        await worker.wait_stopped()
+
+    finished = await queue.get(job.id)
+    assert finished.status == "completed", finished.error
+    first, second = await _job_runs(store, job.id)
+    (first_turn,) = [e.usage for e in await run_events(store, first) if isinstance(e, RunLlmTurn)]
+    assert paused_once == [first_turn] and first_turn != Tokens()
+    later = await run_events(store, second)
+    assert later[0].resumed_from.run_id == first
+    used = sum((e.usage for e in later if isinstance(e, RunLlmTurn)), Tokens())  # the copied turn included
+    assert finished.tokens == used
+    notes = [r.event.entry for r in await store.read_stream(job_stream(job.id))
+             if isinstance(r.event, JobTranscribed) and isinstance(r.event.entry.data, dict)
+             and "missed_tokens" in r.event.entry.data]
+    assert [n.data["missed_tokens"] for n in notes] == [
+        {"input": first_turn.input, "output": first_turn.output, "cache_read": first_turn.cache_read}
+    ]
+
+
+async def _attempt_ended(store: Any, job_id: str) -> bool:
+    (run_id,) = await _job_runs(store, job_id)
+    return type((await run_events(store, run_id))[-1]).__name__ in ("RunCancelled", "RunFailed")
