@@ -74,26 +74,26 @@ def missing(used: Tokens, given: Tokens) -> Tokens:
 
 async def used_live(read_run: ReadRun, run_ids: Iterable[str]) -> Tokens:
     """The tokens the runs `run_ids` (attempts of one job) and their subagents used
-    live, a resumed run's copied prefix excluded."""
+    live: a resumed run's copied prefix (a top-level run's or a subagent's) excluded."""
     total = Tokens()
     for run_id in run_ids:
-        records = await read_run(run_id)
-        if not records:
-            continue
-        observed = observations(records)
-        started = records[0].event
-        copied = 0
-        if isinstance(started, RunStarted) and started.resumed_from is not None:
-            origin = started.resumed_from
-            copied = sum(1 for r in observations(await read_run(origin.run_id)) if r.position <= origin.position)
-        total = total + await _tree_usage(read_run, observed[copied:])
+        total = total + await _run_usage(read_run, run_id)
     return total
 
 
-async def _tree_usage(read_run: ReadRun, observed: list[Recorded]) -> Tokens:
-    total, children = own_usage(observed)
+async def _run_usage(read_run: ReadRun, run_id: str) -> Tokens:
+    records = await read_run(run_id)
+    if not records:
+        return Tokens()
+    observed = observations(records)
+    started = records[0].event
+    copied = 0
+    if isinstance(started, RunStarted) and started.resumed_from is not None:
+        origin = started.resumed_from
+        copied = sum(1 for r in observations(await read_run(origin.run_id)) if r.position <= origin.position)
+    total, children = own_usage(observed[copied:])
     for child in children:
-        total = total + await _tree_usage(read_run, observations(await read_run(child)))
+        total = total + await _run_usage(read_run, child)
     return total
 
 

@@ -26,7 +26,8 @@ new run with `ForkDiverged`.
 The same machinery resumes an agent job's run on a later attempt (`resume_run`,
 decision 0011): a new run with `resumed_from` instead of `forked_from`, no
 overrides, the earlier run's whole recorded prefix (cut before a child that had
-not finished), and the job's token sink and inbox for the live part.
+not finished, which the live part resumes in turn when it spawns it again), and
+the job's token sink and inbox for the live part.
 
 Not built: forking at a position where a child spawned in the prefix has not
 finished by then (refused with a clear message); forking a run that is still
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
+from gormes.actors.child_resumption import ChildResumption
 from gormes.actors.replay import Replayer, replay
 from gormes.actors.replay_context import ReplayContext
 from gormes.actors.replay_log import RecordedRun, split_run
@@ -213,27 +215,48 @@ async def continue_run(
     messages: tuple[RunMessageSent, ...] = (),
     token_sink: TokenSink | None = None,
     job: JobContext | None = None,
+    source: RecordedRun | None = None,
 ) -> RunOutcome:
     """Record `started` (and `messages`, unread inbox messages carried over) on the new
     run's stream, then drive the handler with a `ForkContext`: `prefix` (another run's
     observations) is served and copied, then the run continues live. The prefix's
-    tokens count in the run's total but are not sent to `token_sink` again."""
+    tokens count in the run's total but are not sent to `token_sink` again.
+    `source`, for a resumed run: the run continued, whose unfinished children the
+    live part resumes when it spawns them again (`ChildResumption`)."""
+    live, ctx = await _continuation(manager, run, prefix, started, lenient_llm=lenient_llm,
+                                    messages=messages, token_sink=token_sink, job=job, source=source)
+    return await manager.drive(run, ctx, live, manager.handlers.get(run.handler))
+
+
+async def _continuation(
+    manager: RunManager,
+    run: LiveRun,
+    prefix: tuple[Recorded, ...],
+    started: RunStarted,
+    *,
+    lenient_llm: bool = False,
+    messages: tuple[RunMessageSent, ...] = (),
+    token_sink: TokenSink | None = None,
+    job: JobContext | None = None,
+    source: RecordedRun | None = None,
+) -> tuple[LiveRunContext, ForkContext]:
+    """`continue_run` up to driving: `started` recorded, the two contexts made."""
     store = manager.store
     registry = manager.executor.registry if manager.executor is not None else None
-    fn = manager.handlers.get(run.handler)
     provider = manager.provider(run.model) if run.model else None
     tokens = sum((tokens_of(r.event) for r in prefix), Tokens())
     live = LiveRunContext(manager, run, provider, next_seq=len(prefix) + 1, tokens=tokens,
                           token_sink=token_sink, job=job)
     live.mark_read({m.id for r in prefix if isinstance(r.event, RunInboxRead) for m in r.event.messages})
+    if source is not None:
+        live.child_resumption = ChildResumption.after(source.observations, len(prefix))
     await store.append(run_stream(run.run_id), [started, *messages], expected_version=NO_STREAM)
     copy = RecordedRun(
         run_id=run.run_id, started=started, started_position=0, observations=prefix,
         end=None, records=tuple(prefix),
     )
     replayer = Replayer(_OneRun(copy), None, children=False, registry=registry, handlers=manager.handlers)
-    ctx = ForkContext(copy, replayer, live, store, lenient_llm=lenient_llm)
-    return await manager.drive(run, ctx, live, fn)
+    return live, ForkContext(copy, replayer, live, store, lenient_llm=lenient_llm)
 
 
 # -- resuming an agent job's run on a later attempt (decision 0011) --------------------
@@ -253,10 +276,10 @@ class ResumedRun(msgspec.Struct, frozen=True, kw_only=True):
 def resumable_prefix(recorded: RecordedRun) -> tuple[Recorded, ...]:
     """The observations of an unfinished run that a continuation takes over: all of
     them, or those before the first child that was spawned and never observed
-    finishing. Such a child is restarted, not resumed: the continuation's code
-    reaches its spawn live and starts a new child run (its earlier child stays
-    cancelled or unfinished), and the parent's observations after that spawn are
-    made again live."""
+    finishing. The parent's observations from that spawn on are made again live;
+    when its code spawns that child again, the child is itself resumed (a new child
+    run continuing the earlier one, see `ChildResumption`), or started afresh if it
+    cannot be."""
     finished = {r.event.child_run_id for r in recorded.observations if isinstance(r.event, RunChildFinished)}
     for i, r in enumerate(recorded.observations):
         if isinstance(r.event, RunChildSpawned) and r.event.child_run_id not in finished:
@@ -282,6 +305,57 @@ def carried_messages(recorded: RecordedRun, prefix: tuple[Recorded, ...]) -> tup
     return tuple(sorted((m for i, m in pending.items() if i not in read), key=lambda m: (m.sent_at, m.message_id)))
 
 
+class Resumable(msgspec.Struct, frozen=True, kw_only=True):
+    """An earlier run a continuation can take over, and what it replays of it."""
+
+    source: RecordedRun
+    prefix: tuple[Recorded, ...]
+    origin: ForkOrigin
+
+
+async def _resumable(manager: RunManager, source: RecordedRun) -> Resumable:
+    """Raises ResumeRefused when `source` ended otherwise than cancelled, or the code
+    no longer replays its prefix (then only a fresh start makes sense)."""
+    if source.end is not None and not isinstance(source.end.event, RunCancelled):
+        raise ResumeRefused(f"run {source.run_id} ended {source.end.type}: there is nothing to resume")
+    prefix = resumable_prefix(source)
+    at = prefix[-1].position if prefix else source.started_position
+    registry = manager.executor.registry if manager.executor is not None else None
+    check = await replay(_OneRun(source), source.run_id, children=False, until=at,
+                         registry=registry, handlers=manager.handlers)
+    if check.divergence is not None:
+        raise ResumeRefused(f"cannot resume run {source.run_id}: {check.divergence.line()}")
+    return Resumable(source=source, prefix=prefix, origin=ForkOrigin(run_id=source.run_id, position=at))
+
+
+async def resumable_run(manager: RunManager, run_id: str) -> Resumable | None:
+    """The earlier child run `run_id`, if a continuation can take it over (see
+    `_resumable`); None: start the child afresh."""
+    records = await manager.store.read_stream(run_stream(run_id))
+    if not records:
+        return None
+    try:
+        return await _resumable(manager, split_run(run_id, records))
+    except UserError:  # ResumeRefused, or a recording this gormes cannot read
+        return None
+
+
+async def drive_continuation(
+    manager: RunManager, run: LiveRun, resumable: Resumable, token_sink: TokenSink | None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A subagent run continuing `resumable` (in its parent's nursery, as
+    `RunManager._new_run` starts a fresh one): started once `run.started` is durable."""
+    fn = manager.handlers.get(run.handler)
+    source, prefix = resumable.source, resumable.prefix
+    live, ctx = await _continuation(
+        manager, run, prefix, run.started_event(handler_version(fn), resumed_from=resumable.origin),
+        messages=carried_messages(source, prefix), token_sink=token_sink, source=source,
+    )
+    task_status.started()
+    await manager.drive(run, ctx, live, fn)
+
+
 async def resume_run(
     manager: RunManager,
     source: RecordedRun,
@@ -295,17 +369,11 @@ async def resume_run(
     """Continue `source`, a run that did not complete (cancelled, or cut off with no
     end), as a new run with `resumed_from`: the same handler, input and options; its
     recorded prefix (see `resumable_prefix`) is replayed, not redone, then the run
-    goes live. Refused, with nothing written, when the code no longer replays the
-    prefix (then only a fresh start makes sense)."""
-    if source.end is not None and not isinstance(source.end.event, RunCancelled):
-        raise ResumeRefused(f"run {source.run_id} ended {source.end.type}: there is nothing to resume")
-    prefix = resumable_prefix(source)
-    at = prefix[-1].position if prefix else source.started_position
-    registry = manager.executor.registry if manager.executor is not None else None
-    check = await replay(_OneRun(source), source.run_id, children=False, until=at,
-                         registry=registry, handlers=manager.handlers)
-    if check.divergence is not None:
-        raise ResumeRefused(f"cannot resume run {source.run_id}: {check.divergence.line()}")
+    goes live, resuming the unfinished children it spawns again. Refused, with
+    nothing written, when the code no longer replays the prefix (then only a fresh
+    start makes sense)."""
+    resumable = await _resumable(manager, source)
+    prefix, origin = resumable.prefix, resumable.origin
     started = source.started
     fn = manager.handlers.get(started.handler)
     run = LiveRun(
@@ -314,9 +382,8 @@ async def resume_run(
         model=started.model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
         job_id=job_id if job_id is not None else started.job_id, outside_reason=outside_reason,
     )
-    origin = ForkOrigin(run_id=source.run_id, position=at)
     outcome = await continue_run(
         manager, run, prefix, run.started_event(handler_version(fn), resumed_from=origin),
-        messages=carried_messages(source, prefix), token_sink=token_sink, job=job,
+        messages=carried_messages(source, prefix), token_sink=token_sink, job=job, source=source,
     )
     return ResumedRun(run_id=run.run_id, resumed_from=origin, copied=len(prefix), outcome=outcome)

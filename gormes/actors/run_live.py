@@ -64,6 +64,7 @@ from gormes.events.runs import (
 from gormes.events.store import AppendRequest
 
 if TYPE_CHECKING:
+    from gormes.actors.child_resumption import ChildResumption
     from gormes.actors.job_context import JobContext
     from gormes.actors.providers.base import Provider
     from gormes.actors.runs import LiveRun, RunManager
@@ -213,6 +214,8 @@ class LiveRunContext(RunContext):
         self._read_ids: set[str] = set()
         self.children_nursery: trio.Nursery | None = None  # set by the driver
         self._as_caller: Caller | None = None
+        # a resumed run: which earlier children its live spawns take over
+        self.child_resumption: ChildResumption | None = None
 
     # -- what the run is ---------------------------------------------------------------
 
@@ -431,13 +434,20 @@ class LiveRunContext(RunContext):
         child_tools = mine if tools is None else tuple(t for t in tools if t in mine)
         child_model = model or self.model
         child_id = self._manager.new_id()
+        asked_tools = None if tools is None else tuple(tools)
+        resumable = None
+        if self.child_resumption is not None:
+            earlier = self.child_resumption.take(handler, input, asked_tools, model)
+            if earlier is not None:
+                from gormes.actors.fork import resumable_run
+
+                resumable = await resumable_run(self._manager, earlier)
         await self._record(lambda seq: RunChildSpawned(
-            seq=seq, child_run_id=child_id, handler=handler, input=input,
-            tools=None if tools is None else tuple(tools), model=model,
+            seq=seq, child_run_id=child_id, handler=handler, input=input, tools=asked_tools, model=model,
         ))
         child = await self._manager._start_child(
             self, run_id=child_id, handler=handler, input=input, tools=child_tools,
-            model=child_model, deadline_s=deadline_s,
+            model=child_model, deadline_s=deadline_s, resume=resumable,
         )
         return LiveChildRun(self, child)
 

@@ -264,8 +264,10 @@ class RunManager:
 
     async def _start_child(
         self, parent: LiveRunContext, *, run_id: str, handler: str, input: Any,
-        tools: tuple[str, ...], model: str | None, deadline_s: float | None,
+        tools: tuple[str, ...], model: str | None, deadline_s: float | None, resume: Any = None,
     ) -> LiveRun:
+        """Start a subagent run in `parent`'s nursery; returns once `run.started` is
+        durable. `resume` (a `fork.Resumable`): the child continues that earlier run."""
         parent_run = self.live[parent.run_id]
         fn = self.handlers.get(handler)
         run = LiveRun(
@@ -273,9 +275,14 @@ class RunManager:
             max_depth=parent.max_depth, trust=CHILD_TRUST, tools=tools, model=model,
             max_iterations=None, deadline_s=deadline_s, job_id=parent_run.job_id, parent=parent_run,
         )
+        assert parent.children_nursery is not None
+        if resume is not None:
+            from gormes.actors.fork import drive_continuation
+
+            await parent.children_nursery.start(drive_continuation, self, run, resume, parent.token_sink)
+            return run
         provider = self.provider(model) if model else None
         ctx = LiveRunContext(self, run, provider, token_sink=parent.token_sink)
-        assert parent.children_nursery is not None
         await parent.children_nursery.start(self._new_run, run, ctx, fn)
         return run
 

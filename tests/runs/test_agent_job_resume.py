@@ -39,9 +39,13 @@ class ProviderCalls:
     """Wraps the real scripted provider: counts the turns it answered, and can hold
     one turn until released (so a test can pause the job while the run waits)."""
 
-    def __init__(self, monkeypatch: Any, hold_turn: int | None = None, *, child_hold: bool = False) -> None:
+    def __init__(
+        self, monkeypatch: Any, hold_turn: int | None = None, *, child_hold: bool = False,
+        child_turn: int | None = None,
+    ) -> None:
         self.answered: list[int] = []
         self.child_answered: list[int] = []  # turns answered to a conversation opening with CHILD
+        self.spent = Tokens()  # the usage of every reply the provider gave
         self.held = trio.Event()
         self.release = trio.Event()
         original = ScriptedProvider.complete
@@ -50,11 +54,14 @@ class ProviderCalls:
         async def complete(provider: ScriptedProvider, request: Any) -> Any:
             turn = sum(1 for m in request.messages if m.role == "assistant")
             child = any(m.role == "user" and "CHILD" in (m.content or "") for m in request.messages[:2])
-            if (child if child_hold else not child and turn == hold_turn) and not calls.release.is_set():
+            hold = (child and child_turn in (None, turn)) if child_hold else (not child and turn == hold_turn)
+            if hold and not calls.release.is_set():
                 calls.held.set()
                 await calls.release.wait()
             reply = await original(provider, request)
             (calls.child_answered if child else calls.answered).append(turn)
+            u = reply.usage
+            calls.spent = calls.spent + Tokens(input=u.input, output=u.output, cache_read=u.cache_read)
             return reply
 
         monkeypatch.setattr(ScriptedProvider, "complete", complete)
@@ -238,12 +245,75 @@ def test_the_last_attempt_run_is_read_from_the_jobs_log() -> None:
     assert last_attempt_run([entry({"agent_run": "a"}), entry(None), entry({"agent_run": "b"}), entry([1])]) == "b"
 
 
-async def test_a_child_still_running_when_the_job_paused_is_restarted(
+async def test_a_child_still_running_when_the_job_paused_is_resumed_with_its_parent(
+    store, db_path, script, workspace, monkeypatch,
+) -> None:
+    """The continuation replays the parent up to the spawn of the child that had not
+    finished; when its code spawns that child again, the child is resumed in turn: a
+    new child run with `resumed_from` that replays the earlier child's work (its
+    model turn, its tool's side effect) instead of doing it again."""
+    monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
+    model = script(
+        {"match": "CHILD", "replies": [
+            {"tool_calls": [call("memory.remember", fact="the child's step")]},
+            {"text": "child answer"},
+        ]},
+        {"replies": [
+            {"tool_calls": [call("agent.spawn", prompt="CHILD help")]},
+            {"text": "parent done"},
+        ]},
+    )
+    provider = ProviderCalls(monkeypatch, child_hold=True, child_turn=1)  # the child waits in its 2nd turn
+    queue = await JobQueue.open(store)
+    job = await queue.submit("agent", {"prompt": "work", "model": model})
+    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+
+    async def first_run_ended() -> bool:
+        (run_id,) = await _job_runs(store, job.id)
+        return isinstance((await run_events(store, run_id))[-1], RunCancelled)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        with trio.fail_after(10):
+            await provider.held.wait()
+        await queue.pause(job.id)
+        await wait_until(first_run_ended, timeout=10)
+        provider.release.set()
+        await queue.resume(job.id)
+        await wait_until(lambda: _status_in(queue, job.id, "completed", "failed", "dead"), timeout=10)
+        worker.stop()
+        await worker.wait_stopped()
+
+    finished = await queue.get(job.id)
+    assert finished.status == "completed", finished.error
+    assert finished.result["result"] == "parent done"
+    first, second = await _job_runs(store, job.id)
+    (old_child,) = [e.child_run_id for e in await run_events(store, first) if isinstance(e, RunChildSpawned)]
+    (new_child,) = [e.child_run_id for e in await run_events(store, second) if isinstance(e, RunChildSpawned)]
+    assert isinstance((await run_events(store, old_child))[-1], RunCancelled)
+    later_child = await run_events(store, new_child)
+    assert later_child[0].resumed_from is not None and later_child[0].resumed_from.run_id == old_child
+    assert later_child[0].parent_run_id == second
+    assert isinstance(later_child[-1], RunCompleted) and later_child[-1].result == "child answer"
+    # the child's first turn and its tool ran once; only its held turn was asked again
+    assert provider.child_answered == [0, 1]
+    assert await _executions(store, "memory.remember") == 1
+    # the parent's turns were each asked once (the spawn its first turn asked for is
+    # the cut: made again live, from the recorded reply)
+    assert provider.answered == [0, 1]
+    # the job's tokens are exactly what the provider's replies used
+    assert finished.tokens == provider.spent
+    report = await _replays_exactly(db_path, second)
+    assert report.status == "completed" and len(list(report.walk())) == 2
+    await _replays_exactly(db_path, first)
+
+
+async def test_work_before_the_spawn_of_an_unfinished_child_is_not_redone(
     store, db_path, script, workspace, monkeypatch,
 ) -> None:
     """The continuation replays the parent up to the spawn of the child that had
-    not finished, then spawns it anew (a new child run); the earlier child stays
-    cancelled. Work before that spawn is not redone."""
+    not finished (it was waiting for its first answer), then spawns it again: a new
+    child run continuing the earlier one; the earlier child stays cancelled."""
     monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
     model = script(
         {"match": "CHILD", "replies": [{"text": "child answer"}]},
@@ -287,6 +357,7 @@ async def test_a_child_still_running_when_the_job_paused_is_restarted(
     later = await run_events(store, second)
     (new_child,) = [e.child_run_id for e in later if isinstance(e, RunChildSpawned)]
     assert new_child != old_child
+    assert (await run_events(store, new_child))[0].resumed_from.run_id == old_child
     assert later[0].resumed_from.position < (await store.read_stream(f"run-{first}"))[-1].position
     report = await _replays_exactly(db_path, second)
     assert report.status == "completed" and len(list(report.walk())) == 2

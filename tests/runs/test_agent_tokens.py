@@ -77,3 +77,16 @@ async def test_missed_is_what_the_runs_used_beyond_what_the_job_was_given() -> N
     # once given, nothing is missed any more
     given.append(Recorded(3, "job-j", 3, "job.tokens_added", JobTokensAdded(tokens=Tokens(input=50, output=1), at=0), 0.0))
     assert await missed_tokens(log.read_run, given, ["r1"]) == Tokens()
+
+
+async def test_a_resumed_subagents_copied_prefix_is_not_counted_twice() -> None:
+    log = Log()
+    log.add("r1", started("r1"), RunChildSpawned(seq=1, child_run_id="c1", handler="agent"))
+    first_child = log.add("c1", started("c1"), turn(1, 10), turn(2, 20), RunCancelled(reason="job paused"))
+    log.add("r1", RunCancelled(reason="job paused"))
+    # r2 resumes r1 (nothing copied: the cut is at the spawn); its spawn resumes c1 as c2
+    log.add("r2", started("r2", ForkOrigin(run_id="r1", position=log.streams["r1"][0].position)),
+            RunChildSpawned(seq=1, child_run_id="c2", handler="agent"), turn(3, 1000))
+    log.add("c2", started("c2", ForkOrigin(run_id="c1", position=first_child[2].position)),
+            first_child[1].event, first_child[2].event, turn(3, 300))
+    assert await used_live(log.read_run, ["r1", "r2"]) == Tokens(input=10 + 20 + 1000 + 300, output=4)
