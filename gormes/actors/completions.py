@@ -21,10 +21,18 @@ nothing claimed, if the round failed), before any caller of the round wakes.
 With `results=False` a caller whose job was completed gets None instead of the
 Job (refusals are raised all the same): the ledger rows are not read back for a
 caller that does not look at them (the worker).
+
+`submit` is `complete` without waiting: the item joins the round at once and
+`done(outcome)` is called once the round is written (the Job or None, or the
+exception `complete` would have raised for it), in the round's writing task and
+right after `refill.claimed`. The first item of a round then starts the round's
+writing task in the nursery given. The worker completes this way: a finished
+job costs it no task of its own waiting on the round.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -46,11 +54,15 @@ class Refill(Protocol):
         """After the round: `jobs` were claimed with `claim` (none if it failed)."""
 
 
+Done = Callable[[Any], None]
+
+
 class _Round:
-    __slots__ = ("done", "items", "outcomes")
+    __slots__ = ("callbacks", "done", "items", "outcomes")
 
     def __init__(self) -> None:
         self.items: list[Item] = []
+        self.callbacks: list[Done | None] = []  # per item: `submit`'s, or None (`complete`)
         self.outcomes: list[Any] = []
         self.done = trio.Event()
 
@@ -72,24 +84,45 @@ class Completions:
         round_ = self._round
         index = len(round_.items)
         round_.items.append((job_id, token, result))
+        round_.callbacks.append(None)
         if index == 0:
-            # The leader writes even if cancelled meanwhile: the others wait on it.
-            with trio.CancelScope(shield=True):
-                # Jobs that finish together finish in the same scheduler pass: let
-                # the others of this pass join before the round can be taken.
-                await trio.lowlevel.checkpoint()
-                async with self._writing:
-                    if self._round is round_:
-                        self._round = _Round()
-                    await self._write(round_)
+            await self._lead(round_)
         else:
             await round_.done.wait()
-        if index >= len(round_.outcomes):
-            raise StoreError(f"the completion of job {job_id} was not recorded")
-        outcome = round_.outcomes[index]
+        outcome = _outcome(round_, index)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
+
+    def submit(
+        self, job_id: str, token: str, result: Any, done: Done, nursery: trio.Nursery
+    ) -> None:
+        """`complete(job_id, token, result)` without waiting: `done(outcome)` is
+        called once it is written, with what `complete` would have returned or
+        raised. A round's first item starts its writing task in `nursery`."""
+        if getattr(self.queue, "complete_many", None) is None:
+            nursery.start_soon(self._one, (job_id, token, result), done)
+            return
+        round_ = self._round
+        round_.items.append((job_id, token, result))
+        round_.callbacks.append(done)
+        if len(round_.items) == 1:
+            nursery.start_soon(self._lead, round_)
+
+    async def _one(self, item: Item, done: Done) -> None:
+        with trio.CancelScope(shield=True):
+            done(await self._alone(item))
+
+    async def _lead(self, round_: _Round) -> None:
+        # The leader writes even if cancelled meanwhile: the others wait on it.
+        with trio.CancelScope(shield=True):
+            # Jobs that finish together finish in the same scheduler pass: let
+            # the others of this pass join before the round can be taken.
+            await trio.lowlevel.checkpoint()
+            async with self._writing:
+                if self._round is round_:
+                    self._round = _Round()
+                await self._write(round_)
 
     async def _write(self, round_: _Round) -> None:
         items = round_.items
@@ -110,6 +143,9 @@ class Completions:
             if claim is not None:
                 assert self.refill is not None
                 self.refill.claimed(claim, items, round_.outcomes, jobs)
+            for index, done in enumerate(round_.callbacks):
+                if done is not None:
+                    done(_outcome(round_, index))
             round_.done.set()
 
     async def _alone(self, item: Item) -> Any:
@@ -118,3 +154,11 @@ class Completions:
         except Exception as exc:  # noqa: BLE001 - handed to its caller, who raises it
             return exc
         return job if self.results else None
+
+
+def _outcome(round_: _Round, index: int) -> Any:
+    """The item's outcome once its round is written (an exception: its refusal)."""
+    if index >= len(round_.outcomes):
+        job_id = round_.items[index][0]
+        return StoreError(f"the completion of job {job_id} was not recorded")
+    return round_.outcomes[index]

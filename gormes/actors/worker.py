@@ -6,10 +6,10 @@
         ...
         worker.stop()          # stop claiming, drain within a grace, release the rest
 
-How a job runs (`_execute`): the handler runs in a task of its own under a cancel
-scope, and the worker's lease keeper (gormes/actors/leases.py, one task for all
-jobs) renews its lease every lease/2. The executor waits for the
-handler to finish or for a reason to abort it:
+How a job runs: the handler runs in a task of its own under a cancel scope, and
+the worker's lease keeper (gormes/actors/leases.py, one task for all jobs)
+renews its lease every lease/2. The job settles when the handler finishes or
+when there is a reason to abort it:
 
 - timeout (the job's `timeout_ms`, measured on the trio clock): cancelled, then
   `dead` "timeout exceeded";
@@ -23,6 +23,13 @@ handler to finish or for a reason to abort it:
 A handler that ignores its cancellation for `abort_grace_ms` is abandoned: its
 task is left behind, the job goes `dead` "handler ignored abort" (when the worker
 still owns it) and the slot is freed, so the worker keeps serving.
+
+A job with a timeout has an executor task (`_execute`) that waits for it to
+settle or time out. A job without one (most) has no task besides its handler's:
+when it settles (`_settled`), a handler that returned is handed to the round of
+completions without waiting, and anything else (a failure, an abort) gets a task
+(`_finish`) that waits out the abort grace and records what happened, as the
+executor would.
 
 Jobs that finish together are recorded in one transaction (completions.py),
 which also claims the jobs that take their slots (`JobQueue.complete_and_claim`):
@@ -128,6 +135,8 @@ class RunningJob:
         self.renew_at = math.inf
         self.renewal: trio.CancelScope | None = None
         self.renewals_stopped = False
+        # Called once, when the job first settles (a job without an executor).
+        self.on_settled: Callable[[], None] | None = None
 
     def stop_renewing(self) -> None:
         self.renew_at = math.inf
@@ -141,7 +150,18 @@ class RunningJob:
             self.abort_reason = reason
             if self.ctx is not None:
                 self.ctx.abort_reason = reason
-            self.settled.set()
+            self._settle()
+
+    def handler_done(self) -> None:
+        self.done.set()
+        self._settle()
+
+    def _settle(self) -> None:
+        if self.settled.is_set():
+            return
+        self.settled.set()
+        if self.on_settled is not None:
+            self.on_settled()
 
 
 def _describe(exc: BaseException) -> str:
@@ -306,7 +326,12 @@ class Worker:
             # Counted as active now, before its task starts, so the next
             # round never claims past the limit.
             run = self.active[job.id] = RunningJob(job)
-            self._executors.start_soon(self._execute, run)
+            handler = self.registry.get(job.name)
+            if handler is not None and not job.options.timeout_ms:
+                run.on_settled = lambda run=run: self._settled(run)  # no executor
+                self._launch(run, handler)
+            else:
+                self._executors.start_soon(self._execute, run)
         return surplus
 
     async def _give_back(self, jobs: list[Job]) -> None:
@@ -375,36 +400,105 @@ class Worker:
 
     # -- running one job --------------------------------------------------------
 
+    def _launch(self, run: RunningJob, handler: Handler) -> None:
+        """Start the job's handler (its lease renewed from now on)."""
+        run.ctx = JobContext(self.queue, run.job, on_lock_lost=lambda: run.abort(LEASE_LOST))
+        run.renew_at = trio.current_time() + self.config.lease_ms / 2000
+        assert self._handlers is not None
+        self._handlers.start_soon(self._run_handler, run, handler)
+
     async def _execute(self, run: RunningJob) -> None:
+        """A job with a timeout (or no handler here): wait for it to settle or
+        time out, then record what happened."""
         job = run.job
         try:
             handler = self.registry.get(job.name)
             if handler is None:  # pragma: no cover - we claim only names we have
                 await self.queue.release(job.id, run.token, f"no handler for {job.name!r}")
                 return
-            run.ctx = JobContext(self.queue, job, on_lock_lost=lambda: run.abort(LEASE_LOST))
-            run.renew_at = trio.current_time() + self.config.lease_ms / 2000
-            assert self._handlers is not None
-            self._handlers.start_soon(self._run_handler, run, handler)
+            self._launch(run, handler)
             timeout_ms = job.options.timeout_ms
             if timeout_ms:
                 with trio.move_on_after(timeout_ms / 1000):
                     await run.settled.wait()
-            else:  # no cancel scope to enter and leave: most jobs have no timeout
+            else:
                 await run.settled.wait()
             if not run.done.is_set():
                 run.abort(TIMEOUT)
-                run.scope.cancel()
-                with trio.move_on_after(self.config.abort_grace_ms / 1000):
-                    await run.done.wait()
-            run.stop_renewing()
-            with trio.CancelScope(shield=True):
-                await self._record(run)
+            await self._finish(run)
         finally:
+            self._free(run)
+
+    def _settled(self, run: RunningJob) -> None:
+        """A job without an executor settled: a handler that returned joins the
+        next round of completions (`_completed` frees its slot once written);
+        anything else is recorded by a task of its own, as the executor would."""
+        if run.done.is_set() and run.abort_reason is None and run.outcome.ok:
             run.stop_renewing()
-            if self.active.get(job.id) is run:  # (a refill may have removed it already)
-                del self.active[job.id]
-            self._wake_claimer()
+            assert self._executors is not None
+            self._completions.submit(
+                run.job.id, run.token, run.outcome.result,
+                lambda outcome: self._completed(run, outcome), self._executors,
+            )
+        else:
+            self._spawn(self._finish_and_free, run)
+
+    def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        assert self._executors is not None and self._handlers is not None
+        try:
+            self._executors.start_soon(fn, *args)
+        except RuntimeError:  # pragma: no cover - the executors are done: shutting down
+            self._handlers.start_soon(fn, *args)
+
+    async def _finish_and_free(self, run: RunningJob) -> None:
+        try:
+            await self._finish(run)
+        finally:
+            self._free(run)
+
+    async def _finish(self, run: RunningJob) -> None:
+        """The job settled: wait out the abort grace of a handler that did not
+        finish (it was asked to stop), then record what happened."""
+        if not run.done.is_set():
+            run.scope.cancel()
+            with trio.move_on_after(self.config.abort_grace_ms / 1000):
+                await run.done.wait()
+        run.stop_renewing()
+        with trio.CancelScope(shield=True):
+            await self._record(run)
+
+    def _free(self, run: RunningJob) -> None:
+        run.stop_renewing()
+        if self.active.get(run.job.id) is run:  # (a refill may have removed it already)
+            del self.active[run.job.id]
+        self._wake_claimer()
+
+    def _completed(self, run: RunningJob, outcome: Any) -> None:
+        """The round holding a job without an executor was written: what `_complete`
+        does with `complete`'s answer, without a task waiting for it."""
+        if isinstance(outcome, InvalidJob):  # the result is not JSON: the handler's fault
+            self._spawn(self._fail_invalid_result, run, str(outcome))
+            return
+        if not isinstance(outcome, BaseException):
+            self.completed += 1
+        elif not isinstance(outcome, (LockLost, InvalidTransition, JobNotFound)):
+            # (those: we no longer hold the job, nothing of ours may change it)
+            self._log(f"job {run.job.id}: could not record the outcome: {outcome}")
+        self._free(run)
+
+    async def _fail_invalid_result(self, run: RunningJob, error: str) -> None:
+        try:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.queue.fail(run.job.id, run.token, error, unrecoverable=True)
+                except (LockLost, InvalidTransition, JobNotFound):
+                    pass
+                except GormesError as exc:
+                    self._log(f"job {run.job.id}: could not record the outcome: {exc}")
+                else:
+                    self.failed += 1
+        finally:
+            self._free(run)
 
     async def _run_handler(self, run: RunningJob, handler: Handler) -> None:
         assert run.ctx is not None
@@ -422,8 +516,7 @@ class Worker:
                 else:
                     run.outcome = Outcome(finished=True, ok=True, result=result)
         finally:
-            run.done.set()
-            run.settled.set()
+            run.handler_done()
 
     async def _record(self, run: RunningJob) -> None:
         """Write what happened; a stale holder's write is refused and ignored."""

@@ -304,6 +304,54 @@ async def test_given_a_handler_that_ignores_the_abort_then_it_is_abandoned_and_t
         let_go.set()
 
 
+async def test_given_a_job_without_a_timeout_whose_handler_ignores_a_pause_then_it_is_abandoned_and_the_slot_freed(harness, mock_clock):
+    registry = harness.registry()
+    let_go = trio.Event()
+
+    @registry_job(registry, "stubborn")
+    async def stubborn(ctx: JobContext, data: Any) -> Any:
+        harness.started_event(ctx.id).set()
+        with trio.CancelScope(shield=True):
+            await let_go.wait()
+        return "too late"
+
+    job = await harness.queue.submit("stubborn", None)  # no timeout: no executor task
+    async with running(harness, registry, msgspec_replace(CONFIG, concurrency=1)) as worker:
+        await harness.started_event(job.id).wait()
+        run = worker.active[job.id]
+        await harness.queue.pause(job.id)  # cancelled, but it shields itself
+        await harness.status(job.id, "paused")
+        await run.settled.wait()  # the worker saw the pause (its grace runs from here)
+        await harness.jump(CONFIG.abort_grace_ms / 1000 + 0.01)
+        # The only slot is freed after the grace: the worker still serves.
+        after = await harness.queue.submit("echo", "still here")
+        assert (await harness.status(after.id, "completed")).result == "still here"
+        assert worker.abandoned == 1
+        let_go.set()
+    paused = await harness.queue.get(job.id)
+    assert paused is not None and paused.status == "paused" and paused.result is None
+
+
+async def test_given_jobs_with_and_without_timeouts_finishing_together_then_all_complete_once(harness, mock_clock):
+    registry = harness.registry()
+
+    @registry_job(registry, "quick")
+    async def quick(ctx: JobContext, data: Any) -> Any:
+        await trio.lowlevel.checkpoint()
+        return data
+
+    jobs = [
+        await harness.queue.submit("quick", i, {"timeout_ms": 60_000} if i % 2 else None)
+        for i in range(20)
+    ]
+    async with running(harness, registry, msgspec_replace(CONFIG, concurrency=5)) as worker:
+        for j in jobs:
+            done = await harness.status(j.id, "completed")
+            assert (done.result, done.attempts_made, done.attempts_started) == (j.data, 1, 1)
+        assert worker.completed == 20 and worker.failed == 0
+        assert not worker.active
+
+
 # -- leases, stalls, infrastructure aborts -----------------------------------------------
 
 
