@@ -206,25 +206,16 @@ async def fork_run(
 
 
 async def continue_run(
-    manager: RunManager,
-    run: LiveRun,
-    prefix: tuple[Recorded, ...],
-    started: RunStarted,
-    *,
-    lenient_llm: bool = False,
-    messages: tuple[RunMessageSent, ...] = (),
-    token_sink: TokenSink | None = None,
-    job: JobContext | None = None,
-    source: RecordedRun | None = None,
+    manager: RunManager, run: LiveRun, prefix: tuple[Recorded, ...], started: RunStarted, **options: Any,
 ) -> RunOutcome:
     """Record `started` (and `messages`, unread inbox messages carried over) on the new
     run's stream, then drive the handler with a `ForkContext`: `prefix` (another run's
     observations) is served and copied, then the run continues live. The prefix's
     tokens count in the run's total but are not sent to `token_sink` again.
     `source`, for a resumed run: the run continued, whose unfinished children the
-    live part resumes when it spawns them again (`ChildResumption`)."""
-    live, ctx = await _continuation(manager, run, prefix, started, lenient_llm=lenient_llm,
-                                    messages=messages, token_sink=token_sink, job=job, source=source)
+    live part resumes when it spawns them again (`ChildResumption`). `options` are
+    `_continuation`'s."""
+    live, ctx = await _continuation(manager, run, prefix, started, **options)
     return await manager.drive(run, ctx, live, manager.handlers.get(run.handler))
 
 

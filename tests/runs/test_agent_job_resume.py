@@ -211,6 +211,30 @@ async def _status_in(queue: JobQueue, job_id: str, *wanted: str) -> bool:
     return (await queue.get(job_id)).status in wanted
 
 
+async def _pause_while_held_then_resume(store: Any, queue: JobQueue, provider: ProviderCalls, model: str) -> Any:
+    """Submit an agent job, pause it while the provider holds its turn, wait for the
+    attempt's run to end cancelled, release and resume it: (job, finished job)."""
+    job = await queue.submit("agent", {"prompt": "work", "model": model})
+    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+
+    async def first_run_ended() -> bool:
+        (run_id,) = await _job_runs(store, job.id)
+        return isinstance((await run_events(store, run_id))[-1], RunCancelled)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        with trio.fail_after(10):
+            await provider.held.wait()
+        await queue.pause(job.id)
+        await wait_until(first_run_ended, timeout=10)
+        provider.release.set()
+        await queue.resume(job.id)
+        await wait_until(lambda: _status_in(queue, job.id, "completed", "failed", "dead"), timeout=10)
+        worker.stop()
+        await worker.wait_stopped()
+    return job, await queue.get(job.id)
+
+
 async def test_a_failed_run_is_retried_afresh(store, script, workspace, monkeypatch) -> None:
     """A run that failed (its handler's own failure) is not resumed: the retry is a
     fresh run, which asks the model again."""
@@ -265,26 +289,7 @@ async def test_a_child_still_running_when_the_job_paused_is_resumed_with_its_par
     )
     provider = ProviderCalls(monkeypatch, child_hold=True, child_turn=1)  # the child waits in its 2nd turn
     queue = await JobQueue.open(store)
-    job = await queue.submit("agent", {"prompt": "work", "model": model})
-    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
-
-    async def first_run_ended() -> bool:
-        (run_id,) = await _job_runs(store, job.id)
-        return isinstance((await run_events(store, run_id))[-1], RunCancelled)
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        with trio.fail_after(10):
-            await provider.held.wait()
-        await queue.pause(job.id)
-        await wait_until(first_run_ended, timeout=10)
-        provider.release.set()
-        await queue.resume(job.id)
-        await wait_until(lambda: _status_in(queue, job.id, "completed", "failed", "dead"), timeout=10)
-        worker.stop()
-        await worker.wait_stopped()
-
-    finished = await queue.get(job.id)
+    job, finished = await _pause_while_held_then_resume(store, queue, provider, model)
     assert finished.status == "completed", finished.error
     assert finished.result["result"] == "parent done"
     first, second = await _job_runs(store, job.id)
@@ -325,26 +330,7 @@ async def test_work_before_the_spawn_of_an_unfinished_child_is_not_redone(
     )
     provider = ProviderCalls(monkeypatch, child_hold=True)  # the child waits in its first turn
     queue = await JobQueue.open(store)
-    job = await queue.submit("agent", {"prompt": "work", "model": model})
-    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
-
-    async def first_run_ended() -> bool:
-        (run_id,) = await _job_runs(store, job.id)
-        return isinstance((await run_events(store, run_id))[-1], RunCancelled)
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        with trio.fail_after(10):
-            await provider.held.wait()
-        await queue.pause(job.id)
-        await wait_until(first_run_ended, timeout=10)
-        provider.release.set()
-        await queue.resume(job.id)
-        await wait_until(lambda: _status_in(queue, job.id, "completed", "failed", "dead"), timeout=10)
-        worker.stop()
-        await worker.wait_stopped()
-
-    finished = await queue.get(job.id)
+    job, finished = await _pause_while_held_then_resume(store, queue, provider, model)
     assert finished.status == "completed", finished.error
     assert finished.result["result"] == "parent done"
     first, second = await _job_runs(store, job.id)
