@@ -223,6 +223,17 @@ async def test_usage_without_a_given_count_is_characters_over_four(tmp_path):
     assert [estimate_tokens(n) for n in (0, 1, 4, 5)] == [0, 1, 1, 2]
 
 
+async def test_a_delayed_reply_comes_after_its_delay_and_the_wait_is_cancellable(tmp_path, autojump_clock):
+    path = write_script(tmp_path, [{"text": "slow", "delay_ms": 90000}])
+    provider = ScriptedProvider.open(path)
+    started = trio.current_time()
+    reply = await provider.complete(request(Message(role="user", content="go")))
+    assert reply.message.content == "slow" and trio.current_time() - started == pytest.approx(90)
+    with trio.move_on_after(5) as scope:
+        await provider.complete(request(Message(role="user", content="go")))
+    assert scope.cancelled_caught
+
+
 async def test_open_provider_opens_a_script(script_path):
     provider = open_provider(f"scripted:{script_path}")
     assert provider.name == f"scripted:{script_path}" and provider.model == "scripted"
@@ -238,6 +249,7 @@ async def test_open_provider_opens_a_script(script_path):
         ("{\"agents\": []}", "`agents` is empty"),
         ("{\"agents\": [{\"replies\": []}]}", "agents[0].replies is empty"),
         ("[{\"text\": 3}]", "Expected `str | null`, got `int` - at `$[0].text`"),
+        ("[{\"text\": \"x\", \"delay_ms\": -1}]", "`delay_ms` must be 0 or more, not -1"),
         ("[{\"txt\": \"typo\"}]", "unknown field `txt`"),
         ("[{}]", "replies[0]: a reply needs `text` or `tool_calls`"),
         ("[{\"text\": \"a\", \"error\": \"b\"}]", "replies[0]: an entry is either an `error` or a reply"),

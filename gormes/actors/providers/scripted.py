@@ -61,6 +61,8 @@ class ScriptStep(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     retryable: bool = True
     usage: Usage | None = None
     finish_reason: str | None = None
+    # how long the "model" takes to answer (a slow turn, for demos and crash tests)
+    delay_ms: int = 0
 
     @property
     def is_error(self) -> bool:
@@ -128,6 +130,8 @@ def _find_problem(script: Script) -> str | None:
                 return f"{at}: an entry is either an `error` or a reply (`text`, `tool_calls`), not both"
             if not step.is_error and step.text is None and not step.tool_calls:
                 return f"{at}: a reply needs `text` or `tool_calls` (or the entry is an `error`)"
+            if step.delay_ms < 0:
+                return f"{at}: `delay_ms` must be 0 or more, not {step.delay_ms}"
     return None
 
 
@@ -217,6 +221,8 @@ class ScriptedProvider:
                 failure = turn.errors[min(attempt, len(turn.errors) - 1)]
                 raise ProviderError(f"{self.name}: {failure.error}", retryable=failure.retryable)
         assert turn.reply is not None
+        if turn.reply.delay_ms:
+            await trio.sleep(turn.reply.delay_ms / 1000)
         return self._reply(request, turn.reply, turn_index)
 
     def _agent_for(self, request: ModelRequest) -> ScriptedAgent:
