@@ -1,16 +1,21 @@
 """The typed views of the job queue: what `JobQueue` returns and the CLI prints.
 
 Built from ledger rows (`job_from_row`, `message_from_row`); JSON columns are decoded.
+A claim builds its jobs from the states it has just folded and changed
+(`job_from_state`): the same Job its ledger rows would give, without reading them back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from gormes.events.jobs import JobOptions, Tokens
+
+if TYPE_CHECKING:
+    from gormes.actors.jobs import JobState
 
 _decode = msgspec.json.Decoder()
 _options = msgspec.json.Decoder(JobOptions)
@@ -98,6 +103,24 @@ def job_from_row(columns: Sequence[str], row: Sequence[Any], *, coalesced: bool 
         live_children=r["live_children"],
         options=_options.decode(r["options"]) if r["options"] else JobOptions(),
         coalesced=coalesced,
+    )
+
+
+def job_from_state(state: JobState) -> Job:
+    """The Job the ledger row of `state` holds (the ledger folds the same events
+    into its columns as `evolve` into the state)."""
+    o = state.options
+    return Job(
+        id=state.id, name=state.name, queue=o.queue, status=state.status,
+        priority=o.priority, data=state.data, result=state.result, error=state.error,
+        attempts_made=state.attempts_made, attempts_started=state.attempts_started,
+        stalled_counter=state.stalled_counter, max_attempts=o.max_attempts,
+        max_stalled=o.max_stalled, parent_id=o.parent_id, depth=state.depth,
+        progress=state.progress, tokens=state.tokens, created_at=state.created_at,
+        started_at=state.started_at, finished_at=state.finished_at,
+        lock_token=state.lock_token, lock_until=state.lock_until,
+        delay_until=state.delay_until, idempotency_key=o.idempotency_key,
+        worker_id=state.worker_id, live_children=len(state.live_children), options=o,
     )
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gormes.actors import job_rules as rules
 from gormes.actors.job_session import JobSession
-from gormes.actors.job_views import Job, job_from_row
+from gormes.actors.job_views import Job, job_from_row, job_from_state
 from gormes.actors.jobs import InvalidJob, JobError, JobNotFound, JobState
 from gormes.actors.queue_admin import _json_data
 
@@ -239,9 +239,8 @@ def _claimer(
                 now=s.now, worker_id=worker_id, lock_token=secrets.token_hex(16),
                 lease_ms=lease_ms,
             ))
-        rows = jobs_by_id(s, found)
         states = [state for job_id in found if (state := s.state(job_id)) is not None]
-        return [rows[job_id] for job_id in found], states
+        return [job_from_state(state) for state in states], states
 
     return claim
 

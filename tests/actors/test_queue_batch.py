@@ -57,6 +57,30 @@ async def test_claim_many_takes_by_priority_then_age_only_given_names_and_queues
     assert (await queue.stats()).by_status["waiting"] == 2
 
 
+async def test_a_claimed_job_is_exactly_what_its_ledger_row_shows(queue, clock):
+    # given jobs with data, options, a parent, tokens and an earlier failed attempt
+    retried = await queue.submit("p", {"kind": "retried"}, {"idempotency_key": "k1"})
+    [held] = await queue.claim_many({"p"}, limit=1)
+    await queue.add_tokens(held.id, held.lock_token, input=3, output=4, cache_read=5)
+    await queue.fail(held.id, held.lock_token, "boom")  # delayed by its backoff
+    parent = await queue.submit("x", None)
+    await queue.submit("c", [1, {"x": None}], {
+        "parent_id": parent.id, "priority": 2, "queue": "q2", "max_stalled": 7,
+        "timeout_ms": 9000, "max_attempts": 4, "remove_on_fail": True,
+    })
+    await queue.submit("c", "plain", {"max_children": 3})
+    clock.advance_ms(60_000)  # the retry is due
+    # when they are claimed
+    jobs = await queue.claim_many({"p", "c"}, worker_id="w9", lease_ms=5000, limit=10)
+    # then each claimed Job equals its ledger row, field for field
+    assert len(jobs) == 3
+    for job in jobs:
+        assert job == await queue.get(job.id)
+    again = next(j for j in jobs if j.id == retried.id)
+    assert (again.attempts_made, again.attempts_started, again.error) == (1, 2, "boom")
+    assert again.tokens.cache_read == 5
+
+
 async def test_claim_many_stops_at_its_limit_and_promotes_due_delayed_jobs(queue, clock):
     ids = [(await queue.submit("a", {"i": i})).id for i in range(5)]
     delayed = await queue.submit("a", options={"delay_ms": 10, "priority": -1})
