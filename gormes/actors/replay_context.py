@@ -49,6 +49,7 @@ from gormes.actors.run_context import (
     ChildOutcome,
     ChildRun,
     RunContext,
+    RunIdentity,
     SpawnRefused,
     ToolCallFailed,
     UnknownRunHandler,
@@ -118,11 +119,11 @@ def _text(asked: Asked) -> str:
     return asked if isinstance(asked, str) else asked()
 
 
-class ReplayContext(RunContext):
+class ReplayContext(RunIdentity, RunContext):
     copies = False  # a fork copies each observation it serves (see `served`)
     def __init__(self, recorded: RecordedRun, replayer: Replayer) -> None:
         self.recorded = recorded
-        self.started = recorded.started
+        self.started = self._identity = recorded.started
         self.replayer = replayer
         self.registry: Registry | None = replayer.registry
         self.scope = trio.CancelScope()
@@ -150,43 +151,7 @@ class ReplayContext(RunContext):
             return self._request.messages
         return (*self._request.messages, self._reply.message)
 
-    # -- what the run is: all from run.started -------------------------------------------
-
-    @property
-    def run_id(self) -> str:
-        return self.started.run_id
-
-    @property
-    def handler(self) -> str:
-        return self.started.handler
-
-    @property
-    def input(self) -> Any:
-        return self.started.input
-
-    @property
-    def depth(self) -> int:
-        return self.started.depth
-
-    @property
-    def max_depth(self) -> int:
-        return self.started.max_depth
-
-    @property
-    def parent_run_id(self) -> str | None:
-        return self.started.parent_run_id
-
-    @property
-    def trust(self) -> str:
-        return self.started.trust
-
-    @property
-    def allowed_tools(self) -> tuple[str, ...] | None:
-        return self.started.tools
-
-    @property
-    def model(self) -> str | None:
-        return self.started.model
+    # -- what the run is: from run.started (RunIdentity) ------------------------------
 
     @property
     def model_name(self) -> str:
@@ -202,10 +167,6 @@ class ReplayContext(RunContext):
                 return record.event.model
         spec = self.started.model or ""
         return spec.partition(":")[2] if ":" in spec else spec
-
-    @property
-    def max_iterations(self) -> int | None:
-        return self.started.max_iterations
 
     # -- serving -------------------------------------------------------------------------
 

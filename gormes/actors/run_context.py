@@ -108,6 +108,54 @@ class ChildRun(ABC):
 # -- the context --------------------------------------------------------------------
 
 
+class RunIdentity:
+    """The what-the-run-is properties of a `RunContext`, read from `_identity`: the
+    run's `run.started` event (replay) or its live run (`LiveRun`), which name them
+    alike. Mix in before `RunContext`."""
+
+    _identity: Any
+
+    @property
+    def run_id(self) -> str:
+        return self._identity.run_id  # type: ignore[no-any-return]
+
+    @property
+    def handler(self) -> str:
+        return self._identity.handler  # type: ignore[no-any-return]
+
+    @property
+    def input(self) -> Any:
+        return self._identity.input
+
+    @property
+    def depth(self) -> int:
+        return self._identity.depth  # type: ignore[no-any-return]
+
+    @property
+    def max_depth(self) -> int:
+        return self._identity.max_depth  # type: ignore[no-any-return]
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return self._identity.parent_run_id  # type: ignore[no-any-return]
+
+    @property
+    def trust(self) -> str:
+        return self._identity.trust  # type: ignore[no-any-return]
+
+    @property
+    def allowed_tools(self) -> tuple[str, ...] | None:
+        return self._identity.tools  # type: ignore[no-any-return]
+
+    @property
+    def model(self) -> str | None:
+        return self._identity.model  # type: ignore[no-any-return]
+
+    @property
+    def max_iterations(self) -> int | None:
+        return self._identity.max_iterations  # type: ignore[no-any-return]
+
+
 class RunContext(ABC):
     """What a run handler gets as `ctx`. Every `async` method records before returning."""
 

@@ -32,6 +32,7 @@ from gormes.actors.run_context import (
     ChildOutcome,
     ChildRun,
     RunContext,
+    RunIdentity,
     SpawnRefused,
     ToolCallFailed,
     UnknownRunHandler,
@@ -185,7 +186,7 @@ class LiveChildRun(ChildRun):
         self._child.cancel(reason)
 
 
-class LiveRunContext(RunContext):
+class LiveRunContext(RunIdentity, RunContext):
     """`next_seq` > 1 continues a run whose first observations are already recorded
     (a fork or a resumed run); `tokens` is then the total recorded so far."""
 
@@ -201,7 +202,7 @@ class LiveRunContext(RunContext):
         job: JobContext | None = None,
     ) -> None:
         self._manager = manager
-        self._run = run
+        self._run = self._identity = run
         self._provider = provider
         self._store = manager.store
         self._stream = run_stream(run.run_id)
@@ -217,51 +218,11 @@ class LiveRunContext(RunContext):
         # a resumed run: which earlier children its live spawns take over
         self.child_resumption: ChildResumption | None = None
 
-    # -- what the run is ---------------------------------------------------------------
-
-    @property
-    def run_id(self) -> str:
-        return self._run.run_id
-
-    @property
-    def handler(self) -> str:
-        return self._run.handler
-
-    @property
-    def input(self) -> Any:
-        return self._run.input
-
-    @property
-    def depth(self) -> int:
-        return self._run.depth
-
-    @property
-    def max_depth(self) -> int:
-        return self._run.max_depth
-
-    @property
-    def parent_run_id(self) -> str | None:
-        return self._run.parent_run_id
-
-    @property
-    def trust(self) -> str:
-        return self._run.trust
-
-    @property
-    def allowed_tools(self) -> tuple[str, ...] | None:
-        return self._run.tools
-
-    @property
-    def model(self) -> str | None:
-        return self._run.model
+    # -- what the run is (RunIdentity reads the rest from `_identity`) ----------------
 
     @property
     def model_name(self) -> str:
         return self._provider.model if self._provider is not None else ""
-
-    @property
-    def max_iterations(self) -> int | None:
-        return self._run.max_iterations
 
     @property
     def next_seq(self) -> int:
