@@ -148,12 +148,14 @@ class JobQueue(QueueBatches, QueueAdmin):
             if held:
                 return self._job(s, held[0], coalesced=True)
         if opts.max_waiting is not None:
-            rows = s.rows(
-                "SELECT count(*), max(id) FROM jobs WHERE status = 'waiting' AND queue = ?",
-                (opts.queue,),
+            # Counted in `jobs_status` (status, queue): no row is read to count.
+            [(count,)] = s.rows(
+                "SELECT count(*) FROM jobs WHERE status = 'waiting' AND queue = ?", (opts.queue,)
             )
-            count, newest = rows[0]
             if count >= opts.max_waiting:
+                [newest] = s.ids_where(
+                    "SELECT max(id) FROM jobs WHERE status = 'waiting' AND queue = ?", (opts.queue,)
+                )
                 return self._job(s, newest, coalesced=True)
         depth = 0
         job_id = new_id()

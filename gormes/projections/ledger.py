@@ -99,37 +99,64 @@ TABLES = (
     ),
 )
 
-# (index name, table, columns)
+class LedgerIndex(NamedTuple):
+    """One ledger index; `where` makes it partial (the same SQL on both databases)."""
+
+    name: str
+    table: str
+    columns: tuple[str, ...]
+    where: str | None = None
+
+
+def index_sql(index: LedgerIndex) -> str:
+    sql = f"CREATE INDEX IF NOT EXISTS {index.name} ON {index.table}({', '.join(index.columns)})"
+    return sql if index.where is None else f"{sql} WHERE {index.where}"
+
+
+# A job changes status at every transition, and each index holding its status
+# costs that transition a delete and an insert: the indexes that serve one status
+# are partial (decision 0012), so a claim leaves `jobs_waiting` and a completion
+# touches neither it nor `jobs_delayed`.
 INDEXES = (
-    ("jobs_claim", "jobs", ("status", "queue", "name", "priority", "created_at")),
-    # The claim order (priority, then age) under each status, covering the name and
+    # The claim order (priority, then age) of waiting jobs, covering the name and
     # queue filters: a claim walks it in order and stops at its LIMIT, no sort.
-    ("jobs_pick", "jobs", ("status", "priority", "created_at", "id", "name", "queue")),
-    ("jobs_delay", "jobs", ("status", "delay_until")),
-    ("jobs_lock", "jobs", ("status", "lock_until")),
-    ("jobs_parent", "jobs", ("parent_id",)),
-    ("jobs_idem", "jobs", ("idempotency_key",)),
-    ("jobs_done", "jobs", ("status", "finished_at")),
-    ("inbox_job", "inbox", ("job_id", "sent_at")),
+    # (`status` leads so that SQLite, without statistics, prefers it to
+    # `jobs_status` for the claim's `status = 'waiting'`.)
+    LedgerIndex(
+        "jobs_waiting", "jobs", ("status", "priority", "created_at", "id", "name", "queue"),
+        "status = 'waiting'",
+    ),
+    LedgerIndex("jobs_delayed", "jobs", ("status", "delay_until"), "status = 'delayed'"),
+    # Every status: the sweeps (active, waiting-children), prune and the read
+    # side's counts by queue and status, and recent finishes per queue.
+    LedgerIndex("jobs_status", "jobs", ("status", "queue", "finished_at")),
+    LedgerIndex("jobs_parent", "jobs", ("parent_id",)),
+    LedgerIndex("jobs_idem", "jobs", ("idempotency_key",)),
+    LedgerIndex("inbox_job", "inbox", ("job_id", "sent_at")),
 )
+# Indexes of earlier versions, dropped where found (decision 0012).
+RETIRED_INDEXES = ("jobs_claim", "jobs_pick", "jobs_delay", "jobs_lock", "jobs_done")
 
 
 def setup(db: Any) -> None:
-    """Create the tables and indexes if missing (a `sqlite_utils.Database`)."""
+    """Create the tables and indexes if missing, and drop retired indexes (a
+    `sqlite_utils.Database`)."""
     for table in TABLES:
         db[table.name].create(
             table.columns, pk=table.pk, if_not_exists=True,
             not_null=set(table.not_null) or None, defaults=table.defaults or None,
         )
-    for name, table_name, columns in INDEXES:
-        db[table_name].create_index(list(columns), if_not_exists=True, index_name=name)
+    for index in INDEXES:
+        db.execute(index_sql(index))
+    for name in RETIRED_INDEXES:
+        db.execute(f"DROP INDEX IF EXISTS {name}")
 
 
 # Every schema object `setup` and the bookkeeping create: when all exist (and the
 # built version is recorded) there is nothing to set up. A name missing from this
 # list only means the full setup runs again, which is idempotent.
 _SCHEMA = (
-    *(t.name for t in TABLES), *(name for name, _, _ in INDEXES),
+    *(t.name for t in TABLES), *(index.name for index in INDEXES),
     "projection_versions", "projection_failures", "idx_projection_failures_projection_resolved_at",
 )
 
@@ -138,7 +165,10 @@ def _set_up_already(conn: sqlite3.Connection) -> bool:
     from gormes.projections import bookkeeping
 
     names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
-    return names.issuperset(_SCHEMA) and bookkeeping.built_version(conn, NAME) is not None
+    return (
+        names.issuperset(_SCHEMA) and names.isdisjoint(RETIRED_INDEXES)
+        and bookkeeping.built_version(conn, NAME) is not None
+    )
 
 
 def setup_file(path: str | Path) -> None:

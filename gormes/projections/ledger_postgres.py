@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gormes.projections.ledger import INDEXES, TABLES, Table
+from gormes.projections import ledger
+from gormes.projections.ledger import INDEXES, RETIRED_INDEXES, TABLES, Table
 
 _TYPES = {str: "TEXT", int: "BIGINT", float: "DOUBLE PRECISION", bool: "BOOLEAN"}
 
@@ -42,7 +43,7 @@ _BOOKKEEPING = (
 BOOKKEEPING_NAMES = (
     "projection_versions", "projection_failures", "idx_projection_failures_projection_resolved_at",
 )
-NAMES = (*(t.name for t in TABLES), *(name for name, _, _ in INDEXES), *BOOKKEEPING_NAMES)
+NAMES = (*(t.name for t in TABLES), *(index.name for index in INDEXES), *BOOKKEEPING_NAMES)
 
 
 def _literal(value: Any) -> str:
@@ -72,7 +73,8 @@ def index_sql(name: str, table: str, columns: tuple[str, ...]) -> str:
 def statements() -> list[str]:
     """Every statement that creates the ledger's schema (each idempotent)."""
     out = [table_sql(t) for t in TABLES]
-    out += [index_sql(name, table, columns) for name, table, columns in INDEXES]
+    out += [ledger.index_sql(index) for index in INDEXES]
+    out += [f"DROP INDEX IF EXISTS {name}" for name in RETIRED_INDEXES]
     out += list(_BOOKKEEPING)
     return out
 
@@ -98,7 +100,8 @@ def set_up(conn: Any, name: str, version: int) -> None:
     """Create whatever is missing and record the built version (first time only).
 
     `conn` is the transaction's PortableConnection (SQL with `?` placeholders)."""
-    if not present_relations(conn).issuperset(NAMES):
+    present = present_relations(conn)
+    if not present.issuperset(NAMES) or not present.isdisjoint(RETIRED_INDEXES):
         for statement in statements():
             conn.execute(statement)
     conn.execute(
