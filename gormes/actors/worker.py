@@ -200,6 +200,7 @@ class Worker:
         self._log = log or (lambda line: print(f"gormes worker: {line}", file=sys.stderr))
         self._stopping = trio.Event()
         self._stopped = trio.Event()
+        self._first_beat_done = trio.Event()
         self._hurry = trio.Event()
         self.abandoned = 0
         self._capacity_changed = trio.Event()
@@ -245,7 +246,9 @@ class Worker:
         heartbeat = Heartbeat(self.store, self.id, self._describe_self)
         try:
             async with trio.open_nursery() as services:
-                await heartbeat.beat()
+                # The first beat commits with (or while) the first claim; the
+                # stopped mark waits for it (`_say_stopped`).
+                services.start_soon(self._first_beat, heartbeat)
                 await services.start(self._watch_controls)
                 services.start_soon(self._every, self.config.stall_interval_ms, self._sweep_stalled)
                 services.start_soon(self._every, self.config.promote_interval_ms, self.queue.promote_delayed)
@@ -273,10 +276,18 @@ class Worker:
         finally:
             await self._say_stopped(heartbeat)
 
+    async def _first_beat(self, heartbeat: Heartbeat) -> None:
+        try:
+            with trio.CancelScope(shield=True):
+                await heartbeat.beat()
+        finally:
+            self._first_beat_done.set()
+
     async def _say_stopped(self, heartbeat: Heartbeat) -> None:
         if self._stopped.is_set():
             return
         with trio.CancelScope(shield=True):
+            await self._first_beat_done.wait()
             try:
                 await heartbeat.stopped()
             except GormesError:
