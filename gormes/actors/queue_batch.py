@@ -234,9 +234,11 @@ def _claimer(
         queue._promote_due(s)
         found = s.ids_where(sql, (*params, limit))
         s.preload(found)
-        for job_id in found:
+        # One draw for the round's lock tokens (16 random bytes each, in hex).
+        tokens = secrets.token_hex(16 * len(found))
+        for i, job_id in enumerate(found):
             s.run(job_id, rules.Claim(
-                now=s.now, worker_id=worker_id, lock_token=secrets.token_hex(16),
+                now=s.now, worker_id=worker_id, lock_token=tokens[32 * i : 32 * i + 32],
                 lease_ms=lease_ms,
             ))
         states = [state for job_id in found if (state := s.state(job_id)) is not None]

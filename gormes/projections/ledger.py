@@ -293,12 +293,7 @@ def apply_one(conn: Any, rec: Recorded, d: Dialect | None = None) -> None:  # no
             ),
         )
     elif isinstance(e, JobClaimed):
-        update(
-            "status = 'active', attempts_started = attempts_started + 1,"
-            " started_at = coalesce(started_at, ?), claimed_at = ?, lock_token = ?,"
-            " lock_until = ?, lease_ms = ?, worker_id = ?, delay_until = NULL, updated_at = ?",
-            e.at, e.at, e.lock_token, e.lock_until, e.lease_ms, e.worker_id, e.at,
-        )
+        x(_CLAIMED, _claimed_params(rec, e))
     elif isinstance(e, JobLeaseRenewed):
         update("lock_until = ?", e.lock_until)
     elif isinstance(e, JobCompleted) and d.complete is not None:
@@ -306,12 +301,7 @@ def apply_one(conn: Any, rec: Recorded, d: Dialect | None = None) -> None:  # no
     elif isinstance(e, JobCompleted):
         # One statement in the common case: the row is updated unless the job asked
         # to be removed on completion; only then is the option read again.
-        updated = x(
-            f"UPDATE jobs SET status = 'completed', result = ?, finished_at = ?,"
-            f" attempts_made = attempts_made + 1, {_UNLOCK}, updated_at = ?, version = ?"
-            f" WHERE id = ? AND {d.not_option_remove_on_complete}",
-            (_enc(e.result), e.at, e.at, rec.version, job_id),
-        ).rowcount
+        updated = x(_completed_sql(d), _completed_params(rec, e)).rowcount
         if not updated and _option(conn, job_id, "remove_on_complete"):
             _delete_job(conn, job_id)
     elif isinstance(e, JobAwaitingChildren):
@@ -423,12 +413,83 @@ def _option(conn: Any, job_id: str, key: str) -> bool:
     return bool(row and row[0])
 
 
+_CLAIMED = (
+    "UPDATE jobs SET status = 'active', attempts_started = attempts_started + 1,"
+    " started_at = coalesce(started_at, ?), claimed_at = ?, lock_token = ?,"
+    " lock_until = ?, lease_ms = ?, worker_id = ?, delay_until = NULL, updated_at = ?,"
+    " version = ? WHERE id = ?"
+)
+
+
+def _claimed_params(rec: Recorded, e: JobClaimed) -> tuple[Any, ...]:
+    return (
+        e.at, e.at, e.lock_token, e.lock_until, e.lease_ms, e.worker_id, e.at,
+        rec.version, rec.stream[4:],
+    )
+
+
+def _completed_sql(d: Dialect) -> str:
+    return (
+        f"UPDATE jobs SET status = 'completed', result = ?, finished_at = ?,"
+        f" attempts_made = attempts_made + 1, {_UNLOCK}, updated_at = ?, version = ?"
+        f" WHERE id = ? AND {d.not_option_remove_on_complete}"
+    )
+
+
+def _completed_params(rec: Recorded, e: JobCompleted) -> tuple[Any, ...]:
+    return (_enc(e.result), e.at, e.at, rec.version, rec.stream[4:])
+
+
+_SQLITE_COMPLETED = _completed_sql(SQLITE_DIALECT)
+
+
 def apply(conn: Any, records: Sequence[Recorded]) -> None:
-    """Fold a batch of events into the ledger (ignores everything but `job-*`)."""
+    """Fold a batch of events into the ledger (ignores everything but `job-*`).
+
+    On SQLite a run of claims, or of completions, one after the other (a worker's
+    round) is written with one `executemany` each: the same statements, in the
+    same order, as `apply_one` would run for them one by one."""
     d = dialect(conn)
+    if d is not SQLITE_DIALECT:
+        for rec in records:
+            if rec.type.startswith("job.") and rec.stream.startswith("job-"):
+                apply_one(conn, rec, d)
+        return
+    run_type: type | None = None
+    run: list[tuple[Any, ...]] = []
     for rec in records:
-        if rec.type.startswith("job.") and rec.stream.startswith("job-"):
+        if not (rec.type.startswith("job.") and rec.stream.startswith("job-")):
+            continue
+        e = rec.event
+        kind = type(e)
+        if kind is not run_type and run:
+            _apply_run(conn, run_type, run)
+            run = []
+        if kind is JobClaimed:
+            run_type = kind
+            run.append(_claimed_params(rec, e))
+        elif kind is JobCompleted:
+            run_type = kind
+            run.append(_completed_params(rec, e))
+        else:
+            run_type = None
             apply_one(conn, rec, d)
+    if run:
+        _apply_run(conn, run_type, run)
+
+
+def _apply_run(conn: Any, kind: type | None, run: list[tuple[Any, ...]]) -> None:
+    if kind is JobClaimed:
+        conn.executemany(_CLAIMED, run)
+        return
+    # Completions: a row left as it was asked to be removed on completion (or is
+    # not in the ledger): as `apply_one`, only then is the option read.
+    if conn.executemany(_SQLITE_COMPLETED, run).rowcount == len(run):
+        return
+    for params in run:
+        job_id = params[4]
+        if _option(conn, job_id, "remove_on_complete"):
+            _delete_job(conn, job_id)
 
 
 # -- inline application and tracking ----------------------------------------------
