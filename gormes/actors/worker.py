@@ -117,6 +117,34 @@ class Outcome(msgspec.Struct):
     unrecoverable: bool = False
 
 
+class _Flag:
+    """A trio.Event for one job (`is_set`, `set`, `wait`) that makes no Event until
+    a task waits on it: most jobs' flags are only set and read."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: trio.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            if self._event is not None:
+                self._event.set()
+
+    async def wait(self) -> None:
+        if self._set:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._event is None:
+            self._event = trio.Event()
+        await self._event.wait()
+
+
 class RunningJob:
     """One claimed job while its handler runs."""
 
@@ -125,8 +153,8 @@ class RunningJob:
         self.job = job
         self.token: str = job.lock_token
         self.scope = trio.CancelScope()
-        self.settled = trio.Event()  # the handler finished or an abort was asked
-        self.done = trio.Event()  # the handler's task is over
+        self.settled = _Flag()  # the handler finished or an abort was asked
+        self.done = _Flag()  # the handler's task is over
         self.outcome = Outcome()
         self.abort_reason: str | None = None
         self.ctx: JobContext | None = None
@@ -203,7 +231,7 @@ class Worker:
         self._first_beat_done = trio.Event()
         self._hurry = trio.Event()
         self.abandoned = 0
-        self._capacity_changed = trio.Event()
+        self._capacity_changed = _Flag()
         self._idle_scope: trio.CancelScope | None = None
         self._handlers: trio.Nursery | None = None
         self._executors: trio.Nursery | None = None
@@ -298,7 +326,7 @@ class Worker:
 
     def _wake_claimer(self) -> None:
         self._capacity_changed.set()
-        self._capacity_changed = trio.Event()
+        self._capacity_changed = _Flag()
         if self._idle_scope is not None and self.stopping:
             self._idle_scope.cancel()
 
