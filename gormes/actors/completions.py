@@ -104,10 +104,10 @@ class Completions:
             nursery.start_soon(self._one, (job_id, token, result), done)
             return
         round_ = self._round
+        if not round_.items:  # (first: if the nursery refuses, nothing was added)
+            nursery.start_soon(self._lead, round_)
         round_.items.append((job_id, token, result))
         round_.callbacks.append(done)
-        if len(round_.items) == 1:
-            nursery.start_soon(self._lead, round_)
 
     async def _one(self, item: Item, done: Done) -> None:
         with trio.CancelScope(shield=True):

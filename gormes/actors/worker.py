@@ -474,11 +474,15 @@ class Worker:
         anything else is recorded by a task of its own, as the executor would."""
         if run.done.is_set() and run.abort_reason is None and run.outcome.ok:
             run.stop_renewing()
-            assert self._executors is not None
-            self._completions.submit(
+            assert self._executors is not None and self._handlers is not None
+            args = (
                 run.job.id, run.token, run.outcome.result,
-                lambda outcome: self._completed(run, outcome), self._executors,
+                lambda outcome: self._completed(run, outcome),
             )
+            try:
+                self._completions.submit(*args, self._executors)
+            except RuntimeError:  # pragma: no cover - the executors are done: shutting down
+                self._completions.submit(*args, self._handlers)
         else:
             self._spawn(self._finish_and_free, run)
 
