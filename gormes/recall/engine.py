@@ -100,9 +100,12 @@ def lexical_hits(conn: sqlite3.Connection, terms: Sequence[str], scope: str, cro
         ).fetchall()
         scored = [(_item(r, "fact"), r[-1]) for r in rows]
     else:
+        # FTS5's `rank` is bm25() (the memory projection configures no other); ordered
+        # by it, FTS5 hands the matches over best first, so the join reads facts only
+        # until the limit is reached, instead of all of them for a sort afterwards.
         rows = conn.execute(
-            f"SELECT {_FACT_COLUMNS}, bm25({FACTS_FTS}) FROM {FACTS_FTS} JOIN {FACTS} f ON f.rowid = {FACTS_FTS}.rowid "
-            f"WHERE {FACTS_FTS} MATCH ? AND {where} ORDER BY bm25({FACTS_FTS}) LIMIT ?",
+            f"SELECT {_FACT_COLUMNS}, {FACTS_FTS}.rank FROM {FACTS_FTS} JOIN {FACTS} f ON f.rowid = {FACTS_FTS}.rowid "
+            f"WHERE {FACTS_FTS} MATCH ? AND {where} ORDER BY {FACTS_FTS}.rank LIMIT ?",
             (lexical.match_expression(terms), *params, limit),
         ).fetchall()
         scored = [(_item(r, "fact"), -r[-1]) for r in rows]  # bm25: lower is better

@@ -50,9 +50,13 @@ def websearch_expression(terms: Sequence[str]) -> str:
 def matched_terms(terms: Iterable[str], text: str) -> tuple[str, ...]:
     """Which query terms the text contains, allowing for word endings (works ~ work)."""
     tokens = set(words(text))
+    by_start: dict[str, list[str]] = {}  # a stem match shares its first three letters
+    for token in tokens:
+        if len(token) >= 3:
+            by_start.setdefault(token[:3], []).append(token)
     found = []
     for term in terms:
-        if term in tokens or any(_same_stem(term, token) for token in tokens):
+        if term in tokens or any(_same_stem(term, token) for token in by_start.get(term[:3], ())):
             found.append(term)
     return tuple(found)
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gormes.recall import graph
 from gormes.recall.api import Why
 from gormes.recall.fused import fuse
 from gormes.recall.items import MemoryItem, ModeHit
-from gormes.recall.lexical import match_expression, matched_terms, query_terms
+from gormes.recall.lexical import _same_stem, match_expression, matched_terms, query_terms, words
 
 DAY = 86400.0
 
@@ -28,6 +31,15 @@ def test_match_expression_quotes_fts_syntax_away():
 
 def test_matched_terms_allow_word_endings():
     assert matched_terms(["work", "tea", "zebra"], "Ada works with teams") == ("work", "tea")
+    assert matched_terms(["working", "te", "t"], "Ada work te tea") == ("working", "te")
+
+
+@given(st.lists(st.text("abcé", min_size=1, max_size=7), max_size=5), st.lists(st.text("abcé", max_size=8), max_size=8))
+def test_matched_terms_finds_what_comparing_every_word_finds(terms, text_words):
+    text = " ".join(text_words)
+    tokens = set(words(text))
+    naive = tuple(t for t in terms if t in tokens or any(_same_stem(t, w) for w in tokens))
+    assert matched_terms(terms, text) == naive
 
 
 def test_walk_decays_by_hops_and_by_last_seen():
