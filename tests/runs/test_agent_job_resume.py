@@ -4,6 +4,8 @@ call, no tool side effect, no tokens counted again), then the run goes live."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -100,31 +102,9 @@ async def test_a_paused_agent_job_resumes_its_run_instead_of_starting_over(
     ]})
     provider = ProviderCalls(monkeypatch, hold_turn=1)  # the attempt waits in its second turn
     queue = await JobQueue.open(store)
-    job = await queue.submit("agent", {"prompt": "work", "model": model})
-    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    # paused after the first tool call, in the next model turn: that turn is cancelled, not answered
+    job, finished = await _pause_while_held_then_resume(store, queue, provider, model)
 
-    async def status(*wanted: str) -> bool:
-        return (await queue.get(job.id)).status in wanted
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        with trio.fail_after(10):
-            await provider.held.wait()  # after the first tool call, in the next model turn
-        await queue.pause(job.id)
-        await wait_until(lambda: status("paused"), timeout=10)
-
-        async def first_run_ended() -> bool:
-            (run_id,) = await _job_runs(store, job.id)
-            return isinstance((await run_events(store, run_id))[-1], RunCancelled)
-
-        await wait_until(first_run_ended, timeout=10)  # the held turn was cancelled, not answered
-        provider.release.set()
-        await queue.resume(job.id)
-        await wait_until(lambda: status("completed", "failed", "dead"), timeout=10)
-        worker.stop()
-        await worker.wait_stopped()
-
-    finished = await queue.get(job.id)
     assert finished.status == "completed", finished.error
     assert finished.result["result"] == "all done"
     first, second = await _job_runs(store, job.id)
@@ -190,12 +170,8 @@ async def test_a_run_that_completed_before_its_job_did_is_the_jobs_result(
     await queue.release(job.id, claimed.lock_token, "worker died")
     assert provider.answered == [0, 1]
 
-    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        await wait_until(lambda: _status_in(queue, job.id, "completed", "failed", "dead"), timeout=10)
-        worker.stop()
-        await worker.wait_stopped()
+    async with _worker_until_ended(store, queue, job.id):
+        pass
     finished = await queue.get(job.id)
     assert finished.status == "completed", finished.error
     assert finished.result == first == {"run_id": first["run_id"], "result": "finished once"}
@@ -215,24 +191,28 @@ async def _pause_while_held_then_resume(store: Any, queue: JobQueue, provider: P
     """Submit an agent job, pause it while the provider holds its turn, wait for the
     attempt's run to end cancelled, release and resume it: (job, finished job)."""
     job = await queue.submit("agent", {"prompt": "work", "model": model})
-    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
-
-    async def first_run_ended() -> bool:
-        (run_id,) = await _job_runs(store, job.id)
-        return isinstance((await run_events(store, run_id))[-1], RunCancelled)
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
+    async with _worker_until_ended(store, queue, job.id):
         with trio.fail_after(10):
             await provider.held.wait()
         await queue.pause(job.id)
-        await wait_until(first_run_ended, timeout=10)
+        await wait_until(lambda: _status_in(queue, job.id, "paused"), timeout=10)
+        await wait_until(lambda: _attempt_ended(store, job.id), timeout=10)
         provider.release.set()
         await queue.resume(job.id)
-        await wait_until(lambda: _status_in(queue, job.id, "completed", "failed", "dead"), timeout=10)
+    return job, await queue.get(job.id)
+
+
+@asynccontextmanager
+async def _worker_until_ended(store: Any, queue: JobQueue, job_id: str) -> AsyncIterator[None]:
+    """A one-slot worker runs while the body steers the job; leaving waits until the
+    job has ended, then stops the worker."""
+    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        yield
+        await wait_until(lambda: _status_in(queue, job_id, "completed", "failed", "dead"), timeout=10)
         worker.stop()
         await worker.wait_stopped()
-    return job, await queue.get(job.id)
 
 
 async def test_a_failed_run_is_retried_afresh(store, script, workspace, monkeypatch) -> None:
@@ -244,12 +224,8 @@ async def test_a_failed_run_is_retried_afresh(store, script, workspace, monkeypa
     queue = await JobQueue.open(store)
     job = await queue.submit("agent", {"prompt": "work", "model": model, "max_iterations": 1},
                              {"max_attempts": 2, "backoff": {"kind": "fixed", "delay_ms": 1}})
-    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        await wait_until(lambda: _status_in(queue, job.id, "failed", "dead", "completed"), timeout=10)
-        worker.stop()
-        await worker.wait_stopped()
+    async with _worker_until_ended(store, queue, job.id):
+        pass
     runs = await _job_runs(store, job.id)
     assert len(runs) == 2
     for run_id in runs:
@@ -377,16 +353,11 @@ async def test_tokens_of_a_turn_whose_count_a_pause_cut_off_reach_the_job_on_res
         await original(ctx, tokens)
 
     monkeypatch.setattr(LiveRunContext, "_count", count)
-    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
+    async with _worker_until_ended(store, queue, job.id):
         await wait_until(lambda: _status_in(queue, job.id, "paused"), timeout=10)
         await wait_until(lambda: _attempt_ended(store, job.id), timeout=10)
         assert (await queue.get(job.id)).tokens == Tokens()  # the turn's tokens were refused
         await queue.resume(job.id)
-        await wait_until(lambda: _status_in(queue, job.id, "completed", "failed", "dead"), timeout=10)
-        worker.stop()
-        await worker.wait_stopped()
 
     finished = await queue.get(job.id)
     assert finished.status == "completed", finished.error
