@@ -75,9 +75,16 @@ def missing(used: Tokens, given: Tokens) -> Tokens:
 async def used_live(read_run: ReadRun, run_ids: Iterable[str]) -> Tokens:
     """The tokens the runs `run_ids` (attempts of one job) and their subagents used
     live: a resumed run's copied prefix (a top-level run's or a subagent's) excluded."""
+    read: dict[str, list[Recorded]] = {}
+
+    async def read_once(run_id: str) -> list[Recorded]:  # a resumed run's origin is an attempt too
+        if run_id not in read:
+            read[run_id] = await read_run(run_id)
+        return read[run_id]
+
     total = Tokens()
     for run_id in run_ids:
-        total = total + await _run_usage(read_run, run_id)
+        total = total + await _run_usage(read_once, run_id)
     return total
 
 

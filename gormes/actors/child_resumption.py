@@ -16,11 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
+from gormes.actors.replay_context import canonical
 from gormes.events.runs import RunChildFinished, RunChildSpawned
-
-_sorted = msgspec.json.Encoder(order="sorted")
 
 
 class ChildResumption:
@@ -42,7 +39,7 @@ class ChildResumption:
             return None
         earlier = self._spawns[self._next]
         if (earlier.handler, earlier.tools, earlier.model) != (handler, tools, model) or (
-            _sorted.encode(earlier.input) != _sorted.encode(input)
+            canonical(earlier.input) != canonical(input)  # as replay compares a spawn's input
         ):
             self._next = len(self._spawns)
             return None
