@@ -278,7 +278,9 @@ async def test_given_a_timeout_when_the_handler_overruns_then_it_is_cancelled_an
     assert dead.attempts_made == 1  # no retry, though two attempts were left
 
 
-async def test_given_a_handler_that_ignores_the_abort_then_it_is_abandoned_and_the_worker_keeps_serving(harness, mock_clock):
+def stubborn_registry(harness: Any) -> tuple[Any, trio.Event]:
+    """A registry with a "stubborn" handler that shields itself from cancellation
+    until the returned event is set."""
     registry = harness.registry()
     let_go = trio.Event()
 
@@ -288,6 +290,12 @@ async def test_given_a_handler_that_ignores_the_abort_then_it_is_abandoned_and_t
         with trio.CancelScope(shield=True):
             await let_go.wait()
         return "too late"
+
+    return registry, let_go
+
+
+async def test_given_a_handler_that_ignores_the_abort_then_it_is_abandoned_and_the_worker_keeps_serving(harness, mock_clock):
+    registry, let_go = stubborn_registry(harness)
 
     # The abort grace (2 s) ends before the wall-clock sweep's 2 x timeout (10 s).
     job = await harness.queue.submit("stubborn", None, {"timeout_ms": 5_000})
@@ -305,15 +313,7 @@ async def test_given_a_handler_that_ignores_the_abort_then_it_is_abandoned_and_t
 
 
 async def test_given_a_job_without_a_timeout_whose_handler_ignores_a_pause_then_it_is_abandoned_and_the_slot_freed(harness, mock_clock):
-    registry = harness.registry()
-    let_go = trio.Event()
-
-    @registry_job(registry, "stubborn")
-    async def stubborn(ctx: JobContext, data: Any) -> Any:
-        harness.started_event(ctx.id).set()
-        with trio.CancelScope(shield=True):
-            await let_go.wait()
-        return "too late"
+    registry, let_go = stubborn_registry(harness)
 
     job = await harness.queue.submit("stubborn", None)  # no timeout: no executor task
     async with running(harness, registry, msgspec_replace(CONFIG, concurrency=1)) as worker:
