@@ -56,6 +56,7 @@ from gormes.events.runs import (
     RunCancelled,
     RunChildFinished,
     RunChildSpawned,
+    RunCompleted,
     RunInboxRead,
     RunLlmFailed,
     RunLlmTurn,
@@ -265,12 +266,12 @@ class ResumedRun(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def resumable_prefix(recorded: RecordedRun) -> tuple[Recorded, ...]:
-    """The observations of an unfinished run that a continuation takes over: all of
-    them, or those before the first child that was spawned and never observed
-    finishing. The parent's observations from that spawn on are made again live;
-    when its code spawns that child again, the child is itself resumed (a new child
-    run continuing the earlier one, see `ChildResumption`), or started afresh if it
-    cannot be."""
+    """The observations of a run that a continuation takes over (an unfinished run,
+    or a completed child): all of them, or those before the first child that was
+    spawned and never observed finishing. The parent's observations from that spawn
+    on are made again live; when its code spawns that child again, the child is
+    itself taken over (a new child run continuing the earlier one, see
+    `ChildResumption` and `resumable_run`), or started afresh if it cannot be."""
     finished = {r.event.child_run_id for r in recorded.observations if isinstance(r.event, RunChildFinished)}
     for i, r in enumerate(recorded.observations):
         if isinstance(r.event, RunChildSpawned) and r.event.child_run_id not in finished:
@@ -304,10 +305,12 @@ class Resumable(msgspec.Struct, frozen=True, kw_only=True):
     origin: ForkOrigin
 
 
-async def _resumable(manager: RunManager, source: RecordedRun) -> Resumable:
-    """Raises ResumeRefused when `source` ended otherwise than cancelled, or the code
-    no longer replays its prefix (then only a fresh start makes sense)."""
-    if source.end is not None and not isinstance(source.end.event, RunCancelled):
+async def _resumable(manager: RunManager, source: RecordedRun, *, completed: bool = False) -> Resumable:
+    """Raises ResumeRefused when `source` ended otherwise than cancelled (or, with
+    `completed`, completed), or the code no longer replays its prefix (then only a
+    fresh start makes sense)."""
+    ends = (RunCancelled, RunCompleted) if completed else (RunCancelled,)
+    if source.end is not None and not isinstance(source.end.event, ends):
         raise ResumeRefused(f"run {source.run_id} ended {source.end.type}: there is nothing to resume")
     prefix = resumable_prefix(source)
     at = prefix[-1].position if prefix else source.started_position
@@ -320,13 +323,16 @@ async def _resumable(manager: RunManager, source: RecordedRun) -> Resumable:
 
 
 async def resumable_run(manager: RunManager, run_id: str) -> Resumable | None:
-    """The earlier child run `run_id`, if a continuation can take it over (see
-    `_resumable`); None: start the child afresh."""
+    """The earlier child run `run_id`, if a continuation can take it over; None:
+    start the child afresh. A child cut off or cancelled is continued; a completed
+    one is taken over too (replayed to its end: its work is not done again, even if
+    its parent never saw it finish); a failed one is not (a fresh start may succeed
+    where it failed)."""
     records = await manager.store.read_stream(run_stream(run_id))
     if not records:
         return None
     try:
-        return await _resumable(manager, split_run(run_id, records))
+        return await _resumable(manager, split_run(run_id, records), completed=True)
     except UserError:  # ResumeRefused, or a recording this gormes cannot read
         return None
 

@@ -4,7 +4,7 @@ call, no tool side effect, no tokens counted again), then the run goes live."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ class ProviderCalls:
 
     def __init__(
         self, monkeypatch: Any, hold_turn: int | None = None, *, child_hold: bool = False,
-        child_turn: int | None = None,
+        child_turn: int | None = None, hold_text: str | None = None,
     ) -> None:
         self.answered: list[int] = []
         self.child_answered: list[int] = []  # turns answered to a conversation opening with CHILD
@@ -57,6 +57,8 @@ class ProviderCalls:
             turn = sum(1 for m in request.messages if m.role == "assistant")
             child = any(m.role == "user" and "CHILD" in (m.content or "") for m in request.messages[:2])
             hold = (child and child_turn in (None, turn)) if child_hold else (not child and turn == hold_turn)
+            if hold_text is not None:  # only the conversation opening with this text is held
+                hold = hold and any(hold_text in (m.content or "") for m in request.messages[:2])
             if hold and not calls.release.is_set():
                 calls.held.set()
                 await calls.release.wait()
@@ -187,13 +189,19 @@ async def _status_in(queue: JobQueue, job_id: str, *wanted: str) -> bool:
     return (await queue.get(job_id)).status in wanted
 
 
-async def _pause_while_held_then_resume(store: Any, queue: JobQueue, provider: ProviderCalls, model: str) -> Any:
-    """Submit an agent job, pause it while the provider holds its turn, wait for the
-    attempt's run to end cancelled, release and resume it: (job, finished job)."""
+async def _pause_while_held_then_resume(
+    store: Any, queue: JobQueue, provider: ProviderCalls, model: str,
+    before_pause: Callable[[], Awaitable[bool]] | None = None,
+) -> Any:
+    """Submit an agent job, pause it while the provider holds its turn (and, given
+    `before_pause`, once that is true), wait for the attempt's run to end cancelled,
+    release and resume it: (job, finished job)."""
     job = await queue.submit("agent", {"prompt": "work", "model": model})
     async with _worker_until_ended(store, queue, job.id):
         with trio.fail_after(10):
             await provider.held.wait()
+        if before_pause is not None:
+            await wait_until(before_pause, timeout=10)
         await queue.pause(job.id)
         await wait_until(lambda: _status_in(queue, job.id, "paused"), timeout=10)
         await wait_until(lambda: _attempt_ended(store, job.id), timeout=10)
@@ -286,6 +294,59 @@ async def test_a_child_still_running_when_the_job_paused_is_resumed_with_its_par
     assert finished.tokens == provider.spent
     report = await _replays_exactly(db_path, second)
     assert report.status == "completed" and len(list(report.walk())) == 2
+    await _replays_exactly(db_path, first)
+
+
+async def test_a_child_that_completed_unseen_by_its_paused_parent_is_not_done_again(
+    store, db_path, script, workspace, monkeypatch,
+) -> None:
+    """The parent's turn spawns a slow and a fast child and waits for the slow one
+    first; the fast one completes (its tool ran), the job is paused before the parent
+    ever reads that answer. On resume the parent spawns both again: the slow child
+    continues where it was cut off, and the fast one is taken over by a run that
+    replays it to its end, so its model turns and its tool are not done again and
+    its tokens are not counted twice."""
+    monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
+    model = script(
+        {"match": "CHILD slow", "replies": [{"text": "slow answer"}]},
+        {"match": "CHILD fast", "replies": [
+            {"tool_calls": [call("memory.remember", fact="the fast child's step")]},
+            {"text": "fast answer"},
+        ]},
+        {"replies": [
+            {"tool_calls": [call("agent.spawn", prompt="CHILD slow"), call("agent.spawn", prompt="CHILD fast")]},
+            {"text": "parent done"},
+        ]},
+    )
+    provider = ProviderCalls(monkeypatch, child_hold=True, child_turn=0, hold_text="CHILD slow")
+
+    async def fast_child_completed() -> bool:
+        ended = await store.read_all(types=["run.completed"])
+        return any(r.event.result == "fast answer" for r in ended)
+
+    queue = await JobQueue.open(store)
+    job, finished = await _pause_while_held_then_resume(store, queue, provider, model, fast_child_completed)
+    assert finished.status == "completed", finished.error
+    assert finished.result["result"] == "parent done"
+    first, second = await _job_runs(store, job.id)
+    old_slow, old_fast = [e.child_run_id for e in await run_events(store, first) if isinstance(e, RunChildSpawned)]
+    new_slow, new_fast = [e.child_run_id for e in await run_events(store, second) if isinstance(e, RunChildSpawned)]
+    assert isinstance((await run_events(store, old_slow))[-1], RunCancelled)
+    fast_end = (await run_events(store, old_fast))[-1]
+    assert isinstance(fast_end, RunCompleted) and fast_end.result == "fast answer"
+    adopted = await run_events(store, new_fast)
+    assert adopted[0].resumed_from.run_id == old_fast and adopted[0].parent_run_id == second
+    assert isinstance(adopted[-1], RunCompleted) and adopted[-1].result == "fast answer"
+    assert (await run_events(store, new_slow))[0].resumed_from.run_id == old_slow
+    # the fast child's two turns and the slow child's one turn were each asked once,
+    # and the fast child's tool ran once
+    assert sorted(provider.child_answered) == [0, 0, 1]
+    assert await _executions(store, "memory.remember") == 1
+    assert provider.answered == [0, 1]
+    # the job's tokens are exactly what the provider's replies used
+    assert finished.tokens == provider.spent
+    report = await _replays_exactly(db_path, second)
+    assert report.status == "completed" and len(list(report.walk())) == 3
     await _replays_exactly(db_path, first)
 
 
