@@ -1,10 +1,14 @@
 """The doctor: runs every health check and sums them up.
 
     report = run_doctor(Path("gormes.db"), offline=False)
+    report = run_doctor("postgresql://db.internal/gormes")
     report.status        # "ok", "warnings" or "error"; exit_code(report) is 0, 0, 1
 
 Checks live in gormes/health (one module per category). The database is only
-read, through a read-only connection. `offline=True` skips the checks that are
+read, through a read-only connection (on PostgreSQL a session whose every
+transaction is READ ONLY). A check of one backend only is skipped on the other
+with its reason (`Check.elsewhere`), or, for PostgreSQL's replacements of SQLite
+checks, not run on SQLite. `offline=True` skips the checks that are
 about live processes (`needs_daemon`): worker heartbeats, wedged queues and
 projection lag only mean something while a daemon is supposed to be running.
 A check that raises is reported as a `fail` naming the exception, so the doctor
@@ -32,6 +36,7 @@ from gormes.health import (
     memory,
     module_exists,
     operations,
+    postgres,
     projections,
     queue,
     replay,
@@ -78,7 +83,8 @@ def all_checks() -> list[Check]:
     """Every check after `store.schema` (which `run_doctor` runs first, as the gate)."""
     return [
         *store.CHECKS, *projections.CHECKS, *queue.CHECKS, *workers.CHECKS,
-        *operations.CHECKS, *replay.CHECKS, *disk.CHECKS, *memory.CHECKS, *skills.CHECKS,
+        *operations.CHECKS, *replay.CHECKS, *disk.CHECKS, *postgres.CHECKS, *memory.CHECKS,
+        *skills.CHECKS,
     ]
 
 
@@ -94,7 +100,7 @@ def exit_code(report: DoctorReport) -> int:
 
 
 def run_doctor(
-    path: Path,
+    path: Path | str,
     *,
     offline: bool = False,
     now: float | None = None,
@@ -105,10 +111,12 @@ def run_doctor(
     modules: Callable[[str], bool] = module_exists,
     checks: Sequence[Check] | None = None,
 ) -> DoctorReport:
-    """Run the checks against the database at `path`; the defaults are the real
-    registries, clock and filesystem (tests inject their own)."""
+    """Run the checks against the database at `path` (an SQLite file, or a
+    PostgreSQL URL); the defaults are the real registries, clock and filesystem
+    (tests inject their own)."""
     from gormes.events.catalog import load_all
     from gormes.events.codec import default_codec
+    from gormes.events.open import is_postgres_url
 
     load_all()
     if operations_ is None:
@@ -119,17 +127,32 @@ def run_doctor(
         from gormes.actors.run_context import run_handlers as registered
 
         run_handlers = registered
-    conn, schema = store.open_database(path)
+    if is_postgres_url(path):
+        from gormes.events.postgres_schema import redact
+
+        backend, database, file = "postgres", redact(str(path)), None
+        conn, schema = postgres.open_database(str(path))
+    else:
+        backend, file = "sqlite", Path(path)
+        database = str(file)
+        conn, schema = store.open_database(file)
     ctx = DoctorContext(
-        path=path, conn=conn, now=time.time() if now is None else now,
+        path=file, conn=conn, now=time.time() if now is None else now,
         thresholds=thresholds or Thresholds(), codec=default_codec, operations=operations_,
-        run_handlers=run_handlers, statvfs=statvfs, module_exists=modules,
+        run_handlers=run_handlers, statvfs=statvfs, module_exists=modules, backend=backend,
     )
     results = [_result(SCHEMA_CHECK, "store", schema)]
     skipped = []
     try:
         for check in all_checks() if checks is None else checks:
-            if offline and check.needs_daemon:
+            if check.backend == "postgres" and backend != "postgres":
+                continue  # a replacement of an SQLite check
+            if check.backend is not None and check.backend != backend:
+                skipped.append(SkippedCheck(
+                    name=check.name, category=check.category,
+                    reason=f"not on PostgreSQL: {check.elsewhere}",
+                ))
+            elif offline and check.needs_daemon:
                 skipped.append(SkippedCheck(
                     name=check.name, category=check.category,
                     reason="needs a running daemon (--offline)",
@@ -145,7 +168,7 @@ def run_doctor(
         if conn is not None:
             conn.close()
     return DoctorReport(
-        status=overall(results), database=str(path), offline=offline, checked_at=ctx.now,
+        status=overall(results), database=database, offline=offline, checked_at=ctx.now,
         checks=results, skipped=skipped,
     )
 
@@ -154,11 +177,23 @@ def _run(check: Check, ctx: DoctorContext) -> Verdict:
     try:
         return check.run(ctx)
     except Exception as exc:  # noqa: BLE001 - a broken check is reported, not raised
+        _end_failed_transaction(ctx)
         return fail(
             f"the check itself failed: {type(exc).__name__}: {exc}",
             "the database may be damaged or locked; run `gormes doctor` again, and report "
             "the message if it persists",
         )
+
+
+def _end_failed_transaction(ctx: DoctorContext) -> None:
+    """On PostgreSQL, a check that failed inside a transaction leaves it aborted
+    (every later statement would fail): roll it back so the next check runs."""
+    conn = ctx.conn
+    if ctx.backend == "postgres" and conn is not None and not conn.closed:
+        try:
+            conn.execute("ROLLBACK")
+        except Exception:  # noqa: BLE001, S110 - no transaction open: nothing to end
+            pass
 
 
 def _result(name: str, category: str, verdict: Verdict) -> CheckResult:

@@ -28,7 +28,7 @@ def doctor(obj: Any, as_json: bool, offline: bool, imports: tuple[str, ...]) -> 
 
     for spec in imports:
         import_handlers(spec)
-    report = run_doctor(obj.db, offline=offline)
+    report = run_doctor(obj.target, offline=offline)
     if as_json:
         sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
         sys.stdout.flush()

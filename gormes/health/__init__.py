@@ -1,7 +1,8 @@
 """The doctor's checks, one module per category, and the types they share.
 
 A check is a plain function `(DoctorContext) -> Verdict`: it reads the database
-(read-only) and the process's registries and says `ok`, `warn` or `fail`, with a
+(read-only; an SQLite file or a PostgreSQL schema: the SQL is shared, with
+`gormes.events.sql_fragments` for what differs) and the process's registries and says `ok`, `warn` or `fail`, with a
 one-line message and, when not ok, a remediation. The runner (gormes/doctor.py)
 names the results, skips what `--offline` excludes and turns a crashed check
 into a `fail`, so a check function stays a few lines of SQL and a judgement.
@@ -81,8 +82,8 @@ class DoctorContext:
     """What every check may read. `conn` is a read-only connection (None when the
     database could not be opened: only checks with `needs_database=False` run)."""
 
-    path: Path
-    conn: sqlite3.Connection | None
+    path: Path | None  # the SQLite file; None on PostgreSQL
+    conn: sqlite3.Connection | None  # or a PortableConnection (PostgreSQL)
     now: float  # seconds since the epoch
     thresholds: Thresholds
     codec: Codec
@@ -90,6 +91,7 @@ class DoctorContext:
     run_handlers: Container[str]
     statvfs: Callable[[str], os.statvfs_result] = os.statvfs
     module_exists: Callable[[str], bool] = module_exists
+    backend: str = "sqlite"  # or "postgres"
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -108,17 +110,23 @@ class Check:
     run: Callable[[DoctorContext], Verdict]
     needs_daemon: bool = False  # skipped with --offline
     needs_database: bool = True
+    # Checks of one backend only: "sqlite" ones are skipped on PostgreSQL with
+    # `elsewhere` as the reason; "postgres" ones (their replacements) do not run
+    # on SQLite.
+    backend: str | None = None
+    elsewhere: str = ""
 
 
 def has_table(conn: sqlite3.Connection, name: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-    ).fetchone()
-    return row is not None
+    from gormes.projections.bookkeeping import _has_table
+
+    return _has_table(conn, name)
 
 
 def count_events(conn: sqlite3.Connection, type_glob: str) -> int:
-    return conn.execute("SELECT count(*) FROM events WHERE type GLOB ?", (type_glob,)).fetchone()[0]
+    from gormes.events.sql_fragments import glob
+
+    return conn.execute(f"SELECT count(*) FROM events WHERE {glob(conn, 'type', type_glob)}").fetchone()[0]
 
 
 def listing(items: Sequence[str], limit: int = 5) -> str:
@@ -141,4 +149,6 @@ def age(seconds: float) -> str:
 def size(n: int) -> str:
     if n >= GIB:
         return f"{n / GIB:.1f} GiB"
+    if n < MIB:
+        return f"{n / 1024:.0f} KiB"
     return f"{n / MIB:.0f} MiB"

@@ -28,4 +28,8 @@ def check_free(ctx: DoctorContext) -> Verdict:
     return ok(text)
 
 
-CHECKS = [Check(name="disk.free", category="disk", run=check_free, needs_database=False)]
+CHECKS = [Check(
+    name="disk.free", category="disk", run=check_free, needs_database=False, backend="sqlite",
+    elsewhere="the database's disk is the PostgreSQL server's: a client cannot see its free "
+    "space (disk.database_size reports the size)",
+)]

@@ -18,6 +18,9 @@ holds memory events this gormes cannot look after (warn).
 
 from __future__ import annotations
 
+from typing import Any
+
+from gormes.events.sql_fragments import glob, json_number, json_text
 from gormes.health import (
     Check,
     DoctorContext,
@@ -35,9 +38,13 @@ FAILED_OUTCOMES = ("error", "timeout")
 
 # The run id an observation cites, and its provenance kind: relationships and facts
 # carry a `provenance`, entities an `origin` and a `provenance_kind` of their own.
-_CITED_RUN = "coalesce(json_extract(data, '$.provenance.origin.run_id'), json_extract(data, '$.origin.run_id'))"
-_KIND = "coalesce(json_extract(data, '$.provenance.kind'), json_extract(data, '$.provenance_kind'))"
-_EXTRACTED = f"type GLOB 'memory.*' AND {_KIND} = 'extracted'"
+def _cited_run(conn: Any) -> str:
+    return f"coalesce({json_text(conn, '$.provenance.origin.run_id')}, {json_text(conn, '$.origin.run_id')})"
+
+
+def _extracted(conn: Any) -> str:
+    kind = f"coalesce({json_text(conn, '$.provenance.kind')}, {json_text(conn, '$.provenance_kind')})"
+    return f"{glob(conn, 'type', 'memory.*')} AND {kind} = 'extracted'"
 
 
 def not_installed(ctx: DoctorContext) -> Verdict | None:
@@ -72,14 +79,15 @@ def check_semantic(ctx: DoctorContext) -> Verdict:
 
 
 def extraction_age(ctx: DoctorContext) -> str:
-    last = ctx.db.execute(f"SELECT max(recorded_at) FROM events WHERE {_EXTRACTED}").fetchone()[0]
+    last = ctx.db.execute(f"SELECT max(recorded_at) FROM events WHERE {_extracted(ctx.db)}").fetchone()[0]
     return "no extraction yet" if last is None else f"graph last extracted {age(ctx.now - last)} ago"
 
 
 def backlog(ctx: DoctorContext) -> tuple[int, str | None, float | None]:
     """(completed runs not extracted, the oldest one's run id, when it completed)."""
     return ctx.db.execute(
-        f"WITH cited AS (SELECT DISTINCT {_CITED_RUN} AS run_id FROM events WHERE {_EXTRACTED}), "
+        f"WITH cited AS (SELECT DISTINCT {_cited_run(ctx.db)} AS run_id FROM events "
+        f"WHERE {_extracted(ctx.db)}), "
         "waiting AS (SELECT substr(stream, 5) AS run_id, recorded_at FROM events "
         "WHERE type = 'run.completed' AND substr(stream, 5) NOT IN "
         "(SELECT run_id FROM cited WHERE run_id IS NOT NULL)) "
@@ -106,10 +114,13 @@ def check_dead_letters(ctx: DoctorContext) -> Verdict:
     if (absent := not_installed(ctx)) is not None:
         return absent
     since_ms = ctx.now_ms - int(DEAD_LETTER_WINDOW_S * 1000)
-    rows = ctx.db.execute(
-        "SELECT json_extract(data, '$.operation') AS op, json_extract(data, '$.outcome') AS outcome, count(*) "
-        "FROM events WHERE type = 'audit.operation' AND op GLOB 'memory.*' AND outcome IN (?, ?) "
-        "AND json_extract(data, '$.at') >= ? GROUP BY op, outcome ORDER BY op, outcome",
+    conn = ctx.db
+    rows = conn.execute(
+        f"SELECT op, outcome, count(*) FROM (SELECT {json_text(conn, '$.operation')} AS op, "
+        f"{json_text(conn, '$.outcome')} AS outcome, {json_number(conn, '$.at')} AS at "
+        "FROM events WHERE type = 'audit.operation') AS calls "
+        f"WHERE {glob(conn, 'op', 'memory.*')} AND outcome IN (?, ?) AND at >= ? "
+        "GROUP BY op, outcome ORDER BY op, outcome",
         (*FAILED_OUTCOMES, since_ms),
     ).fetchall()
     if not rows:

@@ -9,24 +9,26 @@ Each is one aggregate query over the `run-*` streams, so no run is decoded.
 from __future__ import annotations
 
 from gormes.events.runs import OBSERVATION_TYPES
+from gormes.events.sql_fragments import glob, json_number, json_text
 from gormes.health import Check, DoctorContext, Verdict, listing, ok, warn
 
 _OBSERVATION_TAGS = tuple(cls.__struct_config__.tag for cls in OBSERVATION_TYPES)
-_RUN_STREAMS = "stream GLOB 'run-*'"
 
 
 def unreplayable_runs(ctx: DoctorContext) -> dict[str, list[str]]:
     """Run id -> the reasons it cannot be replayed exactly."""
     conn, why = ctx.db, {}
+    runs = glob(conn, "stream", "run-*")
+    seq = json_number(conn, "$.seq")
 
     def note(stream: str, reason: str) -> None:
         why.setdefault(stream.removeprefix("run-"), []).append(reason)
 
-    for stream, type_ in conn.execute(f"SELECT stream, type FROM events WHERE {_RUN_STREAMS} AND version = 1"):
+    for stream, type_ in conn.execute(f"SELECT stream, type FROM events WHERE {runs} AND version = 1"):
         if type_ != "run.started":
             note(stream, f"begins with {type_}, not run.started")
     for stream, type_, type_version, n in conn.execute(
-        f"SELECT stream, type, type_version, count(*) FROM events WHERE {_RUN_STREAMS} "
+        f"SELECT stream, type, type_version, count(*) FROM events WHERE {runs} "
         "GROUP BY stream, type, type_version"
     ):
         cls = ctx.codec.class_for(type_)
@@ -34,14 +36,14 @@ def unreplayable_runs(ctx: DoctorContext) -> dict[str, list[str]]:
             note(stream, f"{n} event(s) of type {type_} v{type_version} this gormes cannot read")
     marks = ",".join("?" * len(_OBSERVATION_TAGS))
     for stream, n, distinct, top in conn.execute(
-        f"SELECT stream, count(*), count(DISTINCT json_extract(data, '$.seq')), "
-        f"max(json_extract(data, '$.seq')) FROM events WHERE {_RUN_STREAMS} AND type IN ({marks}) "
+        f"SELECT stream, count(*), count(DISTINCT {seq}), "
+        f"max({seq}) FROM events WHERE {runs} AND type IN ({marks}) "
         "GROUP BY stream", _OBSERVATION_TAGS,
     ):
         if distinct != n or top != n:
             note(stream, f"observation seq has gaps or repeats ({n} observations, highest seq {top})")
     for stream, handler in conn.execute(
-        f"SELECT stream, json_extract(data, '$.handler') FROM events WHERE {_RUN_STREAMS} "
+        f"SELECT stream, {json_text(conn, '$.handler')} FROM events WHERE {runs} "
         "AND type = 'run.started'"
     ):
         if handler not in ctx.run_handlers:

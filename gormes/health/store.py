@@ -157,8 +157,10 @@ def check_event_types(ctx: DoctorContext) -> Verdict:
 
 
 CHECKS = [
-    Check(name="store.wal", category="store", run=check_wal),
-    Check(name="store.integrity", category="store", run=check_integrity),
+    Check(name="store.wal", category="store", run=check_wal, backend="sqlite",
+          elsewhere="SQLite's journal mode; PostgreSQL keeps its own WAL (see store.server)"),
+    Check(name="store.integrity", category="store", run=check_integrity, backend="sqlite",
+          elsewhere="PRAGMA quick_check is SQLite's; on PostgreSQL run pg_amcheck on the server"),
     Check(name="store.positions", category="store", run=check_positions),
     Check(name="store.event_types", category="store", run=check_event_types),
 ]

@@ -1,0 +1,57 @@
+"""The few SQL fragments that differ between SQLite and PostgreSQL, by dialect.
+
+Read-only SQL over the log (the doctor's checks, the audit export) is written
+once, in the SQL both databases share with `?` placeholders (PortableConnection
+runs it on PostgreSQL); only these fragments are picked by `dialect_of(conn)`:
+
+    json_text(conn, "$.provenance.kind")  # json_extract(data, ...) / data::jsonb #>> '{...}'
+    json_number(conn, "$.at")             # the same, as a number
+    glob(conn, "type", "memory.*")        # type GLOB '...' / type ~ '^memory\\..*$'
+
+Paths are constants of the code (`$.a.b`, keys of letters, digits and `_`);
+GLOB patterns too. Neither is ever user text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gormes.events.postgres_sql import POSTGRES, dialect_of
+
+_PATH = re.compile(r"^\$(\.[A-Za-z0-9_]+)+$")
+
+
+def _postgres(conn: Any) -> bool:
+    return dialect_of(conn) == POSTGRES
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def json_text(conn: Any, path: str, column: str = "data") -> str:
+    """The JSON value at `path` ($.a.b) of `column`, as text on PostgreSQL (as
+    json_extract gives it on SQLite: a string's text, a number, NULL when absent)."""
+    if not _PATH.match(path):
+        raise ValueError(f"not a simple JSON path: {path!r}")
+    if not _postgres(conn):
+        return f"json_extract({column}, {_literal(path)})"
+    keys = ",".join(path[2:].split("."))
+    return f"({column}::jsonb #>> {_literal('{' + keys + '}')})"
+
+
+def json_number(conn: Any, path: str, column: str = "data") -> str:
+    """The JSON number at `path`, to compare or aggregate as a number."""
+    text = json_text(conn, path, column)
+    return f"{text}::numeric" if _postgres(conn) else text
+
+
+def glob(conn: Any, column: str, pattern: str) -> str:
+    """`column` matches the GLOB `pattern`, with SQLite's GLOB semantics on both
+    (case-sensitive; `*`, `?`, `[...]`): a POSIX regex on PostgreSQL."""
+    if not _postgres(conn):
+        return f"{column} GLOB {_literal(pattern)}"
+    from gormes.events.postgres_schema import glob_regex
+
+    return f"{column} ~ {_literal(glob_regex(pattern))}"
