@@ -23,7 +23,10 @@ loses its lease or is shut down ends its run as `run.cancelled` with the job's
 abort reason. The next attempt looks at the run the previous one named
 (decision 0011):
 
-- cancelled, or cut off with no end (the worker died): the new run RESUMES it,
+- cut off with no end (the worker died): first recorded as `run.cancelled`, it
+  and its subagents left with no end, saying so (`cut_off`), so that no dead run
+  reads as running; then, as for
+- cancelled: the new run RESUMES it,
   a new run with `resumed_from` whose handler is served the earlier run's
   recorded prefix (model turns, tool results, inbox reads, clock and random
   readings, finished children) from the record, then continues live; nothing in
@@ -125,6 +128,16 @@ async def _count_missed_tokens(ctx: JobContext, store: Any, job_records: list[An
         await ctx.tokens(input=missed.input, output=missed.output, cache_read=missed.cache_read)
 
 
+async def _end_cut_off(ctx: JobContext, store: Any, run_id: str) -> None:
+    """The earlier attempt's run has no end: its worker was lost (see `cut_off`)."""
+    from gormes.actors.cut_off import cut_off_reason, end_cut_off_runs
+
+    ended = await end_cut_off_runs(store, run_id, cut_off_reason(ctx.id))
+    if ended:
+        await ctx.log(f"run {run_id} was cut off with its attempt: recorded as cancelled",
+                      data={"cut_off_runs": ended})
+
+
 @job("agent")
 async def agent_job(ctx: JobContext, data: Any) -> Any:
     from gormes.actors.fork import resume_run
@@ -140,6 +153,8 @@ async def agent_job(ctx: JobContext, data: Any) -> Any:
         await ctx.log(f"run {earlier.run_id} had completed: its result is the job's",
                       data={"completed_run": earlier.run_id})
         return {"run_id": earlier.run_id, "result": earlier.end.event.result}
+    if earlier is not None and earlier.end is None:
+        await _end_cut_off(ctx, store, earlier.run_id)
 
     async def to_job(tokens: Tokens) -> None:
         await ctx.tokens(input=tokens.input, output=tokens.output, cache_read=tokens.cache_read)

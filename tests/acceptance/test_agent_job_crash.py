@@ -97,9 +97,20 @@ def test_a_worker_killed_while_a_subagent_works_resumes_parent_and_subagent(tmp_
     first, second = [json.loads(d)["entry"]["data"]["agent_run"] for (d,) in query(
         db, "SELECT data FROM events WHERE stream = ? AND type = 'job.transcribed' "
         "AND data LIKE '%agent_run%' ORDER BY version", f"job-{job_id}")]
-    assert run_events(db, first)[-1][0] != "run.completed"  # cut off with no end
     assert run_events(db, second)[0][1]["resumed_from"]["run_id"] == first
     old_child, new_child = spawned_child(db, first), spawned_child(db, second)
+    # the killed attempt's run and subagent were cut off with no end; the next
+    # attempt recorded them as cancelled, saying why, so neither reads as running
+    for cut in (first, old_child):
+        end_type, end = run_events(db, cut)[-1]
+        assert end_type == "run.cancelled" and end["reason"].startswith("cut off"), (end_type, end)
+    listed = {r["run_id"]: r for r in json.loads(run_gormes(db, "runs", "list", "--json").stdout)}
+    assert [listed[r]["status"] for r in (first, old_child, second, new_child)] == [
+        "cancelled", "cancelled", "completed", "completed"]
+    replayed_first = run_gormes(db, "replay", first, "--json")
+    report = json.loads(replayed_first.stdout)
+    assert replayed_first.returncode == 0 and report["exact"] and report["status"] == "cancelled", report
+    assert report["children"][0]["status"] == "cancelled"
     later_child = run_events(db, new_child)
     assert later_child[0][1]["resumed_from"]["run_id"] == old_child
     assert later_child[-1][0] == "run.completed" and later_child[-1][1]["result"] == "child answer"
