@@ -1,5 +1,6 @@
 """`gormes query SQL`: read-only SQL against the database.
 
+On PostgreSQL the server enforces it (gormes/cli/query_postgres.py). On SQLite:
 Three locks keep it read-only: the file is opened with `mode=ro`, the connection
 has `PRAGMA query_only`, and an authorizer allows only reads (SELECT, reading
 columns, functions, and pragmas that only report), so a write statement is
@@ -120,11 +121,14 @@ def query(obj, sql: str, as_json: bool) -> None:
 
     Tables: events(position, stream, version, type, type_version, data,
     recorded_at), tracking(projection, position), and the projections' tables.
-    Any statement that would write is refused (exit status 2).
+    Any statement that would write is refused (exit status 2). On PostgreSQL the
+    statement runs alone in a READ ONLY transaction, rolled back afterwards.
     """
     from gormes.cli import output
     from gormes.errors import UserError
 
+    if obj.url is not None:
+        return _query_postgres(obj.url, sql, as_json)
     conn, guard = open_read_only(Path(obj.db))
     try:
         columns, cursor = run(conn, guard, sql)
@@ -137,3 +141,18 @@ def query(obj, sql: str, as_json: bool) -> None:
             raise UserError(f"query failed: {exc}") from None
     finally:
         conn.close()
+
+
+def _query_postgres(url: str, sql: str, as_json: bool) -> None:
+    from gormes.cli import output
+    from gormes.cli.query_postgres import json_rows, open_read_only, run
+
+    conn = open_read_only(url)
+    try:
+        columns, rows = run(conn, sql)
+    finally:
+        conn.close()
+    if as_json:
+        output.write_json_objects(json_rows(columns, rows))
+    else:
+        output.print_rows_table(columns, rows)
