@@ -378,6 +378,14 @@ class RunManager:
         run.cancel(reason)
         return True
 
+    def cancel_all(self, reason: str) -> int:
+        """Cancel every top-level run running in this process (their children with
+        them); how many were cancelled."""
+        top = [run for run in self.live.values() if run.parent is None]
+        for run in top:
+            run.cancel(reason)
+        return len(top)
+
     async def send(self, run_id: str, payload: Any, *, sender: str = "operator") -> str:
         return await send_message(self.store, run_id, payload, sender=sender, clock=self.clock, ids=self.new_id)
 

@@ -47,6 +47,7 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
 
     from gormes.actors.fork import fork_run
     from gormes.actors.runs import RunManager
+    from gormes.cli.interrupt import cancel_runs_on_signals, interrupted_exit_code
     from gormes.cli.replay import load_handlers
     from gormes.errors import UserError
     from gormes.events.catalog import load_all
@@ -60,11 +61,16 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
     if not is_postgres_url(obj.target) and not Path(obj.target).exists():
         raise UserError(f"no database at {obj.target}")
 
+    received: list[int] = []
+
     async def main() -> Any:
         async with open_store(obj.target) as store:
             executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
             async with RunManager.open(store, executor=executor) as runs:
-                return await fork_run(runs, run_id, at, model=model, overrides=overrides)
+                async with cancel_runs_on_signals(runs) as signals:
+                    forked = await fork_run(runs, run_id, at, model=model, overrides=overrides)
+                    received.extend(signals)
+                    return forked
 
     forked = trio.run(main)
     outcome = forked.outcome
@@ -79,4 +85,4 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
         if outcome.status == "completed":
             result = outcome.result
             click.echo(result if isinstance(result, str) else msgspec.json.encode(result).decode())
-    return 0 if outcome.status == "completed" else 1
+    return interrupted_exit_code(received) or (0 if outcome.status == "completed" else 1)

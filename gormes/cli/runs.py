@@ -37,6 +37,7 @@ def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, syst
     import trio
 
     from gormes.actors.runs import RunManager
+    from gormes.cli.interrupt import cancel_runs_on_signals, interrupted_exit_code
     from gormes.events.open import open_store
     from gormes.ops.builtin import default_registry
     from gormes.ops.executor import Executor
@@ -54,17 +55,22 @@ def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, syst
         raise UserError("give the run's input: --prompt TEXT or --input JSON")
     allow = [t.strip() for t in tools.split(",") if t.strip()] if tools is not None else None
 
+    received: list[int] = []
+
     async def main() -> Any:
         async with open_store(obj.target) as store:
             executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
             async with RunManager.open(store, executor=executor) as runs:
-                handle = await runs.start(
-                    handler, run_input, model=model, tools=allow, max_iterations=max_iterations,
-                    deadline_s=deadline_s,
-                )
-                if not as_json:
-                    click.echo(f"run {handle.run_id} started")
-                return await handle.outcome()
+                async with cancel_runs_on_signals(runs) as signals:
+                    handle = await runs.start(
+                        handler, run_input, model=model, tools=allow, max_iterations=max_iterations,
+                        deadline_s=deadline_s,
+                    )
+                    if not as_json:
+                        click.echo(f"run {handle.run_id} started")
+                    outcome = await handle.outcome()
+                    received.extend(signals)
+                    return outcome
 
     outcome = trio.run(main)
     if as_json:
@@ -77,7 +83,7 @@ def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, syst
             click.echo(result if isinstance(result, str) else msgspec.json.encode(result).decode())
         else:
             click.echo(f"error: {outcome.error}", err=True)
-    sys.exit(0 if outcome.status == "completed" else 1)
+    sys.exit(interrupted_exit_code(received) or (0 if outcome.status == "completed" else 1))
 
 
 @click.group()
