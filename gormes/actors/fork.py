@@ -362,19 +362,23 @@ async def resume_run(
     token_sink: TokenSink | None = None,
     job: JobContext | None = None,
     outside_reason: Callable[[], str | None] | None = None,
+    on_start: Callable[[str], None] | None = None,
 ) -> ResumedRun:
     """Continue `source`, a run that did not complete (cancelled, or cut off with no
     end), as a new run with `resumed_from`: the same handler, input and options; its
     recorded prefix (see `resumable_prefix`) is replayed, not redone, then the run
     goes live, resuming the unfinished children it spawns again. Refused, with
     nothing written, when the code no longer replays the prefix (then only a fresh
-    start makes sense)."""
+    start makes sense). `on_start(new_run_id)` is called once that check passed."""
     resumable = await _resumable(manager, source)
     prefix, origin = resumable.prefix, resumable.origin
     started = source.started
     fn = manager.handlers.get(started.handler)
+    run_id = run_id or manager.new_id()
+    if on_start is not None:
+        on_start(run_id)
     run = LiveRun(
-        run_id=run_id or manager.new_id(), handler=started.handler, input=started.input,
+        run_id=run_id, handler=started.handler, input=started.input,
         depth=started.depth, max_depth=started.max_depth, trust=started.trust, tools=started.tools,
         model=started.model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
         job_id=job_id if job_id is not None else started.job_id, outside_reason=outside_reason,

@@ -1,5 +1,6 @@
 """`gormes run` (start a run in this process and wait for it) and
-`gormes runs list|show` (read recorded runs)."""
+`gormes runs list|show` (read recorded runs), `gormes runs resume` (continue an
+interrupted run)."""
 
 from __future__ import annotations
 
@@ -146,3 +147,59 @@ def show(obj: Any, run_id: str, tree: bool, as_json: bool) -> None:
         _emit_json(view)
     else:
         click.echo("\n".join(format_view(view)))
+
+
+@runs.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--force", is_flag=True,
+              help="RUN has no end and its process is gone (killed): record it as cut off, then resume it.")
+@click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
+              help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
+@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
+              help="Import run handlers (a dotted module or a .py file) first; repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
+@click.pass_obj
+def resume(obj: Any, run_id: str, force: bool, workspace: str | None, imports: tuple[str, ...],
+           as_json: bool) -> None:
+    """Continue RUN, an interrupted run (not a job's: the job resumes those), as a new
+    run with `resumed_from`: its recorded steps are replayed, not redone, then it goes live."""
+    import trio
+
+    from gormes.actors.operator_resume import resume_from_outside
+    from gormes.actors.runs import RunManager
+    from gormes.cli.interrupt import cancel_runs_on_signals, interrupted_exit_code
+    from gormes.cli.replay import load_handlers
+    from gormes.events.open import open_store
+    from gormes.ops.builtin import default_registry
+    from gormes.ops.executor import Executor
+
+    load_handlers(imports)
+    received: list[int] = []
+
+    async def main() -> Any:
+        async with open_store(obj.target) as store:
+            executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
+            async with RunManager.open(store, executor=executor) as runs:
+                async with cancel_runs_on_signals(runs) as signals:
+                    def started(new_run_id: str) -> None:
+                        if not as_json:
+                            click.echo(f"run {new_run_id} started: resumes run {run_id}")
+
+                    resumed = await resume_from_outside(runs, run_id, force=force, on_start=started)
+                    received.extend(signals)
+                    return resumed
+
+    resumed = trio.run(main)
+    outcome = resumed.outcome
+    if as_json:
+        _emit_json(resumed)
+    else:
+        t = outcome.tokens
+        click.echo(f"run {resumed.run_id} (resumes run {run_id}, {resumed.copied} recorded observations "
+                   f"replayed) {outcome.status}  tokens in {t.input} out {t.output}")
+        if outcome.status == "completed":
+            result = outcome.result
+            click.echo(result if isinstance(result, str) else msgspec.json.encode(result).decode())
+        else:
+            click.echo(f"error: {outcome.error}", err=True)
+    sys.exit(interrupted_exit_code(received) or (0 if outcome.status == "completed" else 1))

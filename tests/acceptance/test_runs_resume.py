@@ -1,0 +1,136 @@
+"""`gormes runs resume RUN`: an interrupted foreground run continues as a new run
+with `resumed_from`; its recorded steps are replayed, not redone (the tool's side
+effect happens once); what cannot be resumed is refused in one line, nothing
+written."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+from cli_helpers import REPO, assert_one_line_error, cli_env, gormes_command, run_gormes
+
+from gormes.events.runs import RunStarted, run_stream
+from gormes.events.sqlite_log import SQLiteLog
+
+TOOL_THEN_ANSWER = [{"tool_calls": [{"name": "memory.remember", "arguments": {"fact": "once"}}]}]
+
+
+def write_script(path: Path, answer_delay_ms: int) -> str:
+    path.write_text(json.dumps({"agents": [{"replies": [
+        *TOOL_THEN_ANSWER, {"text": "resumed answer", "delay_ms": answer_delay_ms}]}]}))
+    return f"scripted:{path}"
+
+
+def start_run(db: Path, model: str) -> tuple[subprocess.Popen, str]:
+    """`gormes run` in the background, once its tool has run (it then waits on its
+    slow second turn): (process, run id)."""
+    proc = subprocess.Popen(gormes_command(db, "run", "agent", "--prompt", "work", "--model", model),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO)
+    assert proc.stdout is not None
+    try:
+        run_id = proc.stdout.readline().split()[1]
+        deadline = time.monotonic() + 30
+        while not executions(db, "memory.remember"):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run never called its tool"
+            time.sleep(0.05)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc, run_id
+
+
+def executions(db: Path, operation: str) -> int:
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        rows = conn.execute("SELECT data FROM events WHERE type = 'audit.operation'").fetchall()
+    finally:
+        conn.close()
+    return sum(1 for (d,) in rows if json.loads(d)["operation"] == operation and json.loads(d)["outcome"] == "ok")
+
+
+def runs_by_id(db: Path) -> dict[str, dict]:
+    return {r["run_id"]: r for r in json.loads(run_gormes(db, "runs", "list", "--json").stdout)}
+
+
+def head(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT max(position) FROM events").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_an_interrupted_run_resumes_without_redoing_its_steps(tmp_path: Path) -> None:
+    db, script = tmp_path / "g.db", tmp_path / "model.json"
+    proc, old = start_run(db, write_script(script, 60_000))
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert runs_by_id(db)[old]["status"] == "cancelled"
+
+    write_script(script, 0)  # the model answers at once from now on
+    resumed = run_gormes(db, "runs", "resume", old)
+    assert resumed.returncode == 0, resumed.stderr
+    first, last = resumed.stdout.splitlines()[:2]
+    new = first.split()[1]
+    assert first == f"run {new} started: resumes run {old}"
+    assert last.startswith(f"run {new} (resumes run {old}, ") and " completed " in last
+    assert resumed.stdout.splitlines()[2] == "resumed answer"
+    assert executions(db, "memory.remember") == 1  # replayed, not done again
+    row = runs_by_id(db)[new]
+    assert (row["status"], row["iterations"]) == ("completed", 2)
+    shown = json.loads(run_gormes(db, "runs", "show", new, "--json").stdout)
+    assert shown["resumed_from"]["run_id"] == old
+    replayed = run_gormes(db, "replay", new)
+    assert replayed.returncode == 0 and replayed.stdout.startswith("exact:"), replayed.stdout
+
+    # resuming the same run twice would do its live part twice: refused
+    before = head(db)
+    error = assert_one_line_error(run_gormes(db, "runs", "resume", old))
+    assert f"already resumed as run {new}" in error
+    # a completed run, an unknown one: nothing to resume
+    assert "nothing to resume" in assert_one_line_error(run_gormes(db, "runs", "resume", new))
+    assert "no run 'nope'" in assert_one_line_error(run_gormes(db, "runs", "resume", "nope"))
+    assert head(db) == before
+
+
+def test_a_killed_run_is_resumed_only_when_the_operator_says_its_process_is_gone(tmp_path: Path) -> None:
+    db, script = tmp_path / "g.db", tmp_path / "model.json"
+    proc, old = start_run(db, write_script(script, 60_000))
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert runs_by_id(db)[old]["status"] == "running"  # no end: nobody could record one
+
+    before = head(db)
+    error = assert_one_line_error(run_gormes(db, "runs", "resume", old))
+    assert "has no end" in error and "--force" in error
+    assert head(db) == before
+
+    write_script(script, 0)
+    resumed = run_gormes(db, "runs", "resume", old, "--force", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert report["outcome"]["status"] == "completed" and report["resumed_from"]["run_id"] == old
+    row = runs_by_id(db)[old]
+    assert row["status"] == "cancelled" and row["error"].startswith("cut off: its process declared gone")
+    assert executions(db, "memory.remember") == 1
+
+
+def test_a_job_s_run_and_a_subagent_are_refused(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    log = SQLiteLog(db)
+    try:
+        log.append_now(run_stream("of-a-job"), [RunStarted(run_id="of-a-job", handler="agent", handler_version="v",
+                                                           job_id="J1")])
+        log.append_now(run_stream("child"), [RunStarted(run_id="child", handler="agent", handler_version="v",
+                                                        parent_run_id="p", depth=1)])
+    finally:
+        log.close()
+    assert "gormes jobs resume J1" in assert_one_line_error(run_gormes(db, "runs", "resume", "of-a-job"))
+    assert "subagent of run p" in assert_one_line_error(run_gormes(db, "runs", "resume", "child"))
