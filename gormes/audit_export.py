@@ -7,6 +7,9 @@
 It changes only with `AUDIT_SCHEMA_VERSION`: fields are added in a new version,
 never renamed or retyped within one. Events live on day streams
 `audit-YYYY-MM-DD` (UTC), so a time range reads only the streams of its days.
+`conn` is an sqlite3 connection or a PortableConnection (PostgreSQL): the SQL is
+the same, JSON access through `gormes.events.sql_fragments`, and stream names
+compare byte by byte on both (`COLLATE "C"` on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from gormes.events.audit import (
     audit_stream,
 )
 from gormes.events.codec import Codec
+from gormes.events.sql_fragments import json_number, json_text, text_order
 
 AUDIT_SCHEMA_VERSION = 1
 AUDIT_TYPE = "audit.operation"
@@ -101,20 +105,21 @@ def iso_ms(at_ms: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _query(f: AuditFilter) -> tuple[str, list[object]]:
+def _query(f: AuditFilter, conn: object) -> tuple[str, list[object]]:
+    stream = text_order(conn, "stream")
     sql = ("SELECT position, stream, type_version, data FROM events "
-           "WHERE type = ? AND stream >= ? AND stream <= ?")
+           f"WHERE type = ? AND {stream} >= ? AND {stream} <= ?")
     first = AUDIT_STREAM_PREFIX if f.since_ms is None else audit_stream(f.since_ms)
     last = AUDIT_STREAM_PREFIX + "\uffff" if f.until_ms is None else audit_stream(f.until_ms)
     params: list[object] = [AUDIT_TYPE, first, last]
     if f.since_ms is not None:
-        sql += " AND json_extract(data, '$.at') >= ?"
+        sql += f" AND {json_number(conn, '$.at')} >= ?"
         params.append(f.since_ms)
     if f.until_ms is not None:
-        sql += " AND json_extract(data, '$.at') < ?"
+        sql += f" AND {json_number(conn, '$.at')} < ?"
         params.append(f.until_ms)
     if f.kinds:
-        sql += f" AND json_extract(data, '$.audit_kind') IN ({','.join('?' * len(f.kinds))})"
+        sql += f" AND {json_text(conn, '$.audit_kind')} IN ({','.join('?' * len(f.kinds))})"
         params.extend(f.kinds)
     return sql + " ORDER BY position", params
 
@@ -124,7 +129,7 @@ def read_audit(
 ) -> Iterator[AuditRecord]:
     """The matching audit events in log order; rows that do not decode as
     `OperationAudited` are counted in `export.unreadable` and left out."""
-    sql, params = _query(f)
+    sql, params = _query(f, conn)
     for position, stream, type_version, data in conn.execute(sql, params):
         event = codec.decode(AUDIT_TYPE, type_version, data)
         if not isinstance(event, OperationAudited):

@@ -21,21 +21,21 @@ def audit() -> None:
               help="Write to FILE instead of standard output.")
 @click.pass_obj
 def export(obj: Any, since: str | None, until: str | None, kinds: tuple[str, ...], out_path: str | None) -> None:
-    """Write audit events as JSON lines (schema: docs/audit.md)."""
+    """Write audit events as JSON lines (schema: docs/audit.md), from an SQLite
+    file or a PostgreSQL schema (read in one READ ONLY transaction)."""
     import time
 
     from gormes.audit_export import AuditExport, make_filter, read_audit, write_lines
     from gormes.errors import UserError
     from gormes.events.catalog import load_all
     from gormes.events.codec import default_codec
-    from gormes.events.sqlite_log import SQLiteLog
 
     load_all()
     query = make_filter(since, until, kinds, time.time())
-    log = SQLiteLog(obj.db, readonly=True, create=False)
+    conn = _open(obj)
     result = AuditExport()
     try:
-        records = read_audit(log.conn, query, default_codec, result)
+        records = read_audit(conn, query, default_codec, result)
         if out_path is None:
             write_lines(records, sys.stdout.buffer, result)
         else:
@@ -46,7 +46,7 @@ def export(obj: Any, since: str | None, until: str | None, kinds: tuple[str, ...
             with out:
                 write_lines(records, out, result)
     finally:
-        log.close()
+        conn.close()
     if result.unreadable:
         click.echo(
             f"gormes: warning: left out {result.unreadable} audit event(s) this gormes cannot read "
@@ -54,3 +54,16 @@ def export(obj: Any, since: str | None, until: str | None, kinds: tuple[str, ...
         )
     if out_path is not None:
         click.echo(f"wrote {result.written} audit record(s) to {out_path}", err=True)
+
+
+def _open(obj: Any) -> Any:
+    """A read-only connection that runs the export's `?` SQL: sqlite3's, or a
+    PortableConnection on a read-only PostgreSQL session."""
+    if obj.url is not None:
+        from gormes.events.postgres_schema import connect_read_only
+        from gormes.events.postgres_sql import PortableConnection
+
+        return PortableConnection(connect_read_only(obj.url, application_name="gormes audit"))
+    from gormes.events.sqlite_log import SQLiteLog
+
+    return SQLiteLog(obj.db, readonly=True, create=False).conn

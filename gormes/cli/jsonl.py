@@ -110,8 +110,9 @@ def export(obj, run_id: str | None, children: bool, after: int, types: tuple[str
            streams: tuple[str, ...], out: str | None) -> None:
     """Write the log (or part of it) as JSON lines, the shape of `gormes tail --json`.
 
-    Reads one consistent snapshot. On a terminal, a progress bar on stderr shows
-    how far a large export has got. With RUN: that run's events only (its
+    Reads one consistent snapshot (the positions up to the head when it began),
+    on SQLite or PostgreSQL; --type and --stream take GLOB patterns on both. On a
+    terminal, a progress bar on stderr shows how far a large export has got. With RUN: that run's events only (its
     subagents' too with --children), for `gormes import` or `gormes replay --file`.
     """
     from gormes.events import jsonl
@@ -119,7 +120,7 @@ def export(obj, run_id: str | None, children: bool, after: int, types: tuple[str
     if run_id is not None or children:
         return _export_run(obj, run_id, children, after, types, streams, out)
 
-    log = jsonl.open_for_reading(obj.db)
+    log = jsonl.open_for_reading(obj.target)
     try:
         head = log.head()
         with ExportProgress(jsonl.count(log, after, head), after) as on_page:

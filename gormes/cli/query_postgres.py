@@ -32,16 +32,9 @@ _PLAIN = (str, int, float, bool, bytes, list, dict, type(None))
 
 def open_read_only(url: str) -> psycopg.Connection:
     """A read-only session on an existing gormes schema (nothing is created)."""
-    from gormes.events.postgres_schema import connect, prepare
+    from gormes.events.postgres_schema import connect_read_only
 
-    conn = connect(url, application_name="gormes query")
-    try:
-        conn.execute("SET default_transaction_read_only = on")
-        prepare(conn, url, create=False)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    return connect_read_only(url, application_name="gormes query")
 
 
 def run(conn: psycopg.Connection, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:

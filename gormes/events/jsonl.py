@@ -79,9 +79,18 @@ def to_line(record: Recorded) -> bytes:
 # -- reading ----------------------------------------------------------------
 
 
-def open_for_reading(path: Any) -> SQLiteLog:
-    """Open an existing gormes database read-only, decoding nothing."""
-    return SQLiteLog(path, readonly=True, create=False, codec=STORED_JSON)
+def open_for_reading(target: Any) -> Any:
+    """Open an existing gormes database read-only, decoding nothing: an SQLite
+    file, or (a `postgresql://` URL) a PostgresLog on a read-only session."""
+    from gormes.events.open import is_postgres_url
+
+    if is_postgres_url(target):
+        from gormes.events.postgres_log import PostgresLog
+        from gormes.events.postgres_schema import connect_read_only
+
+        return PostgresLog(connect_read_only(target, application_name="gormes export"),
+                           codec=STORED_JSON)
+    return SQLiteLog(target, readonly=True, create=False, codec=STORED_JSON)
 
 
 def _pattern_clause(column: str, patterns: Sequence[str], params: list[Any]) -> str:
@@ -103,7 +112,15 @@ def select(
     upto: int | None = None,
 ) -> list[Recorded]:
     """Events after `after` (up to `upto`), filtered by type and stream
-    (exact names or GLOB patterns such as `job.*`), in position order."""
+    (exact names or GLOB patterns such as `job.*`), in position order. On
+    PostgreSQL the log's own `select_rows` (GLOBs as anchored regexes)."""
+    decode = STORED_JSON.decode
+    if hasattr(log, "select_rows"):
+        rows = log.select_rows(after, limit, types or None, streams=streams or None, upto=upto)
+        return [
+            Recorded(pos, stream, version, type_, decode(type_, tv, data), at)
+            for pos, stream, version, type_, tv, data, at in rows
+        ]
     sql = f"SELECT {_COLUMNS} FROM events WHERE position > ?"
     params: list[Any] = [after]
     if upto is not None:
@@ -117,9 +134,7 @@ def select(
     if limit is not None:
         sql += " LIMIT ?"
         params.append(limit)
-    # on PostgreSQL `log.sql` runs this `?` SQL (exact names only: no GLOB there)
-    rows = getattr(log, "sql", log.conn).execute(sql, params).fetchall()
-    decode = STORED_JSON.decode
+    rows = log.conn.execute(sql, params).fetchall()
     return [
         Recorded(pos, stream, version, type_, decode(type_, tv, data), at)
         for pos, stream, version, type_, tv, data, at in rows

@@ -124,6 +124,19 @@ def prepare(conn: psycopg.Connection, url: str, *, create: bool = True) -> str:
     return schema
 
 
+def connect_read_only(url: str, *, application_name: str = APPLICATION) -> psycopg.Connection:
+    """An autocommit connection to an existing gormes schema (nothing is created)
+    on which every transaction is READ ONLY: the server refuses any write."""
+    conn = connect(url, application_name=application_name)
+    try:
+        conn.execute("SET default_transaction_read_only = on")
+        prepare(conn, url, create=False)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def check_meta(conn: psycopg.Connection, where: str) -> None:
     meta = dict(conn.execute("SELECT key, value FROM gormes_meta").fetchall())
     if meta.get("application") != APPLICATION:

@@ -7,6 +7,7 @@ runs it on PostgreSQL); only these fragments are picked by `dialect_of(conn)`:
     json_text(conn, "$.provenance.kind")  # json_extract(data, ...) / data::jsonb #>> '{...}'
     json_number(conn, "$.at")             # the same, as a number
     glob(conn, "type", "memory.*")        # type GLOB '...' / type ~ '^memory\\..*$'
+    text_order(conn, "stream")            # compared byte by byte (COLLATE "C" on PostgreSQL)
 
 Paths are constants of the code (`$.a.b`, keys of letters, digits and `_`);
 GLOB patterns too. Neither is ever user text.
@@ -55,3 +56,9 @@ def glob(conn: Any, column: str, pattern: str) -> str:
     from gormes.events.postgres_schema import glob_regex
 
     return f"{column} ~ {_literal(glob_regex(pattern))}"
+
+
+def text_order(conn: Any, column: str) -> str:
+    """`column` to compare (`<`, `>=`) byte by byte, as SQLite's BINARY collation
+    does; a PostgreSQL database's own collation may order `-` or case otherwise."""
+    return f'{column} COLLATE "C"' if _postgres(conn) else column

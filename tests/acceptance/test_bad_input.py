@@ -235,10 +235,6 @@ def test_a_full_disk_is_one_line_and_the_log_stays_intact(tmpfs: Path) -> None:
 # -- a PostgreSQL URL given to a command that runs on SQLite only ---------------
 
 SQLITE_ONLY_COMMANDS = {
-    "query": ["query", "SELECT 1"],
-    "export": ["export"],
-    "doctor": ["doctor", "--offline"],
-    "audit export": ["audit", "export"],
     "top": ["top", "--once"],
     "demo": ["demo"],
 }
@@ -260,4 +256,46 @@ def test_sqlite_only_commands_refuse_a_postgres_url_and_create_nothing(
     )
     line = assert_one_line_error(done)
     assert "runs on an SQLite file only" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+# The commands that once refused a URL and now read PostgreSQL: an unreachable
+# server is one line (the password hidden), and no SQLite file is made.
+POSTGRES_READING_COMMANDS = {
+    "query": ["query", "SELECT 1"],
+    "export": ["export"],
+    "export --type": ["export", "--type", "job.*"],
+    "audit export": ["audit", "export"],
+}
+
+
+@pytest.mark.parametrize("command", list(POSTGRES_READING_COMMANDS))
+def test_postgres_reading_commands_say_the_server_cannot_be_reached(tmp_path: Path, command: str) -> None:
+    import subprocess
+
+    from cli_helpers import cli_env, gormes_command
+
+    url = "postgresql://nobody:secret@127.0.0.1:1/nowhere"
+    done = subprocess.run(
+        gormes_command(url, *POSTGRES_READING_COMMANDS[command]), capture_output=True, text=True,
+        env=cli_env(), timeout=60, cwd=tmp_path,
+    )
+    line = assert_one_line_error(done)
+    assert line.startswith("gormes: error: cannot connect to PostgreSQL at postgresql://nobody:***@")
+    assert "secret" not in line and done.returncode == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_doctor_reports_an_unreachable_server_as_a_failed_check(tmp_path: Path) -> None:
+    import subprocess
+
+    from cli_helpers import cli_env, gormes_command
+
+    done = subprocess.run(
+        gormes_command("postgresql://nobody:secret@127.0.0.1:1/nowhere", "doctor", "--offline"),
+        capture_output=True, text=True, env=cli_env(), timeout=60, cwd=tmp_path,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "FAIL  store.schema" in done.stdout and "cannot connect to PostgreSQL" in done.stdout
+    assert "secret" not in done.stdout
     assert list(tmp_path.iterdir()) == []
