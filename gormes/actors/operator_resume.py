@@ -69,9 +69,10 @@ async def resumed_by(store: Any, run_id: str) -> str | None:
     from gormes.events.sql_fragments import json_text
 
     def find(log: Any) -> str | None:
-        row = log.conn.execute(
+        conn = getattr(log, "sql", None) or log.conn  # PostgreSQL: its PortableConnection (`?` SQL)
+        row = conn.execute(
             f"SELECT stream FROM events WHERE type = 'run.started' "
-            f"AND {json_text(log.conn, '$.resumed_from.run_id')} = ? LIMIT 1", (run_id,),
+            f"AND {json_text(conn, '$.resumed_from.run_id')} = ? LIMIT 1", (run_id,),
         ).fetchone()
         return row[0].removeprefix("run-") if row else None
 
