@@ -19,6 +19,11 @@ source inside the timed window while huey loads compiled code. Nothing else
 moves out of the window: the worker's imports, its store and ledger set-up and
 every claim and completion are timed, as is huey's consumer start-up.
 
+Supplementary figures (not the target, which is the end-to-end one above): each
+round also times both systems draining ONE job, which is mostly the process
+start-up (imports, opening the store); `*_drain_jobs_per_s` is the N-job run's
+rate with that taken out, the rate of a worker that is already running.
+
 Prints one JSON line.
 """
 
@@ -120,22 +125,22 @@ def completed_count(db: Path) -> int:
         conn.close()
 
 
-def gormes_throughput(tmp: Path) -> float:
+def gormes_throughput(tmp: Path, n: int = N_JOBS) -> float:
     db = tmp / "gormes.db"
     handlers = tmp / "bench_handlers.py"
     handlers.write_text(HANDLERS)
-    submit_gormes(db, N_JOBS)
+    submit_gormes(db, n)
     start = time.perf_counter()
     worker = subprocess.Popen(
         gormes(db, "worker", "--import", str(handlers), "--concurrency", str(GORMES_CONCURRENCY)),
         env=env(), stderr=subprocess.DEVNULL,
     )
     try:
-        wait_until(lambda: completed_count(db) >= N_JOBS)
+        wait_until(lambda: completed_count(db) >= n)
         elapsed = time.perf_counter() - start
     finally:
         stop(worker)
-    return N_JOBS / elapsed
+    return n / elapsed
 
 
 def gormes_pickup(tmp: Path) -> list[float]:
@@ -189,7 +194,7 @@ def gormes_pickup(tmp: Path) -> list[float]:
 # -- huey ------------------------------------------------------------------------------
 
 
-def huey_throughput(tmp: Path) -> float:
+def huey_throughput(tmp: Path, n: int = N_JOBS) -> float:
     db = tmp / "huey.db"
     app = tmp / "huey_bench_app.py"
     app.write_text(HUEY_APP.format(db=str(db)))
@@ -199,7 +204,7 @@ def huey_throughput(tmp: Path) -> float:
         import huey_bench_app  # type: ignore[import-not-found]
     finally:
         sys.path.pop(0)
-    for _ in range(N_JOBS):
+    for _ in range(n):
         huey_bench_app.noop()
     consumer_env = env()
     consumer_env["PYTHONPATH"] = str(tmp) + os.pathsep + consumer_env["PYTHONPATH"]
@@ -218,11 +223,18 @@ def huey_throughput(tmp: Path) -> float:
             conn.close()
 
     try:
-        wait_until(lambda: results() >= N_JOBS)
+        wait_until(lambda: results() >= n)
         elapsed = time.perf_counter() - start
     finally:
         stop(consumer)
-    return N_JOBS / elapsed
+    return n / elapsed
+
+
+def drain_rate(jobs_per_s: float, one_job_s: float) -> float | None:
+    """Jobs per second once started: (N - 1) jobs over (N-job time - one-job time);
+    None when the difference is lost in the noise (not positive)."""
+    rest = N_JOBS / jobs_per_s - one_job_s
+    return round((N_JOBS - 1) / rest, 1) if rest > 0 else None
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -234,6 +246,8 @@ def main() -> None:
     compileall.compile_dir(REPO / "gormes", quiet=1)
     gs: list[float] = []
     hs: list[float] = []
+    g1: list[float] = []  # seconds to start and drain ONE job: mostly process start-up
+    h1: list[float] = []
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         for i in range(RUNS):
@@ -241,8 +255,14 @@ def main() -> None:
             run_dir.mkdir()
             gs.append(gormes_throughput(run_dir))
             hs.append(huey_throughput(run_dir))
+            one_dir = tmp / f"one{i}"
+            one_dir.mkdir()
+            g1.append(1 / gormes_throughput(one_dir, 1))
+            h1.append(1 / huey_throughput(one_dir, 1))
         pickups = gormes_pickup(tmp)
     g, h = statistics.median(gs), statistics.median(hs)
+    g_start, h_start = statistics.median(g1), statistics.median(h1)
+    g_drain, h_drain = drain_rate(g, g_start), drain_rate(h, h_start)
     print(json.dumps({
         "jobs": N_JOBS,
         "gormes_jobs_per_s": round(g, 1),
@@ -255,6 +275,14 @@ def main() -> None:
         "runs": RUNS,
         "gormes_runs_jobs_per_s": [round(x, 1) for x in gs],
         "huey_runs_jobs_per_s": [round(x, 1) for x in hs],
+        # Supplementary, not the target: the same runs without process start-up.
+        # A one-job run's time (median) stands for start-up; (N - 1) jobs over the
+        # rest of the N-job run is the rate of a worker already running.
+        "gormes_one_job_s": round(g_start, 3),
+        "huey_one_job_s": round(h_start, 3),
+        "gormes_drain_jobs_per_s": g_drain,
+        "huey_drain_jobs_per_s": h_drain,
+        "vs_huey_drain": round(g_drain / h_drain, 2) if g_drain and h_drain else None,
         "durability": "WAL, synchronous=FULL (both)",
     }))
 
