@@ -2,7 +2,7 @@
 
 Without options it is live (a terminal is required; see gormes/dashboard/app.py).
 `--once` prints one snapshot and exits; `--once --json` prints it as one JSON
-object, for scripts and tests.
+object, for scripts and tests. Both run on an SQLite file or a PostgreSQL URL.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ import click
 from gormes.errors import UserError
 
 
-def _require_db(db: Path) -> None:
-    if not db.exists():
-        raise UserError(f"no database at {db}")
+def _require_db(target: Path | str) -> None:
+    if isinstance(target, Path) and not target.exists():
+        raise UserError(f"no database at {target}")
 
 
-def snapshot_once(db: Path) -> Any:
+def snapshot_once(target: Path | str) -> Any:
     import trio
 
     from gormes.dashboard.app import open_views
     from gormes.dashboard.read import read_snapshot
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
 
     async def main() -> Any:
-        async with SQLiteEventStore.open(db) as store:
+        async with open_store(target) as store:
             await open_views(store)
             snapshot = await read_snapshot(store)
         return snapshot.with_selected(snapshot.jobs[0].id if snapshot.jobs else None)
@@ -44,11 +44,11 @@ def snapshot_once(db: Path) -> Any:
 @click.pass_obj
 def top(obj: Any, once: bool, as_json: bool, fps: float) -> None:
     """A live view of jobs, runs, workers and the governor; keys steer the selected job."""
-    _require_db(obj.db)
+    _require_db(obj.target)
     if as_json and not once:
         raise UserError("--json needs --once (the live view is for people)")
     if once:
-        snapshot = snapshot_once(obj.db)
+        snapshot = snapshot_once(obj.target)
         if as_json:
             import msgspec
 
@@ -64,4 +64,4 @@ def top(obj: Any, once: bool, as_json: bool, fps: float) -> None:
 
     from gormes.dashboard.app import run_live
 
-    trio.run(lambda: run_live(obj.db, fps=fps))
+    trio.run(lambda: run_live(obj.target, fps=fps))

@@ -1,6 +1,7 @@
 """The live loop of `gormes top`: follow the log, re-read the snapshot, draw, obey keys.
 
     await run_live(db_path)          # stdin and stdout must be a terminal
+    await run_live("postgresql://...")  # or a PostgreSQL URL
 
 Three trio tasks share one `TopApp`:
 - `follow`: a subscription on the log from its head; every event marks the view
@@ -183,13 +184,13 @@ def require_terminal() -> int:
     return fd
 
 
-async def run_live(db: Path, *, fps: float = DEFAULT_FPS, console: Console | None = None) -> None:
+async def run_live(db: Path | str, *, fps: float = DEFAULT_FPS, console: Console | None = None) -> None:
     from gormes.actors.providers.pricing import default_table
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.open import open_store
 
     fd = require_terminal()
     pricing = default_table()
-    async with SQLiteEventStore.open(db) as store:
+    async with open_store(db) as store:
         queue, runner = await open_views(store)
         console = console or Console()
         with cbreak(fd), Live(console=console, screen=True, auto_refresh=False,

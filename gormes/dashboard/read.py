@@ -1,7 +1,9 @@
 """Reading one `Snapshot` out of the projection tables, in one read transaction.
 
-    snapshot = await read_snapshot(store)          # an SQLiteEventStore
+    snapshot = await read_snapshot(store)          # either store
 
+The SQL is shared by SQLite and PostgreSQL (JSON access through
+`gormes.events.sql_fragments`; on PostgreSQL one REPEATABLE READ snapshot).
 Tables: `jobs` (the ledger), `runs` (the runs projection; `gormes top` catches it
 up before reading), `worker_heartbeats`, and the `events` table only for the
 model turns of the runs shown (by stream, so by index), to price them. A table
@@ -30,6 +32,8 @@ from gormes.dashboard.model import (
     worker_row,
 )
 from gormes.events.jobs import Tokens
+from gormes.events.postgres_sql import POSTGRES, dialect_of
+from gormes.events.sql_fragments import json_number, json_text, json_value
 
 JOBS_LIMIT = 200  # live jobs are all shown up to this; terminal ones fill the rest
 RECENT_DONE = 50
@@ -46,7 +50,11 @@ _RUN_COLUMNS = (
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if dialect_of(conn) == POSTGRES:
+        sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+    else:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    return {r[0] for r in conn.execute(sql)}
 
 
 def _json(text: str | None) -> Any:
@@ -86,9 +94,9 @@ def _turns(conn: sqlite3.Connection, run_ids: list[str]) -> list[TurnUsage]:
     for start in range(0, len(run_ids), 500):
         chunk = [f"run-{r}" for r in run_ids[start:start + 500]]
         rows = conn.execute(
-            "SELECT substr(stream, 5), json_extract(data, '$.model'),"
-            " total(json_extract(data, '$.usage.input')), total(json_extract(data, '$.usage.output')),"
-            " total(json_extract(data, '$.usage.cache_read')) FROM events"
+            f"SELECT substr(stream, 5), {json_text(conn, '$.model')},"
+            f" {_total(conn, '$.usage.input')}, {_total(conn, '$.usage.output')},"
+            f" {_total(conn, '$.usage.cache_read')} FROM events"
             f" WHERE stream IN ({','.join('?' * len(chunk))}) AND type = 'run.llm_turn'"
             " GROUP BY 1, 2", chunk,
         ).fetchall()
@@ -99,12 +107,16 @@ def _turns(conn: sqlite3.Connection, run_ids: list[str]) -> list[TurnUsage]:
     return turns
 
 
+def _total(conn: Any, path: str) -> str:
+    return f"coalesce(sum({json_number(conn, path)}), 0)"
+
+
 def _progress(conn: sqlite3.Connection, run_ids: list[str]) -> dict[str, Any]:
     """The latest `run.progress` of each run."""
     found: dict[str, Any] = {}
     for run_id in run_ids:
         row = conn.execute(
-            "SELECT json_extract(data, '$.progress') FROM events WHERE stream = ?"
+            f"SELECT {json_value(conn, '$.progress')} FROM events WHERE stream = ?"
             " AND type = 'run.progress' ORDER BY version DESC LIMIT 1", (f"run-{run_id}",),
         ).fetchone()
         if row is not None:
@@ -114,7 +126,8 @@ def _progress(conn: sqlite3.Connection, run_ids: list[str]) -> dict[str, Any]:
 
 def snapshot_from(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapshot:
     """Read everything the dashboard shows (blocking; one read transaction)."""
-    conn.execute("BEGIN")
+    postgres = dialect_of(conn) == POSTGRES
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if postgres else "BEGIN")
     try:
         return _snapshot(conn, now, pricing)
     finally:
@@ -136,7 +149,7 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapshot:
             "SELECT coalesce(sum(tokens_input), 0), coalesce(sum(tokens_output), 0),"
             " coalesce(sum(tokens_cache_read), 0) FROM jobs WHERE parent_id IS NULL"
         ).fetchone()
-        tokens = Tokens(input=i, output=o, cache_read=c)
+        tokens = Tokens(input=int(i), output=int(o), cache_read=int(c))  # numeric on PostgreSQL
         breaker_trips = conn.execute(
             "SELECT count(*) FROM jobs WHERE error = ?", (BREAKER_ERROR,)
         ).fetchone()[0]
@@ -204,11 +217,14 @@ def _workers(conn: sqlite3.Connection, now: float, active: dict[str, int]) -> li
 
 
 async def read_snapshot(store: Any, *, pricing: Any = None, now: float | None = None) -> Snapshot:
-    """A Snapshot from `store` (SQLiteEventStore), priced with `pricing` (default: the
+    """A Snapshot from `store` (SQLite or PostgreSQL), priced with `pricing` (default: the
     shipped table plus GORMES_PRICING)."""
     if pricing is None:
         from gormes.actors.providers.pricing import default_table
 
         pricing = default_table()
     when = time.time() if now is None else now
-    return await store.read_with(lambda log: snapshot_from(log.conn, when, pricing))
+    # PostgreSQL's log runs this `?` SQL through its PortableConnection (`sql`)
+    return await store.read_with(
+        lambda log: snapshot_from(getattr(log, "sql", log.conn), when, pricing)
+    )

@@ -31,15 +31,29 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _pg_path(path: str) -> str:
+    """`$.a.b` as PostgreSQL's text-array path literal `'{a,b}'`."""
+    if not _PATH.match(path):
+        raise ValueError(f"not a simple JSON path: {path!r}")
+    return _literal("{" + ",".join(path[2:].split(".")) + "}")
+
+
 def json_text(conn: Any, path: str, column: str = "data") -> str:
     """The JSON value at `path` ($.a.b) of `column`, as text on PostgreSQL (as
     json_extract gives it on SQLite: a string's text, a number, NULL when absent)."""
-    if not _PATH.match(path):
-        raise ValueError(f"not a simple JSON path: {path!r}")
+    pg_path = _pg_path(path)
     if not _postgres(conn):
         return f"json_extract({column}, {_literal(path)})"
-    keys = ",".join(path[2:].split("."))
-    return f"({column}::jsonb #>> {_literal('{' + keys + '}')})"
+    return f"({column}::jsonb #>> {pg_path})"
+
+
+def json_value(conn: Any, path: str, column: str = "data") -> str:
+    """The JSON value at `path` as SQLite's json_extract gives it (an object or
+    array as JSON text, a scalar as itself); on PostgreSQL as `jsonb`, which
+    psycopg hands over decoded."""
+    if not _postgres(conn):
+        return json_text(conn, path, column)
+    return f"({column}::jsonb #> {_pg_path(path)})"
 
 
 def json_number(conn: Any, path: str, column: str = "data") -> str:

@@ -235,7 +235,6 @@ def test_a_full_disk_is_one_line_and_the_log_stays_intact(tmpfs: Path) -> None:
 # -- a PostgreSQL URL given to a command that runs on SQLite only ---------------
 
 SQLITE_ONLY_COMMANDS = {
-    "top": ["top", "--once"],
     "demo": ["demo"],
 }
 
@@ -266,6 +265,7 @@ POSTGRES_READING_COMMANDS = {
     "export": ["export"],
     "export --type": ["export", "--type", "job.*"],
     "audit export": ["audit", "export"],
+    "top": ["top", "--once"],
 }
 
 
