@@ -40,6 +40,7 @@ from gormes.health import (
     projections,
     queue,
     replay,
+    runs,
     skills,
     store,
     workers,
@@ -83,7 +84,7 @@ def all_checks() -> list[Check]:
     """Every check after `store.schema` (which `run_doctor` runs first, as the gate)."""
     return [
         *store.CHECKS, *projections.CHECKS, *queue.CHECKS, *workers.CHECKS,
-        *operations.CHECKS, *replay.CHECKS, *disk.CHECKS, *postgres.CHECKS, *memory.CHECKS,
+        *operations.CHECKS, *replay.CHECKS, *runs.CHECKS, *disk.CHECKS, *postgres.CHECKS, *memory.CHECKS,
         *skills.CHECKS,
     ]
 

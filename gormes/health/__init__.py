@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 Status = Literal["ok", "warn", "fail"]
 CATEGORIES = (
-    "store", "projections", "queue", "workers", "operations", "replay", "disk",
+    "store", "projections", "queue", "workers", "operations", "replay", "runs", "disk",
     "memory", "skills",
 )
 

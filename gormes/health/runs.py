@@ -1,0 +1,64 @@
+"""Run checks: runs that read as running but cannot be.
+
+A run records its own end. A run with no end is running, unless the process that
+ran it died first: then nothing could record one, and `gormes runs list` shows it
+as `running` for ever. For a job's runs (subagents included: they carry the job's
+id) the ledger tells: if the job is not `active`, no attempt is running them, so
+they were cut off with a worker that was lost. A job's next attempt records them
+as cancelled (gormes/actors/cut_off.py); a job that ended, or waits, has not done
+so yet. Runs outside a job cannot be told apart from running ones: they are
+counted, not judged.
+"""
+
+from __future__ import annotations
+
+from gormes.events.sql_fragments import json_text
+from gormes.health import Check, DoctorContext, Verdict, has_table, listing, ok, warn
+
+_ENDS = "('run.completed', 'run.failed', 'run.cancelled')"
+
+
+def endless_runs(ctx: DoctorContext) -> list[tuple[str, str | None]]:
+    """(run id, job id or None) of every run with no end in the log."""
+    conn = ctx.db
+    # A run's end is its last event (messages to an ended run are refused): one
+    # index seek per run, not a walk through its events.
+    rows = conn.execute(
+        f"SELECT e.stream, {json_text(conn, '$.job_id', 'e.data')} FROM events e "
+        f"WHERE e.type = 'run.started' AND (SELECT t.type FROM events t WHERE t.stream = e.stream "
+        f"ORDER BY t.version DESC LIMIT 1) NOT IN {_ENDS}"
+    ).fetchall()
+    return [(stream.removeprefix("run-"), job_id) for stream, job_id in rows]
+
+
+def job_statuses(ctx: DoctorContext, job_ids: set[str]) -> dict[str, str]:
+    if not job_ids or not has_table(ctx.db, "jobs"):
+        return {}
+    ids = sorted(job_ids)
+    marks = ",".join("?" * len(ids))
+    return dict(ctx.db.execute(f"SELECT id, status FROM jobs WHERE id IN ({marks})", ids).fetchall())
+
+
+def check_cut_off(ctx: DoctorContext) -> Verdict:
+    endless = endless_runs(ctx)
+    statuses = job_statuses(ctx, {job for _, job in endless if job is not None})
+    cut_off = [(run, job, statuses[job]) for run, job in endless
+               if job is not None and job in statuses and statuses[job] != "active"]
+    foreground = sum(1 for _, job in endless if job is None)
+    outside = (f"; {foreground} run(s) outside a job have no end (running, or killed: "
+               "`gormes runs resume RUN --force` continues one whose process is gone)") if foreground else ""
+    if not cut_off:
+        live = len(endless) - foreground
+        return ok(f"{live} run(s) of active jobs running{outside}")
+    described = [f"{run} (job {job}, {status})" for run, job, status in cut_off]
+    return warn(
+        f"{len(cut_off)} run(s) of jobs no attempt is running have no end, cut off with a lost "
+        f"worker, and read as running: {listing(described, 3)}{outside}",
+        "nothing recorded is lost: the job's next attempt records them as cancelled and continues "
+        "them (a waiting job gets one from a worker, a paused one after `gormes jobs resume JOB`, "
+        "a dead or failed one after `gormes jobs retry JOB`); a cancelled job runs no more "
+        "attempts, so its runs stay as recorded (`gormes jobs get JOB` says how it ended)",
+    )
+
+
+CHECKS = [Check(name="runs.cut_off", category="runs", run=check_cut_off)]
