@@ -9,9 +9,11 @@ run, it records `run.cancelled` on that run and on each of its descendants left
 with no end, saying why.
 
 Each end is appended at the version of the stream as it was read: a run that is in
-fact still being written (its worker alive after all, a stale holder) makes the
-append conflict, and that run and its subagents are left alone. Its next own append
-conflicts in turn, which stops it at its next observation.
+fact still being written at that moment makes the append conflict, and that run
+and its subagents are left alone. A worker that was only frozen (SIGSTOP, a paused
+VM) and wakes up finds its lease lost and aborts the handler; the run then sees
+this end and records no second one (`RunManager._finish`), though an observation
+that was under way when it froze may still land after it.
 """
 
 from __future__ import annotations

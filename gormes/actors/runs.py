@@ -47,6 +47,7 @@ from gormes.events.runs import (
     RunFailed,
     RunMessageSent,
     RunStarted,
+    TERMINAL_TYPES,
     run_stream,
 )
 from gormes.events.store import NO_STREAM
@@ -361,7 +362,17 @@ class RunManager:
             event = RunFailed(error=error or "failed", tokens=tokens)
         else:
             event = RunCancelled(reason=error or "cancelled", tokens=tokens)
-        await self.store.append(run_stream(run.run_id), [event])
+        stream = run_stream(run.run_id)
+
+        def record_end(tx: Any) -> None:
+            # Unless the run has an end already: a later attempt of its job recorded
+            # it as cut off while this process was frozen (gormes/actors/cut_off.py).
+            version = tx.stream_version(stream)
+            last = tx.read_stream(stream, version - 1) if version else []
+            if not (last and isinstance(last[-1].event, TERMINAL_TYPES)):
+                tx.append(stream, [event], version)
+
+        await self.store.transact(record_end)
         run.outcome = RunOutcome(
             run_id=run.run_id, status=status, result=result, error=error, tokens=tokens,  # type: ignore[arg-type]
         )

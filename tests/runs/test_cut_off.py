@@ -78,3 +78,32 @@ async def test_a_run_still_being_written_is_left_alone(store) -> None:
     assert await end_cut_off_runs(Racing(), "p", cut_off_reason("J2")) == []
     assert isinstance((await run_events(store, "p"))[-1], RunLlmTurn)
     assert len(await run_events(store, "c")) == 1
+
+
+async def test_a_frozen_run_that_wakes_after_being_cut_off_records_no_second_end(store) -> None:
+    """Its worker was frozen, not dead: the next attempt recorded the run as cut off;
+    when the run then ends by itself, the end already recorded stands alone."""
+    import trio
+
+    from gormes.actors.run_context import RunHandlerRegistry, run_handler
+    from gormes.actors.runs import RunManager
+    from gormes.events.runs import TERMINAL_TYPES
+
+    handlers = RunHandlerRegistry()
+    thawed = trio.Event()
+
+    @run_handler("frozen", registry=handlers)
+    async def frozen(ctx, input):
+        await ctx.now()
+        await thawed.wait()
+        return "woke up"
+
+    async with RunManager.open(store, handlers=handlers) as runs:
+        handle = await runs.start("frozen", None)
+        while len(await run_events(store, handle.run_id)) < 2:
+            await trio.sleep(0.005)
+        assert await end_cut_off_runs(store, handle.run_id, cut_off_reason("J3")) == [handle.run_id]
+        thawed.set()
+        await handle.outcome()
+    ends = [e for e in await run_events(store, handle.run_id) if isinstance(e, TERMINAL_TYPES)]
+    assert ends == [RunCancelled(reason=cut_off_reason("J3"), tokens=Tokens())]
