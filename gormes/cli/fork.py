@@ -9,6 +9,8 @@ from typing import Any
 import click
 import msgspec
 
+from gormes.cli.foreground import exit_code, foreground_runs, import_option, workspace_option
+
 
 def parse_setting(text: str) -> tuple[str, Any]:
     """KEY=VALUE; VALUE is JSON when it parses as JSON, else the text itself."""
@@ -30,10 +32,8 @@ def parse_setting(text: str) -> tuple[str, Any]:
 @click.option("--model", metavar="SPEC", help="Continue with this model: scripted:PATH or openai:MODEL.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Override a key of the run's input (VALUE as JSON, else text); repeatable.")
-@click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
-              help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
-@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
-              help="Import run handlers (a dotted module or a .py file) first; repeatable.")
+@workspace_option
+@import_option
 @click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
 @click.pass_obj
 def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str, ...],
@@ -46,14 +46,10 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
     import trio
 
     from gormes.actors.fork import fork_run
-    from gormes.actors.runs import RunManager
-    from gormes.cli.interrupt import cancel_runs_on_signals, interrupted_exit_code
     from gormes.cli.replay import load_handlers
     from gormes.errors import UserError
     from gormes.events.catalog import load_all
-    from gormes.events.open import is_postgres_url, open_store
-    from gormes.ops.builtin import default_registry
-    from gormes.ops.executor import Executor
+    from gormes.events.open import is_postgres_url
 
     load_all()
     load_handlers(imports)
@@ -61,16 +57,13 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
     if not is_postgres_url(obj.target) and not Path(obj.target).exists():
         raise UserError(f"no database at {obj.target}")
 
-    received: list[int] = []
+    signals: list[int] = []
 
     async def main() -> Any:
-        async with open_store(obj.target) as store:
-            executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
-            async with RunManager.open(store, executor=executor) as runs:
-                async with cancel_runs_on_signals(runs) as signals:
-                    forked = await fork_run(runs, run_id, at, model=model, overrides=overrides)
-                    received.extend(signals)
-                    return forked
+        async with foreground_runs(obj.target, workspace) as (runs, received):
+            forked = await fork_run(runs, run_id, at, model=model, overrides=overrides)
+            signals.extend(received)
+            return forked
 
     forked = trio.run(main)
     outcome = forked.outcome
@@ -85,4 +78,4 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
         if outcome.status == "completed":
             result = outcome.result
             click.echo(result if isinstance(result, str) else msgspec.json.encode(result).decode())
-    return interrupted_exit_code(received) or (0 if outcome.status == "completed" else 1)
+    return exit_code(outcome, signals)

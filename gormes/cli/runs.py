@@ -5,12 +5,12 @@ interrupted run)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 import msgspec
 
+from gormes.cli.foreground import echo_outcome, exit_code, foreground_runs, import_option, workspace_option
 from gormes.errors import UserError
 
 
@@ -27,8 +27,7 @@ def _emit_json(value: Any) -> None:
 @click.option("--tools", metavar="A,B", help="Tool allowlist (default: every prompt-visible tool).")
 @click.option("--max-iterations", type=click.IntRange(min=1), help="Model turns before giving up.")
 @click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS")
-@click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
-              help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
+@workspace_option
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.pass_obj
 def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, system: str | None,
@@ -36,12 +35,6 @@ def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, syst
         workspace: str | None, as_json: bool) -> None:
     """Start a run of HANDLER ("agent" for the built-in agent loop) and wait for it."""
     import trio
-
-    from gormes.actors.runs import RunManager
-    from gormes.cli.interrupt import cancel_runs_on_signals, interrupted_exit_code
-    from gormes.events.open import open_store
-    from gormes.ops.builtin import default_registry
-    from gormes.ops.executor import Executor
 
     if input_json is not None:
         try:
@@ -56,35 +49,26 @@ def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, syst
         raise UserError("give the run's input: --prompt TEXT or --input JSON")
     allow = [t.strip() for t in tools.split(",") if t.strip()] if tools is not None else None
 
-    received: list[int] = []
+    signals: list[int] = []
 
     async def main() -> Any:
-        async with open_store(obj.target) as store:
-            executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
-            async with RunManager.open(store, executor=executor) as runs:
-                async with cancel_runs_on_signals(runs) as signals:
-                    handle = await runs.start(
-                        handler, run_input, model=model, tools=allow, max_iterations=max_iterations,
-                        deadline_s=deadline_s,
-                    )
-                    if not as_json:
-                        click.echo(f"run {handle.run_id} started")
-                    outcome = await handle.outcome()
-                    received.extend(signals)
-                    return outcome
+        async with foreground_runs(obj.target, workspace) as (runs, received):
+            handle = await runs.start(
+                handler, run_input, model=model, tools=allow, max_iterations=max_iterations,
+                deadline_s=deadline_s,
+            )
+            if not as_json:
+                click.echo(f"run {handle.run_id} started")
+            outcome = await handle.outcome()
+            signals.extend(received)
+            return outcome
 
     outcome = trio.run(main)
     if as_json:
         _emit_json(outcome)
     else:
-        t = outcome.tokens
-        click.echo(f"run {outcome.run_id} {outcome.status}  tokens in {t.input} out {t.output}")
-        if outcome.status == "completed":
-            result = outcome.result
-            click.echo(result if isinstance(result, str) else msgspec.json.encode(result).decode())
-        else:
-            click.echo(f"error: {outcome.error}", err=True)
-    sys.exit(interrupted_exit_code(received) or (0 if outcome.status == "completed" else 1))
+        echo_outcome(f"run {outcome.run_id}", outcome)
+    sys.exit(exit_code(outcome, signals))
 
 
 @click.group()
@@ -153,10 +137,8 @@ def show(obj: Any, run_id: str, tree: bool, as_json: bool) -> None:
 @click.argument("run_id", metavar="RUN")
 @click.option("--force", is_flag=True,
               help="RUN has no end and its process is gone (killed): record it as cut off, then resume it.")
-@click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
-              help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
-@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
-              help="Import run handlers (a dotted module or a .py file) first; repeatable.")
+@workspace_option
+@import_option
 @click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
 @click.pass_obj
 def resume(obj: Any, run_id: str, force: bool, workspace: str | None, imports: tuple[str, ...],
@@ -166,40 +148,25 @@ def resume(obj: Any, run_id: str, force: bool, workspace: str | None, imports: t
     import trio
 
     from gormes.actors.operator_resume import resume_from_outside
-    from gormes.actors.runs import RunManager
-    from gormes.cli.interrupt import cancel_runs_on_signals, interrupted_exit_code
     from gormes.cli.replay import load_handlers
-    from gormes.events.open import open_store
-    from gormes.ops.builtin import default_registry
-    from gormes.ops.executor import Executor
 
     load_handlers(imports)
-    received: list[int] = []
+    signals: list[int] = []
+
+    def started(new_run_id: str) -> None:
+        if not as_json:
+            click.echo(f"run {new_run_id} started: resumes run {run_id}")
 
     async def main() -> Any:
-        async with open_store(obj.target) as store:
-            executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
-            async with RunManager.open(store, executor=executor) as runs:
-                async with cancel_runs_on_signals(runs) as signals:
-                    def started(new_run_id: str) -> None:
-                        if not as_json:
-                            click.echo(f"run {new_run_id} started: resumes run {run_id}")
-
-                    resumed = await resume_from_outside(runs, run_id, force=force, on_start=started)
-                    received.extend(signals)
-                    return resumed
+        async with foreground_runs(obj.target, workspace) as (runs, received):
+            resumed = await resume_from_outside(runs, run_id, force=force, on_start=started)
+            signals.extend(received)
+            return resumed
 
     resumed = trio.run(main)
-    outcome = resumed.outcome
     if as_json:
         _emit_json(resumed)
     else:
-        t = outcome.tokens
-        click.echo(f"run {resumed.run_id} (resumes run {run_id}, {resumed.copied} recorded observations "
-                   f"replayed) {outcome.status}  tokens in {t.input} out {t.output}")
-        if outcome.status == "completed":
-            result = outcome.result
-            click.echo(result if isinstance(result, str) else msgspec.json.encode(result).decode())
-        else:
-            click.echo(f"error: {outcome.error}", err=True)
-    sys.exit(interrupted_exit_code(received) or (0 if outcome.status == "completed" else 1))
+        echo_outcome(f"run {resumed.run_id} (resumes run {run_id}, {resumed.copied} recorded observations "
+                     "replayed)", resumed.outcome)
+    sys.exit(exit_code(resumed.outcome, signals))

@@ -1,0 +1,89 @@
+"""What the commands that drive runs in the foreground share (`gormes run`,
+`gormes fork`, `gormes runs resume`): their common options, a RunManager on the
+store with the built-in operations, SIGINT and SIGTERM, and the outcome's lines.
+
+SIGINT or SIGTERM cancels the runs, which record `run.cancelled` ("interrupted by
+SIGINT"), instead of the process dying with its runs left with no end (which
+would read as `running` for ever); the command then exits 128 + the signal's
+number.
+
+    async with foreground_runs(obj.target, workspace) as (runs, received):
+        outcome = await ...
+    sys.exit(exit_code(outcome, received))
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+workspace_option = click.option(
+    "--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
+    help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
+import_option = click.option(
+    "--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
+    help="Import run handlers (a dotted module or a .py file) first; repeatable.")
+
+
+@asynccontextmanager
+async def foreground_runs(target: Any, workspace: str | None) -> AsyncIterator[tuple[Any, list[int]]]:
+    """(a RunManager on the store at `target`, the signals received so far): the
+    runs use the built-in operations (fs tools rooted at `workspace`), and each
+    SIGINT or SIGTERM while the block runs cancels them all."""
+    from gormes.actors.runs import RunManager
+    from gormes.events.open import open_store
+    from gormes.ops.builtin import default_registry
+    from gormes.ops.executor import Executor
+
+    async with open_store(target) as store:
+        executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
+        async with RunManager.open(store, executor=executor) as runs:
+            async with cancel_runs_on_signals(runs) as received:
+                yield runs, received
+
+
+@asynccontextmanager
+async def cancel_runs_on_signals(runs: Any) -> AsyncIterator[list[int]]:
+    """While the block runs, each SIGINT or SIGTERM cancels every run of `runs` (a
+    RunManager); the list it yields collects the signals received."""
+    import trio
+
+    received: list[int] = []
+    with trio.open_signal_receiver(*SIGNALS) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    received.append(signum)
+                    runs.cancel_all(f"interrupted by {signal.Signals(signum).name}")
+
+            nursery.start_soon(watch)
+            yield received
+            nursery.cancel_scope.cancel()
+
+
+def exit_code(outcome: Any, received: list[int]) -> int:
+    """128 + the first signal's number (the shell's convention for a command a
+    signal ended), else 0 for a completed run and 1 otherwise."""
+    if received:
+        return 128 + received[0]
+    return 0 if outcome.status == "completed" else 1
+
+
+def echo_outcome(headline: str, outcome: Any) -> None:
+    """`<headline> <status>  tokens in N out M`, then the result (or the error, on stderr)."""
+    t = outcome.tokens
+    click.echo(f"{headline} {outcome.status}  tokens in {t.input} out {t.output}")
+    if outcome.status == "completed":
+        result = outcome.result
+        click.echo(result if isinstance(result, str) else msgspec.json.encode(result).decode())
+    else:
+        click.echo(f"error: {outcome.error}", err=True)
