@@ -7,7 +7,8 @@ has `resumed_from`, replays the earlier run's recorded prefix (no model call, no
 tool side effect, no token counted again) and continues live, taking over the
 subagents it spawns again, as a job's next attempt would.
 
-Refused, with nothing written:
+Refused (nothing written but, with `force`, the end recorded below, which stands:
+the operator said the run's process is gone):
 - a run of a job (the job resumes it: `gormes jobs resume JOB`), or a subagent
   (resume the top-level run; its subagents are taken over with it);
 - a run that completed or failed (nothing to resume; `gormes fork` starts a new

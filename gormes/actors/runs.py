@@ -41,13 +41,13 @@ from gormes.events.base import Event
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
     RUN_TERMINAL,
+    TERMINAL_TYPES,
     ForkOrigin,
     RunCancelled,
     RunCompleted,
     RunFailed,
     RunMessageSent,
     RunStarted,
-    TERMINAL_TYPES,
     run_stream,
 )
 from gormes.events.store import NO_STREAM
