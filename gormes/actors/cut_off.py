@@ -8,6 +8,12 @@ now, so the earlier attempt is over. Before it continues (or restarts) the earli
 run, it records `run.cancelled` on that run and on each of its descendants left
 with no end, saying why.
 
+An agent job can also END while no attempt runs it: cancelled while waiting for
+its next attempt, or while its worker was dead; dead after its last stall. No
+next attempt comes then, so workers sweep for such jobs (`EndedJobRuns`): once
+an ended job has been over for longer than a live worker takes to end its runs
+itself, its last attempt's runs left with no end are recorded as cut off.
+
 Each end is appended at the version of the stream as it was read: a run that is in
 fact still being written at that moment makes the append conflict, and that run
 and its subagents are left alone. A worker that was only frozen (SIGSTOP, a paused
@@ -21,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from gormes.errors import ConcurrencyError
-from gormes.events.jobs import Tokens
+from gormes.events.jobs import Tokens, job_stream
 from gormes.events.runs import TERMINAL_TYPES, RunCancelled, RunChildSpawned, run_stream, tokens_of
 
 
@@ -48,3 +54,49 @@ async def end_cut_off_runs(store: Any, run_id: str, reason: str) -> list[str]:
         ended.append(current)
         pending.extend(r.event.child_run_id for r in records if isinstance(r.event, RunChildSpawned))
     return ended
+
+
+def ended_job_reason(job_id: str, status: str) -> str:
+    return f"cut off: job {job_id} ended ({status}) while no attempt was running it"
+
+
+class EndedJobRuns:
+    """A worker's sweep: the runs of agent jobs that ended `dead` or `cancelled`
+    more than `grace_ms` ago (time enough for a live worker to record its runs'
+    ends itself) and within `window_ms` before the first sweep, whose last
+    attempt's runs have no end, are recorded as cut off. Each sweep takes up to
+    `limit` jobs, in the order they ended, from where the last one stopped."""
+
+    def __init__(self, queue: Any, *, grace_ms: int, window_ms: int = 24 * 3600 * 1000,
+                 limit: int = 100) -> None:
+        self._queue = queue
+        self._grace_ms = grace_ms
+        self._window_ms = window_ms
+        self._limit = limit
+        self._after: tuple[int, str] | None = None  # (finished_at, id) of the last job seen
+
+    async def sweep(self) -> list[str]:
+        """The runs it recorded as cut off."""
+        from gormes.actors.agent_job import last_attempt_run
+
+        now = self._queue._now()
+        until = now - self._grace_ms
+        after = self._after or (now - self._window_ms, "")
+        rows = await self._queue._read(lambda conn: conn.execute(
+            "SELECT id, status, finished_at FROM jobs WHERE name = 'agent' "
+            "AND status IN ('dead', 'cancelled') AND finished_at <= ? "
+            "AND (finished_at > ? OR (finished_at = ? AND id > ?)) "
+            "ORDER BY finished_at, id LIMIT ?",
+            (until, after[0], after[0], after[1], self._limit),
+        ).fetchall())
+        store = self._queue.store
+        ended: list[str] = []
+        for job_id, status, _ in rows:
+            run_id = last_attempt_run(await store.read_stream(job_stream(job_id)))
+            if run_id is not None:
+                ended += await end_cut_off_runs(store, run_id, ended_job_reason(job_id, status))
+        if len(rows) == self._limit:
+            self._after = (rows[-1][2], rows[-1][0])
+        else:
+            self._after = (until, "")
+        return ended

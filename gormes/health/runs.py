@@ -5,9 +5,9 @@ ran it died first: then nothing could record one, and `gormes runs list` shows i
 as `running` for ever. For a job's runs (subagents included: they carry the job's
 id) the ledger tells: if the job is not `active`, no attempt is running them, so
 they were cut off with a worker that was lost. A job's next attempt records them
-as cancelled (gormes/actors/cut_off.py); a job that ended, or waits, has not done
-so yet. Runs outside a job cannot be told apart from running ones: they are
-counted, not judged.
+as cancelled, and so does a worker's sweep for an agent job that ended dead or
+cancelled (gormes/actors/cut_off.py); until then they show here. Runs outside a
+job cannot be told apart from running ones: they are counted, not judged.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def check_cut_off(ctx: DoctorContext) -> Verdict:
         f"{len(cut_off)} run(s) of jobs no attempt is running have no end, cut off with a lost "
         f"worker, and read as running: {listing(described, 3)}{outside}",
         "nothing recorded is lost: the job's next attempt records them as cancelled and continues "
-        "them (a waiting job gets one from a worker, a paused one after `gormes jobs resume JOB`, "
-        "a dead or failed one after `gormes jobs retry JOB`); a cancelled job runs no more "
-        "attempts, so its runs stay as recorded (`gormes jobs get JOB` says how it ended)",
+        "them (a waiting job gets one from a worker, a paused one after `gormes jobs resume JOB`); "
+        "for a dead or cancelled job a running worker records them as cut off within a lease of "
+        "its end: if they stay, start a worker (`gormes worker` or `gormes daemon`)",
     )
 
 

@@ -107,3 +107,97 @@ async def test_a_frozen_run_that_wakes_after_being_cut_off_records_no_second_end
         await handle.outcome()
     ends = [e for e in await run_events(store, handle.run_id) if isinstance(e, TERMINAL_TYPES)]
     assert ends == [RunCancelled(reason=cut_off_reason("J3"), tokens=Tokens())]
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _attempt_cut_off(queue, run_id: str, options=None, name: str = "agent"):
+    """A job whose attempt started run `run_id` (with one observation), then its
+    worker was lost: the run has no end. Returns the job."""
+    from gormes.actors.job_context import JobContext
+
+    job = await queue.submit(name, {"prompt": "p"}, options)
+    claimed = await queue.claim({name}, worker_id="lost", lease_ms=1000)
+    assert claimed is not None and claimed.id == job.id
+    await JobContext(queue, claimed).log(f"run {run_id}", data={"agent_run": run_id})
+    await record(queue.store, run_id, started(run_id), turn(1, 4))
+    return job
+
+
+async def test_runs_of_agent_jobs_that_ended_with_no_attempt_running_are_swept(db_path) -> None:
+    """Cancelled, or dead after its last stall: no next attempt will come, so a
+    worker's sweep records the last attempt's run as cut off, once the job has
+    been over for longer than the grace, and only then."""
+    from gormes.actors.cut_off import EndedJobRuns, ended_job_reason
+    from gormes.actors.queue import JobQueue
+    from gormes.events.sqlite import SQLiteEventStore
+
+    clock = Clock(1_800_000_000.0)
+    async with SQLiteEventStore.open(db_path, clock=clock) as store:
+        queue = await JobQueue.open(store, clock=clock)
+        cancelled = await _attempt_cut_off(queue, "r-cancelled")
+        await queue.cancel(cancelled.id)
+        dead = await _attempt_cut_off(queue, "r-dead", {"max_stalled": 1})
+        clock.now += 20  # its lease expired past the stall grace
+        assert await queue.sweep_stalled(grace_ms=1000) == [dead.id]
+        assert (await queue.get(dead.id)).status == "dead"
+        other = await _attempt_cut_off(queue, "r-echo", name="echo")  # not an agent job: not looked at
+        await queue.cancel(other.id)
+
+        sweep = EndedJobRuns(queue, grace_ms=60_000)
+        assert await sweep.sweep() == []  # both ended less than the grace ago
+        clock.now += 61
+        assert await sweep.sweep() == ["r-cancelled", "r-dead"]
+        assert (await run_events(store, "r-cancelled"))[-1] == RunCancelled(
+            reason=ended_job_reason(cancelled.id, "cancelled"), tokens=Tokens(input=4, output=1))
+        assert (await run_events(store, "r-dead"))[-1].reason == ended_job_reason(dead.id, "dead")
+        assert await sweep.sweep() == []  # nothing new
+        assert len(await run_events(store, "r-echo")) == 2
+
+
+async def test_the_sweep_pages_through_many_ended_jobs(db_path) -> None:
+    from gormes.actors.cut_off import EndedJobRuns
+    from gormes.actors.queue import JobQueue
+    from gormes.events.sqlite import SQLiteEventStore
+
+    clock = Clock(1_800_000_000.0)
+    async with SQLiteEventStore.open(db_path, clock=clock) as store:
+        queue = await JobQueue.open(store, clock=clock)
+        for i in range(5):
+            job = await _attempt_cut_off(queue, f"r{i}")
+            await queue.cancel(job.id)  # all five end in the same millisecond
+        clock.now += 10
+        sweep = EndedJobRuns(queue, grace_ms=1000, limit=2)
+        swept = [await sweep.sweep() for _ in range(4)]
+        assert sorted(r for batch in swept for r in batch) == [f"r{i}" for i in range(5)]
+        assert [len(batch) for batch in swept] == [2, 2, 1, 0]
+
+
+async def test_a_worker_sweeps_the_runs_of_ended_agent_jobs(store) -> None:
+    import trio
+
+    from gormes.actors.handlers import default_registry
+    from gormes.actors.queue import JobQueue
+    from gormes.actors.worker import Worker, WorkerConfig
+
+    import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job handler)
+
+    queue = await JobQueue.open(store)
+    job = await _attempt_cut_off(queue, "r-swept")
+    await queue.cancel(job.id)
+    config = WorkerConfig(concurrency=1, stall_interval_ms=20, lease_ms=100, abort_grace_ms=20)
+    worker = Worker(queue, default_registry.copy(), config, store=store, log=lambda _: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        with trio.fail_after(10):
+            while not isinstance((await run_events(store, "r-swept"))[-1], RunCancelled):
+                await trio.sleep(0.02)
+        worker.stop()
+        await worker.wait_stopped()
+    assert (await run_events(store, "r-swept"))[-1].reason.startswith(f"cut off: job {job.id} ended (cancelled)")
