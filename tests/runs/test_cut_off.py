@@ -4,6 +4,7 @@ written, is left as it is."""
 
 from __future__ import annotations
 
+from pg_helpers import backend, backend_store  # noqa: F401 (fixture)
 from run_helpers import run_events
 
 from gormes.actors.cut_off import cut_off_reason, end_cut_off_runs
@@ -130,16 +131,15 @@ async def _attempt_cut_off(queue, run_id: str, options=None, name: str = "agent"
     return job
 
 
-async def test_runs_of_agent_jobs_that_ended_with_no_attempt_running_are_swept(db_path) -> None:
+async def test_runs_of_agent_jobs_that_ended_with_no_attempt_running_are_swept(backend, db_path) -> None:  # noqa: F811
     """Cancelled, or dead after its last stall: no next attempt will come, so a
     worker's sweep records the last attempt's run as cut off, once the job has
-    been over for longer than the grace, and only then."""
+    been over for longer than the grace, and only then (on both backends)."""
     from gormes.actors.cut_off import EndedJobRuns, ended_job_reason
     from gormes.actors.queue import JobQueue
-    from gormes.events.sqlite import SQLiteEventStore
 
     clock = Clock(1_800_000_000.0)
-    async with SQLiteEventStore.open(db_path, clock=clock) as store:
+    async with backend_store(backend, db_path, clock=clock) as store:
         queue = await JobQueue.open(store, clock=clock)
         cancelled = await _attempt_cut_off(queue, "r-cancelled")
         await queue.cancel(cancelled.id)
@@ -161,13 +161,12 @@ async def test_runs_of_agent_jobs_that_ended_with_no_attempt_running_are_swept(d
         assert len(await run_events(store, "r-echo")) == 2
 
 
-async def test_the_sweep_pages_through_many_ended_jobs(db_path) -> None:
+async def test_the_sweep_pages_through_many_ended_jobs(backend, db_path) -> None:  # noqa: F811
     from gormes.actors.cut_off import EndedJobRuns
     from gormes.actors.queue import JobQueue
-    from gormes.events.sqlite import SQLiteEventStore
 
     clock = Clock(1_800_000_000.0)
-    async with SQLiteEventStore.open(db_path, clock=clock) as store:
+    async with backend_store(backend, db_path, clock=clock) as store:
         queue = await JobQueue.open(store, clock=clock)
         for i in range(5):
             job = await _attempt_cut_off(queue, f"r{i}")
