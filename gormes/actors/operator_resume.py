@@ -69,12 +69,11 @@ async def resumed_by(store: Any, run_id: str) -> str | None:
     """The run that continues `run_id` (its `run.started` names it in `resumed_from`), if any."""
     from gormes.events.sql_fragments import json_text
 
-    def find(log: Any) -> str | None:
-        conn = getattr(log, "sql", None) or log.conn  # PostgreSQL: its PortableConnection (`?` SQL)
+    def find(conn: Any) -> str | None:
         row = conn.execute(
             f"SELECT stream FROM events WHERE type = 'run.started' "
             f"AND {json_text(conn, '$.resumed_from.run_id')} = ? LIMIT 1", (run_id,),
         ).fetchone()
         return row[0].removeprefix("run-") if row else None
 
-    return await store.read_with(find)
+    return await store.read_sql(find)

@@ -119,7 +119,7 @@ class JobQueue(QueueBatches, QueueAdmin):
         """Run `fn(conn)` on one of the store's read connections: an sqlite3
         connection, or on PostgreSQL the PostgresLog's `sql` (a PortableConnection
         that runs the same `?` SQL)."""
-        return await self.store.read_with(lambda log: fn(getattr(log, "sql", None) or log.conn))
+        return await self.store.read_sql(fn)
 
     # -- submitting and reading ------------------------------------------------
 

@@ -479,24 +479,24 @@ class Worker:
         anything else is recorded by a task of its own, as the executor would."""
         if run.done.is_set() and run.abort_reason is None and run.outcome.ok:
             run.stop_renewing()
-            assert self._executors is not None and self._handlers is not None
-            args = (
+            self._in_a_nursery(lambda nursery: self._completions.submit(
                 run.job.id, run.token, run.outcome.result,
-                lambda outcome: self._completed(run, outcome),
-            )
-            try:
-                self._completions.submit(*args, self._executors)
-            except RuntimeError:  # pragma: no cover - the executors are done: shutting down
-                self._completions.submit(*args, self._handlers)
+                lambda outcome: self._completed(run, outcome), nursery,
+            ))
         else:
             self._spawn(self._finish_and_free, run)
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        self._in_a_nursery(lambda nursery: nursery.start_soon(fn, *args))
+
+    def _in_a_nursery(self, start: Callable[[trio.Nursery], None]) -> None:
+        """`start(nursery)` with the executors' nursery, or the handlers' once the
+        executors' is closed (shutting down)."""
         assert self._executors is not None and self._handlers is not None
         try:
-            self._executors.start_soon(fn, *args)
+            start(self._executors)
         except RuntimeError:  # pragma: no cover - the executors are done: shutting down
-            self._handlers.start_soon(fn, *args)
+            start(self._handlers)
 
     async def _finish_and_free(self, run: RunningJob) -> None:
         try:

@@ -128,6 +128,13 @@ class GroupCommitCalls:
         return await wait_task_rescheduled(req.abandon)
 
 
+def sql_connection(log: Any) -> Any:
+    """The connection `?` SQL runs on, of a store's read connection `log` (what
+    `read_with` hands its function): the sqlite3 connection, or on PostgreSQL the
+    PostgresLog's PortableConnection."""
+    return getattr(log, "sql", None) or log.conn
+
+
 class LogReads:
     """Reads and subscriptions over `read_with` and `_changes` (see the module doc)."""
 
@@ -135,6 +142,11 @@ class LogReads:
 
     async def read_with(self, fn: Callable[[Any], T]) -> T:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    async def read_sql(self, fn: Callable[[Any], T]) -> T:
+        """`read_with`, handing `fn` the connection `?` SQL runs on on either
+        database (`sql_connection`)."""
+        return await self.read_with(lambda log: fn(sql_connection(log)))
 
     async def head(self) -> int:
         return await self.read_with(lambda r: r.head())

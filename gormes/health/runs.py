@@ -12,10 +12,11 @@ job cannot be told apart from running ones: they are counted, not judged.
 
 from __future__ import annotations
 
+from gormes.events.runs import TERMINAL_TYPES
 from gormes.events.sql_fragments import json_text
 from gormes.health import Check, DoctorContext, Verdict, has_table, listing, ok, warn
 
-_ENDS = "('run.completed', 'run.failed', 'run.cancelled')"
+_END_TAGS = tuple(cls.__struct_config__.tag for cls in TERMINAL_TYPES)
 
 
 def endless_runs(ctx: DoctorContext) -> list[tuple[str, str | None]]:
@@ -26,7 +27,7 @@ def endless_runs(ctx: DoctorContext) -> list[tuple[str, str | None]]:
     rows = conn.execute(
         f"SELECT e.stream, {json_text(conn, '$.job_id', 'e.data')} FROM events e "
         f"WHERE e.type = 'run.started' AND (SELECT t.type FROM events t WHERE t.stream = e.stream "
-        f"ORDER BY t.version DESC LIMIT 1) NOT IN {_ENDS}"
+        f"ORDER BY t.version DESC LIMIT 1) NOT IN ({','.join('?' * len(_END_TAGS))})", _END_TAGS,
     ).fetchall()
     return [(stream.removeprefix("run-"), job_id) for stream, job_id in rows]
 

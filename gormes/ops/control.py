@@ -237,10 +237,7 @@ async def run_list(ctx: OperationContext, value: RunListInput) -> RunList:
             params.append(wanted)
     sql = f"SELECT {', '.join(columns)} FROM {TABLE}" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY started_at DESC, run_id DESC LIMIT ?"
-    # `log.sql` on PostgreSQL runs this `?` SQL; SQLite's connection takes it as it is
-    rows = await store.read_with(
-        lambda log: (getattr(log, "sql", None) or log.conn).execute(sql, (*params, value.limit)).fetchall()
-    )
+    rows = await store.read_sql(lambda conn: conn.execute(sql, (*params, value.limit)).fetchall())
     return RunList(runs=[msgspec.convert(dict(zip(columns, row)), RunRow) for row in rows])
 
 

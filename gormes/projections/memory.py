@@ -177,7 +177,9 @@ _aliases_encoder = msgspec.json.Encoder()
 def read_connection(log: object) -> sqlite3.Connection:
     """What memory's readers (recall, mirror, find_target) take from a store's
     `read_with` log: the PortableConnection on PostgreSQL (`?` SQL), else sqlite3."""
-    return getattr(log, "sql", None) or log.conn  # type: ignore[attr-defined]
+    from gormes.events.store_base import sql_connection
+
+    return sql_connection(log)  # type: ignore[no-any-return]
 
 
 def _provenance_values(p: Provenance) -> tuple[object, ...]:

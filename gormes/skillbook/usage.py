@@ -76,9 +76,5 @@ async def read_usage(store: Any, skill: str | None = None) -> list[UsageRow]:
     sql = f"SELECT {columns} FROM {TABLE}" + (" WHERE skill = ?" if skill else "") + " ORDER BY position"
     params = (skill,) if skill else ()
 
-    def read(log: Any) -> list[tuple]:
-        # `log.sql` on PostgreSQL runs this `?` SQL; SQLite's connection takes it as it is
-        return (getattr(log, "sql", None) or log.conn).execute(sql, params).fetchall()
-
-    rows = await store.read_with(read)
+    rows = await store.read_sql(lambda conn: conn.execute(sql, params).fetchall())
     return [UsageRow(**dict(zip(UsageRow.__struct_fields__, row))) for row in rows]
