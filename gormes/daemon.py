@@ -37,6 +37,7 @@ import trio
 
 from gormes.actors.cron_scheduler import CronScheduler
 from gormes.actors.governor import Governor, GovernorPolicy
+from gormes.actors.cut_off import GoneProcessRuns
 from gormes.actors.handlers import (
     HandlerImportError,
     HandlerRegistry,
@@ -59,6 +60,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # The workers' own grace is set out of reach: the daemon ends the grace itself
 # (Worker.hurry), so that a reload can let an old worker finish without a limit.
 _UNBOUNDED_GRACE_MS = 7 * 24 * 3600 * 1000
+# How often runs outside a job whose process is gone are looked for (a query on the
+# runs projection's status index, then a process lookup per run with no end).
+GONE_PROCESS_SWEEP_S = 5.0
 
 
 class InvalidSettings(UserError):
@@ -180,6 +184,7 @@ class Daemon:
                         await nursery.start(self._run_cron)
                     nursery.start_soon(self._answer_signals, signals, nursery)
                     nursery.start_soon(self._report_status)
+                    nursery.start_soon(self._end_runs_of_gone_processes, store)
                     if self.notifier.watchdog_interval is not None:
                         nursery.start_soon(self._keep_watchdog_fed, store)
                     status = await self._status_line()
@@ -220,6 +225,20 @@ class Daemon:
                 log.error("projection %s stopped: %s; retrying in %.0f s", runner.name, exc, pause)
                 await trio.sleep(pause)
                 pause = min(60.0, pause * 2)
+
+    async def _end_runs_of_gone_processes(self, store: Any) -> None:
+        """Runs outside a job whose process on this host is gone (killed) have no
+        end: record them as cut off (gormes/actors/cut_off.py)."""
+        sweep = GoneProcessRuns(store)
+        while True:
+            try:
+                for run_id in await sweep.sweep():
+                    log.warning("run %s: cut off, its process is gone; recorded as cancelled", run_id)
+            except GormesError as exc:
+                log.error("sweep of runs whose process is gone failed: %s", exc)
+            except Exception:  # noqa: BLE001 - a sweep bug must not stop the daemon's jobs
+                log.exception("sweep of runs whose process is gone crashed")
+            await trio.sleep(GONE_PROCESS_SWEEP_S)
 
     async def _run_cron(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         assert self.scheduler is not None

@@ -100,3 +100,37 @@ class EndedJobRuns:
         else:
             self._after = (until, "")
         return ended
+
+
+class GoneProcessRuns:
+    """The daemon's sweep: runs outside a job (`gormes run`, `fork`, `runs resume`,
+    `RunManager` in a script) that have no end and whose process, on this host, is
+    gone (killed: nothing could record their end) are recorded as cut off, with
+    their subagents. It reads the `runs` projection, which the daemon keeps current;
+    a process that cannot be checked from here (another host or container) is left
+    to the operator (`gormes runs resume RUN --force`)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    async def sweep(self) -> list[str]:
+        """The runs it recorded as cut off."""
+        from gormes.actors.run_process import gone_reason, process_state, recorded_processes, this_process
+        from gormes.projections.bookkeeping import _has_table
+
+        here = this_process()
+
+        def candidates(conn: Any) -> dict[str, Any]:
+            if not _has_table(conn, "runs"):
+                return {}
+            ids = [row[0] for row in conn.execute(
+                "SELECT run_id FROM runs WHERE status IN ('running', 'suspended') AND job_id IS NULL "
+                "AND parent_run_id IS NULL AND host = ?", (here.host,),
+            ).fetchall()]
+            return recorded_processes(conn, ids)
+
+        ended: list[str] = []
+        for run_id, process in (await self._store.read_sql(candidates)).items():
+            if process is not None and process_state(process, here) == "gone":
+                ended += await end_cut_off_runs(self._store, run_id, gone_reason(process))
+        return ended

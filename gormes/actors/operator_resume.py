@@ -7,16 +7,21 @@ has `resumed_from`, replays the earlier run's recorded prefix (no model call, no
 tool side effect, no token counted again) and continues live, taking over the
 subagents it spawns again, as a job's next attempt would.
 
-Refused (nothing written but, with `force`, the end recorded below, which stands:
-the operator said the run's process is gone):
+Refused (nothing written, but for the end of a run whose process is gone, recorded
+below, which stands):
 - a run of a job (the job resumes it: `gormes jobs resume JOB`), or a subagent
   (resume the top-level run; its subagents are taken over with it);
 - a run that completed or failed (nothing to resume; `gormes fork` starts a new
   run from any position);
-- a run with no end: its process may still be running it. Given `force`, the
-  operator says that process is gone: the run (and its subagents with no end) is
-  first recorded as `run.cancelled` ("cut off"), unless it is in fact still being
-  written (then the append conflicts and the resume is refused);
+- a run with no end whose process is alive (`run.started` names the process; on
+  its host that is certain: gormes/actors/run_process.py);
+- a run with no end whose process cannot be checked from here (another host or
+  container, or a run recorded before processes were kept), unless `force`: the
+  operator says that process is gone.
+  A run with no end that is resumed (its process gone, or `force`) and its
+  subagents with no end are first recorded as `run.cancelled` ("cut off"),
+  unless it is in fact still being written (then the append conflicts and the
+  resume is refused);
 - a run already resumed (resume its continuation instead, if that was interrupted
   too: resuming the same run twice would do its live part twice);
 - a run whose code no longer replays its prefix.
@@ -30,6 +35,7 @@ from typing import Any
 from gormes.actors.cut_off import end_cut_off_runs
 from gormes.actors.fork import ResumedRun, ResumeRefused, resume_run
 from gormes.actors.replay_log import split_run
+from gormes.actors.run_process import describe, gone_reason, process_state
 from gormes.events.runs import run_stream
 
 FORCED_REASON = "cut off: its process declared gone by the operator (gormes runs resume --force)"
@@ -55,12 +61,25 @@ async def resume_from_outside(
     if later is not None:
         raise ResumeRefused(f"run {run_id} was already resumed as run {later}: resume that one if it was interrupted")
     if source.end is None:
-        if not force:
+        process = started.process
+        state = process_state(process)
+        if state == "alive":
             raise ResumeRefused(
-                f"run {run_id} has no end: its process may still be running it; if that process "
+                f"run {run_id} has no end and its {describe(process)} is still running it: "
+                "stop that process first (Ctrl-C records the run as cancelled)"
+            )
+        if state == "gone":
+            reason = gone_reason(process)
+        elif force:
+            reason = FORCED_REASON
+        else:
+            where = f"its {describe(process)} cannot be checked from here" if process else \
+                "it names no process (recorded before processes were kept)"
+            raise ResumeRefused(
+                f"run {run_id} has no end and {where}: it may still be running; if that process "
                 "is gone (killed), pass --force"
             )
-        if run_id not in await end_cut_off_runs(manager.store, run_id, FORCED_REASON):
+        if run_id not in await end_cut_off_runs(manager.store, run_id, reason):
             raise ResumeRefused(f"run {run_id} is still being written: its process is not gone")
     return await resume_run(manager, source, on_start=on_start)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from gormes.actors.run_process import process_state
 from gormes.errors import UserError
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
@@ -130,6 +131,12 @@ async def run_view(store: Any, run_id: str, *, tree: bool) -> dict[str, Any]:
             view["error"] = e.error if isinstance(e, RunFailed) else e.reason if isinstance(e, RunCancelled) else None
     view["tokens"] = msgspec.to_builtins(tokens)
     view["cost"] = own_cost if view["iterations"] else None
+    # The process that drives it; while the run has no end, whether that process is
+    # still there ("gone": killed, so no end can come: gormes/actors/run_process.py).
+    view["process"] = None if s.process is None else {
+        "host": s.process.host, "pid": s.process.pid,
+        "state": process_state(s.process) if view["finished_at"] is None else None,
+    }
     view["children"] = [await run_view(store, c, tree=True) for c in children] if tree else children
     if tree:
         view["tree_cost"] = _tree_cost(view)
@@ -144,6 +151,13 @@ def _tree_cost(view: dict[str, Any]) -> float | None:
         unknown = unknown or c is None
         total += c or 0.0
     return None if unknown else round(total, 8)
+
+
+_PROCESS_STATES = {
+    "alive": "running it",
+    "gone": "gone: the run was cut off (killed), no end can come from it",
+    "elsewhere": "cannot be checked from here",
+}
 
 
 def format_view(view: dict[str, Any], indent: str = "") -> list[str]:
@@ -161,6 +175,9 @@ def format_view(view: dict[str, Any], indent: str = "") -> list[str]:
                          f"{origin['position']} replayed, not redone)")
     if view.get("error"):
         lines.append(f"{indent}  error: {view['error']}")
+    process = view.get("process")
+    if process and process["state"]:
+        lines.append(f"{indent}  process {process['pid']} on {process['host']}: {_PROCESS_STATES[process['state']]}")
     for entry in view["timeline"]:
         detail = entry.get("operation") or entry.get("child_run_id") or entry.get("model") or ""
         outcome = entry.get("outcome") or entry.get("status") or ""

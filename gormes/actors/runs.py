@@ -36,6 +36,7 @@ from gormes.actors.run_context import (
     run_handlers,
 )
 from gormes.actors.run_live import CHILD_TRUST, LiveRunContext, TokenSink, error_text
+from gormes.actors.run_process import this_process
 from gormes.errors import UserError
 from gormes.events.base import Event
 from gormes.events.jobs import Tokens
@@ -136,7 +137,7 @@ class LiveRun:
             parent_run_id=self.parent_run_id, depth=self.depth, deadline_s=self.deadline_s,
             tools=self.tools, model=self.model, max_iterations=self.max_iterations,
             trust=self.trust, job_id=self.job_id, forked_from=forked_from, max_depth=self.max_depth,
-            resumed_from=resumed_from,
+            resumed_from=resumed_from, process=this_process(),
         )
 
 

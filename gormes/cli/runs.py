@@ -80,9 +80,13 @@ def runs() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of run rows.")
 @click.pass_obj
 def list_(obj: Any, as_json: bool) -> None:
-    """Every run, newest first (from the `runs` projection, caught up first)."""
+    """Every run, newest first (from the `runs` projection, caught up first).
+
+    A run with no end (running or suspended) also shows whether its process is
+    alive: "gone" means it was cut off (killed) with no end recorded."""
     import trio
 
+    from gormes.actors.run_process import OPEN_STATUSES, process_state, recorded_processes
     from gormes.events.open import open_store
     from gormes.projections.runner import ProjectionRunner
     from gormes.projections.runs import COLUMNS, TABLE
@@ -91,10 +95,14 @@ def list_(obj: Any, as_json: bool) -> None:
     async def main() -> list[dict[str, Any]]:
         async with open_store(obj.target) as store:
             await ProjectionRunner(store, projection).catch_up()
-            rows = await store.read_with(lambda log: log.conn.execute(
+            rows = [dict(zip(COLUMNS, row)) for row in await store.read_sql(lambda conn: conn.execute(
                 f"SELECT {', '.join(COLUMNS)} FROM {TABLE} ORDER BY started_at DESC, run_id DESC"
-            ).fetchall())
-            return [dict(zip(COLUMNS, row)) for row in rows]
+            ).fetchall())]
+            open_runs = [r["run_id"] for r in rows if r["status"] in OPEN_STATUSES]
+            processes = await store.read_sql(lambda conn: recorded_processes(conn, open_runs))
+            for r in rows:
+                r["process"] = process_state(processes.get(r["run_id"])) if r["status"] in OPEN_STATUSES else None
+            return rows
 
     rows = trio.run(main)
     if as_json:
@@ -106,8 +114,9 @@ def list_(obj: Any, as_json: bool) -> None:
     for r in rows:
         parent = f"  parent {r['parent_run_id']}" if r["parent_run_id"] else ""
         error = f"  {r['error']}" if r["error"] else ""
+        gone = f"  its process {r['pid']} on {r['host']} is gone: cut off" if r["process"] == "gone" else ""
         click.echo(f"{r['run_id']}  {r['status']:<10} {r['handler']:<12} depth {r['depth']}  "
-                   f"turns {r['iterations']}  tokens {r['tokens_input']}/{r['tokens_output']}{parent}{error}")
+                   f"turns {r['iterations']}  tokens {r['tokens_input']}/{r['tokens_output']}{parent}{error}{gone}")
 
 
 @runs.command()
@@ -136,7 +145,9 @@ def show(obj: Any, run_id: str, tree: bool, as_json: bool) -> None:
 @runs.command()
 @click.argument("run_id", metavar="RUN")
 @click.option("--force", is_flag=True,
-              help="RUN has no end and its process is gone (killed): record it as cut off, then resume it.")
+              help="RUN has no end and its process, which cannot be checked from here (another host or "
+              "container), is gone: record it as cut off, then resume it. On its own host a gone "
+              "process is seen without it.")
 @workspace_option
 @import_option
 @click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")

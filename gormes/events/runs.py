@@ -112,6 +112,19 @@ class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     position: int
 
 
+class RunProcess(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """The process that drives a run. A run records its own end, so a run whose
+    process died (SIGKILL, a crash) has none; on the host it ran on, this tells
+    such a run from a live one (gormes/actors/run_process.py)."""
+
+    host: str  # the hostname, for people
+    machine: str = ""  # /etc/machine-id where there is one: the machine, for the check
+    boot: str = ""  # the kernel's boot id: another one means the machine restarted since
+    pid_namespace: str = ""  # another container's pids are not ours to look up
+    pid: int
+    started_at: float  # the process's start (epoch seconds): a reused pid has another
+
+
 # -- lifecycle --------------------------------------------------------------------
 
 
@@ -133,6 +146,8 @@ class RunStarted(Event, tag="run.started", kw_only=True, gc=False):
     # A later attempt of the same agent job continuing this earlier run (decision 0011):
     # its observations up to the position were copied (replayed, not redone).
     resumed_from: ForkOrigin | None = None
+    # The process that drives the run; None in runs recorded before it was kept.
+    process: RunProcess | None = None
 
 
 class RunCompleted(Event, tag="run.completed", kw_only=True, gc=False):

@@ -6,12 +6,15 @@ as `running` for ever. For a job's runs (subagents included: they carry the job'
 id) the ledger tells: if the job is not `active`, no attempt is running them, so
 they were cut off with a worker that was lost. A job's next attempt records them
 as cancelled, and so does a worker's sweep for an agent job that ended dead or
-cancelled (gormes/actors/cut_off.py); until then they show here. Runs outside a
-job cannot be told apart from running ones: they are counted, not judged.
+cancelled (gormes/actors/cut_off.py); until then they show here. A run outside a
+job names its process (`run.started`): on that process's host, a process that is
+gone is certain (gormes/actors/run_process.py), and so is the cut-off; runs
+whose process cannot be checked from here are counted, not judged.
 """
 
 from __future__ import annotations
 
+from gormes.actors.run_process import describe, process_state, recorded_processes
 from gormes.events.runs import TERMINAL_TYPES
 from gormes.events.sql_fragments import json_text
 from gormes.health import Check, DoctorContext, Verdict, has_table, listing, ok, warn
@@ -43,22 +46,40 @@ def job_statuses(ctx: DoctorContext, job_ids: set[str]) -> dict[str, str]:
 def check_cut_off(ctx: DoctorContext) -> Verdict:
     endless = endless_runs(ctx)
     statuses = job_statuses(ctx, {job for _, job in endless if job is not None})
-    cut_off = [(run, job, statuses[job]) for run, job in endless
+    of_jobs = [(run, job, statuses[job]) for run, job in endless
                if job is not None and job in statuses and statuses[job] != "active"]
-    foreground = sum(1 for _, job in endless if job is None)
-    outside = (f"; {foreground} run(s) outside a job have no end (running, or killed: "
-               "`gormes runs resume RUN --force` continues one whose process is gone)") if foreground else ""
-    if not cut_off:
-        live = len(endless) - foreground
-        return ok(f"{live} run(s) of active jobs running{outside}")
-    described = [f"{run} (job {job}, {status})" for run, job, status in cut_off]
+    outside = [run for run, job in endless if job is None]
+    processes = recorded_processes(ctx.db, outside)
+    states = {run: process_state(processes.get(run)) for run in outside}
+    gone = [f"{run} ({describe(processes[run])})" for run in outside if states[run] == "gone"]
+    unknown = sum(1 for run in outside if states[run] in ("elsewhere", None))
+    alive = sum(1 for run in outside if states[run] == "alive")
+    live = len(endless) - len(outside)
+    counted = "".join((
+        f"; {alive} run(s) outside a job running here" if alive else "",
+        f"; {unknown} run(s) outside a job have no end and a process that cannot be checked from "
+        "here (another host or container, or recorded before processes were kept): running, or "
+        "killed (`gormes runs resume RUN --force` continues one whose process is gone)" if unknown else "",
+    ))
+    if not of_jobs and not gone:
+        return ok(f"{live} run(s) of active jobs running{counted}")
+    problems, fixes = [], []
+    if of_jobs:
+        described = [f"{run} (job {job}, {status})" for run, job, status in of_jobs]
+        problems.append(f"{len(of_jobs)} run(s) of jobs no attempt is running have no end, cut off "
+                        f"with a lost worker: {listing(described, 3)}")
+        fixes.append("the job's next attempt records them as cancelled and continues them (a waiting "
+                     "job gets one from a worker, a paused one after `gormes jobs resume JOB`); for a "
+                     "dead or cancelled job a running worker records them as cut off within a lease "
+                     "of its end: if they stay, start a worker (`gormes worker` or `gormes daemon`)")
+    if gone:
+        problems.append(f"{len(gone)} run(s) outside a job have no end and their process is gone, "
+                        f"cut off (killed): {listing(gone, 3)}")
+        fixes.append("`gormes runs resume RUN` records a top-level one as cut off and continues it; "
+                     "a running worker or daemon on this host records them as cut off")
     return warn(
-        f"{len(cut_off)} run(s) of jobs no attempt is running have no end, cut off with a lost "
-        f"worker, and read as running: {listing(described, 3)}{outside}",
-        "nothing recorded is lost: the job's next attempt records them as cancelled and continues "
-        "them (a waiting job gets one from a worker, a paused one after `gormes jobs resume JOB`); "
-        "for a dead or cancelled job a running worker records them as cut off within a lease of "
-        "its end: if they stay, start a worker (`gormes worker` or `gormes daemon`)",
+        "; ".join(problems) + f"; they read as running{counted}",
+        "nothing recorded is lost: " + "; ".join(fixes),
     )
 
 

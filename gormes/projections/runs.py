@@ -2,7 +2,8 @@
 
     run_id, parent_run_id, job_id, handler, handler_version, model, status, depth,
     started_at, finished_at, iterations (model turns), tokens_input, tokens_output,
-    tokens_cache_read (the run's total, awaited children's included), last_tool, error
+    tokens_cache_read (the run's total, awaited children's included), last_tool, error,
+    host, pid (the process that drives it; NULL in runs recorded before it was kept)
 
 Times are the events' `recorded_at`, so a rebuild gives the same rows.
 """
@@ -36,12 +37,12 @@ TABLE = "runs"
 COLUMNS = (
     "run_id", "parent_run_id", "job_id", "handler", "handler_version", "model", "status",
     "depth", "started_at", "finished_at", "iterations", "tokens_input", "tokens_output",
-    "tokens_cache_read", "last_tool", "error",
+    "tokens_cache_read", "last_tool", "error", "host", "pid",
 )
 
 # A run started again (the same run id) replaces its row, as INSERT OR REPLACE did.
 _INSERT = replace_sql(
-    TABLE, COLUMNS, "run_id", "?, ?, ?, ?, ?, ?, 'running', ?, ?, NULL, 0, 0, 0, 0, NULL, NULL"
+    TABLE, COLUMNS, "run_id", "?, ?, ?, ?, ?, ?, 'running', ?, ?, NULL, 0, 0, 0, 0, NULL, NULL, ?, ?"
 )
 _ADD_TOKENS = (
     f"UPDATE {TABLE} SET tokens_input = tokens_input + ?, tokens_output = tokens_output + ?, "
@@ -58,7 +59,7 @@ SCHEMA = Schema(
                 "handler_version": str, "model": str, "status": str, "depth": int,
                 "started_at": float, "finished_at": float, "iterations": int,
                 "tokens_input": int, "tokens_output": int, "tokens_cache_read": int,
-                "last_tool": str, "error": str,
+                "last_tool": str, "error": str, "host": str, "pid": int,
             },
             "run_id",
             frozenset({"handler", "status", "depth", "started_at", "iterations"}),
@@ -70,7 +71,7 @@ SCHEMA = Schema(
 
 class RunsProjection:
     name = "runs"
-    version = 1
+    version = 2  # 2: host, pid
     tables = (TABLE,)
     types = ("run.*",)
     schema = SCHEMA
@@ -86,7 +87,8 @@ class RunsProjection:
             if isinstance(e, RunStarted):
                 conn.execute(_INSERT, (
                     run_id, e.parent_run_id, e.job_id, e.handler, e.handler_version, e.model,
-                    e.depth, r.recorded_at,
+                    e.depth, r.recorded_at, e.process.host if e.process else None,
+                    e.process.pid if e.process else None,
                 ))
             elif isinstance(e, RunLlmTurn):
                 conn.execute(f"UPDATE {TABLE} SET iterations = iterations + 1 WHERE run_id = ?", (run_id,))

@@ -12,8 +12,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import msgspec
 from cli_helpers import REPO, assert_one_line_error, cli_env, gormes_command, run_gormes
 
+from gormes.actors.run_process import this_process
 from gormes.events.runs import RunStarted, run_stream
 from gormes.events.sqlite_log import SQLiteLog
 
@@ -100,26 +102,73 @@ def test_an_interrupted_run_resumes_without_redoing_its_steps(tmp_path: Path) ->
     assert head(db) == before
 
 
-def test_a_killed_run_is_resumed_only_when_the_operator_says_its_process_is_gone(tmp_path: Path) -> None:
+def test_a_killed_run_reads_as_cut_off_and_resumes_without_force(tmp_path: Path) -> None:
     db, script = tmp_path / "g.db", tmp_path / "model.json"
     proc, old = start_run(db, write_script(script, 60_000))
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=30)
-    assert runs_by_id(db)[old]["status"] == "running"  # no end: nobody could record one
 
+    # while its process runs it, it is not resumed, forced or not
     before = head(db)
-    error = assert_one_line_error(run_gormes(db, "runs", "resume", old))
-    assert "has no end" in error and "--force" in error
+    listed = runs_by_id(db)[old]
+    assert (listed["status"], listed["process"], listed["pid"]) == ("running", "alive", proc.pid)
+    for extra in ((), ("--force",)):
+        error = assert_one_line_error(run_gormes(db, "runs", "resume", old, *extra))
+        assert f"process {proc.pid} on " in error and "is still running it" in error
     assert head(db) == before
 
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    listed = runs_by_id(db)[old]
+    assert (listed["status"], listed["process"]) == ("running", "gone")  # no end: nobody could record one
+    text = run_gormes(db, "runs", "list").stdout
+    assert f"its process {proc.pid} on {listed['host']} is gone: cut off" in text
+    shown = json.loads(run_gormes(db, "runs", "show", old, "--json").stdout)
+    assert shown["process"] == {"host": listed["host"], "pid": proc.pid, "state": "gone"}
+    assert f"process {proc.pid} on {listed['host']}: gone: the run was cut off" in run_gormes(
+        db, "runs", "show", old).stdout
+
     write_script(script, 0)
-    resumed = run_gormes(db, "runs", "resume", old, "--force", "--json")
+    resumed = run_gormes(db, "runs", "resume", old, "--json")
     assert resumed.returncode == 0, resumed.stderr
     report = json.loads(resumed.stdout)
     assert report["outcome"]["status"] == "completed" and report["resumed_from"]["run_id"] == old
     row = runs_by_id(db)[old]
-    assert row["status"] == "cancelled" and row["error"].startswith("cut off: its process declared gone")
+    assert (row["status"], row["error"], row["process"]) == (
+        "cancelled", f"cut off: its process {proc.pid} on {listed['host']} is gone", None)
+    assert json.loads(run_gormes(db, "runs", "show", old, "--json").stdout)["process"]["state"] is None
     assert executions(db, "memory.remember") == 1
+
+
+def test_a_run_whose_process_cannot_be_checked_is_resumed_only_with_force(tmp_path: Path) -> None:
+    db, script = tmp_path / "g.db", tmp_path / "model.json"
+    model = write_script(script, 0)
+    here = this_process()
+    log = SQLiteLog(db)
+    try:
+        for run_id, process in (
+            ("on-another-host", msgspec.structs.replace(here, host="far", machine="another-machine")),
+            ("in-another-container", msgspec.structs.replace(here, pid_namespace="pid:[1]")),
+            ("from-before", None),
+        ):
+            log.append_now(run_stream(run_id), [RunStarted(
+                run_id=run_id, handler="agent", handler_version="v", input={"prompt": "work"},
+                model=model, process=process)])
+    finally:
+        log.close()
+    rows = runs_by_id(db)
+    assert [rows[r]["process"] for r in ("on-another-host", "in-another-container", "from-before")] == [
+        "elsewhere", "elsewhere", None]
+    before = head(db)
+    error = assert_one_line_error(run_gormes(db, "runs", "resume", "on-another-host"))
+    assert f"its process {here.pid} on far cannot be checked from here" in error and "--force" in error
+    error = assert_one_line_error(run_gormes(db, "runs", "resume", "from-before"))
+    assert "names no process" in error and "--force" in error
+    assert head(db) == before
+
+    resumed = run_gormes(db, "runs", "resume", "in-another-container", "--force", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["outcome"]["status"] == "completed"
+    row = runs_by_id(db)["in-another-container"]
+    assert row["status"] == "cancelled" and row["error"].startswith("cut off: its process declared gone")
 
 
 def test_a_job_s_run_and_a_subagent_are_refused(tmp_path: Path) -> None:
