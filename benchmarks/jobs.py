@@ -24,6 +24,11 @@ round also times both systems draining ONE job, which is mostly the process
 start-up (imports, opening the store); `*_drain_jobs_per_s` is the N-job run's
 rate with that taken out, the rate of a worker that is already running.
 
+Context for the target, also measured in the run: `python_trio_start_s` is a
+bare `python -c "import trio"` (median of 5), the least any worker whose actors
+are trio tasks takes before its first job; `five_x_budget_s` is the whole time
+gormes may take for the N jobs to be 5 times huey (N / (5 x huey's jobs/s)).
+
 Prints one JSON line.
 """
 
@@ -237,6 +242,16 @@ def drain_rate(jobs_per_s: float, one_job_s: float) -> float | None:
     return round((N_JOBS - 1) / rest, 1) if rest > 0 else None
 
 
+def python_trio_start() -> float:
+    """Seconds for a fresh `python -c "import trio"` (median of 5)."""
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import trio"], check=True, env=env())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
@@ -260,6 +275,7 @@ def main() -> None:
             g1.append(1 / gormes_throughput(one_dir, 1))
             h1.append(1 / huey_throughput(one_dir, 1))
         pickups = gormes_pickup(tmp)
+    trio_start = python_trio_start()
     g, h = statistics.median(gs), statistics.median(hs)
     g_start, h_start = statistics.median(g1), statistics.median(h1)
     g_drain, h_drain = drain_rate(g, g_start), drain_rate(h, h_start)
@@ -283,6 +299,8 @@ def main() -> None:
         "gormes_drain_jobs_per_s": g_drain,
         "huey_drain_jobs_per_s": h_drain,
         "vs_huey_drain": round(g_drain / h_drain, 2) if g_drain and h_drain else None,
+        "python_trio_start_s": round(trio_start, 3),
+        "five_x_budget_s": round(N_JOBS / (5 * h), 3),
         "durability": "WAL, synchronous=FULL (both)",
     }))
 
