@@ -30,6 +30,7 @@ from gormes.events.audit import (
     audit_stream,
 )
 from gormes.events.codec import Codec
+from gormes.events.postgres_sql import iter_rows
 from gormes.events.sql_fragments import json_number, json_text, text_order
 
 AUDIT_SCHEMA_VERSION = 1
@@ -130,7 +131,7 @@ def read_audit(
     """The matching audit events in log order; rows that do not decode as
     `OperationAudited` are counted in `export.unreadable` and left out."""
     sql, params = _query(f, conn)
-    for position, stream, type_version, data in conn.execute(sql, params):
+    for position, stream, type_version, data in iter_rows(conn, sql, params):
         event = codec.decode(AUDIT_TYPE, type_version, data)
         if not isinstance(event, OperationAudited):
             if export is not None:

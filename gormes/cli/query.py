@@ -149,10 +149,10 @@ def _query_postgres(url: str, sql: str, as_json: bool) -> None:
 
     conn = open_read_only(url)
     try:
-        columns, rows = run(conn, sql)
+        with run(conn, sql) as (columns, rows):
+            if as_json:
+                output.write_json_objects(json_rows(columns, rows))
+            else:
+                output.print_rows_table(columns, rows)
     finally:
         conn.close()
-    if as_json:
-        output.write_json_objects(json_rows(columns, rows))
-    else:
-        output.print_rows_table(columns, rows)

@@ -15,7 +15,7 @@ fragment by `dialect_of(conn)`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # importing psycopg is left to the Postgres store (startup time)
@@ -74,5 +74,29 @@ class PortableConnection:
         with self.raw.cursor() as cur:
             cur.executemany(to_psycopg(sql), rows)
 
+    def stream(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        """The rows of a query as the server sends them, a chunk at a time: for
+        results too large to hold (`execute` reads the whole result first)."""
+        return stream_rows(self.raw.cursor(), to_psycopg(sql), tuple(params))
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
+
+
+STREAM_CHUNK = 1000
+
+
+def stream_rows(cursor: psycopg.Cursor, sql: str, params: Sequence[Any] | None) -> Iterator[tuple[Any, ...]]:
+    """`cursor.stream`, in chunks where this libpq can (17 and later), else row by row."""
+    from psycopg import capabilities
+
+    size = STREAM_CHUNK if capabilities.has_stream_chunked() else 1
+    return cursor.stream(sql, params, size=size)
+
+
+def iter_rows(conn: Any, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+    """The rows of a `?` query, read as they come on either database (sqlite3's
+    cursor already does; on PostgreSQL `PortableConnection.stream`)."""
+    if dialect_of(conn) == POSTGRES:
+        return conn.stream(sql, params)
+    return conn.execute(sql, params)

@@ -121,3 +121,24 @@ def test_bad_sql_and_a_schema_without_gormes_are_one_line(schema: str, tmp_path:
         assert admin("SELECT count(*) FROM information_schema.tables WHERE table_schema = %s",
                      (empty,)) == [(0,)]
     assert list(tmp_path.iterdir()) == []  # no SQLite file was made
+
+
+def test_a_large_result_is_streamed_and_an_empty_one_keeps_its_columns(schema: str, tmp_path: Path):
+    url = url_for_schema(schema)
+    # more rows than one chunk of the stream, in order, each once
+    many = query(url, "--json", "SELECT n, repeat('x', 100) AS pad FROM generate_series(1, 25000) AS n "
+                 "ORDER BY n", cwd=tmp_path)
+    assert many.returncode == 0, many.stderr
+    assert [row["n"] for row in json_lines(many.stdout)] == list(range(1, 25001))
+    # no row: the table still has its header
+    empty = query(url, "SELECT stream, version FROM events WHERE false", cwd=tmp_path)
+    assert empty.returncode == 0, empty.stderr
+    assert "stream" in empty.stdout and "version" in empty.stdout and "(0 rows)" in empty.stdout
+    assert query(url, "--json", "SELECT 1 WHERE false", cwd=tmp_path).stdout == ""
+    # a statement with no result at all (allowed in a read-only transaction): no rows
+    setting = query(url, "--json", "SET statement_timeout = 0", cwd=tmp_path)
+    assert (setting.returncode, setting.stdout) == (0, ""), setting.stderr
+    # an error met while the rows stream is one line
+    failing = query(url, "--json", "SELECT 1 / (3 - n) AS x FROM generate_series(1, 5) AS n", cwd=tmp_path)
+    assert "query failed: division by zero" in assert_one_line_error(failing)
+    assert failing.returncode == 2
