@@ -66,8 +66,9 @@ def status(obj, as_json: bool) -> None:
 @click.option(
     "--check",
     is_flag=True,
-    help="Rebuild into a scratch copy and report any difference from the live tables "
-    "(exit 1 if there is one); the live database is not written.",
+    help="Rebuild into a scratch copy (a file; on PostgreSQL a schema, dropped afterwards) and "
+    "report any difference from the live tables (exit 1 if there is one); the live database "
+    "is not written.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @click.pass_context
@@ -79,20 +80,15 @@ def rebuild(ctx: click.Context, names: tuple[str, ...], check: bool, as_json: bo
 
     from gormes.projections import maintenance, registry
 
-    from gormes.errors import UserError
-
     selected = registry.select(names)
     db = ctx.obj.target
     if ctx.obj.url is not None:
-        if check:
-            raise UserError(
-                "projections rebuild --check needs an SQLite database (it rebuilds in a "
-                "copy of the file); on PostgreSQL rebuild without --check"
-            )
         selected = _on_postgres(selected, explicit=bool(names))
     with _progress() as progress_for:
         if not check:
             rebuilt = trio.run(maintenance.rebuild, db, selected, progress_for)
+        elif ctx.obj.url is not None:
+            results = trio.run(maintenance.check_postgres, ctx.obj.url, selected, progress_for)
         else:
             results = trio.run(maintenance.check, db, selected, progress_for)
     if not check:

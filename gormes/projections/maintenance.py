@@ -1,17 +1,24 @@
 """Rebuilding projections in place, and checking them against a rebuild.
 
-`rebuild` works on SQLite and PostgreSQL. `check` (SQLite only) never writes to the live database. It copies it with SQLite's backup API
-(one consistent snapshot of log, tables and tracking) into a scratch file, rebuilds
-each projection there from position 0 up to the position its live tables had
-reached, and compares the two sets of tables row by row. Comparing at the same
-position means a projection that is merely behind is not reported as different.
+`rebuild` works on SQLite and PostgreSQL. `check` never writes to the live
+database. It takes one consistent snapshot of log, tables and tracking into a
+scratch copy, rebuilds each projection there from position 0 up to the position
+its live tables had reached, and compares the two sets of tables row by row.
+Comparing at the same position means a projection that is merely behind is not
+reported as different.
+
+- SQLite: the copy is a scratch file made with SQLite's backup API.
+- PostgreSQL (`check_postgres`): the copy is a scratch schema on the same server
+  (`gormes_check_<random>`, dropped afterwards), filled in one REPEATABLE READ
+  transaction: the log, and each projection's live tables as `live__<table>`.
 """
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -116,24 +123,157 @@ async def check(
         async with SQLiteEventStore.open(rebuilt, durability="normal") as store:
             for projection in projections:
                 built, position = _built(live, projection.name)
-                if built is None:
-                    results.append(CheckResult(projection.name, 0, "not built", []))
-                    continue
-                if built != projection.version:
-                    why = Difference(
-                        ",".join(projection.tables),
-                        "version",
-                        detail=f"live tables were built by version {built}; "
-                        f"this gormes builds version {projection.version}",
-                    )
-                    results.append(CheckResult(projection.name, position, "stale", [why]))
-                    continue
-                runner = ProjectionRunner(store, projection)
-                await runner.rebuild(upto=position, progress=progress_for(projection))
-                differences = compare_tables(rebuilt, live, projection.tables)
-                state = "different" if differences else "identical"
-                results.append(CheckResult(projection.name, position, state, differences))
+
+                async def rebuild_upto(projection: Projection = projection, position: int = position) -> None:
+                    runner = ProjectionRunner(store, projection)
+                    await runner.rebuild(upto=position, progress=progress_for(projection))
+
+                results.append(await _check_one(
+                    projection, built, position, rebuild_upto,
+                    lambda projection=projection: compare_tables(rebuilt, live, projection.tables),
+                ))
         return results
+
+
+async def _check_one(
+    projection: Projection, built: int | None, position: int,
+    rebuild_upto: Callable[[], Awaitable[None]], compare: Callable[[], list[Difference]],
+) -> CheckResult:
+    """The check of one projection whose live tables were `built` by that version up
+    to `position`: rebuild the scratch copy up to there, then compare."""
+    if built is None:
+        return CheckResult(projection.name, 0, "not built", [])
+    if built != projection.version:
+        why = Difference(
+            ",".join(projection.tables),
+            "version",
+            detail=f"live tables were built by version {built}; "
+            f"this gormes builds version {projection.version}",
+        )
+        return CheckResult(projection.name, position, "stale", [why])
+    await rebuild_upto()
+    differences = compare()
+    return CheckResult(projection.name, position, "different" if differences else "identical", differences)
+
+
+async def check_postgres(
+    url: str,
+    projections: Sequence[Projection],
+    progress_for: ProgressFor = _no_progress,
+) -> list[CheckResult]:
+    """`check` on PostgreSQL: the scratch copy is a schema of its own on the same
+    server, dropped afterwards whatever happens; the live schema is only read."""
+    import psycopg
+    from psycopg import sql
+
+    from gormes.errors import StoreError
+    from gormes.events.postgres import PostgresEventStore
+    from gormes.events.postgres_schema import connect, first_line, prepare
+    from gormes.projections import ledger
+
+    conn = connect(url, application_name="gormes projections check")
+    try:
+        live = prepare(conn, url, create=False)  # an existing gormes schema, or a clear error
+        scratch = f"gormes_check_{secrets.token_hex(6)}"
+        try:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(scratch)))
+        except psycopg.Error as exc:
+            raise StoreError(f"--check rebuilds in a scratch schema and cannot create one: "
+                             f"{first_line(exc)}") from None
+        try:
+            async with PostgresEventStore.open(url, schema=scratch):
+                pass  # the scratch schema gets gormes' own tables first
+            snapshot = _snapshot_postgres(conn, live, scratch, projections)
+            results = []
+            async with PostgresEventStore.open(url, schema=scratch) as store:
+                for projection in projections:
+                    built, position = snapshot[projection.name]
+
+                    async def rebuild_upto(projection: Projection = projection, position: int = position) -> None:
+                        if projection.name == ledger.NAME:
+                            await _rebuild_ledger_postgres(store, position)
+                        else:
+                            runner = ProjectionRunner(store, projection)
+                            await runner.rebuild(upto=position, progress=progress_for(projection))
+
+                    results.append(await _check_one(
+                        projection, built, position, rebuild_upto,
+                        lambda projection=projection: _compare_postgres(conn, scratch, _postgres_tables(projection)),
+                    ))
+            return results
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
+    finally:
+        conn.close()
+
+
+_LIVE_PREFIX = "live__"
+
+
+def _snapshot_postgres(
+    conn: Any, live: str, scratch: str, projections: Sequence[Projection],
+) -> dict[str, tuple[int | None, int]]:
+    """In one REPEATABLE READ transaction: each projection's (built version, tracked
+    position), its live tables copied into `scratch` as `live__<table>`, and the
+    log copied into `scratch`'s events table."""
+    from gormes.events.postgres_sql import PortableConnection
+
+    found: dict[str, tuple[int | None, int]] = {}
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        portable = PortableConnection(conn)  # on the live schema (the URL's search_path)
+        for projection in projections:
+            found[projection.name] = (bookkeeping.built_version(portable, projection.name),
+                                      bookkeeping.tracked_position(portable, projection.name))
+            for table in _postgres_tables(projection):
+                if _pg_columns(conn, live, table):
+                    conn.execute(f"CREATE TABLE {_quote(scratch)}.{_quote(_LIVE_PREFIX + table)} AS "
+                                 f"SELECT * FROM {_quote(live)}.{_quote(table)}")
+        columns = "position, stream, version, type, type_version, data, recorded_at"
+        conn.execute(f"INSERT INTO {_quote(scratch)}.events({columns}) "
+                     f"SELECT {columns} FROM {_quote(live)}.events")
+    return found
+
+
+async def _rebuild_ledger_postgres(store: Any, position: int) -> None:
+    """The job ledger, folded afresh from the log up to `position` (it is kept
+    inline with appends on the live schema, so it has no runner of its own)."""
+    from gormes.projections import ledger, ledger_postgres
+
+    def run(tx: Any) -> None:
+        ledger_postgres.set_up(tx.conn, ledger.NAME, ledger.VERSION)
+        tx.execute("SELECT 1")
+        ledger.reset(tx.conn)
+        ledger.catch_up(tx.conn, before=position + 1)
+
+    await store.transact(run)
+
+
+def _postgres_tables(projection: Projection) -> tuple[str, ...]:
+    """The tables a projection has on PostgreSQL (its portable schema's: no FTS5)."""
+    from gormes.projections.schema import schema_of
+
+    schema = schema_of(projection)
+    return tuple(t.name for t in schema.tables) if schema is not None else tuple(projection.tables)
+
+
+def _pg_columns(conn: Any, schema: str, table: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+        "AND table_name = %s ORDER BY ordinal_position", (schema, table),
+    ).fetchall()
+    return [name for (name,) in rows]
+
+
+def _compare_postgres(conn: Any, scratch: str, tables: Sequence[str]) -> list[Difference]:
+    differences: list[Difference] = []
+    for table in tables:
+        differences.extend(_compare_table(
+            conn, table, f"{_quote(scratch)}.{_quote(table)}",
+            f"{_quote(scratch)}.{_quote(_LIVE_PREFIX + table)}",
+            _pg_columns(conn, scratch, table), _pg_columns(conn, scratch, _LIVE_PREFIX + table),
+        ))
+    return differences
 
 
 def backup(source: Path, target: Path) -> None:
@@ -162,7 +302,11 @@ def compare_tables(rebuilt: Path, live: Path, tables: Sequence[str]) -> list[Dif
         conn.execute("ATTACH DATABASE ? AS live", (str(live),))
         differences: list[Difference] = []
         for table in tables:
-            differences.extend(_compare_table(conn, table))
+            q = _quote(table)
+            differences.extend(_compare_table(
+                conn, table, f"main.{q}", f"live.{q}",
+                _columns(conn, "main", table), _columns(conn, "live", table),
+            ))
         return differences
     finally:
         conn.close()
@@ -172,20 +316,21 @@ def _columns(conn: sqlite3.Connection, schema: str, table: str) -> list[str]:
     return [row[1] for row in conn.execute(f"PRAGMA {schema}.table_info({_quote(table)})")]
 
 
-def _compare_table(conn: sqlite3.Connection, table: str) -> list[Difference]:
-    expected = _columns(conn, "main", table)
-    actual = _columns(conn, "live", table)
+def _compare_table(conn: Any, table: str, rebuilt: str, live: str, expected: list[str],
+                   actual: list[str]) -> list[Difference]:
+    """`rebuilt` and `live`: the two tables as SQL names (schema-qualified, quoted);
+    `expected` and `actual`: their columns in order (none: the live one is missing).
+    The SQL is the same on SQLite and PostgreSQL."""
     if not actual:
         return [Difference(table, "no table", detail="table missing from the live database")]
     if expected != actual:
         detail = f"live columns {actual} differ from rebuilt columns {expected}"
         return [Difference(table, "columns", detail=detail)]
     cols = ", ".join(_quote(c) for c in expected)
-    q = _quote(table)
     differences = []
-    for kind, first, second in (("missing", "main", "live"), ("unexpected", "live", "main")):
+    for kind, first, second in (("missing", rebuilt, live), ("unexpected", live, rebuilt)):
         rows = conn.execute(
-            f"SELECT {cols} FROM {first}.{q} EXCEPT SELECT {cols} FROM {second}.{q} "
+            f"SELECT {cols} FROM {first} EXCEPT SELECT {cols} FROM {second} "
             f"ORDER BY 1 LIMIT {EXAMPLES + 1}"
         ).fetchall()
         for row in rows[:EXAMPLES]:
@@ -194,10 +339,7 @@ def _compare_table(conn: sqlite3.Connection, table: str) -> list[Difference]:
             detail = f"more {kind} rows than the {EXAMPLES} listed"
             differences.append(Difference(table, "more", detail=detail))
     # EXCEPT compares sets; a duplicated row shows only in the counts.
-    counts = [
-        conn.execute(f"SELECT count(*) FROM {schema}.{q}").fetchone()[0]
-        for schema in ("main", "live")
-    ]
+    counts = [conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0] for name in (rebuilt, live)]
     if not differences and counts[0] != counts[1]:
         detail = f"live has {counts[1]} rows, rebuilt has {counts[0]}"
         differences.append(Difference(table, "count", detail=detail))
