@@ -12,13 +12,15 @@
    operator message steers one mid-run; the run tree prints with tokens.
 6. The whole run is replayed from the log, children included: exact.
 
-Everything lands in one SQLite file you can explore afterwards with
+Everything lands in the database given (the SQLite file `make demo` makes, or a
+PostgreSQL URL) to explore afterwards with
 `gormes --db PATH events|tail|query|projections|jobs`.
 """
 
 from __future__ import annotations
 
 import random
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from gormes.actors import Behavior, ExitReason
 from gormes.actors.actor import ActorExit
 from gormes.events.base import Event, UnknownEvent
 from gormes.events.notes import NoteAdded
-from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.store import EventStore
 
 OBSERVATIONS = {
     "scout": ["queue depth is 3", "token budget 40% used", "found 2 candidate sources"],
@@ -62,7 +64,7 @@ class Agent(Behavior[int, Observe]):
         return [NoteAdded(text=f"child {exit.address.stream} {outcome}", author="supervisor")]
 
 
-async def run_agents(store: SQLiteEventStore, console: Console) -> None:
+async def run_agents(store: EventStore, console: Console) -> None:
     from gormes.actors import ActorRuntime
 
     rng = random.Random(7)
@@ -86,7 +88,7 @@ async def run_agents(store: SQLiteEventStore, console: Console) -> None:
         console.print(f"[bold]coordinator[/] wrote {state.value} notes (stream version {state.version})")
 
 
-async def follow(store: SQLiteEventStore, console: Console, after: int, until: trio.Event) -> None:
+async def follow(store: EventStore, console: Console, after: int, until: trio.Event) -> None:
     """Print each event as it commits, until `until` is set and the log is drained."""
     subscription = store.subscribe(after=after)
     while True:
@@ -104,7 +106,7 @@ async def follow(store: SQLiteEventStore, console: Console, after: int, until: t
         )
 
 
-async def print_streams(store: SQLiteEventStore, console: Console) -> None:
+async def print_streams(store: EventStore, console: Console) -> None:
     from gormes.projections.runner import ProjectionRunner
     from gormes.projections.streams import StreamsProjection
 
@@ -124,19 +126,23 @@ async def print_streams(store: SQLiteEventStore, console: Console) -> None:
     console.print(table)
 
 
-async def run_jobs(store: SQLiteEventStore, console: Console) -> None:
+async def run_jobs(store: EventStore, console: Console) -> None:
     from gormes.demo_jobs import drain_demo_jobs
 
     await drain_demo_jobs(store, console)
 
 
-async def main(db: Path, console: Console | None = None) -> None:
+async def main(db: str | Path, console: Console | None = None) -> None:
+    """`db`: an SQLite path or a PostgreSQL URL (an empty schema, or one gormes owns)."""
     from gormes.events.catalog import load_all
+    from gormes.events.open import open_store
+    from gormes.events.postgres_schema import redact
 
     load_all()
     console = console or Console()
-    console.print(f"[bold]gormes demo[/] writing to {db}\n")
-    async with SQLiteEventStore.open(db) as store:
+    shown = redact(str(db))
+    async with open_store(db) as store:
+        console.print(f"[bold]gormes demo[/] writing to {shown}\n")
         start = await store.head()
         agents_done = trio.Event()
         async with trio.open_nursery() as nursery:
@@ -159,7 +165,7 @@ async def main(db: Path, console: Console | None = None) -> None:
     console.print()
     console.print("[bold]6.[/] the agent run replayed from the log, children included:")
     await replay_agent_demo(db, run_id, console)
-    console.print(f"\n{head} events in {db}. Look around:")
+    console.print(f"\n{head} events in {shown}. Look around:")
     for command in ("events --type 'job.*'", "jobs list", f"runs show {run_id} --tree",
                     f"replay {run_id}", "projections rebuild --check"):
-        console.print(f"  .venv/bin/gormes --db {db} {command}", soft_wrap=True)
+        console.print(f"  .venv/bin/gormes --db {shlex.quote(shown)} {command}", soft_wrap=True)

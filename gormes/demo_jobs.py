@@ -17,7 +17,7 @@ from rich.table import Table
 
 from gormes.actors.handlers import HandlerRegistry, default_registry
 from gormes.events.jobs import Backoff, JobOptions
-from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.store import EventStore
 
 
 def demo_registry() -> HandlerRegistry:
@@ -52,7 +52,7 @@ def demo_registry() -> HandlerRegistry:
     return registry
 
 
-async def drain_demo_jobs(store: SQLiteEventStore, console: Console) -> None:
+async def drain_demo_jobs(store: EventStore, console: Console) -> None:
     from gormes.actors.queue import JobQueue
     from gormes.actors.worker import Worker, WorkerConfig
 

@@ -17,7 +17,7 @@ import trio
 from rich.console import Console
 
 from gormes.events.runs import RunChildSpawned, RunToolCalled, run_stream
-from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.store import EventStore
 
 PROMPT = "Role: coordinator. Summarize how gormes records and explains its design."
 STEER = "Operator: also note how the version cache stays correct (data_version)."
@@ -35,7 +35,7 @@ def demo_workspace() -> Path:
     return Path(str(files("gormes"))).parent
 
 
-async def _steer_scout_mid_run(store: SQLiteEventStore, runs, parent_id: str) -> str:
+async def _steer_scout_mid_run(store: EventStore, runs, parent_id: str) -> str:
     """Wait until the scout has made its first tool call, then message it."""
     scout_id = None
     async for record in store.subscribe(after=0, types=["run.child_spawned", "run.tool_called"]):
@@ -49,7 +49,7 @@ async def _steer_scout_mid_run(store: SQLiteEventStore, runs, parent_id: str) ->
     raise AssertionError("unreachable: a subscription never ends")
 
 
-async def run_agent_demo(store: SQLiteEventStore, console: Console) -> str:
+async def run_agent_demo(store: EventStore, console: Console) -> str:
     from gormes.actors.runs import RunManager
     from gormes.actors.run_timeline import format_view, run_view
     from gormes.ops.builtin import default_registry

@@ -10,10 +10,11 @@ import click
 def demo(obj) -> None:
     """Actors append concurrently, a follower tails them, projections and jobs print.
 
-    Writes to the database given by --db (`make demo` uses a fresh .demo/gormes.db).
+    Writes to the database given by --db (`make demo` uses a fresh .demo/gormes.db;
+    a PostgreSQL URL works too).
     """
     import trio
 
     from gormes.demo import main
 
-    trio.run(main, obj.db)
+    trio.run(main, obj.target)

@@ -232,31 +232,7 @@ def test_a_full_disk_is_one_line_and_the_log_stays_intact(tmpfs: Path) -> None:
     assert [e["position"] for e in json_lines(listed.stdout)] == sorted(acknowledged)
 
 
-# -- a PostgreSQL URL given to a command that runs on SQLite only ---------------
-
-SQLITE_ONLY_COMMANDS = {
-    "demo": ["demo"],
-}
-
-
-@pytest.mark.parametrize("command", list(SQLITE_ONLY_COMMANDS))
-def test_sqlite_only_commands_refuse_a_postgres_url_and_create_nothing(
-    tmp_path: Path, command: str
-) -> None:
-    # Taken for a path, the URL once became an SQLite file under ./postgresql:/...
-    import subprocess
-
-    from cli_helpers import cli_env, gormes_command
-
-    url = "postgresql://nobody@127.0.0.1:1/nowhere"
-    done = subprocess.run(
-        gormes_command(url, *SQLITE_ONLY_COMMANDS[command]), capture_output=True, text=True,
-        env=cli_env(), timeout=60, cwd=tmp_path,
-    )
-    line = assert_one_line_error(done)
-    assert "runs on an SQLite file only" in line
-    assert list(tmp_path.iterdir()) == []
-
+# -- a PostgreSQL URL that cannot be reached --------------------------------------
 
 # The commands that once refused a URL and now read PostgreSQL: an unreachable
 # server is one line (the password hidden), and no SQLite file is made.
@@ -266,6 +242,8 @@ POSTGRES_READING_COMMANDS = {
     "export --type": ["export", "--type", "job.*"],
     "audit export": ["audit", "export"],
     "top": ["top", "--once"],
+    "projections rebuild --check": ["projections", "rebuild", "--check"],
+    "demo": ["demo"],
 }
 
 

@@ -1,4 +1,5 @@
-"""`gormes demo` (what `make demo` runs) works end to end on a fresh file."""
+"""`gormes demo` (what `make demo` runs) works end to end on a fresh file, and on
+a fresh PostgreSQL schema."""
 
 from __future__ import annotations
 
@@ -20,7 +21,18 @@ def events_of(db, type_: str) -> list[dict]:
 
 
 def test_demo_runs_and_leaves_a_consistent_log(tmp_path):
-    db = tmp_path / "demo" / "gormes.db"
+    check_demo(tmp_path / "demo" / "gormes.db")
+
+
+def test_demo_runs_on_postgres():
+    from pg_helpers import fresh_schema, url_for_schema
+
+    with fresh_schema() as schema:
+        out = check_demo(url_for_schema(schema))
+        assert f"--db '{url_for_schema(schema)}' replay " in out
+
+
+def check_demo(db) -> str:
     result = gormes(db, "demo")
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -66,3 +78,4 @@ def test_demo_runs_and_leaves_a_consistent_log(tmp_path):
 
     check = gormes(db, "projections", "rebuild", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
+    return out
