@@ -10,6 +10,7 @@ from typing import Any
 import click
 import msgspec
 
+from gormes.actors.run_list import RUN_STATUSES
 from gormes.cli.foreground import echo_outcome, exit_code, foreground_runs, import_option, workspace_option
 from gormes.errors import UserError
 
@@ -77,32 +78,31 @@ def runs() -> None:
 
 
 @runs.command("list")
+@click.option("--status", type=click.Choice(RUN_STATUSES), help="Only runs in this status.")
+@click.option("--job", "job_id", metavar="ID", help="Only the runs of this job (its attempts' and their subagents').")
+@click.option("--handler", metavar="NAME", help="Only runs of this handler.")
+@click.option("--top-level", is_flag=True, help="No subagents: only runs without a parent.")
+@click.option("--limit", type=int, default=100, show_default=True, help="1..100000.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of run rows.")
 @click.pass_obj
-def list_(obj: Any, as_json: bool) -> None:
-    """Every run, newest first (from the `runs` projection, caught up first).
+def list_(obj: Any, status: str | None, job_id: str | None, handler: str | None, top_level: bool,
+          limit: int, as_json: bool) -> None:
+    """Runs, newest first (from the `runs` projection, caught up first).
 
     A run with no end (running or suspended) also shows whether its process is
     alive: "gone" means it was cut off (killed) with no end recorded."""
     import trio
 
-    from gormes.actors.run_process import OPEN_STATUSES, process_state, recorded_processes
+    from gormes.actors.run_list import list_runs
+    from gormes.cli.jobs import check_range
     from gormes.events.open import open_store
-    from gormes.projections.runner import ProjectionRunner
-    from gormes.projections.runs import COLUMNS, TABLE
-    from gormes.projections.runs import runs as projection
+
+    check_range("--limit", limit, 1, 100_000)
 
     async def main() -> list[dict[str, Any]]:
         async with open_store(obj.target) as store:
-            await ProjectionRunner(store, projection).catch_up()
-            rows = [dict(zip(COLUMNS, row)) for row in await store.read_sql(lambda conn: conn.execute(
-                f"SELECT {', '.join(COLUMNS)} FROM {TABLE} ORDER BY started_at DESC, run_id DESC"
-            ).fetchall())]
-            open_runs = [r["run_id"] for r in rows if r["status"] in OPEN_STATUSES]
-            processes = await store.read_sql(lambda conn: recorded_processes(conn, open_runs))
-            for r in rows:
-                r["process"] = process_state(processes.get(r["run_id"])) if r["status"] in OPEN_STATUSES else None
-            return rows
+            return await list_runs(store, status=status, job_id=job_id, handler=handler,
+                                   top_level=top_level, limit=limit)
 
     rows = trio.run(main)
     if as_json:

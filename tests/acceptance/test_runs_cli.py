@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_helpers import child_reads_notes_script, run_gormes
+from cli_helpers import assert_one_line_error, child_reads_notes_script, run_gormes
 
 
 def test_run_then_list_then_show_the_tree(tmp_path: Path):
@@ -28,6 +28,8 @@ def test_run_then_list_then_show_the_tree(tmp_path: Path):
     rows = {r["run_id"]: r for r in json.loads(listed.stdout)}
     assert len(rows) == 2 and rows[run_id]["status"] == "completed"
     assert rows[run_id]["tokens_input"] == outcome["tokens"]["input"]
+    top = run_gormes(db, "runs", "list", "--top-level", "--status", "completed", "--handler", "agent")
+    assert top.returncode == 0 and top.stdout.split()[0] == run_id and len(top.stdout.splitlines()) == 1
 
     shown = run_gormes(db, "runs", "show", run_id, "--tree", "--json")
     assert shown.returncode == 0, shown.stderr
@@ -55,6 +57,8 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path: Path):
     assert listed.returncode == 0 and json.loads(listed.stdout) == []  # nothing was recorded
     shown = run_gormes(db, "runs", "show", "NOPE")
     assert shown.returncode != 0 and "no run with id 'NOPE'" in shown.stderr
+    assert "--limit must be 1..100000, got 0" in assert_one_line_error(run_gormes(db, "runs", "list", "--limit", "0"))
+    assert run_gormes(db, "runs", "list", "--status", "lost").returncode == 2
 
 
 def test_a_failed_run_exits_non_zero(tmp_path: Path):

@@ -1,0 +1,48 @@
+"""The rows of `gormes runs list`: the `runs` projection (caught up first), newest
+first, filtered, each run with no end marked with what became of its process.
+
+    async with open_store(path) as store:
+        rows = await list_runs(store, status="running", top_level=True, limit=20)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+RUN_STATUSES = ("running", "suspended", "completed", "failed", "cancelled")
+
+
+async def list_runs(
+    store: Any,
+    *,
+    status: str | None = None,
+    job_id: str | None = None,
+    handler: str | None = None,
+    top_level: bool = False,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Rows of the `runs` projection (its columns, and `process`: "alive", "gone" or
+    "elsewhere" for a run with no end, else None), newest first, at most `limit`."""
+    from gormes.actors.run_process import OPEN_STATUSES, process_state, recorded_processes
+    from gormes.projections.runner import ProjectionRunner
+    from gormes.projections.runs import COLUMNS, TABLE
+    from gormes.projections.runs import runs as projection
+
+    where, params = [], []
+    for column, value in (("status", status), ("job_id", job_id), ("handler", handler)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if top_level:
+        where.append("parent_run_id IS NULL")
+    sql = (f"SELECT {', '.join(COLUMNS)} FROM {TABLE}"
+           + (f" WHERE {' AND '.join(where)}" if where else "")
+           + " ORDER BY started_at DESC, run_id DESC LIMIT ?")
+    await ProjectionRunner(store, projection).catch_up()
+    rows = [dict(zip(COLUMNS, row)) for row in await store.read_sql(
+        lambda conn: conn.execute(sql, (*params, limit)).fetchall())]
+    open_runs = [r["run_id"] for r in rows if r["status"] in OPEN_STATUSES]
+    processes = await store.read_sql(lambda conn: recorded_processes(conn, open_runs))
+    for r in rows:
+        r["process"] = process_state(processes.get(r["run_id"])) if r["status"] in OPEN_STATUSES else None
+    return rows
