@@ -16,6 +16,7 @@ import sqlite3
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -34,34 +35,44 @@ ROUNDS = 5
 STREAMS = [f"bench-{uuid.uuid4().hex}" for _ in range(APPENDERS)]
 
 
+async def lockstep_rate(append: Callable[[int, int], Awaitable[object]], first_version: int,
+                        rounds: int) -> float:
+    """Appends/s of APPENDERS trio tasks that start together, task i calling
+    `append(i, expected_version)` `rounds` times, one at a time."""
+    go = trio.Event()
+    ready = 0
+
+    async def appender(i: int) -> None:
+        nonlocal ready
+        ready += 1
+        await go.wait()
+        for r in range(rounds):
+            await append(i, first_version + r)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(APPENDERS):
+            nursery.start_soon(appender, i)
+        while ready < APPENDERS:
+            await trio.sleep(0)
+        start = time.perf_counter()
+        go.set()
+    return APPENDERS * rounds / (time.perf_counter() - start)
+
+
+async def lockstep_samples(append: Callable[[int, int], Awaitable[object]]) -> list[float]:
+    """One warm-up round, then ROUNDS samples of three appends per appender."""
+    await lockstep_rate(append, 0, 1)
+    return [await lockstep_rate(append, 1 + r * 3, 3) for r in range(ROUNDS)]
+
+
 def bench_gormes(path: Path) -> float:
     """All appenders start together and each appends ROUNDS events, one at a time."""
     event = NoteAdded(text=PAYLOAD, author="bench")
 
-    async def run(store: SQLiteEventStore, first_version: int, rounds: int) -> float:
-        go = trio.Event()
-        ready = 0
-
-        async def appender(i: int) -> None:
-            nonlocal ready
-            ready += 1
-            await go.wait()
-            for r in range(rounds):
-                await store.append(STREAMS[i], [event], expected_version=first_version + r)
-
-        async with trio.open_nursery() as nursery:
-            for i in range(APPENDERS):
-                nursery.start_soon(appender, i)
-            while ready < APPENDERS:
-                await trio.sleep(0)
-            start = time.perf_counter()
-            go.set()
-        return APPENDERS * rounds / (time.perf_counter() - start)
-
     async def main() -> list[float]:
         async with SQLiteEventStore.open(path) as store:
-            await run(store, 0, 1)  # warm up
-            return [await run(store, 1 + r * 3, 3) for r in range(ROUNDS)]
+            return await lockstep_samples(
+                lambda i, version: store.append(STREAMS[i], [event], expected_version=version))
 
     return median(trio.run(main))
 
@@ -119,28 +130,36 @@ def bench_eventsourcing(path: Path, count: int = 1000) -> float:
     return rate
 
 
-def main() -> None:
+def report_against_comparators(benchmark: str, label: str, measure: Callable[[Path], float],
+                               extra: dict[str, object]) -> None:
+    """Measure `measure` (events/s) and both comparators in one run; print the JSON
+    line with `<label>_eps`, the comparators' and the two ratios."""
+    prefix = "" if label == "gormes" else f"{label}_"
     with scratch_dir() as d:
-        progress("append: gormes ...")
-        gormes_eps = bench_gormes(d / "gormes.db")
-        progress("append: raw sqlite3 ...")
+        progress(f"{benchmark}: {label} ...")
+        ours = measure(d / f"{label}.db")
+        progress(f"{benchmark}: raw sqlite3 ...")
         raw_eps = bench_raw(d / "raw.db")
-        progress("append: eventsourcing ...")
+        progress(f"{benchmark}: eventsourcing ...")
         es_eps = bench_eventsourcing(d / "es.db")
     report(
         {
-            "benchmark": "append",
-            "gormes_eps": round(gormes_eps),
+            "benchmark": benchmark,
+            f"{label}_eps": round(ours),
             "raw_sqlite_eps": round(raw_eps),
             "eventsourcing_eps": round(es_eps),
-            "vs_raw": round(gormes_eps / raw_eps, 3),
-            "vs_eventsourcing": round(gormes_eps / es_eps, 1),
+            f"{prefix}vs_raw": round(ours / raw_eps, 3),
+            f"{prefix}vs_eventsourcing": round(ours / es_eps, 1),
             "appenders": APPENDERS,
             "rounds": ROUNDS,
-            "appends_per_appender_per_round": 3,
+            **extra,
             "durability": "full",
         }
     )
+
+
+def main() -> None:
+    report_against_comparators("append", "gormes", bench_gormes, {"appends_per_appender_per_round": 3})
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ import trio
 from trio.lowlevel import Abort, current_task, reschedule, wait_task_rescheduled
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import PAYLOAD, median, progress, report, scratch_dir  # noqa: E402
-from append import APPENDERS, ROUNDS, STREAMS, bench_eventsourcing, bench_raw  # noqa: E402
+from _common import PAYLOAD, median  # noqa: E402
+from append import STREAMS, lockstep_samples, report_against_comparators  # noqa: E402
 
 from gormes.events.sqlite_schema import _SCHEMA  # noqa: E402
 
@@ -56,9 +56,9 @@ def bench_floor(path: Path) -> float:
         queued: list[tuple[str, int, object]] = []
         work = trio.Event()
 
-        async def append(stream: str, version: int) -> None:
+        async def append(i: int, version: int) -> None:
             nonlocal work
-            queued.append((stream, version, current_task()))
+            queued.append((STREAMS[i], version + 1, current_task()))
             if len(queued) == 1:
                 work.set()
             await wait_task_rescheduled(lambda _: Abort.FAILED)
@@ -73,30 +73,9 @@ def bench_floor(path: Path) -> float:
                 for _, _, task in batch:
                     reschedule(task, outcome.Value(None))
 
-        async def run(first_version: int, rounds: int) -> float:
-            go = trio.Event()
-            ready = 0
-
-            async def appender(i: int) -> None:
-                nonlocal ready
-                ready += 1
-                await go.wait()
-                for r in range(rounds):
-                    await append(STREAMS[i], first_version + r + 1)
-
-            async with trio.open_nursery() as nursery:
-                for i in range(APPENDERS):
-                    nursery.start_soon(appender, i)
-                while ready < APPENDERS:
-                    await trio.sleep(0)
-                start = time.perf_counter()
-                go.set()
-            return APPENDERS * rounds / (time.perf_counter() - start)
-
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer)
-            await run(0, 1)  # warm up
-            rates = [await run(1 + r * 3, 3) for r in range(ROUNDS)]
+            rates = await lockstep_samples(append)
             nursery.cancel_scope.cancel()
         return rates
 
@@ -107,26 +86,7 @@ def bench_floor(path: Path) -> float:
 
 
 def main() -> None:
-    with scratch_dir() as d:
-        progress("append floor: least trio group commit ...")
-        floor_eps = bench_floor(d / "floor.db")
-        progress("append floor: raw sqlite3 ...")
-        raw_eps = bench_raw(d / "raw.db")
-        progress("append floor: eventsourcing ...")
-        es_eps = bench_eventsourcing(d / "es.db")
-    report(
-        {
-            "benchmark": "append_floor",
-            "floor_eps": round(floor_eps),
-            "raw_sqlite_eps": round(raw_eps),
-            "eventsourcing_eps": round(es_eps),
-            "floor_vs_raw": round(floor_eps / raw_eps, 3),
-            "floor_vs_eventsourcing": round(floor_eps / es_eps, 1),
-            "appenders": APPENDERS,
-            "rounds": ROUNDS,
-            "durability": "full",
-        }
-    )
+    report_against_comparators("append_floor", "floor", bench_floor, {})
 
 
 if __name__ == "__main__":
