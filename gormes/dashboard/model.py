@@ -66,6 +66,9 @@ class RunRow(msgspec.Struct, frozen=True, kw_only=True):
     cost: float | None = None  # this run's own model turns
     last_tool: str | None = None
     progress: str | None = None
+    # What became of the process driving it: "alive", "gone" (cut off: killed, no
+    # end can come), "elsewhere" (another host or container); None: not recorded.
+    process: str | None = None
 
 
 class GovernorState(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from gormes.actors.run_process import process_state, recorded_processes
 from gormes.dashboard.model import (
     BREAKER_ERROR,
     JobRow,
@@ -162,6 +163,7 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapshot:
     costs = run_costs(_turns(conn, run_ids), pricing)
     active_runs = [r for r in run_rows if r[2] in ("running", "suspended")]
     progress = _progress(conn, [r[0] for r in active_runs])
+    processes = recorded_processes(conn, [r[0] for r in active_runs])
 
     runs_of_job: dict[str, list[str]] = {}
     top_run: dict[str, tuple[Any, ...]] = {}
@@ -196,6 +198,7 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapshot:
                 tokens=Tokens(input=r[9] or 0, output=r[10] or 0, cache_read=r[11] or 0),
                 cost=costs.get(r[0], 0.0 if not r[8] else None), last_tool=r[12],
                 progress=preview(progress.get(r[0])),
+                process=process_state(processes.get(r[0])),
             )
             for r in active_runs
         ),

@@ -156,7 +156,8 @@ def runs_table(snapshot: Snapshot, ui: UiState) -> Table:
 def _run_cells(run: RunRow, selected: bool) -> list[RenderableType]:
     return [
         _marked(run.run_id, selected),
-        run.handler if run.depth == 0 else f"{run.handler} (d{run.depth})", _status(run.status),
+        run.handler if run.depth == 0 else f"{run.handler} (d{run.depth})",
+        Text("cut off", style="bold red") if run.process == "gone" else _status(run.status),
         run.model or "", str(run.iterations), run.progress or "", run.last_tool or "",
         format_tokens(run.tokens), format_cost(run.cost), run.job_id or "",
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import pytest
 
 from gormes.actors.heartbeat import Heartbeat
@@ -155,3 +156,16 @@ async def test_the_snapshot_follows_a_pause(store, populated):
 async def test_a_database_without_projection_tables_reads_as_empty(store):
     snap = await read_snapshot(store, pricing=PRICES)
     assert snap.total_jobs == 0 and snap.jobs == () and snap.runs == () and snap.workers == ()
+
+
+async def test_an_active_run_whose_process_is_gone_is_marked(store, populated):
+    from gormes.actors.run_process import this_process
+
+    here = this_process()
+    for run_id, process in (("alive", here),
+                            ("killed", msgspec.structs.replace(here, started_at=here.started_at - 60))):
+        await store.append(run_stream(run_id), [RunStarted(
+            run_id=run_id, handler="agent", handler_version="v1", process=process)], expected_version=0)
+    await open_views(store)
+    runs = {r.run_id: r for r in (await read_snapshot(store, pricing=PRICES)).runs}
+    assert (runs["alive"].process, runs["killed"].process, runs["R1"].process) == ("alive", "gone", None)

@@ -131,3 +131,12 @@ def test_timeline_is_scrolled_and_titled():
     assert "line 5" in text and "line 14" in text
     assert "line 4\n" not in text and "line 15" not in text
     assert "esc back" in text
+
+
+def test_a_run_whose_process_is_gone_reads_as_cut_off():
+    snapshot = fixed_snapshot()
+    runs = tuple(msgspec.structs.replace(r, process="gone" if r.run_id == RUN else "alive")
+                 for r in snapshot.runs)
+    text = text_of(render_dashboard(msgspec.structs.replace(snapshot, runs=runs), UiState()))
+    assert "cut off" in line_with(text, RUN)
+    assert "cut off" not in line_with(text, CHILD) and "running" in line_with(text, CHILD)
