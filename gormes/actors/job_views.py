@@ -133,3 +133,33 @@ def message_from_row(row: Sequence[Any]) -> InboxMessage:
         id=id_, job_id=job_id, sender=sender, payload=_json(payload),
         sent_at=sent_at, read_at=read_at,
     )
+
+
+# -- reading the ledger (plain SQL on a connection: JobQueue's reads, and the CLI's
+# quick reads of an SQLite file that need no event loop) --------------------------
+
+
+def select_job(conn: Any, job_id: str) -> Job | None:
+    cur = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
+    row = cur.fetchone()
+    return None if row is None else job_from_row([d[0] for d in cur.description], row)
+
+
+def select_jobs(conn: Any, status: str | None, queue: str | None, name: str | None,
+                limit: int) -> list[Job]:
+    """Newest first. Raises `InvalidJob` for an unknown status."""
+    from gormes.actors.jobs import InvalidJob
+    from gormes.events.jobs import STATUSES
+
+    if status is not None and status not in STATUSES:
+        raise InvalidJob(f"unknown status {status!r} (known: {', '.join(STATUSES)})")
+    where, params = [], []
+    for column, value in (("status", status), ("queue", queue), ("name", name)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+    cur = conn.execute(sql, (*params, limit))
+    cols = [d[0] for d in cur.description]
+    return [job_from_row(cols, row) for row in cur.fetchall()]

@@ -34,6 +34,7 @@ from gormes.actors import job_rules as rules
 from gormes.actors.job_session import JobSession, new_id
 from gormes.actors.job_views import (
     MESSAGE_COLUMNS, InboxMessage, Job, JobStats, PruneResult, job_from_row, message_from_row,
+    select_job, select_jobs,
 )
 from gormes.actors.jobs import InvalidJob, InvalidTransition, JobNotFound, LockLost
 from gormes.actors.queue_admin import (
@@ -175,12 +176,7 @@ class JobQueue(QueueBatches, QueueAdmin):
         return self._job(s, job_id)
 
     async def get(self, job_id: str) -> Job | None:
-        def read(conn: Any) -> Job | None:
-            cur = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
-            row = cur.fetchone()
-            return None if row is None else job_from_row([d[0] for d in cur.description], row)
-
-        return await self._read(read)
+        return await self._read(lambda conn: select_job(conn, job_id))
 
     async def list(
         self,
@@ -190,22 +186,7 @@ class JobQueue(QueueBatches, QueueAdmin):
         limit: int = 100,
     ) -> list[Job]:
         """Newest first."""
-        if status is not None and status not in STATUSES:
-            raise InvalidJob(f"unknown status {status!r} (known: {', '.join(STATUSES)})")
-        where, params = [], []
-        for column, value in (("status", status), ("queue", queue), ("name", name)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-
-        def read(conn: Any) -> list[Job]:
-            cur = conn.execute(sql, (*params, limit))
-            cols = [d[0] for d in cur.description]
-            return [job_from_row(cols, row) for row in cur.fetchall()]
-
-        return await self._read(read)
+        return await self._read(lambda conn: select_jobs(conn, status, queue, name, limit))
 
     async def stats(self) -> JobStats:
         def read(conn: Any) -> JobStats:

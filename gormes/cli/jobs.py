@@ -206,7 +206,12 @@ def list_(obj: Any, status: str | None, queue: str | None, name: str | None, lim
     """List jobs, newest first."""
     check_range("--limit", limit, 1, 100_000)
     prices = load_pricing(pricing)
-    found = run_queue(obj.target, lambda q: q.list(status=status, queue=queue, name=name, limit=limit))
+    from gormes.actors.job_views import select_jobs
+    from gormes.cli.ledger_read import read_current_ledger
+
+    quick, found = read_current_ledger(obj, lambda conn: select_jobs(conn, status, queue, name, limit))
+    if not quick:
+        found = run_queue(obj.target, lambda q: q.list(status=status, queue=queue, name=name, limit=limit))
     if as_json:
         emit_json([job_json(job, prices) for job in found])
     else:
@@ -222,7 +227,11 @@ def list_(obj: Any, status: str | None, queue: str | None, name: str | None, lim
 def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
     """Show one job."""
     prices = load_pricing(pricing)
-    job = _require(run_queue(obj.target, lambda q: q.get(job_id)), job_id)
+    from gormes.actors.job_views import select_job
+    from gormes.cli.ledger_read import read_current_ledger
+
+    quick, found = read_current_ledger(obj, lambda conn: select_job(conn, job_id))
+    job = _require(found if quick else run_queue(obj.target, lambda q: q.get(job_id)), job_id)
     if as_json:
         emit_json(job_json(job, prices))
         return
