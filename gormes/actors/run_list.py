@@ -22,11 +22,28 @@ async def list_runs(
     limit: int = 100,
 ) -> list[dict[str, Any]]:
     """Rows of the `runs` projection (its columns, and `process`: "alive", "gone" or
-    "elsewhere" for a run with no end, else None), newest first, at most `limit`."""
-    from gormes.actors.run_process import OPEN_STATUSES, process_state, recorded_processes
+    "elsewhere" for a run with no end, else None), newest first, at most `limit`;
+    the projection is caught up first."""
     from gormes.projections.runner import ProjectionRunner
-    from gormes.projections.runs import COLUMNS, TABLE
     from gormes.projections.runs import runs as projection
+
+    await ProjectionRunner(store, projection).catch_up()
+    return await store.read_sql(lambda conn: select_runs(
+        conn, status=status, job_id=job_id, handler=handler, top_level=top_level, limit=limit))
+
+
+def select_runs(
+    conn: Any,
+    *,
+    status: str | None = None,
+    job_id: str | None = None,
+    handler: str | None = None,
+    top_level: bool = False,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """`list_runs` on a connection (SQLite or PostgreSQL), from the projection as it is."""
+    from gormes.actors.run_process import OPEN_STATUSES, process_state, recorded_processes
+    from gormes.projections.runs import COLUMNS, TABLE
 
     where, params = [], []
     for column, value in (("status", status), ("job_id", job_id), ("handler", handler)):
@@ -38,11 +55,8 @@ async def list_runs(
     sql = (f"SELECT {', '.join(COLUMNS)} FROM {TABLE}"
            + (f" WHERE {' AND '.join(where)}" if where else "")
            + " ORDER BY started_at DESC, run_id DESC LIMIT ?")
-    await ProjectionRunner(store, projection).catch_up()
-    rows = [dict(zip(COLUMNS, row)) for row in await store.read_sql(
-        lambda conn: conn.execute(sql, (*params, limit)).fetchall())]
-    open_runs = [r["run_id"] for r in rows if r["status"] in OPEN_STATUSES]
-    processes = await store.read_sql(lambda conn: recorded_processes(conn, open_runs))
+    rows = [dict(zip(COLUMNS, row)) for row in conn.execute(sql, (*params, limit)).fetchall()]
+    processes = recorded_processes(conn, [r["run_id"] for r in rows if r["status"] in OPEN_STATUSES])
     for r in rows:
         r["process"] = process_state(processes.get(r["run_id"])) if r["status"] in OPEN_STATUSES else None
     return rows

@@ -207,7 +207,7 @@ def list_(obj: Any, status: str | None, queue: str | None, name: str | None, lim
     check_range("--limit", limit, 1, 100_000)
     prices = load_pricing(pricing)
     from gormes.actors.job_views import select_jobs
-    from gormes.cli.ledger_read import read_current_ledger
+    from gormes.cli.quick_read import read_current_ledger
 
     quick, found = read_current_ledger(obj, lambda conn: select_jobs(conn, status, queue, name, limit))
     if not quick:
@@ -228,7 +228,7 @@ def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
     """Show one job."""
     prices = load_pricing(pricing)
     from gormes.actors.job_views import select_job
-    from gormes.cli.ledger_read import read_current_ledger
+    from gormes.cli.quick_read import read_current_ledger
 
     quick, found = read_current_ledger(obj, lambda conn: select_job(conn, job_id))
     job = _require(found if quick else run_queue(obj.target, lambda q: q.get(job_id)), job_id)

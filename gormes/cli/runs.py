@@ -91,20 +91,26 @@ def list_(obj: Any, status: str | None, job_id: str | None, handler: str | None,
 
     A run with no end (running or suspended) also shows whether its process is
     alive: "gone" means it was cut off (killed) with no end recorded."""
-    import trio
 
-    from gormes.actors.run_list import list_runs
+    from gormes.actors.run_list import list_runs, select_runs
     from gormes.cli.jobs import check_range
+    from gormes.cli.quick_read import read_current
     from gormes.events.open import open_store
+    from gormes.projections.runs import runs as projection
 
     check_range("--limit", limit, 1, 100_000)
+    filters = {"status": status, "job_id": job_id, "handler": handler, "top_level": top_level, "limit": limit}
 
     async def main() -> list[dict[str, Any]]:
         async with open_store(obj.target) as store:
-            return await list_runs(store, status=status, job_id=job_id, handler=handler,
-                                   top_level=top_level, limit=limit)
+            return await list_runs(store, **filters)
 
-    rows = trio.run(main)
+    quick, rows = read_current(obj, projection.name, projection.version,
+                               lambda conn: select_runs(conn, **filters))
+    if not quick:
+        import trio
+
+        rows = trio.run(main)
     if as_json:
         _emit_json(rows)
         return

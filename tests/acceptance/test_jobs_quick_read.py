@@ -51,3 +51,18 @@ def test_a_current_ledger_is_read_without_trio_and_a_behind_one_is_caught_up(tmp
     assert (got["id"], got["status"]) == ("OUTSIDE", "waiting")
     assert not imports_trio(db, "jobs", "list", "--json")  # caught up: quick again
     assert {j["id"] for j in json.loads(run_gormes(db, "jobs", "list", "--json").stdout)} == {job_id, "OUTSIDE"}
+
+
+def test_runs_list_reads_a_current_runs_projection_without_trio(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps({"agents": [{"replies": [{"text": "done"}]}]}))
+    ran = run_gormes(db, "run", "agent", "--prompt", "hi", "--model", f"scripted:{script}", "--json")
+    run_id = json.loads(ran.stdout)["run_id"]
+    assert imports_trio(db, "runs", "list", "--json")  # the projection was not built: the usual way
+    assert not imports_trio(db, "runs", "list", "--json")  # now it is current: read straight
+    rows = json.loads(run_gormes(db, "runs", "list", "--json", "--status", "completed").stdout)
+    assert [(r["run_id"], r["process"]) for r in rows] == [(run_id, None)]
+    run_gormes(db, "run", "agent", "--prompt", "again", "--model", f"scripted:{script}")
+    assert imports_trio(db, "runs", "list", "--json")  # behind the log again: caught up first
+    assert len(json.loads(run_gormes(db, "runs", "list", "--json").stdout)) == 2
