@@ -57,7 +57,6 @@ def bench_floor(path: Path) -> float:
         work = trio.Event()
 
         async def append(i: int, version: int) -> None:
-            nonlocal work
             queued.append((STREAMS[i], version + 1, current_task()))
             if len(queued) == 1:
                 work.set()
