@@ -135,12 +135,15 @@ async def run_jobs(store: EventStore, console: Console) -> None:
 async def main(db: str | Path, console: Console | None = None) -> None:
     """`db`: an SQLite path or a PostgreSQL URL (an empty schema, or one gormes owns)."""
     from gormes.events.catalog import load_all
-    from gormes.events.open import open_store
-    from gormes.events.postgres_schema import redact
+    from gormes.events.open import is_postgres_url, open_store
 
     load_all()
     console = console or Console()
-    shown = redact(str(db))
+    shown = str(db)
+    if is_postgres_url(shown):  # psycopg is imported for a URL only
+        from gormes.events.postgres_schema import redact
+
+        shown = redact(shown)
     async with open_store(db) as store:
         console.print(f"[bold]gormes demo[/] writing to {shown}\n")
         start = await store.head()

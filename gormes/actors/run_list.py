@@ -12,24 +12,13 @@ from typing import Any
 RUN_STATUSES = ("running", "suspended", "completed", "failed", "cancelled")
 
 
-async def list_runs(
-    store: Any,
-    *,
-    status: str | None = None,
-    job_id: str | None = None,
-    handler: str | None = None,
-    top_level: bool = False,
-    limit: int = 100,
-) -> list[dict[str, Any]]:
-    """Rows of the `runs` projection (its columns, and `process`: "alive", "gone" or
-    "elsewhere" for a run with no end, else None), newest first, at most `limit`;
-    the projection is caught up first."""
+async def list_runs(store: Any, **filters: Any) -> list[dict[str, Any]]:
+    """`select_runs(**filters)` on `store`, its `runs` projection caught up first."""
     from gormes.projections.runner import ProjectionRunner
     from gormes.projections.runs import runs as projection
 
     await ProjectionRunner(store, projection).catch_up()
-    return await store.read_sql(lambda conn: select_runs(
-        conn, status=status, job_id=job_id, handler=handler, top_level=top_level, limit=limit))
+    return await store.read_sql(lambda conn: select_runs(conn, **filters))
 
 
 def select_runs(
@@ -41,7 +30,9 @@ def select_runs(
     top_level: bool = False,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
-    """`list_runs` on a connection (SQLite or PostgreSQL), from the projection as it is."""
+    """Rows of the `runs` projection as it is (its columns, and `process`: "alive",
+    "gone" or "elsewhere" for a run with no end, else None), newest first, at most
+    `limit`; `conn` runs `?` SQL on SQLite or PostgreSQL."""
     from gormes.actors.run_process import OPEN_STATUSES, process_state, recorded_processes
     from gormes.projections.runs import COLUMNS, TABLE
 

@@ -7,15 +7,14 @@ SIGINT"), instead of the process dying with its runs left with no end (which
 would read as `running` for ever); the command then exits 128 + the signal's
 number.
 
-    async with foreground_runs(obj.target, workspace) as (runs, received):
-        outcome = await ...
-    sys.exit(exit_code(outcome, received))
+    outcome, signals = drive_runs(obj.target, workspace, lambda runs: runs.run(...))
+    sys.exit(exit_code(outcome, signals))
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,22 @@ workspace_option = click.option(
 import_option = click.option(
     "--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
     help="Import run handlers (a dotted module or a .py file) first; repeatable.")
+
+
+def drive_runs(target: Any, workspace: str | None,
+               fn: Callable[[Any], Awaitable[Any]]) -> tuple[Any, list[int]]:
+    """Run `fn(runs)` in trio within `foreground_runs`: (its result, the signals received)."""
+    import trio
+
+    signals: list[int] = []
+
+    async def main() -> Any:
+        async with foreground_runs(target, workspace) as (runs, received):
+            result = await fn(runs)
+            signals.extend(received)
+            return result
+
+    return trio.run(main), signals
 
 
 @asynccontextmanager

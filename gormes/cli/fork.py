@@ -9,7 +9,7 @@ from typing import Any
 import click
 import msgspec
 
-from gormes.cli.foreground import exit_code, foreground_runs, import_option, workspace_option
+from gormes.cli.foreground import drive_runs, exit_code, import_option, workspace_option
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
@@ -43,8 +43,6 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
     The code is first replayed against RUN up to POSITION; if it no longer
     matches, nothing is written.
     """
-    import trio
-
     from gormes.actors.fork import fork_run
     from gormes.cli.replay import load_handlers
     from gormes.errors import UserError
@@ -57,15 +55,8 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
     if not is_postgres_url(obj.target) and not Path(obj.target).exists():
         raise UserError(f"no database at {obj.target}")
 
-    signals: list[int] = []
-
-    async def main() -> Any:
-        async with foreground_runs(obj.target, workspace) as (runs, received):
-            forked = await fork_run(runs, run_id, at, model=model, overrides=overrides)
-            signals.extend(received)
-            return forked
-
-    forked = trio.run(main)
+    forked, signals = drive_runs(
+        obj.target, workspace, lambda runs: fork_run(runs, run_id, at, model=model, overrides=overrides))
     outcome = forked.outcome
     if as_json:
         click.echo(msgspec.json.encode(forked).decode())

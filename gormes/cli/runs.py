@@ -11,7 +11,7 @@ import click
 import msgspec
 
 from gormes.actors.run_list import RUN_STATUSES
-from gormes.cli.foreground import echo_outcome, exit_code, foreground_runs, import_option, workspace_option
+from gormes.cli.foreground import drive_runs, echo_outcome, exit_code, import_option, workspace_option
 from gormes.errors import UserError
 
 
@@ -35,8 +35,6 @@ def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, syst
         model: str | None, tools: str | None, max_iterations: int | None, deadline_s: float | None,
         workspace: str | None, as_json: bool) -> None:
     """Start a run of HANDLER ("agent" for the built-in agent loop) and wait for it."""
-    import trio
-
     if input_json is not None:
         try:
             run_input = msgspec.json.decode(input_json.encode())
@@ -50,21 +48,16 @@ def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, syst
         raise UserError("give the run's input: --prompt TEXT or --input JSON")
     allow = [t.strip() for t in tools.split(",") if t.strip()] if tools is not None else None
 
-    signals: list[int] = []
+    async def start_and_wait(runs: Any) -> Any:
+        handle = await runs.start(
+            handler, run_input, model=model, tools=allow, max_iterations=max_iterations,
+            deadline_s=deadline_s,
+        )
+        if not as_json:
+            click.echo(f"run {handle.run_id} started")
+        return await handle.outcome()
 
-    async def main() -> Any:
-        async with foreground_runs(obj.target, workspace) as (runs, received):
-            handle = await runs.start(
-                handler, run_input, model=model, tools=allow, max_iterations=max_iterations,
-                deadline_s=deadline_s,
-            )
-            if not as_json:
-                click.echo(f"run {handle.run_id} started")
-            outcome = await handle.outcome()
-            signals.extend(received)
-            return outcome
-
-    outcome = trio.run(main)
+    outcome, signals = drive_runs(obj.target, workspace, start_and_wait)
     if as_json:
         _emit_json(outcome)
     else:
@@ -162,25 +155,16 @@ def resume(obj: Any, run_id: str, force: bool, workspace: str | None, imports: t
            as_json: bool) -> None:
     """Continue RUN, an interrupted run (not a job's: the job resumes those), as a new
     run with `resumed_from`: its recorded steps are replayed, not redone, then it goes live."""
-    import trio
-
     from gormes.actors.operator_resume import resume_from_outside
     from gormes.cli.replay import load_handlers
 
     load_handlers(imports)
-    signals: list[int] = []
-
     def started(new_run_id: str) -> None:
         if not as_json:
             click.echo(f"run {new_run_id} started: resumes run {run_id}")
 
-    async def main() -> Any:
-        async with foreground_runs(obj.target, workspace) as (runs, received):
-            resumed = await resume_from_outside(runs, run_id, force=force, on_start=started)
-            signals.extend(received)
-            return resumed
-
-    resumed = trio.run(main)
+    resumed, signals = drive_runs(
+        obj.target, workspace, lambda runs: resume_from_outside(runs, run_id, force=force, on_start=started))
     if as_json:
         _emit_json(resumed)
     else:
