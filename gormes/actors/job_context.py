@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gormes.actors.jobs import LockLost
-from gormes.events.jobs import TranscriptEntry
+from gormes.events.jobs import Submitter, TranscriptEntry
 
 if TYPE_CHECKING:
     from gormes.actors.queue import InboxMessage, Job, JobQueue
@@ -72,6 +72,11 @@ class JobContext:
     def parent_id(self) -> str | None:
         return self._job.parent_id
 
+    @property
+    def submitter(self) -> Submitter | None:
+        """Who submitted the job (None: not recorded, e.g. an older log)."""
+        return self._job.submitter
+
     # -- what the handler may do ------------------------------------------------
 
     async def progress(self, progress: Any) -> None:
@@ -98,10 +103,11 @@ class JobContext:
     async def spawn(
         self, name: str, data: Any = None, options: Mapping[str, Any] | None = None
     ) -> Job:
-        """Submit a child job; this job waits for its children after it returns."""
+        """Submit a child job; this job waits for its children after it returns.
+        The child is this job's submitter's work: it records the same submitter."""
         merged = dict(options or {})
         merged["parent_id"] = self.id
-        return await self._queue.submit(name, data, merged)
+        return await self._queue.submit(name, data, merged, submitter=self.submitter)
 
     async def _fenced(self, write: Any) -> Any:
         try:

@@ -20,7 +20,7 @@ from gormes.events.jobs import (
     JobChildDone, JobChildrenSettled, JobClaimed, JobCompleted, JobFailed, JobInboxRead,
     JobLeaseRenewed, JobMessageSent, JobOptions, JobPaused, JobProgressed, JobPromoted,
     JobPruned, JobReleased, JobResumed, JobRetried, JobStalled, JobSubmitted, JobTimedOut,
-    JobTokensAdded, JobTranscribed, Tokens, TranscriptEntry,
+    JobTokensAdded, JobTranscribed, Submitter, Tokens, TranscriptEntry,
 )
 
 FAILING_OUTCOMES = frozenset({"failed", "dead", "timeout"})
@@ -38,6 +38,7 @@ class Submit(Command, kw_only=True):
     options: JobOptions = JobOptions()
     depth: int = 0
     replay_of: str | None = None
+    submitter: Submitter | None = None
 
 
 class AddChild(Command, kw_only=True):
@@ -224,6 +225,7 @@ def decide(state: JobState | None, cmd: Command) -> list[Event]:  # noqa: C901 -
         return [JobSubmitted(
             job_id=cmd.job_id, name=cmd.name, data=cmd.data, options=options,
             depth=cmd.depth, created_at=now, delay_until=delay_until, replay_of=cmd.replay_of,
+            submitter=cmd.submitter,
         )]
 
     state = _require(state)

@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gormes.events.jobs import JobOptions, Tokens
+from gormes.events.jobs import JobOptions, Submitter, Tokens
 
 if TYPE_CHECKING:
     from gormes.actors.jobs import JobState
 
 _decode = msgspec.json.Decoder()
 _options = msgspec.json.Decoder(JobOptions)
+_submitter = msgspec.json.Decoder(Submitter)
 
 
 class Job(msgspec.Struct, kw_only=True):
@@ -51,6 +52,7 @@ class Job(msgspec.Struct, kw_only=True):
     worker_id: str | None = None
     live_children: int = 0
     options: JobOptions = JobOptions()
+    submitter: Submitter | None = None  # None: not recorded (older logs, Python callers)
     coalesced: bool = False  # submit returned an existing job (idempotency / max_waiting)
 
 
@@ -102,6 +104,7 @@ def job_from_row(columns: Sequence[str], row: Sequence[Any], *, coalesced: bool 
         idempotency_key=r["idempotency_key"], worker_id=r["worker_id"],
         live_children=r["live_children"],
         options=_options.decode(r["options"]) if r["options"] else JobOptions(),
+        submitter=_submitter.decode(r["submitter"]) if r.get("submitter") else None,
         coalesced=coalesced,
     )
 
@@ -121,6 +124,7 @@ def job_from_state(state: JobState) -> Job:
         lock_token=state.lock_token, lock_until=state.lock_until,
         delay_until=state.delay_until, idempotency_key=o.idempotency_key,
         worker_id=state.worker_id, live_children=len(state.live_children), options=o,
+        submitter=state.submitter,
     )
 
 

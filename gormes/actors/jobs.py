@@ -17,7 +17,7 @@ from gormes.events.jobs import (
     JobChildrenSettled, JobClaimed, JobCompleted, JobFailed, JobInboxRead, JobLeaseRenewed,
     JobMessageSent, JobOptions, JobPaused, JobProgressed, JobPromoted, JobPruned,
     JobReleased, JobResumed, JobRetried, JobStalled, JobSubmitted, JobTimedOut,
-    JobTokensAdded, JobTranscribed, Tokens,
+    JobTokensAdded, JobTranscribed, Submitter, Tokens,
 )
 
 
@@ -77,6 +77,7 @@ class JobState(msgspec.Struct, frozen=True, kw_only=True):
     live_children: frozenset[str] = frozenset()
     unread: tuple[str, ...] = ()
     pruned: bool = False
+    submitter: Submitter | None = None
 
     @property
     def terminal(self) -> bool:
@@ -103,6 +104,7 @@ def evolve(state: JobState | None, event: Any) -> JobState:
             id=event.job_id, name=event.name, data=event.data, options=event.options,
             depth=event.depth, created_at=event.created_at, delay_until=event.delay_until,
             status="delayed" if event.delay_until is not None else "waiting",
+            submitter=event.submitter,
         )
     assert state is not None, f"{type(event).__name__} before job.submitted"
     r = msgspec.structs.replace

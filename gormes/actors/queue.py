@@ -42,7 +42,7 @@ from gormes.actors.queue_admin import (
 )
 from gormes.actors.queue_batch import DEFAULT_LEASE_MS, CompleteOutcome, QueueBatches
 from gormes.events.jobs import (
-    STATUSES, Backoff, JobOptions, Tokens, TranscriptEntry,
+    STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
 )
 from gormes.projections import ledger
 
@@ -50,7 +50,7 @@ from gormes.projections import ledger
 SubmitOptions = JobOptions
 __all__ = [
     "Backoff", "CompleteOutcome", "InboxMessage", "InvalidJob", "InvalidTransition", "Job", "JobNotFound",
-    "JobQueue", "JobStats", "LockLost", "PruneResult", "SubmitOptions", "Tokens",
+    "JobQueue", "JobStats", "LockLost", "PruneResult", "SubmitOptions", "Submitter", "Tokens",
     "TranscriptEntry",
 ]
 
@@ -125,9 +125,15 @@ class JobQueue(QueueBatches, QueueAdmin):
     # -- submitting and reading ------------------------------------------------
 
     async def submit(
-        self, name: str, data: Any = None, options: JobOptions | Mapping[str, Any] | None = None
+        self,
+        name: str,
+        data: Any = None,
+        options: JobOptions | Mapping[str, Any] | None = None,
+        *,
+        submitter: Submitter | None = None,
     ) -> Job:
-        """Add a job (`waiting`, or `delayed` with delay_ms). Raises `InvalidJob`
+        """Add a job (`waiting`, or `delayed` with delay_ms), recording who submitted
+        it (`submitter`: None for a Python caller that names nobody). Raises `InvalidJob`
         (a UserError) for an empty name, unknown or out-of-range options, data that
         is not JSON, an unknown or terminal parent, depth over the cap, or a parent
         at max_children. Returns an existing job with `coalesced=True` when its
@@ -136,10 +142,13 @@ class JobQueue(QueueBatches, QueueAdmin):
             raise InvalidJob("job name must not be empty")
         opts = rules.validate_options(rules.parse_options(options))
         plain = _json_data(data)
-        return await self._transact(lambda s: self._submit(s, name, plain, opts, None))
+        return await self._transact(
+            lambda s: self._submit(s, name, plain, opts, None, submitter=submitter)
+        )
 
     def _submit(
-        self, s: JobSession, name: str, data: Any, opts: JobOptions, replay_of: str | None
+        self, s: JobSession, name: str, data: Any, opts: JobOptions, replay_of: str | None,
+        *, submitter: Submitter | None = None,
     ) -> Job:
         if opts.idempotency_key is not None:
             held = s.ids_where(
@@ -169,7 +178,7 @@ class JobQueue(QueueBatches, QueueAdmin):
                 raise InvalidJob(f"job depth {depth} exceeds the cap of {self.max_depth}")
         s.run(job_id, rules.Submit(
             now=s.now, job_id=job_id, name=name, data=data, options=opts, depth=depth,
-            replay_of=replay_of,
+            replay_of=replay_of, submitter=submitter,
         ))
         if opts.parent_id is not None:
             s.run(opts.parent_id, rules.AddChild(now=s.now, child_id=job_id))

@@ -51,7 +51,8 @@ class QueueAdmin:
         def _job(s: JobSession, job_id: str, *, coalesced: bool = False) -> Job: ...
         @staticmethod
         def _existing(s: JobSession, job_id: str) -> None: ...
-        def _submit(self, s: JobSession, name: str, data: Any, opts: Any, replay_of: str | None) -> Job: ...
+        def _submit(self, s: JobSession, name: str, data: Any, opts: Any, replay_of: str | None,
+                    *, submitter: Any = None) -> Job: ...
 
     # -- operators -------------------------------------------------------------
 
@@ -112,8 +113,9 @@ class QueueAdmin:
         return await self._transact(send)
 
     async def replay(self, job_id: str, data_overrides: Any = None) -> Job:
-        """A terminal job -> a new job with the same name, queue, priority and options,
-        data deep-merged with `data_overrides`, no parent (and no idempotency key)."""
+        """A terminal job -> a new job with the same name, queue, priority, options and
+        submitter (a replay never widens whose work it is), data deep-merged with
+        `data_overrides`, no parent (and no idempotency key)."""
         overrides = _json_data(data_overrides, "replay data")
 
         def replay(s: JobSession) -> Job:
@@ -126,7 +128,7 @@ class QueueAdmin:
                 state.options, parent_id=None, idempotency_key=None, delay_ms=0
             )
             data = deep_merge(state.data, overrides)
-            return self._submit(s, state.name, data, opts, replay_of=job_id)
+            return self._submit(s, state.name, data, opts, replay_of=job_id, submitter=state.submitter)
 
         return await self._transact(replay)
 

@@ -55,6 +55,18 @@ class JobOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     remove_on_fail: bool = False
 
 
+class Submitter(msgspec.Struct, frozen=True, kw_only=True):
+    """Who submitted a job: its trust class, caller id and memory scope.
+
+    Recorded on `job.submitted` by the operation that submits it (job.submit,
+    run.submit: from the executor's Caller), never taken from the submitter's
+    input. A job spawned by a running job inherits its parent's submitter."""
+
+    trust: str  # one of gormes.ops.spec.TRUST_CLASSES (events do not import ops)
+    caller: str  # "cli", "mcp:<client>", "run-<id>", "cron", ...
+    scope: str | None = None  # the memory scope the work is pinned to (None: the class's default)
+
+
 class Tokens(msgspec.Struct, frozen=True, kw_only=True):
     input: int = 0
     output: int = 0
@@ -86,6 +98,8 @@ class JobSubmitted(Event, tag="job.submitted", kw_only=True):
     created_at: int
     delay_until: int | None = None  # set when submitted delayed
     replay_of: str | None = None
+    # None: recorded before submitters were, or submitted from Python without one.
+    submitter: Submitter | None = None
 
 
 class JobClaimed(Event, tag="job.claimed", kw_only=True):

@@ -26,7 +26,7 @@ import msgspec
 
 from gormes.actors.jobs import JobNotFound
 from gormes.events.jobs import STATUSES, JobOptions, Tokens
-from gormes.ops.jobs import JobId, JobSummary, _queue, _summary
+from gormes.ops.jobs import JobId, JobSummary, _queue, _summary, submitter_of
 from gormes.ops.spec import (
     OperationContext,
     OperationDenied,
@@ -148,7 +148,7 @@ async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary
         if getattr(value, key) is not None:
             data[key] = getattr(value, key)
     options = JobOptions(queue=value.queue, priority=value.priority, idempotency_key=value.idempotency_key)
-    return _summary(await _queue(ctx).submit(AGENT_JOB, data, options))
+    return _summary(await _queue(ctx).submit(AGENT_JOB, data, options, submitter=submitter_of(ctx.caller)))
 
 
 class RunIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

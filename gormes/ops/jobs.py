@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import msgspec
 
 from gormes.actors.jobs import JobNotFound
-from gormes.events.jobs import JobOptions, Tokens
-from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
+from gormes.events.jobs import JobOptions, Submitter, Tokens
+from gormes.ops.spec import Caller, OperationContext, OperationSpec, OperationUnavailable
 
 JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
 
@@ -40,7 +40,17 @@ class JobSummary(msgspec.Struct, kw_only=True):
     created_at: int = 0
     started_at: int | None = None
     finished_at: int | None = None
+    submitter: Submitter | None = None  # who submitted it (None: not recorded)
     coalesced: bool = False
+
+
+def submitter_of(caller: Caller) -> Submitter:
+    """The Submitter a job records for `caller`: its trust class, id and memory scope
+    (a gateway or child agent's pinned scope; None for the classes that name theirs)."""
+    from gormes.ops.memory import NAMES_ITS_SCOPE, bound_scope
+
+    scope = None if caller.trust in NAMES_ITS_SCOPE else bound_scope(caller, None)
+    return Submitter(trust=caller.trust, caller=caller.id, scope=scope)
 
 
 def _summary(job: Any) -> JobSummary:
@@ -62,7 +72,10 @@ class JobSubmitInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary:
-    return _summary(await _queue(ctx).submit(value.name, value.data, value.options))
+    queue = _queue(ctx)
+    return _summary(await queue.submit(
+        value.name, value.data, value.options, submitter=submitter_of(ctx.caller)
+    ))
 
 
 class JobGetInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

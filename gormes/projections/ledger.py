@@ -41,7 +41,9 @@ from gormes.events.jobs import (
 )
 
 NAME = "ledger"
-VERSION = 1
+# 2: jobs.submitter (who submitted the job, JSON). A version-1 ledger is migrated
+# by adding the column: its rows stay exact, as no version-1 event has a submitter.
+VERSION = 2
 TRANSCRIPT_CAP = 200  # entries kept per job in the ledger; the log keeps all
 STALLED_ERROR = "max stalled count exceeded"
 
@@ -63,7 +65,7 @@ def _jobs_columns() -> dict[str, type]:
         "created_at": int, "started_at": int, "finished_at": int, "claimed_at": int,
         "lock_token": str, "lock_until": int, "lease_ms": int, "worker_id": str,
         "delay_until": int, "idempotency_key": str, "options": str, "version": int,
-        "updated_at": int,
+        "updated_at": int, "submitter": str,
     }
 
 
@@ -139,13 +141,17 @@ RETIRED_INDEXES = ("jobs_claim", "jobs_pick", "jobs_delay", "jobs_lock", "jobs_d
 
 
 def setup(db: Any) -> None:
-    """Create the tables and indexes if missing, and drop retired indexes (a
-    `sqlite_utils.Database`)."""
+    """Create the tables and indexes if missing, add the columns a table of an
+    earlier version lacks, and drop retired indexes (a `sqlite_utils.Database`)."""
     for table in TABLES:
         db[table.name].create(
             table.columns, pk=table.pk, if_not_exists=True,
             not_null=set(table.not_null) or None, defaults=table.defaults or None,
         )
+        have = set(db[table.name].columns_dict)
+        for column, type_ in table.columns.items():
+            if column not in have:  # nullable, no default: see VERSION
+                db[table.name].add_column(column, type_)
     for index in INDEXES:
         db.execute(index_sql(index))
     for name in RETIRED_INDEXES:
@@ -167,7 +173,7 @@ def _set_up_already(conn: sqlite3.Connection) -> bool:
     names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
     return (
         names.issuperset(_SCHEMA) and names.isdisjoint(RETIRED_INDEXES)
-        and bookkeeping.built_version(conn, NAME) is not None
+        and bookkeeping.built_version(conn, NAME) == VERSION
     )
 
 
@@ -189,7 +195,7 @@ def setup_file(path: str | Path) -> None:
                 db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
                 setup(db)
                 bookkeeping.ensure_tables(conn)
-                if bookkeeping.built_version(conn, NAME) is None:
+                if bookkeeping.built_version(conn, NAME) != VERSION:
                     bookkeeping.set_built_version(conn, NAME, VERSION)
                 return
             except sqlite3.OperationalError as exc:
@@ -284,12 +290,12 @@ def apply_one(conn: Any, rec: Recorded, d: Dialect | None = None) -> None:  # no
         x(
             "INSERT INTO jobs(id, name, queue, status, priority, data, max_attempts, max_stalled,"
             " timeout_ms, parent_id, depth, created_at, delay_until, idempotency_key, options,"
-            " version, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " version, updated_at, submitter) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 e.job_id, e.name, o.queue, "delayed" if e.delay_until is not None else "waiting",
                 o.priority, _enc(e.data), o.max_attempts, o.max_stalled, o.timeout_ms,
                 o.parent_id, e.depth, e.created_at, e.delay_until, o.idempotency_key,
-                _enc(o), rec.version, e.created_at,
+                _enc(o), rec.version, e.created_at, _enc(e.submitter),
             ),
         )
     elif isinstance(e, JobClaimed):

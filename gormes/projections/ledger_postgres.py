@@ -11,7 +11,9 @@ ledger's built version recorded.
 
 `set_up` runs inside the store's write transaction (DDL is transactional on
 PostgreSQL, and the writer holds the events table lock, so two hosts starting at
-once take turns); when every object is there already it is one catalog query.
+once take turns); when every object is there already, built by this version, it
+is two catalog reads. A ledger built by an earlier version gets the columns it
+lacks (`ledger.VERSION` says why that keeps its rows exact).
 """
 
 from __future__ import annotations
@@ -96,16 +98,35 @@ def ensure_bookkeeping(conn: Any) -> None:
             conn.execute(statement)
 
 
+def _built_version(conn: Any, name: str) -> int | None:
+    row = conn.execute(
+        "SELECT version FROM projection_versions WHERE projection = ?", (name,)
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def add_missing_columns(conn: Any) -> None:
+    """Add the columns a ledger table of an earlier version lacks (nullable)."""
+    for table in TABLES:
+        for column, type_ in table.columns.items():
+            conn.execute(f"ALTER TABLE {table.name} ADD COLUMN IF NOT EXISTS {column} {_TYPES[type_]}")
+
+
 def set_up(conn: Any, name: str, version: int) -> None:
-    """Create whatever is missing and record the built version (first time only).
+    """Create whatever is missing, migrate a ledger an earlier version built, and
+    record the built version.
 
     `conn` is the transaction's PortableConnection (SQL with `?` placeholders)."""
     present = present_relations(conn)
     if not present.issuperset(NAMES) or not present.isdisjoint(RETIRED_INDEXES):
         for statement in statements():
             conn.execute(statement)
-    conn.execute(
-        "INSERT INTO projection_versions(projection, version) VALUES (?, ?)"
-        " ON CONFLICT(projection) DO NOTHING",
-        (name, version),
-    )
+    built = _built_version(conn, name)
+    if built is not None and built != version:
+        add_missing_columns(conn)
+    if built != version:
+        conn.execute(
+            "INSERT INTO projection_versions(projection, version) VALUES (?, ?)"
+            " ON CONFLICT(projection) DO UPDATE SET version = excluded.version",
+            (name, version),
+        )
