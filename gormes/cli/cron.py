@@ -3,6 +3,10 @@
 Expressions are five-field cron in UTC (or @hourly, @daily, ...). The daemon
 enqueues each fire once, as trust class `system`; a fire missed while no daemon
 ran is made up once, for the most recent missed time only.
+
+add, pause, resume and remove run the operator-only cron.* operations through
+the audited executor (gormes/ops/cron.py; decision 0019); list reads the
+`schedules` projection.
 """
 
 from __future__ import annotations
@@ -67,9 +71,12 @@ def add(obj: Any, name: str, schedule: str, job_name: str, data: str | None, que
             value = msgspec.json.decode(data)
         except msgspec.DecodeError as exc:
             raise InvalidSchedule(f"--data is not JSON: {exc}") from None
-    state = _run(obj.target, lambda book: book.add(name, schedule, job_name, value, queue))
-    click.echo(f"added {state.name}: {state.schedule} -> {state.job} on queue {state.queue}; "
-               f"next fire {_iso(_next_fire(state))}")
+    from gormes.cli.ops import operator_call
+
+    added = operator_call(obj, "cron.add", {"name": name, "schedule": schedule, "job": job_name,
+                                           "data": value, "queue": queue})
+    click.echo(f"added {added.name}: {added.schedule} -> {added.job} on queue {added.queue}; "
+               f"next fire {_iso(added.next_fire)}")
 
 
 @cron.command(name="list")
@@ -108,7 +115,9 @@ def _simple(verb: str, past: str, doc: str) -> click.Command:
     @click.argument("name")
     @click.pass_obj
     def command(obj: Any, name: str) -> None:
-        state = _run(obj.target, lambda book: getattr(book, verb)(name))
+        from gormes.cli.ops import operator_call
+
+        state = operator_call(obj, f"cron.{verb}", {"name": name})
         click.echo(f"{past} {state.name} (now {state.status})")
 
     command.__doc__ = doc

@@ -1,9 +1,12 @@
 """`gormes jobs ...`: submit, inspect and steer durable jobs.
 
-Every command opens the store, asks the `JobQueue` and prints its typed answer:
-a short table or line for people, `--json` for scripts. Bad input (malformed
-JSON, an option out of range, an unknown job id) is one line on stderr and a
-non-zero exit, and nothing is written.
+Every command that changes a job (submit, cancel, pause, resume, retry, replay,
+send, prune) runs its operation through the audited executor as the operator
+(gormes/cli/ops.py `operator_session`; decision 0019); the reads ask the
+`JobQueue` (or the ledger file) directly. Each prints its typed answer: a short
+table or line for people, `--json` for scripts. Bad input (malformed JSON, an
+option out of range, an unknown job id) is one line on stderr and a non-zero
+exit; nothing recorded is changed, and a refusal by an operation is audited.
 """
 
 from __future__ import annotations
@@ -60,7 +63,47 @@ def parse_duration_ms(text: str) -> int:
     match = _DURATION.match(text)
     if not match:
         raise MalformedInput(f"not a duration: {text!r} (try 30s, 15m, 12h, 7d)")
-    return int(float(match.group(1)) * _UNIT_MS[match.group(2) or "s"])
+    try:
+        return int(float(match.group(1)) * _UNIT_MS[match.group(2) or "s"])
+    except OverflowError:
+        raise MalformedInput(f"duration {text!r} is too long") from None
+
+
+class WholeNumber(click.ParamType):
+    """An integer, also in exponent form when whole (`1e23`): a huge value reaches
+    the operation's own bounds (one line) instead of click's usage block."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        from decimal import Decimal, InvalidOperation
+
+        text = str(value).strip()
+        try:
+            number = Decimal(text)
+        except InvalidOperation:
+            number = None
+        if number is None or not number.is_finite() or number != number.to_integral_value() or len(text) > 40:
+            flag = param.opts[0] if param is not None and param.opts else "value"
+            raise MalformedInput(f"{flag} must be a whole number, got {text!r}")
+        return int(number)
+
+
+WHOLE = WholeNumber()
+
+
+def operator_job_session(obj: Any, work: Callable[[Any], Awaitable[T]]) -> T:
+    from gormes.cli.ops import operator_session
+
+    return operator_session(obj, work)
+
+
+async def full_job(door: Any, summary: Any) -> Any:
+    """The whole job an operation returned a summary of (for `--json`)."""
+    job = _require(await door.queue.get(summary.id), summary.id)
+    return msgspec.structs.replace(job, coalesced=summary.coalesced)
 
 
 def run_queue(target: str | Path, fn: Callable[[Any], Awaitable[T]]) -> T:
@@ -146,17 +189,17 @@ def jobs() -> None:
 @click.argument("name")
 @click.option("--data", metavar="JSON", help="The job's data (JSON).")
 @click.option("--queue", metavar="Q", help="Queue name (default: default).")
-@click.option("--priority", type=int, help="Lower runs first (default 0).")
-@click.option("--delay", type=int, metavar="MS", help="Start after this many ms.")
-@click.option("--max-attempts", type=int, metavar="N", help="Default 3.")
+@click.option("--priority", type=WHOLE, help="Lower runs first (default 0).")
+@click.option("--delay", type=WHOLE, metavar="MS", help="Start after this many ms.")
+@click.option("--max-attempts", type=WHOLE, metavar="N", help="Default 3.")
 @click.option("--backoff", type=click.Choice(["exponential", "fixed"]), help="Retry delay shape.")
-@click.option("--backoff-delay", type=int, metavar="MS", help="Default 1000.")
+@click.option("--backoff-delay", type=WHOLE, metavar="MS", help="Default 1000.")
 @click.option("--backoff-jitter", type=float, metavar="F", help="0..1, default 0.2.")
-@click.option("--timeout", type=int, metavar="MS", help="Kill the handler after this.")
-@click.option("--max-stalled", type=int, metavar="N", help="1..100, default 5.")
+@click.option("--timeout", type=WHOLE, metavar="MS", help="Kill the handler after this.")
+@click.option("--max-stalled", type=WHOLE, metavar="N", help="1..100, default 5.")
 @click.option("--parent", metavar="ID", help="Make this a child of job ID.")
 @click.option("--on-child-fail", type=click.Choice(POLICIES), help="What a failure of this child does to its parent.")
-@click.option("--max-children", type=int, metavar="N")
+@click.option("--max-children", type=WHOLE, metavar="N")
 @click.option("--idempotency-key", metavar="K")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.pass_obj
@@ -186,11 +229,12 @@ def submit(obj: Any, name: str, data: str | None, queue: str | None, priority: i
                                ("jitter", backoff_jitter)) if v is not None}
     if shape:
         options["backoff"] = shape
-    job = run_queue(obj.target, lambda q: q.submit(name, payload, options))
-    if as_json:
-        emit_json(job_json(job, None))
-    else:
-        click.echo(job.id)
+    async def go(door: Any) -> Any:
+        job = await door.call("job.submit", {"name": name, "data": payload, "options": options})
+        return job_json(await full_job(door, job), None) if as_json else job.id
+
+    shown = operator_job_session(obj, go)
+    emit_json(shown) if as_json else click.echo(shown)
 
 
 @jobs.command(name="list")
@@ -244,6 +288,15 @@ def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
         value = data.get(key)
         text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
         click.echo(f"{key:<17} {text}")
+    click.echo(f"{'submitter':<17} {_submitter_text(data.get('submitter'))}")
+
+
+def _submitter_text(submitter: dict[str, Any] | None) -> str:
+    """`gateway mcp:client scope chat:x`; `-` for a job recorded without one."""
+    if not submitter:
+        return "-"
+    scope = submitter.get("scope")
+    return f"{submitter['trust']} {submitter['caller']}" + (f" scope {scope}" if scope else "")
 
 
 def _steer(verb: str, help_text: str) -> click.Command:
@@ -252,13 +305,19 @@ def _steer(verb: str, help_text: str) -> click.Command:
     @click.option("--json", "as_json", is_flag=True)
     @click.pass_obj
     def command(obj: Any, job_id: str, as_json: bool) -> None:
-        result = run_queue(obj.target, lambda q: getattr(q, verb)(job_id))
-        if verb == "cancel":  # the ids cancelled: the job and its live descendants
-            emit_json(result) if as_json else click.echo("\n".join(f"{i} cancelled" for i in result))
-        elif as_json:
-            emit_json(job_json(result, None))
+        async def go(door: Any) -> Any:
+            result = await door.call(f"job.{verb}", {"id": job_id})
+            if verb == "cancel":  # the ids cancelled: the job and its live descendants
+                return result.cancelled
+            return job_json(await full_job(door, result), None) if as_json else f"{result.id} {result.status}"
+
+        shown = operator_job_session(obj, go)
+        if as_json:
+            emit_json(shown)
+        elif verb == "cancel":
+            click.echo("\n".join(f"{i} cancelled" for i in shown))
         else:
-            click.echo(f"{result.id} {result.status}")
+            click.echo(shown)
 
     return command
 
@@ -277,8 +336,13 @@ jobs.add_command(_steer("retry", "Send a failed or dead job back to waiting."))
 def replay(obj: Any, job_id: str, data: str | None, as_json: bool) -> None:
     """Submit a terminal job again as a new job; prints the new id."""
     overrides = parse_json(data, "--data")
-    job = run_queue(obj.target, lambda q: q.replay(job_id, overrides))
-    emit_json(job_json(job, None)) if as_json else click.echo(job.id)
+
+    async def go(door: Any) -> Any:
+        job = await door.call("job.replay", {"id": job_id, "data": overrides})
+        return job_json(await full_job(door, job), None) if as_json else job.id
+
+    shown = operator_job_session(obj, go)
+    emit_json(shown) if as_json else click.echo(shown)
 
 
 @jobs.command()
@@ -289,7 +353,7 @@ def replay(obj: Any, job_id: str, data: str | None, as_json: bool) -> None:
 def send(obj: Any, job_id: str, payload: str, as_json: bool) -> None:
     """Send an operator message to a job's inbox; prints the message id."""
     message = parse_json(payload, "--payload")
-    sent = run_queue(obj.target, lambda q: q.send(job_id, message))
+    sent = operator_job_session(obj, lambda door: door.call("job.send", {"id": job_id, "payload": message}))
     emit_json(sent) if as_json else click.echo(sent.id)
 
 
@@ -343,7 +407,8 @@ def stats(obj: Any, pricing: str | None, as_json: bool) -> None:
 def prune(obj: Any, older_than: str, dry_run: bool, as_json: bool) -> None:
     """Remove terminal jobs that finished before a cutoff."""
     cutoff = parse_duration_ms(older_than)
-    result = run_queue(obj.target, lambda q: q.prune(cutoff, dry_run=dry_run))
+    result = operator_job_session(
+        obj, lambda door: door.call("job.prune", {"older_than_ms": cutoff, "dry_run": dry_run}))
     if as_json:
         emit_json({"ids": result.ids, "count": result.count, "dry_run": result.dry_run})
     else:

@@ -3,6 +3,9 @@
 What the operator records here has `manual` provenance (origin: the CLI) and is
 trusted. `review ID --promote|--reject` settles an unreviewed relationship or fact;
 `mirror --out DIR` writes USER.md and one page per entity (deterministic).
+
+Every command but mirror runs its operator-only memory.* operation through the
+audited executor (gormes/ops/memory_admin.py; decision 0019).
 """
 
 from __future__ import annotations
@@ -19,11 +22,10 @@ scope_option = click.option("--scope", envvar="GORMES_SCOPE", default=DEFAULT_SC
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
-def _source(artifact: str | None, confidence: float) -> Any:
-    from gormes.events.memory import Origin
-    from gormes.memory.writer import Source
+def _call(obj: Any, name: str, value: dict[str, Any]) -> Any:
+    from gormes.cli.ops import operator_call
 
-    return Source(origin=Origin(artifact=artifact or "cli"), kind="manual", trust="operator", confidence=confidence)
+    return operator_call(obj, name, value)
 
 
 def _write(obj: Any, fn: Any) -> Any:
@@ -63,8 +65,8 @@ def memory() -> None:
 def add_fact(obj: Any, text: str, subject: str | None, supersedes: tuple[str, ...], artifact: str | None,
              confidence: float, scope: str, as_json: bool) -> None:
     """Record a fact."""
-    event = _write(obj, lambda w, _: w.add_fact(scope, text, _source(artifact, confidence), subject=subject,
-                                                 supersedes=supersedes))
+    event = _call(obj, "memory.add_fact", {"text": text, "subject": subject, "supersedes": list(supersedes),
+                                           "artifact": artifact, "confidence": confidence, "scope": scope})
     _echo(event, as_json, event.fact_id)
 
 
@@ -77,7 +79,7 @@ def add_fact(obj: Any, text: str, subject: str | None, supersedes: tuple[str, ..
 @click.pass_obj
 def add_entity(obj: Any, name: str, kind: str, aliases: tuple[str, ...], scope: str, as_json: bool) -> None:
     """Record an entity."""
-    event = _write(obj, lambda w, _: w.add_entity(scope, name, _source(None, 1.0), kind=kind, aliases=aliases))
+    event = _call(obj, "memory.add_entity", {"name": name, "kind": kind, "aliases": list(aliases), "scope": scope})
     _echo(event, as_json, event.entity_id)
 
 
@@ -93,17 +95,9 @@ def add_entity(obj: Any, name: str, kind: str, aliases: tuple[str, ...], scope: 
 def relate(obj: Any, subject: str, predicate: str, object_: str, artifact: str | None, confidence: float,
            scope: str, as_json: bool) -> None:
     """Record that SUBJECT PREDICATE OBJECT (e.g. "Ada" "works at" "Acme")."""
-    event = _write(obj, lambda w, _: w.relate(scope, subject, predicate, object_, _source(artifact, confidence)))
+    event = _call(obj, "memory.relate", {"subject": subject, "predicate": predicate, "object": object_,
+                                         "artifact": artifact, "confidence": confidence, "scope": scope})
     _echo(event, as_json, event.relationship_id)
-
-
-async def _target(store: Any, target_id: str, scope: str | None) -> Any:
-    from gormes.memory.writer import find_target
-    from gormes.projections.memory import memory_projection, read_connection
-    from gormes.projections.runner import ProjectionRunner
-
-    await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
-    return await store.read_with(lambda log: find_target(read_connection(log), target_id, scope))
 
 
 @memory.command()
@@ -119,11 +113,7 @@ def review(obj: Any, target_id: str, verdict: str | None, note: str, as_json: bo
 
     if verdict is None:
         raise MemoryInputError("memory review: give --promote or --reject")
-
-    async def go(writer: Any, store: Any) -> Any:
-        return await writer.review(await _target(store, target_id, None), verdict, note=note)
-
-    event = _write(obj, go)
+    event = _call(obj, "memory.review", {"id": target_id, "verdict": verdict, "note": note})
     _echo(event, as_json, f"{event.target_id} {event.verdict}")
 
 
@@ -135,11 +125,7 @@ def review(obj: Any, target_id: str, verdict: str | None, note: str, as_json: bo
 @click.pass_obj
 def forget(obj: Any, target_id: str, reason: str, scope: str | None, as_json: bool) -> None:
     """Forget a fact, relationship or entity: it leaves recall and mirrors; the log keeps it."""
-
-    async def go(writer: Any, store: Any) -> Any:
-        return await writer.forget(await _target(store, target_id, scope), reason=reason)
-
-    event = _write(obj, go)
+    event = _call(obj, "memory.forget", {"id": target_id, "reason": reason, "scope": scope})
     _echo(event, as_json, f"{event.target_id} forgotten")
 
 

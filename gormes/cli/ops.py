@@ -3,15 +3,70 @@
 `list` shows every operation with its trust classes and limits; `schema` prints
 the model tool schemas a trust class would be given (always JSON); `call` runs
 one operation as the operator through the same audited executor that agents use.
+
+`operator_session` and `operator_call` are that door for every other command
+that changes state (`jobs cancel`, `cron add`, `memory forget`, `skills
+promote`, ...): each call is checked, validated and audited as
+`Caller(trust="operator", id="cli")` (decision 0019).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from gormes.ops.spec import TRUST_CLASSES
+
+if TYPE_CHECKING:
+    from gormes.actors.queue import JobQueue
+    from gormes.ops.executor import Executor
+
+T = TypeVar("T")
+
+CLI_CALLER_ID = "cli"
+
+
+class OperatorDoor:
+    """The executor, store and job queue one CLI command works through."""
+
+    def __init__(self, executor: Executor, queue: JobQueue) -> None:
+        self.executor = executor
+        self.queue = queue
+        self.store = executor.store
+
+    async def call(self, name: str, value: Any) -> Any:
+        """Run operation `name` as the operator; its typed output."""
+        from gormes.ops.spec import Caller
+
+        return await self.executor.call(name, value, Caller(trust="operator", id=CLI_CALLER_ID))
+
+
+def operator_session(
+    obj: Any, work: Callable[[OperatorDoor], Awaitable[T]], *, workspace: Path | str | None = None
+) -> T:
+    """Open the store (an SQLite path or a PostgreSQL URL) and its job queue, run
+    `work(door)` in trio, close both. `workspace`: the fs operations' root."""
+    import trio
+
+    from gormes.actors.queue import JobQueue
+    from gormes.events.open import open_store
+    from gormes.ops.builtin import default_registry
+    from gormes.ops.executor import Executor
+
+    async def main() -> T:
+        async with open_store(obj.target) as store:
+            queue = await JobQueue.open(store)
+            return await work(OperatorDoor(Executor(default_registry(), store, workspace=workspace, jobs=queue), queue))
+
+    return trio.run(main)
+
+
+def operator_call(obj: Any, name: str, value: Any, *, workspace: Path | str | None = None) -> Any:
+    """One operation as the operator, through the audited executor; its typed output."""
+    return operator_session(obj, lambda door: door.call(name, value), workspace=workspace)
 
 
 @click.group()
@@ -84,17 +139,6 @@ def call(obj: Any, name: str, input_json: str, workspace: str) -> None:
 
     The call is audited like any other (an audit.operation event)."""
     import msgspec
-    import trio
 
-    from gormes.actors.queue import JobQueue
-    from gormes.events.open import open_store
-    from gormes.ops.builtin import default_registry
-    from gormes.ops.executor import Executor
-    from gormes.ops.spec import Caller
-
-    async def main() -> bytes:
-        async with open_store(obj.target) as store:
-            executor = Executor(default_registry(), store, workspace=workspace, jobs=await JobQueue.open(store))
-            return await executor.call_json(name, input_json, Caller(trust="operator", id="cli"))
-
-    click.echo(msgspec.json.format(trio.run(main)).decode())
+    output = operator_call(obj, name, input_json, workspace=workspace)
+    click.echo(msgspec.json.format(msgspec.json.encode(output)).decode())

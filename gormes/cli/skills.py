@@ -3,6 +3,10 @@
 Skills are read from --skills-dir (env GORMES_SKILLS_DIR, default ./skills);
 routing evals, used by `check` as conflict probes, from --evals-dir (env
 GORMES_SKILL_EVALS_DIR, default ./evals/skills, skipped when that default is absent).
+
+What records or rewrites (`promote`, `feedback`, `route --run`) runs the
+operator-only skills.* operations through the audited executor
+(gormes/ops/skills_admin.py; decision 0019).
 """
 
 from __future__ import annotations
@@ -35,13 +39,9 @@ def _echo_json(value: Any) -> None:
 
 def load_strict(path: str | None) -> list:
     """Every skill, or one clear error naming the first file that did not load."""
-    from gormes.skillbook.errors import SkillsError
-    from gormes.skillbook.loader import load_skills
+    from gormes.ops.skills_admin import load_strict as load_every_skill
 
-    loaded = load_skills(skills_dir(path))
-    if loaded.issues:
-        raise SkillsError(loaded.issues[0].line())
-    return loaded.skills
+    return load_every_skill(skills_dir(path))
 
 
 @click.group()
@@ -111,10 +111,17 @@ def route_(obj: Any, phrase: str, skills_path: str | None, candidates: bool, run
     """Which skill answers PHRASE, with scores and why."""
     from gormes.skillbook.resolver import route
 
-    result = route(load_strict(skills_path), phrase, include_candidates=candidates)
     positions: list[int] = []
-    if run_id is not None and result.chosen:
-        positions = _record(obj.target, run_id, result)
+    if run_id is None:
+        result = route(load_strict(skills_path), phrase, include_candidates=candidates)
+    else:
+        from gormes.cli.ops import operator_call
+
+        selected = operator_call(obj, "skills.select", {
+            "run_id": run_id, "phrase": phrase, "include_candidates": candidates,
+            "skills_dir": str(skills_dir(skills_path)),
+        })
+        result, positions = selected.route, selected.positions
     if as_json:
         _echo_json({**msgspec.to_builtins(result), "selection_positions": positions})
         return
@@ -132,20 +139,6 @@ def route_(obj: Any, phrase: str, skills_path: str | None, candidates: bool, run
         click.echo(f"recorded skill.selected at position {position} for run {run_id}")
 
 
-def _record(db: Path | str, run_id: str, result: Any) -> list[int]:
-    import trio
-
-    from gormes.events.open import open_store
-    from gormes.skillbook.usage import record_selections, require_run
-
-    async def main() -> list[int]:
-        async with open_store(db) as store:
-            await require_run(store, run_id)
-            return await record_selections(store, run_id, result.chosen, result.phrase)
-
-    return trio.run(main)
-
-
 @skills.command()
 @click.argument("name")
 @skills_dir_option
@@ -153,18 +146,9 @@ def _record(db: Path | str, run_id: str, result: Any) -> list[int]:
 @click.pass_obj
 def promote(obj: Any, name: str, skills_path: str | None, as_json: bool) -> None:
     """Move NAME one status up, only if its evidence holds; records an event and rewrites its front matter."""
-    import trio
+    from gormes.cli.ops import operator_call
 
-    from gormes.events.open import open_store
-    from gormes.skillbook.promotion import promote as run_promote
-
-    root = skills_dir(skills_path)
-
-    async def main() -> Any:
-        async with open_store(obj.target) as store:
-            return await run_promote(root, name, store, datetime.date.today())
-
-    result = trio.run(main)
+    result = operator_call(obj, "skills.promote", {"name": name, "skills_dir": str(skills_dir(skills_path))})
     if as_json:
         _echo_json(result)
         return
@@ -179,17 +163,10 @@ def promote(obj: Any, name: str, skills_path: str | None, as_json: bool) -> None
 @click.pass_obj
 def feedback(obj: Any, run_id: str, name: str, verdict: str, note: str) -> None:
     """Say how skill NAME served run RUN_ID (good or bad)."""
-    import trio
+    from gormes.cli.ops import operator_call
 
-    from gormes.events.open import open_store
-    from gormes.skillbook.usage import record_feedback
-
-    async def main() -> int:
-        async with open_store(obj.target) as store:
-            return await record_feedback(store, run_id, name, verdict, note)  # type: ignore[arg-type]
-
-    position = trio.run(main)
-    click.echo(f"recorded skill.feedback at position {position}")
+    recorded = operator_call(obj, "skills.feedback", {"run_id": run_id, "skill": name, "verdict": verdict, "note": note})
+    click.echo(f"recorded skill.feedback at position {recorded.position}")
 
 
 @skills.command()

@@ -161,6 +161,23 @@ def find_target(conn: sqlite3.Connection, target_id: str, scope: str | None = No
     raise MemoryInputError(f"memory: no fact, relationship{' or entity' if scope else ''} with id {target_id!r}")
 
 
+def require_facts(conn: sqlite3.Connection, fact_ids: Sequence[str], scope: str) -> None:
+    """Refuse (`MemoryInputError`) a fact id that is not a fact of `scope` in the
+    memory projection: a fact may only supersede facts that exist, in its own scope
+    (superseding marks the old fact stale wherever it is)."""
+    from gormes.projections.memory import FACTS
+
+    for wanted in fact_ids:
+        try:
+            row = conn.execute(f"SELECT scope FROM {FACTS} WHERE fact_id = ?", (wanted,)).fetchone()
+        except sqlite3.OperationalError:
+            row = None  # the projection was never built: no fact exists
+        if row is None:
+            raise MemoryInputError(f"memory: --supersedes {wanted!r}: no such fact")
+        if row[0] != scope:
+            raise MemoryInputError(f"memory: --supersedes {wanted!r}: that fact is in scope {row[0]!r}, not {scope!r}")
+
+
 class MemoryWriter:
     """Appends memory events to `memory-<scope>` through an event store."""
 

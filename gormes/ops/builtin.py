@@ -1,11 +1,19 @@
-"""The default registry: every built-in operation."""
+"""The default registry: every built-in operation.
+
+The `*_admin` modules and `cron` are the operator's own (operator-only, never
+offered to models): the CLI's state-changing commands call them through the
+executor, so each is audited like any other operation (decision 0019)."""
 
 from __future__ import annotations
 
-from gormes.ops import control, fs, jobs, knowledge, shell, skills, time_ops
+from gormes.ops import control, cron, fs, jobs, jobs_admin, knowledge, memory_admin, shell, skills, skills_admin, time_ops
 from gormes.ops import memory as memory_ops
 from gormes.ops.registry import Registry
 
 
 def default_registry() -> Registry:
-    return Registry([*fs.SPECS, *time_ops.SPECS, *jobs.SPECS, *shell.SPECS, *skills.SPECS, *memory_ops.SPECS, *control.SPECS, *knowledge.SPECS])
+    return Registry([
+        *fs.SPECS, *time_ops.SPECS, *jobs.SPECS, *jobs_admin.SPECS, *shell.SPECS, *skills.SPECS,
+        *skills_admin.SPECS, *memory_ops.SPECS, *memory_admin.SPECS, *control.SPECS, *knowledge.SPECS,
+        *cron.SPECS,
+    ])

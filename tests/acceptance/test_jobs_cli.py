@@ -118,10 +118,8 @@ def test_worker_stops_on_sigterm_and_releases_what_is_still_running(jobs_db: Pat
 
 @pytest.mark.parametrize("args, says", [
     (("jobs", "get", "NOPE"), "no job"),
-    (("jobs", "cancel", "NOPE"), "NOPE"),
     (("jobs", "submit", "echo", "--data", "{bad"), "malformed JSON"),
     (("jobs", "submit", "echo", "--max-stalled", "101"), "--max-stalled must be 1..100"),
-    (("jobs", "submit", "   "), "name"),
     (("jobs", "prune", "--older-than", "soon"), "not a duration"),
     (("worker", "--import", "no_such_handlers_module"), "cannot import handlers"),
     (("worker", "--concurrency", "0"), "--concurrency must be"),
@@ -132,6 +130,34 @@ def test_bad_input_is_one_clear_line_and_changes_nothing(jobs_db: Path, args, sa
     done = run_gormes(jobs_db, *args)
     assert says in assert_one_line_error(done)
     assert digest(jobs_db) == before
+
+
+@pytest.mark.parametrize("args, says", [
+    (("jobs", "cancel", "NOPE"), "NOPE"),
+    (("jobs", "submit", "   "), "name"),
+    (("jobs", "retry", "NOPE"), "NOPE"),
+])
+def test_a_refused_operation_is_one_line_and_only_its_audit_record_is_written(jobs_db: Path, args, says):
+    # These reach the operation (decision 0019), so the refusal is audited: the
+    # audit record is the only thing written.
+    ok(jobs_db, "jobs", "submit", "echo")
+    before = _events(jobs_db)
+    done = run_gormes(jobs_db, *args)
+    assert says in assert_one_line_error(done)
+    after = _events(jobs_db)
+    assert after[: len(before)] == before
+    assert [(e[1], json.loads(e[2])["caller"], json.loads(e[2])["allowed"]) for e in after[len(before):]] == [
+        ("audit.operation", "cli", True)]
+
+
+def _events(db: Path) -> list[tuple]:
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT position, type, data FROM events ORDER BY position").fetchall()
+    finally:
+        conn.close()
 
 
 def test_a_handler_file_that_fails_to_import_is_one_line(jobs_db: Path, tmp_path: Path):
