@@ -15,6 +15,12 @@ Job data: the agent's input plus where it runs:
 The fs tools work in GORMES_WORKSPACE (the worker's environment); without it they
 are unavailable.
 
+The run acts for whoever submitted the job (decision 0016): its tool calls are made
+with the job's submitter's trust class and memory scope (`run_identity`), never
+with the worker's; a job with no recorded submitter (older logs, Python callers
+without one) runs as `child-agent`, pinned to the job's own chat scope. The
+data cannot say otherwise: only the submitter recorded by the queue counts.
+
 Each attempt is a run of its own, named in the job's log (a transcript entry with
 `data={"agent_run": RUN_ID, ...}`) before it starts. Each attempt first gives the
 job any tokens the earlier attempts' runs used that never reached it (a pause
@@ -26,8 +32,8 @@ abort reason. The next attempt looks at the run the previous one named
 - cut off with no end (the worker died): first recorded as `run.cancelled`, it
   and its subagents left with no end, saying so (`cut_off`), so that no dead run
   reads as running; then, as for
-- cancelled: the new run RESUMES it,
-  a new run with `resumed_from` whose handler is served the earlier run's
+- cancelled: the new run RESUMES it (acting for the job's submitter, or narrower
+  if the earlier run was narrower), a new run with `resumed_from` whose handler is served the earlier run's
   recorded prefix (model turns, tool results, inbox reads, clock and random
   readings, finished children) from the record, then continues live; nothing in
   the prefix calls the provider, runs a tool or counts tokens again;
@@ -45,11 +51,33 @@ import msgspec
 
 from gormes.actors.handlers import UnrecoverableError, job
 from gormes.actors.job_context import JobContext
-from gormes.events.jobs import JobTranscribed, Tokens, job_stream
+from gormes.events.jobs import JobTranscribed, Submitter, Tokens, job_stream
 from gormes.events.runs import RunCompleted, run_stream
 
 WORKSPACE_ENV = "GORMES_WORKSPACE"
 RUN_OPTIONS = ("model", "tools", "max_iterations", "deadline_s")
+# The class a job with no recorded submitter acts with (decision 0016).
+UNATTRIBUTED_TRUST = "child-agent"
+
+
+class ActsFor(msgspec.Struct, frozen=True, kw_only=True):
+    """Whom a job's runs act for: the trust class and memory scope of their tool calls."""
+
+    trust: str
+    scope: str | None  # None: the class names its scope (operator, system)
+
+
+def run_identity(job_id: str, submitter: Submitter | None) -> ActsFor:
+    """The job's submitter's trust class and memory scope; for a pinned class with no
+    recorded scope, the submitter's own chat. With no submitter: UNATTRIBUTED_TRUST,
+    pinned to the job's own chat (`chat:job-<id>`, the same for every attempt)."""
+    from gormes.ops.memory import NAMES_ITS_SCOPE, own_scope
+
+    if submitter is None:
+        return ActsFor(trust=UNATTRIBUTED_TRUST, scope=own_scope(f"job-{job_id}"))
+    if submitter.trust in NAMES_ITS_SCOPE:
+        return ActsFor(trust=submitter.trust, scope=submitter.scope)
+    return ActsFor(trust=submitter.trust, scope=submitter.scope or own_scope(submitter.caller))
 
 
 class AgentJobData(msgspec.Struct, frozen=True, kw_only=True):
@@ -162,6 +190,7 @@ async def agent_job(ctx: JobContext, data: Any) -> Any:
     def outside_reason() -> str | None:
         return f"job {ctx.abort_reason}" if ctx.abort_reason else None
 
+    acts_for = run_identity(ctx.id, ctx.submitter)
     async with RunManager.open(store, executor=_executor(store)) as runs:
         run_id = runs.new_id()
         if earlier is not None and (earlier.end is None or earlier.end.type == "run.cancelled"):
@@ -169,7 +198,8 @@ async def agent_job(ctx: JobContext, data: Any) -> Any:
                           data={AGENT_RUN: run_id, "resumes": earlier.run_id})
             try:
                 resumed = await resume_run(runs, earlier, run_id=run_id, job_id=ctx.id, token_sink=to_job,
-                                           job=ctx, outside_reason=outside_reason)
+                                           job=ctx, outside_reason=outside_reason,
+                                           trust=acts_for.trust, memory_scope=acts_for.scope)
             except UserError as exc:  # ResumeRefused, or the handler or model is gone now
                 await ctx.log(f"{exc}; starting afresh")
             else:
@@ -180,7 +210,8 @@ async def agent_job(ctx: JobContext, data: Any) -> Any:
             handle = await runs.start(
                 options.handler, run_input, model=options.model, tools=options.tools,
                 max_iterations=options.max_iterations, deadline_s=options.deadline_s,
-                trust="system", job_id=ctx.id, token_sink=to_job, job=ctx, run_id=run_id,
+                trust=acts_for.trust, memory_scope=acts_for.scope, job_id=ctx.id, token_sink=to_job, job=ctx,
+                run_id=run_id,
                 outside_reason=outside_reason,
             )
         except UserError as exc:  # unknown handler, bad model spec: retrying will not help

@@ -6,7 +6,8 @@ then continues live.
                                 overrides={"max_iterations": 3})
         forked.run_id, forked.outcome
 
-How: the new run's `run.started` is the source's (handler, tools, trust, depth...)
+How: the new run's `run.started` is the source's (handler, tools, trust, memory
+scope, depth...: an operator's fork of a gateway's run acts for that gateway still)
 with a new run id, `forked_from={run_id, position}` and the overrides; then the
 SAME handler code runs with a `ForkContext`, a replay-then-live context. While the
 source's observations up to the position last, it serves them exactly like a
@@ -66,6 +67,7 @@ from gormes.events.runs import (
     tokens_of,
 )
 from gormes.events.store import NO_STREAM
+from gormes.ops.spec import narrower
 
 if TYPE_CHECKING:
     from gormes.actors.job_context import JobContext
@@ -195,8 +197,8 @@ async def fork_run(
     run = LiveRun(
         run_id=run_id or manager.new_id(), handler=started.handler,
         input=apply_overrides(started.input, overrides or {}), depth=started.depth,
-        max_depth=started.max_depth, trust=started.trust, tools=started.tools, model=new_model,
-        max_iterations=started.max_iterations, deadline_s=started.deadline_s,
+        max_depth=started.max_depth, trust=started.trust, memory_scope=started.scope, tools=started.tools,
+        model=new_model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
     )
     origin = ForkOrigin(run_id=source_run_id, position=at)
     outcome = await continue_run(
@@ -363,13 +365,18 @@ async def resume_run(
     job: JobContext | None = None,
     outside_reason: Callable[[], str | None] | None = None,
     on_start: Callable[[str], None] | None = None,
+    trust: str | None = None,
+    memory_scope: str | None = None,
 ) -> ResumedRun:
     """Continue `source`, a run that did not complete (cancelled, or cut off with no
     end), as a new run with `resumed_from`: the same handler, input and options; its
     recorded prefix (see `resumable_prefix`) is replayed, not redone, then the run
     goes live, resuming the unfinished children it spawns again. Refused, with
     nothing written, when the code no longer replays the prefix (then only a fresh
-    start makes sense). `on_start(new_run_id)` is called once that check passed."""
+    start makes sense). `on_start(new_run_id)` is called once that check passed.
+    The new run acts with the source's trust and memory scope, or, given `trust`,
+    the narrower of the two classes (and `memory_scope` instead of the source's):
+    a job's next attempt acts for the job's submitter (decision 0016)."""
     resumable = await _resumable(manager, source)
     prefix, origin = resumable.prefix, resumable.origin
     started = source.started
@@ -379,7 +386,9 @@ async def resume_run(
         on_start(run_id)
     run = LiveRun(
         run_id=run_id, handler=started.handler, input=started.input,
-        depth=started.depth, max_depth=started.max_depth, trust=started.trust, tools=started.tools,
+        depth=started.depth, max_depth=started.max_depth,
+        trust=started.trust if trust is None else narrower(started.trust, trust),
+        memory_scope=started.scope if trust is None else memory_scope, tools=started.tools,
         model=started.model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
         job_id=job_id if job_id is not None else started.job_id, outside_reason=outside_reason,
     )

@@ -191,7 +191,8 @@ class RunContext(ABC):
     @property
     @abstractmethod
     def trust(self) -> str:
-        """The trust class tool calls are made with ("child-agent" for subagents)."""
+        """The trust class tool calls are made with: the submitter's, or narrower
+        (a subagent's: the narrower of its parent's and "child-agent")."""
 
     @property
     @abstractmethod
@@ -254,10 +255,11 @@ class RunContext(ABC):
     ) -> ChildRun:
         """Start a child run in this run's nursery and return at once.
 
-        Records `run.child_spawned` (in call order). The child gets depth + 1, trust
-        "child-agent", the parent's model unless `model` is given, an allowlist that
-        is `tools` narrowed to the parent's own allowlist, and a deadline no later
-        than the parent's. Cancelling this run cancels the child. Raises
+        Records `run.child_spawned` (in call order). The child gets depth + 1, the
+        narrower of the parent's trust and "child-agent" (gormes.ops.spec.narrower),
+        the parent's memory scope, the parent's model unless `model` is given, an
+        allowlist that is `tools` narrowed to the parent's own allowlist, and a
+        deadline no later than the parent's. Cancelling this run cancels the child. Raises
         `SpawnRefused` (nothing recorded) past the depth cap or for an unknown handler.
         """
 

@@ -257,7 +257,8 @@ class LiveRunContext(RunIdentity, RunContext):
         if self._as_caller is None:
             from gormes.ops.spec import Caller
 
-            self._as_caller = Caller(trust=self.trust, id=self._stream, run_id=self.run_id, job_id=self._run.job_id)
+            self._as_caller = Caller(trust=self.trust, id=self._stream, run_id=self.run_id, job_id=self._run.job_id,
+                                     scope=self._run.memory_scope)
         return self._as_caller
 
     def _tool_names(self) -> frozenset[str]:

@@ -98,7 +98,7 @@ async def run_view(store: Any, run_id: str, *, tree: bool) -> dict[str, Any]:
     view: dict[str, Any] = {
         "run_id": run_id, "handler": s.handler, "handler_version": s.handler_version,
         "status": "running", "depth": s.depth, "parent_run_id": s.parent_run_id,
-        "job_id": s.job_id, "model": s.model, "trust": s.trust, "input": s.input,
+        "job_id": s.job_id, "model": s.model, "trust": s.trust, "scope": s.scope, "input": s.input,
         "started_at": records[0].recorded_at, "finished_at": None, "result": None, "error": None,
         "iterations": 0, "tokens": None, "cost": None, "timeline": [],
         # where a fork's or a resumed job attempt's copied prefix came from (decision 0011)
@@ -168,6 +168,9 @@ def format_view(view: dict[str, Any], indent: str = "") -> list[str]:
             f"turns {view['iterations']}  tokens in {t['input']} out {t['output']} cache {t['cache_read']}  "
             f"cost {format_cost(view['cost']) if view['iterations'] else '-'}")
     lines = [head]
+    # whom its tool calls act for (decision 0016); no scope: its class's default
+    scope = view["scope"] or "(its class's default)"
+    lines.append(f"{indent}  trust {view['trust']}  scope {scope}")
     for key, what in (("resumed_from", "resumes"), ("forked_from", "forked from")):
         origin = view.get(key)
         if origin:

@@ -52,6 +52,7 @@ from gormes.events.runs import (
     run_stream,
 )
 from gormes.events.store import NO_STREAM
+from gormes.ops.spec import narrower
 
 if TYPE_CHECKING:
     from gormes.actors.job_context import JobContext
@@ -88,6 +89,9 @@ class LiveRun:
     depth: int = 0
     max_depth: int = DEFAULT_MAX_DEPTH
     trust: str = "operator"
+    # The memory scope its tool calls are pinned to (`run.started`'s `scope`; the
+    # name `scope` is the cancel scope's, below).
+    memory_scope: str | None = None
     tools: tuple[str, ...] | None = None
     model: str | None = None
     max_iterations: int | None = None
@@ -137,7 +141,7 @@ class LiveRun:
             parent_run_id=self.parent_run_id, depth=self.depth, deadline_s=self.deadline_s,
             tools=self.tools, model=self.model, max_iterations=self.max_iterations,
             trust=self.trust, job_id=self.job_id, forked_from=forked_from, max_depth=self.max_depth,
-            resumed_from=resumed_from, process=this_process(),
+            resumed_from=resumed_from, process=this_process(), scope=self.memory_scope,
         )
 
 
@@ -235,6 +239,7 @@ class RunManager:
         max_iterations: int | None = None,
         deadline_s: float | None = None,
         trust: str = "operator",
+        memory_scope: str | None = None,
         job_id: str | None = None,
         run_id: str | None = None,
         max_depth: int | None = None,
@@ -244,13 +249,14 @@ class RunManager:
     ) -> RunHandle:
         """Start a top-level run; returns once `run.started` is durable. An unknown
         handler, a bad model spec or input that is not JSON raise before anything
-        is recorded."""
+        is recorded. `trust` and `memory_scope`: the class and memory scope its tool
+        calls are made with (its submitter's, decision 0016)."""
         fn = self.handlers.get(handler)
         provider = self.provider(model) if model else None
         _require_json(input, "run input")
         run = LiveRun(
             run_id=run_id or self.new_id(), handler=handler, input=input, trust=trust,
-            tools=None if tools is None else tuple(tools), model=model,
+            memory_scope=memory_scope, tools=None if tools is None else tuple(tools), model=model,
             max_iterations=max_iterations, deadline_s=deadline_s, job_id=job_id,
             max_depth=self.max_depth if max_depth is None else max_depth,
             outside_reason=outside_reason,
@@ -269,12 +275,15 @@ class RunManager:
         tools: tuple[str, ...], model: str | None, deadline_s: float | None, resume: Any = None,
     ) -> LiveRun:
         """Start a subagent run in `parent`'s nursery; returns once `run.started` is
-        durable. `resume` (a `fork.Resumable`): the child continues that earlier run."""
+        durable. `resume` (a `fork.Resumable`): the child continues that earlier run.
+        The child's trust is the narrower of its parent's and CHILD_TRUST, and it
+        keeps its parent's memory scope: never wider than the parent."""
         parent_run = self.live[parent.run_id]
         fn = self.handlers.get(handler)
         run = LiveRun(
             run_id=run_id, handler=handler, input=input, depth=parent.depth + 1,
-            max_depth=parent.max_depth, trust=CHILD_TRUST, tools=tools, model=model,
+            max_depth=parent.max_depth, trust=narrower(parent_run.trust, CHILD_TRUST),
+            memory_scope=parent_run.memory_scope, tools=tools, model=model,
             max_iterations=None, deadline_s=deadline_s, job_id=parent_run.job_id, parent=parent_run,
         )
         assert parent.children_nursery is not None

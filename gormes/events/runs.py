@@ -139,7 +139,7 @@ class RunStarted(Event, tag="run.started", kw_only=True, gc=False):
     tools: tuple[str, ...] | None = None  # the allowlist; None: every op the trust allows
     model: str | None = None  # provider spec, "scripted:PATH" or "openai:MODEL"
     max_iterations: int | None = None
-    trust: str = "agent"
+    trust: str = "agent"  # the class its tool calls are made with: its submitter's or narrower
     job_id: str | None = None
     forked_from: ForkOrigin | None = None
     max_depth: int = 3
@@ -148,6 +148,10 @@ class RunStarted(Event, tag="run.started", kw_only=True, gc=False):
     resumed_from: ForkOrigin | None = None
     # The process that drives the run; None in runs recorded before it was kept.
     process: RunProcess | None = None
+    # The memory scope its tool calls are pinned to (a gateway client's run: that
+    # client's, decision 0016); None: its trust class's default, and in runs
+    # recorded before it was kept.
+    scope: str | None = None
 
 
 class RunCompleted(Event, tag="run.completed", kw_only=True, gc=False):

@@ -164,6 +164,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     job_id: str | None
     model: str | None
     trust: str
+    scope: str | None  # the memory scope its tool calls are pinned to (None: its class's default)
     input: Any
     started_at: float
     finished_at: float | None

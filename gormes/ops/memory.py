@@ -2,6 +2,7 @@
 
 Scopes and trust. The operator and system callers name the scope they work in
 (default `project:default`). Gateway callers and child agents are pinned to
+the caller's `scope` (a run carries its submitter's, decision 0016), else to
 their own chat, `chat:<caller id>`: asking for any other scope is denied, and
 so is cross-scope recall (gormes/recall/api.py: only the operator may widen).
 What a non-operator, non-system caller remembers is recorded `unreviewed`.
@@ -58,10 +59,13 @@ def own_scope(caller_id: str) -> str:
 
 
 def bound_scope(caller: Caller, requested: str | None) -> str:
-    """The scope a caller works in; a pinned caller asking for another is denied."""
+    """The scope a caller works in; a pinned caller asking for another is denied.
+    The operator and system callers name theirs (default: `caller.scope`, else
+    project:default); the others are pinned to `caller.scope` (a run acting for a
+    gateway client: that client's), else to their own chat."""
     if caller.trust in NAMES_ITS_SCOPE:
-        return requested or DEFAULT_SCOPE
-    own = own_scope(caller.id)
+        return requested or caller.scope or DEFAULT_SCOPE
+    own = caller.scope or own_scope(caller.id)
     if requested is not None and requested != own:
         raise OperationDenied(f"a {caller.trust!r} caller may only use its own scope {own!r}, not {requested!r}")
     return own

@@ -7,7 +7,8 @@ handlers; it checks the trust class, validates the input, enforces the timeout a
 audits every call before and after the handler runs.
 
 Trust classes: `operator` (the local CLI), `gateway` (remote callers),
-`child-agent` (subagents), `system` (cron, the daemon).
+`child-agent` (subagents), `system` (cron, the daemon). Work carries the class
+of whoever started it, or a narrower one (`narrower`, decision 0016).
 """
 
 from __future__ import annotations
@@ -27,6 +28,22 @@ if TYPE_CHECKING:
 
 TrustClass = Literal["operator", "gateway", "child-agent", "system"]
 TRUST_CLASSES: tuple[str, ...] = ("operator", "gateway", "child-agent", "system")
+
+# Widest first: what work started by a class may be narrowed to, never widened
+# (decision 0016). `gateway` is last: remote callers are trusted least, and a
+# gateway is refused `knowledge.write`, which subagents may use, so a gateway's
+# subagent must stay `gateway`. A class not listed (a typo, an old recording's
+# placeholder) ranks below them all: nothing allows it.
+TRUST_ORDER: tuple[str, ...] = ("operator", "system", "child-agent", "gateway")
+
+
+def narrower(a: str, b: str) -> str:
+    """The narrower of two trust classes (see TRUST_ORDER); `a` when they are equal."""
+
+    def rank(trust: str) -> int:
+        return TRUST_ORDER.index(trust) if trust in TRUST_ORDER else len(TRUST_ORDER)
+
+    return b if rank(b) > rank(a) else a
 
 Outcome = Literal["ok", "error", "denied", "invalid", "timeout", "cancelled"]
 
@@ -74,12 +91,17 @@ class InvalidOperationSpec(OperationError, ValueError):
 
 class Caller(msgspec.Struct, frozen=True, kw_only=True):
     """Who calls: a trust class, an id ("cli", "run-<id>", "job-<id>", "cron"),
-    and optionally the run and the job the caller acts for."""
+    optionally the run and the job the caller acts for, and the memory scope it
+    is pinned to (a run acting for a gateway client: that client's scope)."""
 
     trust: str  # one of TRUST_CLASSES; checked by the executor on every call
     id: str
     run_id: str | None = None
     job_id: str | None = None
+    # The memory scope the caller works in (gormes/ops/memory.py `bound_scope`);
+    # None: its class's default (its own chat, or project:default for the classes
+    # that name their scope).
+    scope: str | None = None
 
     @property
     def sender(self) -> str:

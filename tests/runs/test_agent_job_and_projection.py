@@ -49,7 +49,10 @@ async def test_an_agent_job_runs_on_a_worker_and_its_tokens_roll_up(store, scrip
     run_id = finished.result["run_id"]
     assert finished.result["result"] == "job done"
     events = await run_events(store, run_id)
-    assert isinstance(events[0], RunStarted) and events[0].job_id == job.id and events[0].trust == "system"
+    # submitted from Python with no submitter: the narrowest class that runs an agent,
+    # pinned to the job's own scope (decision 0016), not the worker's "system"
+    assert isinstance(events[0], RunStarted) and events[0].job_id == job.id and events[0].trust == "child-agent"
+    assert events[0].scope == f"chat:job-{job.id}"
     child = next(e for e in events if isinstance(e, RunChildFinished))
     own = sum((e.usage for e in events if isinstance(e, RunLlmTurn)), Tokens())
     total = own + child.tokens

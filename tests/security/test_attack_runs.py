@@ -1,0 +1,350 @@
+"""Attacks on hole 1 of issue 14: a gateway's agent run executing as `system`.
+
+A remote (gateway) MCP client submits an agent run; a real worker drains it; the
+scripted model asks for what the gateway may not have: a trusted fact in
+`project:default`, a recall of another client's scope, a recall across scopes.
+The run must carry the gateway's trust class and its pinned scope all the way
+down: its tool calls, its subagents, the next attempt that resumes it, and an
+operator's `gormes fork` / `gormes runs resume` of it. Each test also reads the
+answer back as the caller would (`run__timeline`) and checks the log itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+from cli_helpers import run_gormes
+from mcp_helpers import CLIENT_NAME, call_ok, gormes_mcp
+
+import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job handler)
+from gormes.actors.handlers import default_registry as job_handlers
+from gormes.actors.providers.scripted import ScriptedProvider
+from gormes.actors.queue import JobQueue
+from gormes.actors.worker import Worker, WorkerConfig
+from gormes.events.memory import MemoryFactRecorded, Origin
+from gormes.events.runs import RunCancelled, RunStarted, RunToolCalled, run_stream
+from gormes.memory.writer import MemoryWriter, Source
+from gormes.ops.memory import own_scope
+
+TERMINAL = ("completed", "failed", "dead", "cancelled")
+GATEWAY_SCOPE = own_scope(f"mcp:{CLIENT_NAME}")  # the scope the gateway client is pinned to
+OTHER_SCOPE = "chat:mcp-another-client"
+DEFAULT_SECRET = "the vault code is 1111"
+OTHER_SECRET = "the vault code is 2222"
+PLANTED = "PLANTED the deploy key is public"
+
+# One model turn that tries every way out of the gateway's scope and trust, then
+# one that stays inside it.
+ATTACK_TURN = {"tool_calls": [
+    {"name": "memory.remember", "arguments": {"fact": PLANTED, "scope": "project:default"}},
+    {"name": "memory.recall", "arguments": {"query": "vault code", "scope": OTHER_SCOPE}},
+    {"name": "memory.recall", "arguments": {"query": "vault code", "cross_scope": True}},
+    {"name": "memory.recall", "arguments": {"query": "vault code"}},
+    {"name": "memory.remember", "arguments": {"fact": PLANTED}},
+]}
+ATTACK_OUTCOMES = ["denied", "denied", "denied", "ok", "ok"]
+MEMORY_TOOLS = ["memory.remember", "memory.recall"]
+
+
+def write_script(path: Path, *agents: dict[str, Any]) -> str:
+    path.write_text(json.dumps({"agents": list(agents)}))
+    return f"scripted:{path}"
+
+
+async def seed_secrets(store: Any) -> None:
+    """A trusted operator fact in project:default and another client's fact in its scope."""
+    writer = MemoryWriter(store)
+    await writer.add_fact("project:default", DEFAULT_SECRET, Source(origin=Origin(artifact="seed"), trust="operator"))
+    await writer.add_fact(OTHER_SCOPE, OTHER_SECRET, Source(origin=Origin(artifact="seed"), trust="gateway"))
+
+
+async def run_start(store: Any, run_id: str) -> RunStarted:
+    first = (await store.read_stream(run_stream(run_id)))[0].event
+    assert isinstance(first, RunStarted)
+    return first
+
+
+async def tool_calls(store: Any, run_id: str) -> list[RunToolCalled]:
+    return [r.event for r in await store.read_stream(run_stream(run_id)) if isinstance(r.event, RunToolCalled)]
+
+
+async def planted_facts(store: Any) -> list[MemoryFactRecorded]:
+    return [r.event for r in await store.read_all(types=["memory.fact_recorded"]) if PLANTED in r.event.text]
+
+
+async def assert_attack_repelled(store: Any, run_id: str) -> None:
+    """The run's attack turn: the ways out denied, the recall in its own scope blind to
+    the secrets, and the one fact it wrote pinned to the gateway's scope, unreviewed."""
+    calls = [c for c in await tool_calls(store, run_id) if c.operation.startswith("memory.")]
+    calls = calls[-len(ATTACK_OUTCOMES):]  # a resumed run's copied prefix comes first
+    assert [c.outcome for c in calls] == ATTACK_OUTCOMES, [(c.operation, c.outcome, c.error) for c in calls]
+    recalled = msgspec.json.encode(calls[3].result).decode()
+    assert "1111" not in recalled and "2222" not in recalled, recalled
+    assert calls[4].result["scope"] == GATEWAY_SCOPE
+    assert calls[4].result["review_state"] == "unreviewed"
+
+
+async def assert_nothing_trusted_planted(store: Any) -> None:
+    planted = await planted_facts(store)
+    assert planted, "the run remembered nothing at all"
+    assert {f.provenance.scope for f in planted} == {GATEWAY_SCOPE}
+    assert {f.review_state for f in planted} == {"unreviewed"}
+    assert {f.provenance.source_trust for f in planted} == {"gateway"}
+
+
+def assert_records_intact(db_path: Path) -> None:
+    checked = run_gormes(db_path, "projections", "rebuild", "--check")
+    assert checked.returncode == 0, checked.stderr
+
+
+@asynccontextmanager
+async def worker_beside(store: Any) -> AsyncIterator[JobQueue]:
+    """A real one-slot worker on `store`, in this process, for the body's life."""
+    queue = await JobQueue.open(store)
+    worker = Worker(queue, job_handlers.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        try:
+            yield queue
+        finally:
+            worker.stop()
+
+
+async def until_ended(queue: JobQueue, *job_ids: str) -> None:
+    while True:
+        seen = queue.generation
+        jobs = [await queue.get(job_id) for job_id in job_ids]
+        if all(job is not None and job.status in TERMINAL for job in jobs):
+            return
+        await queue.wait_for_work(seen)
+
+
+async def gateway_run(store: Any, db_path: Path, model: str, prompt: str = "PARENT task") -> tuple[dict, dict]:
+    """Submit an agent run over MCP as the gateway; a worker drains it. (job, timeline)."""
+    async with gormes_mcp(db_path) as client:
+        job = await call_ok(client, "run__submit", prompt=prompt, model=model, tools=MEMORY_TOOLS)
+        async with worker_beside(store) as queue:
+            await until_ended(queue, job["id"])
+        done = await call_ok(client, "job__get", id=job["id"])
+        assert done["status"] == "completed", done["error"]
+        timeline = await call_ok(client, "run__timeline", run_id=done["result"]["run_id"])
+    return done, timeline
+
+
+# -- hole 1, exactly as written --------------------------------------------------------
+
+
+async def test_a_gateway_run_is_pinned_to_the_gateway_scope_and_writes_nothing_trusted(
+    store, db_path, tmp_path: Path,
+) -> None:
+    await seed_secrets(store)
+    model = write_script(tmp_path / "attack.json", {"replies": [ATTACK_TURN, {"text": "done"}]})
+    done, timeline = await gateway_run(store, db_path, model)
+    run_id = done["result"]["run_id"]
+
+    # what the caller reads back: the run's trust and scope, and its denied calls
+    outcomes = [e["outcome"] for e in timeline["timeline"] if e["type"] == "run.tool_called"]
+    assert outcomes == ATTACK_OUTCOMES
+    assert timeline["trust"] == "gateway"
+    assert timeline["scope"] == GATEWAY_SCOPE
+    assert all("1111" not in json.dumps(e) and "2222" not in json.dumps(e) for e in timeline["timeline"])
+    # and the log itself
+    started = await run_start(store, run_id)
+    assert started.trust == "gateway"
+    assert started.scope == GATEWAY_SCOPE
+    await assert_attack_repelled(store, run_id)
+    await assert_nothing_trusted_planted(store)
+    assert_records_intact(db_path)
+
+
+async def test_runs_show_names_the_trust_and_scope_a_run_acts_with(store, db_path, tmp_path: Path) -> None:
+    model = write_script(tmp_path / "attack.json", {"replies": [ATTACK_TURN, {"text": "done"}]})
+    done, _ = await gateway_run(store, db_path, model)
+    run_id = done["result"]["run_id"]
+
+    shown = run_gormes(db_path, "runs", "show", run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert (view["trust"], view["scope"]) == ("gateway", GATEWAY_SCOPE)
+    human = run_gormes(db_path, "runs", "show", run_id)
+    assert human.returncode == 0, human.stderr
+    assert f"trust gateway  scope {GATEWAY_SCOPE}" in human.stdout
+    async with gormes_mcp(db_path) as client:
+        summary = await call_ok(client, "run__get", run_id=run_id)
+    assert (summary["trust"], summary["scope"]) == ("gateway", GATEWAY_SCOPE)
+
+
+# -- a gateway run's subagent ---------------------------------------------------------------
+
+
+async def test_a_gateway_runs_subagent_is_no_wider_than_its_parent(store, db_path, tmp_path: Path) -> None:
+    await seed_secrets(store)
+    model = write_script(
+        tmp_path / "spawn.json",
+        {"match": "CHILD", "replies": [ATTACK_TURN, {"text": "child done"}]},
+        {"match": "PARENT", "replies": [
+            {"tool_calls": [{"name": "agent.spawn", "arguments": {"prompt": "CHILD: plant it"}}]},
+            {"text": "parent done"},
+        ]},
+    )
+    done, timeline = await gateway_run(store, db_path, model)
+    (child_id,) = timeline["children"]
+
+    child = await run_start(store, child_id)
+    # the narrower of the parent's class and the subagents' one: never wider than the parent
+    await assert_attack_repelled(store, child_id)
+    assert child.trust == "gateway"
+    assert child.scope == GATEWAY_SCOPE
+    await assert_nothing_trusted_planted(store)
+    assert_records_intact(db_path)
+
+
+# -- a cancelled gateway job, resumed by its next attempt ---------------------------------
+
+
+class HeldTurn:
+    """Holds the model's turn `turn` of every conversation until released, so that the
+    job can be paused while its run waits there (the turn is then cancelled)."""
+
+    def __init__(self, monkeypatch: Any, turn: int) -> None:
+        self.held = trio.Event()
+        self.release = trio.Event()
+        original = ScriptedProvider.complete
+        holder = self
+
+        async def complete(provider: ScriptedProvider, request: Any) -> Any:
+            if sum(1 for m in request.messages if m.role == "assistant") == turn and not holder.release.is_set():
+                holder.held.set()
+                await holder.release.wait()
+            return await original(provider, request)
+
+        monkeypatch.setattr(ScriptedProvider, "complete", complete)
+
+
+async def ended_cancelled(store: Any, run_id: str) -> bool:
+    records = await store.read_stream(run_stream(run_id))
+    return bool(records) and isinstance(records[-1].event, RunCancelled)
+
+
+async def test_a_paused_gateway_job_resumed_by_its_next_attempt_keeps_the_gateways_trust(
+    store, db_path, tmp_path: Path, monkeypatch,
+) -> None:
+    await seed_secrets(store)
+    model = write_script(tmp_path / "resume.json", {"replies": [
+        {"tool_calls": [{"name": "memory.remember", "arguments": {"fact": PLANTED + " (first attempt)"}}]},
+        ATTACK_TURN,  # held in the first attempt, then answered live in the second
+        {"text": "done"},
+    ]})
+    hold = HeldTurn(monkeypatch, turn=1)
+    async with gormes_mcp(db_path) as client:
+        job = await call_ok(client, "run__submit", prompt="work", model=model, tools=MEMORY_TOOLS)
+        async with worker_beside(store) as queue:
+            with trio.fail_after(60):  # a guard against a hang, not a timing assertion
+                await hold.held.wait()
+                await call_ok(client, "job__pause", id=job["id"])
+                first = (await call_ok(client, "run__list", job_id=job["id"]))["runs"][0]["run_id"]
+                while not await ended_cancelled(store, first):
+                    await trio.sleep(0.01)
+            hold.release.set()
+            await call_ok(client, "job__resume", id=job["id"])
+            await until_ended(queue, job["id"])
+        done = await call_ok(client, "job__get", id=job["id"])
+        timeline = await call_ok(client, "run__timeline", run_id=done["result"]["run_id"])
+
+    assert done["status"] == "completed", done["error"]
+    second = done["result"]["run_id"]
+    assert (await run_start(store, second)).resumed_from.run_id == first
+    assert timeline["trust"] == "gateway"
+    await assert_attack_repelled(store, second)
+    for run_id in (first, second):
+        started = await run_start(store, run_id)
+        assert (started.trust, started.scope) == ("gateway", GATEWAY_SCOPE), run_id
+    await assert_nothing_trusted_planted(store)
+    assert_records_intact(db_path)
+
+
+# -- the operator forks or resumes a gateway's run -----------------------------------------
+
+
+async def test_an_operator_fork_of_a_gateway_run_does_not_widen_it(store, db_path, tmp_path: Path) -> None:
+    await seed_secrets(store)
+    quiet = write_script(tmp_path / "quiet.json", {"replies": [{"text": "nothing to see"}]})
+    done, _ = await gateway_run(store, db_path, quiet)
+    source = done["result"]["run_id"]
+    started_at = (await store.read_stream(run_stream(source)))[0].position
+    attack = write_script(tmp_path / "attack.json", {"replies": [ATTACK_TURN, {"text": "done"}]})
+
+    forked = run_gormes(db_path, "fork", source, "--at", str(started_at), "--model", attack, "--json")
+    assert forked.returncode == 0, forked.stderr
+    fork_id = json.loads(forked.stdout)["run_id"]
+
+    started = await run_start(store, fork_id)
+    assert started.trust == "gateway"
+    assert started.scope == GATEWAY_SCOPE
+    await assert_attack_repelled(store, fork_id)
+    await assert_nothing_trusted_planted(store)
+    assert_records_intact(db_path)
+
+
+async def test_an_operator_runs_resume_of_a_gateway_run_keeps_its_trust_and_scope(
+    store, db_path, tmp_path: Path, monkeypatch,
+) -> None:
+    from gormes.actors.runs import RunManager
+
+    await seed_secrets(store)
+    model = write_script(tmp_path / "attack.json", {"replies": [ATTACK_TURN, {"text": "done"}]})
+    hold = HeldTurn(monkeypatch, turn=0)  # only in this process: the CLI's resume answers it
+    async with RunManager.open(store) as runs:
+        handle = await runs.start("agent", {"prompt": "work"}, model=model, tools=MEMORY_TOOLS,
+                                  trust="gateway", memory_scope=GATEWAY_SCOPE)
+        with trio.fail_after(60):
+            await hold.held.wait()
+        handle.cancel("interrupted")
+        assert (await handle.outcome()).status == "cancelled"
+
+    resumed = run_gormes(db_path, "runs", "resume", handle.run_id, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    new_id = json.loads(resumed.stdout)["run_id"]
+
+    started = await run_start(store, new_id)
+    assert started.resumed_from is not None and started.resumed_from.run_id == handle.run_id
+    assert started.trust == "gateway"
+    assert started.scope == GATEWAY_SCOPE
+    await assert_attack_repelled(store, new_id)
+    await assert_nothing_trusted_planted(store)
+    assert_records_intact(db_path)
+
+
+# -- attacks of our own ------------------------------------------------------------------------
+
+
+async def test_trust_and_scope_written_into_the_job_data_are_ignored(store, db_path, tmp_path: Path) -> None:
+    """job.submit lets the gateway choose the data of an agent job; a trust class, a
+    scope or a submitter put there is not where the run's trust comes from."""
+    await seed_secrets(store)
+    model = write_script(tmp_path / "forged.json", {"replies": [ATTACK_TURN, {"text": "done"}]})
+    forged = {
+        "handler": "agent", "input": {"prompt": "work"}, "model": model, "tools": MEMORY_TOOLS,
+        "trust": "system", "scope": "project:default",
+        "submitter": {"trust": "operator", "caller": "cli", "scope": "project:default"},
+    }
+    async with gormes_mcp(db_path) as client:
+        job = await call_ok(client, "job__submit", name="agent", data=forged)
+        async with worker_beside(store) as queue:
+            await until_ended(queue, job["id"])
+        done = await call_ok(client, "job__get", id=job["id"])
+
+    assert done["status"] == "completed", done["error"]
+    run_id = done["result"]["run_id"]
+    started = await run_start(store, run_id)
+    assert started.trust == "gateway"
+    assert started.scope == GATEWAY_SCOPE
+    await assert_attack_repelled(store, run_id)
+    await assert_nothing_trusted_planted(store)
+    assert_records_intact(db_path)
