@@ -48,6 +48,7 @@ from gormes.actors.cron import (
 )
 from gormes.actors.job_session import JobSession
 from gormes.actors.queue import JobQueue
+from gormes.audit_chain import seal
 from gormes.errors import GormesError
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.cron import CRON_STREAM_PREFIX, cron_stream
@@ -209,7 +210,7 @@ class CronScheduler:
                 at=now,
             ))
             tx.append(stream, events, state.version)
-            tx.append(audit_stream(now), [OperationAudited(
+            seal(tx, audit_stream(now), [OperationAudited(
                 operation="job.submit", audit_kind="job.write", caller=f"cron:{name}",
                 trust=TRUST, job_id=job.id, allowed=True, outcome="ok", duration_ms=0.0,
                 mutating=True, at=now,

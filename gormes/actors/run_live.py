@@ -308,8 +308,8 @@ class LiveRunContext(RunIdentity, RunContext):
         except (msgspec.DecodeError, TypeError) as exc:
             raw = arguments if isinstance(arguments, str) else repr(arguments)
             return await self._tool_failed(
-                operation, raw, hashlib.sha256(raw.encode()).hexdigest(), "error",
-                f"arguments are not JSON: {exc}", "InvalidArguments", 0,
+                operation, raw, hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest(), "error",
+                f"arguments are not JSON: {exc}", "InvalidArguments", 0, audit_outcome="invalid",
             )
         allowed = self._tool_names()
         if executor is None or operation not in allowed:
@@ -318,6 +318,7 @@ class LiveRunContext(RunIdentity, RunContext):
                 operation, args_text, args_hash, "denied",
                 f"{operation} is not allowed for this run (allowed: {offered})", "ToolNotAllowed", 0,
             )
+        from gormes.audit_chain import append_sealed
         from gormes.ops.spec import OperationDenied
 
         caller = self._caller()
@@ -327,14 +328,14 @@ class LiveRunContext(RunIdentity, RunContext):
         async def audit_and_record(audit: AppendRequest, output: Any, error: BaseException | None) -> None:
             """The executor's audit event and `run.tool_called`, in one transaction."""
             if error is not None and not isinstance(error, Exception):
-                await self._store.append(audit.stream, audit.events)  # cancelled: no observation
+                await append_sealed(self._store, audit)  # cancelled: no observation
                 return
             duration_ms = _ms(started)
             if error is None:
                 try:
                     result = msgspec.to_builtins(output)
                 except Exception:
-                    await self._store.append(audit.stream, audit.events)
+                    await append_sealed(self._store, audit)
                     raise
             async with self._lock:
                 if error is None:
@@ -348,7 +349,7 @@ class LiveRunContext(RunIdentity, RunContext):
                         outcome="denied" if isinstance(error, OperationDenied) else "error",
                         error=error_text(error), error_type=type(error).__name__, duration_ms=duration_ms,
                     )
-                await self._store.append_many([audit, AppendRequest(self._stream, [event])])
+                await append_sealed(self._store, audit, [AppendRequest(self._stream, [event])])
                 self._seq += 1
             recorded.append(event)
 
@@ -360,20 +361,43 @@ class LiveRunContext(RunIdentity, RunContext):
                 raise ToolCallFailed(operation, failed.outcome, failed.error or "")
             # the audit could not be appended: the run records the call on its own
             outcome = "denied" if isinstance(exc, OperationDenied) else "error"
-            return await self._tool_failed(
-                operation, args_text, args_hash, outcome, error_text(exc), type(exc).__name__, _ms(started))
+            await self._record(lambda seq: RunToolCalled(
+                seq=seq, operation=operation, arguments=args_text, args_hash=args_hash, outcome=outcome,
+                error=error_text(exc), error_type=type(exc).__name__, duration_ms=_ms(started),
+            ))
+            raise ToolCallFailed(operation, outcome, error_text(exc)) from None
         assert recorded, "the executor returned without auditing the call"
         del output  # what the run was served is the recorded copy
         return recorded[0].result
 
     async def _tool_failed(
         self, operation: str, args_text: str, args_hash: str, outcome: Any,
-        error: str, error_type: str, duration_ms: int,
+        error: str, error_type: str, duration_ms: int, *, audit_outcome: str = "denied",
     ) -> Any:
-        await self._record(lambda seq: RunToolCalled(
-            seq=seq, operation=operation, arguments=args_text, args_hash=args_hash,
-            outcome=outcome, error=error, error_type=error_type, duration_ms=duration_ms,
-        ))
+        """A call refused before the executor would run it: its `run.tool_called`
+        and its audit event (a trust decision like any other), in one transaction."""
+        from gormes.audit_chain import append_sealed
+        from gormes.ops.executor import refusal_request
+
+        executor = self._manager.executor
+        if executor is not None:
+            audit = executor.refusal(
+                operation, args_text, self._caller(), error, outcome=audit_outcome,  # type: ignore[arg-type]
+                error_type=error_type,
+            )
+        else:  # a run offered no tools at all still audits what it refused
+            audit = refusal_request(
+                operation, None, args_text, self._caller(), error, at=int(self._manager.clock() * 1000),
+                outcome=audit_outcome, error_type=error_type,  # type: ignore[arg-type]
+            )
+        async with self._lock:
+            event = RunToolCalled(
+                seq=self._seq, operation=operation, arguments=args_text, args_hash=args_hash,
+                outcome=outcome, error=error, error_type=error_type, duration_ms=duration_ms,
+            )
+            with trio.CancelScope(shield=True):
+                await append_sealed(self._store, audit, [AppendRequest(self._stream, [event])])
+            self._seq += 1
         raise ToolCallFailed(operation, outcome, error)
 
     async def spawn(

@@ -6,6 +6,11 @@ a day of audit can be read, exported or pruned as one stream. It records who
 called what and how it ended, never the input or the output themselves: the
 input is kept as the sha256 of its canonical JSON (runs record tool results on
 their own streams).
+
+Each day's stream is a hash chain (gormes/audit_chain.py, decision 0018): a record
+carries the digest of the record before it (`prev`) and its own (`digest`), so an
+edited, deleted, moved or inserted record shows. Records written before the chain
+have neither.
 """
 
 from __future__ import annotations
@@ -53,3 +58,5 @@ class OperationAudited(Event, tag="audit.operation", kw_only=True):
     input_sha256: str | None = None
     mutating: bool = False
     at: int  # ms since the epoch, from the executor's clock
+    prev: str | None = None  # the day's previous record's digest (GENESIS for the first)
+    digest: str | None = None  # sha256 over prev, stream, version and this record

@@ -10,7 +10,12 @@ handler raised or the call was cancelled. The original error always propagates.
 
 A caller that records the call itself (a run's `run.tool_called`) passes `audit`:
 the executor then hands it the audit append request with the call's outcome, and
-the caller appends it together with its own record, in one transaction.
+the caller appends it together with its own record, in one transaction (sealed
+onto the day's hash chain with `gormes.audit_chain.append_sealed`).
+
+A caller that refuses a call before it reaches `call` (a run's tool allowlist,
+arguments that are not JSON) makes the same audit event with `refusal` (or
+`refuse`, which appends it): every trust decision is an audit event.
 
     executor = Executor(default_registry(), store, workspace=Path("."), jobs=queue)
     out = await executor.call("fs.read", '{"path": "README.md"}', Caller(trust="gateway", id="gw-1"))
@@ -28,7 +33,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from gormes.events.audit import OperationAudited, audit_stream
+from gormes.audit_chain import append_sealed
+from gormes.errors import StoreError, UserError
+from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
 from gormes.events.store import AppendRequest
 from gormes.ops.registry import Registry
 from gormes.ops.spec import (
@@ -123,6 +130,27 @@ class Executor:
         await self._append(record, started, audit, result, None)
         return result
 
+    def refusal(
+        self, name: str, raw_input: RawInput, caller: Caller, reason: str,
+        *, outcome: AuditOutcome = "denied", error_type: str = "OperationDenied",
+    ) -> AppendRequest:
+        """The audit append request for a call refused before `call` would run it
+        (allowed false): `reason` is the refusal's first line, `outcome` denied, or
+        invalid for input that is not even JSON."""
+        return refusal_request(
+            name, self.registry.get(name), raw_input, caller, reason,
+            at=int(self.clock() * 1000), outcome=outcome, error_type=error_type,
+        )
+
+    async def refuse(
+        self, name: str, raw_input: RawInput, caller: Caller, reason: str,
+        *, outcome: AuditOutcome = "denied", error_type: str = "OperationDenied",
+    ) -> None:
+        """Append the audit event of a refused call (see `refusal`)."""
+        request = self.refusal(name, raw_input, caller, reason, outcome=outcome, error_type=error_type)
+        with trio.CancelScope(shield=True):
+            await append_sealed(self.store, request)
+
     async def call_json(self, name: str, raw_input: RawInput, caller: Caller) -> bytes:
         """`call`, with the output encoded as JSON (what a model is shown)."""
         return msgspec.json.encode(await self.call(name, raw_input, caller))
@@ -137,9 +165,20 @@ class Executor:
         # Shielded so that a cancelled call is still audited.
         with trio.CancelScope(shield=True):
             if audit is None:
-                await self.store.append(audit_stream(at), [event])
+                await append_sealed(self.store, AppendRequest(audit_stream(at), [event]))
             else:
                 await audit(AppendRequest(audit_stream(at), [event]), output, error)
+
+
+def refusal_request(
+    name: str, spec: OperationSpec | None, raw_input: RawInput, caller: Caller, reason: str,
+    *, at: int, outcome: AuditOutcome = "denied", error_type: str = "OperationDenied",
+) -> AppendRequest:
+    """`Executor.refusal` for a caller with no executor (a run offered no tools)."""
+    record = _CallRecord(name, spec, caller, raw_input)
+    record.outcome = outcome
+    record.error = _error_text_of(error_type, reason)
+    return AppendRequest(audit_stream(at), [record.event(duration_ms=0.0, at=at)])
 
 
 def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
@@ -192,20 +231,27 @@ def _check_output(spec: OperationSpec, result: Any) -> Any:
 
 
 def _outcome(exc: BaseException) -> str:
+    """By the error's class: a refusal is denied; bad input (any `UserError` that
+    is not a refusal or a store's failure: `InvalidOperationInput`, `InvalidJob`,
+    `JobNotFound`...) is invalid."""
     if isinstance(exc, OperationDenied):
         return "denied"
-    if isinstance(exc, InvalidOperationInput):
-        return "invalid"
     if isinstance(exc, OperationTimeout):
         return "timeout"
     if isinstance(exc, trio.Cancelled):
         return "cancelled"
+    if isinstance(exc, UserError) and not isinstance(exc, StoreError):
+        return "invalid"
     return "error"
 
 
 def _error_text(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return _error_text_of(type(exc).__name__, str(exc))
+
+
+def _error_text_of(kind: str, message: str) -> str:
+    lines = message.strip().splitlines()
+    text = f"{kind}: {lines[0]}" if lines else kind
     return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 1] + "…"
 
 

@@ -1,0 +1,238 @@
+"""The audit trail's hash chain: sealing each audit record, and verifying every day.
+
+Each day stream `audit-YYYY-MM-DD` is one chain (decision 0018). A record at
+version v of stream s is sealed with `prev` (the digest of the record at v - 1, or
+`GENESIS` for the day's first) and
+
+    digest = sha256(prev "\\n" s "\\n" v "\\n" canonical)
+
+where `canonical` is the record's JSON (`OperationAudited` with its `type` tag)
+without `digest`, with the fields that hold their declared default left out (so a
+field added later with a default does not change old digests), keys sorted, no
+whitespace. Sealing reads the stream's last record and appends in the writer's
+transaction (`seal`), so two processes cannot chain onto the same record; each
+process remembers the heads it committed, so the common case reads nothing.
+
+    await append_sealed(store, AppendRequest(stream, [event]), also=[run_request])
+    days = verify_chains(conn, codec, since_day="2026-12-01")
+
+What the chain does not prove: see docs/decisions/0018-audit-hash-chain.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import msgspec
+
+from gormes.events.audit import AUDIT_STREAM_PREFIX, OperationAudited
+from gormes.events.base import UnknownEvent
+from gormes.events.codec import Codec
+from gormes.events.postgres_sql import iter_rows
+from gormes.events.sql_fragments import text_order
+from gormes.events.store import AppendRequest, AppendResult
+
+GENESIS = "0" * 64  # the `prev` of a day's first sealed record
+
+_encoder = msgspec.json.Encoder(order="sorted")
+_DEFAULTS = {
+    f.encode_name: f.default
+    for f in msgspec.structs.fields(OperationAudited)
+    if f.default is not msgspec.NODEFAULT
+}
+
+
+def canonical_bytes(event: OperationAudited) -> bytes:
+    data = msgspec.to_builtins(event)
+    data.pop("digest", None)
+    for name, default in _DEFAULTS.items():
+        if name in data and data[name] == default and type(data[name]) is type(default):
+            del data[name]
+    return _encoder.encode(data)
+
+
+def record_digest(event: OperationAudited, stream: str, version: int) -> str:
+    """The digest a record sealed at (`stream`, `version`) must carry (its `prev` included)."""
+    head = f"{event.prev}\n{stream}\n{version}\n".encode()
+    return hashlib.sha256(head + canonical_bytes(event)).hexdigest()
+
+
+def sealed(event: OperationAudited, stream: str, version: int, prev: str) -> OperationAudited:
+    linked = msgspec.structs.replace(event, prev=prev, digest=None)
+    return msgspec.structs.replace(linked, digest=record_digest(linked, stream, version))
+
+
+# -- sealing ------------------------------------------------------------------------
+
+Head = tuple[int, str]  # (version, digest) of a committed sealed record
+
+# Per store: stream -> the newest head this process committed there. A head is a
+# fact about a committed row, so it is only remembered after the commit.
+_heads: weakref.WeakKeyDictionary[Any, dict[str, Head]] = weakref.WeakKeyDictionary()
+
+
+def seal(tx: Any, stream: str, events: Sequence[Any], known: Head | None = None) -> tuple[AppendResult, Head]:
+    """Seal `events` (OperationAudited) onto `stream` inside transaction `tx`,
+    chained to the stream's last record; returns the append and the new head.
+    `known`: a head this process committed (skips reading the last record when
+    the stream is still at that version)."""
+    version = tx.stream_version(stream)
+    prev = _prev_of(tx, stream, version, known)
+    chained = []
+    for i, event in enumerate(events, start=1):
+        if not isinstance(event, OperationAudited):
+            raise TypeError(f"only audit.operation records go on {stream}, not {type(event).__name__}")
+        event = sealed(event, stream, version + i, prev)
+        chained.append(event)
+        prev = event.digest  # type: ignore[assignment]
+    result = tx.append(stream, chained, expected_version=version)
+    return result, (result.version, prev)
+
+
+def _prev_of(tx: Any, stream: str, version: int, known: Head | None) -> str:
+    if version == 0:
+        return GENESIS
+    if known is not None and known[0] == version:
+        return known[1]
+    last = tx.read_stream(stream, after_version=version - 1)
+    event = last[-1].event if last else None
+    # after records written before the chain (no digest), the chain starts afresh
+    return event.digest if isinstance(event, OperationAudited) and event.digest else GENESIS
+
+
+async def append_sealed(
+    store: Any, audit: AppendRequest, also: Iterable[AppendRequest] = ()
+) -> list[AppendResult]:
+    """Seal and append the audit request, and append `also` (a run's record of the
+    same call), in one transaction. Returns the audit's result, then `also`'s."""
+    try:
+        heads = _heads.setdefault(store, {})
+    except TypeError:  # a store that takes no weak reference: no cache
+        heads = {}
+    others = list(also)
+
+    def write(tx: Any) -> tuple[list[AppendResult], Head]:
+        result, head = seal(tx, audit.stream, audit.events, heads.get(audit.stream))
+        return [result, *(tx.append(r.stream, r.events, r.expected_version) for r in others)], head
+
+    results, head = await store.transact(write)
+    if head[0] > heads.get(audit.stream, (0, ""))[0]:
+        heads[audit.stream] = head
+    return results
+
+
+# -- verifying ----------------------------------------------------------------------
+
+
+class ChainBreak(msgspec.Struct, frozen=True, kw_only=True):
+    """The first record of a day that does not chain: where, and what was expected."""
+
+    position: int
+    version: int
+    reason: str
+    expected: str | None = None
+    found: str | None = None
+
+
+class DayChain(msgspec.Struct, frozen=True, kw_only=True):
+    day: str  # YYYY-MM-DD
+    stream: str
+    records: int
+    sealed: int
+    unsealed: int  # records written before the chain (a leading run of them only)
+    head: str | None  # the last sealed record's digest: anchor it elsewhere
+    intact: bool
+    first_break: ChainBreak | None = None
+
+
+class _DayWalk:
+    """One day's chain, checked record by record in version order."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.records = self.sealed = self.unsealed = 0
+        self.expected_prev = GENESIS
+        self.version = 0
+        self.head: str | None = None
+        self.first_break: ChainBreak | None = None
+
+    def add(self, position: int, version: int, type_: str, event: Any) -> None:
+        self.records += 1
+        if self.first_break is None:
+            reason = self._check(version, type_, event)
+            if reason is not None:
+                self.first_break = ChainBreak(position=position, version=version, **reason)
+        self.version = version
+        if isinstance(event, OperationAudited) and event.digest:
+            self.sealed += 1
+            self.head = event.digest
+            self.expected_prev = event.digest
+        elif isinstance(event, OperationAudited):
+            self.unsealed += 1
+
+    def _check(self, version: int, type_: str, event: Any) -> dict[str, Any] | None:
+        if version != self.version + 1:
+            return {"reason": f"version {self.version + 1} is missing (a deleted record?)",
+                    "expected": str(self.version + 1), "found": str(version)}
+        if event is None or (isinstance(event, UnknownEvent) and type_ == "audit.operation"):
+            return {"reason": "the record does not decode as audit.operation (edited?)"}
+        if not isinstance(event, OperationAudited):
+            return {"reason": f"a {type_} event on an audit stream", "expected": "audit.operation",
+                    "found": type_}
+        if event.digest is None:
+            if self.sealed:
+                return {"reason": "an unsealed record after the chain began (inserted?)"}
+            return None
+        if event.prev != self.expected_prev:
+            return {"reason": "prev is not the previous record's digest (a record deleted, moved or inserted?)",
+                    "expected": self.expected_prev, "found": event.prev}
+        digest = record_digest(event, self.stream, version)
+        if digest != event.digest:
+            return {"reason": "the digest does not match the record (edited?)",
+                    "expected": digest, "found": event.digest}
+        return None
+
+    def result(self, after_chain_began: bool) -> DayChain:
+        first_break = self.first_break
+        if first_break is None and after_chain_began and self.records and not self.sealed:
+            first_break = ChainBreak(position=0, version=1, reason="a whole day of unsealed records after the chain began")
+        return DayChain(
+            day=self.stream.removeprefix(AUDIT_STREAM_PREFIX), stream=self.stream, records=self.records,
+            sealed=self.sealed, unsealed=self.unsealed, head=self.head, intact=first_break is None,
+            first_break=first_break,
+        )
+
+
+def verify_chains(conn: Any, codec: Codec, *, since_day: str | None = None) -> list[DayChain]:
+    """Every audit day's chain (from `since_day`, YYYY-MM-DD, on), in day order.
+    `conn`: an sqlite3 connection or a PortableConnection (PostgreSQL)."""
+    return list(_walk_days(conn, codec, since_day))
+
+
+def _walk_days(conn: Any, codec: Codec, since_day: str | None) -> Iterator[DayChain]:
+    stream_col = text_order(conn, "stream")
+    first = AUDIT_STREAM_PREFIX + (since_day or "")
+    sql = ("SELECT position, stream, version, type, type_version, data FROM events "
+           f"WHERE {stream_col} >= ? AND {stream_col} < ? ORDER BY {stream_col}, version")
+    walk: _DayWalk | None = None
+    chain_began = False
+    for position, stream, version, type_, type_version, data in iter_rows(conn, sql, [first, AUDIT_STREAM_PREFIX + "\uffff"]):
+        if walk is None or walk.stream != stream:
+            if walk is not None:
+                day = walk.result(chain_began)
+                chain_began = chain_began or day.sealed > 0
+                yield day
+            walk = _DayWalk(stream)
+        walk.add(position, version, type_, _decode(codec, type_, type_version, data))
+    if walk is not None:
+        yield walk.result(chain_began)
+
+
+def _decode(codec: Codec, type_: str, type_version: int, data: Any) -> Any:
+    try:
+        return codec.decode(type_, type_version, data)
+    except Exception:  # noqa: BLE001 - a row that does not decode is a break, reported as such
+        return None
