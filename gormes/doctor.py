@@ -31,6 +31,7 @@ from gormes.health import (
     Status,
     Thresholds,
     Verdict,
+    audit,
     disk,
     fail,
     memory,
@@ -85,7 +86,7 @@ def all_checks() -> list[Check]:
     return [
         *store.CHECKS, *projections.CHECKS, *queue.CHECKS, *workers.CHECKS,
         *operations.CHECKS, *replay.CHECKS, *runs.CHECKS, *disk.CHECKS, *postgres.CHECKS, *memory.CHECKS,
-        *skills.CHECKS,
+        *skills.CHECKS, *audit.CHECKS,
     ]
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 Status = Literal["ok", "warn", "fail"]
 CATEGORIES = (
     "store", "projections", "queue", "workers", "operations", "replay", "runs", "disk",
-    "memory", "skills",
+    "memory", "skills", "audit",
 )
 
 MIB = 1024 * 1024
