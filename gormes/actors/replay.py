@@ -23,6 +23,9 @@ served the recorded outcome alone.
 `until`: observations after that log position are not served; each run stops
 there and reports its `RunState`.
 
+Every run of the tree is loaded before any handler runs, so a recording that does
+not agree with itself anywhere in the tree (`TamperedRecording`) is refused first.
+
 Not built: comparing a replayed child's outcome with the parent's recorded
 `run.child_finished` beyond both being exact on their own.
 """
@@ -85,6 +88,7 @@ async def replay(
 
     `registry` is the operation registry the run's tool schemas come from (the
     built-in one by default; None: no tools, as a run without an executor)."""
+    source = CheckedTree(source, run_id, children=children)
     recorded = source.load(run_id)
     if registry is DEFAULT_REGISTRY:
         registry = default_ops_registry()
@@ -94,6 +98,35 @@ async def replay(
     if replayer.errors:
         raise replayer.errors[0]
     return replayer.report(run_id)
+
+
+class CheckedTree:
+    """A source's runs of one tree (the run, and with `children` its descendants),
+    each loaded, and so checked (`split_run`), before anything replays: a tampered
+    child is refused up front rather than failing its parent mid-replay."""
+
+    def __init__(self, source: RunSource, run_id: str, *, children: bool = True) -> None:
+        self._runs: dict[str, RecordedRun] = {}
+        pending = [run_id]
+        while pending:
+            current = pending.pop(0)
+            if current in self._runs:
+                continue
+            try:
+                recorded = source.load(current)
+            except UnknownRun:
+                if current == run_id:
+                    raise
+                continue  # a child not in the source: its parent's record serves it
+            self._runs[current] = recorded
+            if children:
+                pending.extend(recorded.child_run_ids)
+
+    def load(self, run_id: str) -> RecordedRun:
+        recorded = self._runs.get(run_id)
+        if recorded is None:
+            raise UnknownRun(f"no run {run_id!r} in the recording")
+        return recorded
 
 
 class Replayer:

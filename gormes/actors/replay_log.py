@@ -9,12 +9,17 @@ Anything replay cannot trust is refused with one clear `UserError` line before
 any handler runs: an unknown run id, a line that is not JSON (a truncated file),
 an event type or schema version this gormes does not know (a run recorded by an
 incompatible gormes), data that does not fit its type (a model reply that is not
-valid), or observations with gaps in their `seq`.
+valid), or observations with gaps in their `seq`. A recording that does not agree
+with itself (a tool call whose arguments do not hash to their recorded
+`args_hash`: edited after the fact) is refused as `TamperedRecording` (exit 1),
+naming the position and the field. (The model requests themselves are not
+recorded, only their hashes, which replay compares with the requests it makes.)
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import operator
 from collections.abc import Iterable
 from pathlib import Path
@@ -35,6 +40,7 @@ from gormes.events.runs import (
     RunResumed,
     RunStarted,
     RunSuspended,
+    RunToolCalled,
 )
 
 __all__ = [
@@ -43,6 +49,7 @@ __all__ = [
     "IncompatibleRecording",
     "RecordedRun",
     "RunSource",
+    "TamperedRecording",
     "UnknownRun",
     "split_run",
 ]
@@ -50,6 +57,32 @@ __all__ = [
 
 class IncompatibleRecording(UserError):
     """A run holds events this gormes cannot read: recorded by another version."""
+
+
+class TamperedRecording(UserError):
+    """A recording whose recorded digests do not match what they digest: a failed
+    check (exit 1), not bad input."""
+
+    exit_code = 1
+
+
+def check_digests(run_id: str, observations: Iterable[Recorded]) -> None:
+    """Every tool call's `arguments` hash to its `args_hash` (the sha256 of the
+    text as recorded), or `TamperedRecording` naming the first that does not."""
+    known: dict[str, str] = {}  # a run repeats the same arguments: hash each text once
+    for record in observations:
+        e = record.event
+        if type(e) is not RunToolCalled:
+            continue
+        digest = known.get(e.arguments)
+        if digest is None:
+            digest = known[e.arguments] = hashlib.sha256(e.arguments.encode("utf-8", "surrogatepass")).hexdigest()
+        if digest != e.args_hash:
+            raise TamperedRecording(
+                f"run {run_id!r}: the recording does not agree with itself at position {record.position} "
+                f"(seq {e.seq}): field arguments hashes to {digest[:16]}..., but args_hash is "
+                f"{e.args_hash[:16]}... (edited after it was recorded?)"
+            )
 
 
 _OBSERVATION_TAGS = frozenset(cls.__struct_config__.tag for cls in OBSERVATION_TYPES)  # type: ignore[attr-defined]
@@ -104,6 +137,7 @@ def split_run(run_id: str, records: Iterable[Recorded], *, all_known: bool = Fal
                     f"run {run_id!r}: observation seq {expected} is missing (position "
                     f"{record.position} has seq {seq}): the recording is incomplete"
                 )
+    check_digests(run_id, observations)
     end = next((r for r in reversed(records) if isinstance(r.event, TERMINAL_TYPES)), None)
     return RecordedRun(
         run_id=run_id,
