@@ -75,3 +75,20 @@ def test_a_bad_time_does_not_create_the_out_file(audited, tmp_path):
     out = tmp_path / "never.jsonl"
     done = run_gormes(audited, "audit", "export", "--since", "soon", "--out", str(out))
     assert done.returncode == 2 and not out.exists()
+
+
+def test_verify_finds_one_intact_chain_written_by_three_processes(audited):
+    done = run_gormes(audited, "audit", "verify", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (day,) = [msgspec.json.decode(line) for line in done.stdout.splitlines()]
+    assert (day["records"], day["sealed"], day["unsealed"], day["intact"]) == (3, 3, 0, True)
+    assert len(day["head"]) == 64 and day["first_break"] is None
+    text = run_gormes(audited, "audit", "verify")
+    assert text.returncode == 0 and text.stdout.startswith(f"{day['day']}: intact, 3 sealed record(s)")
+
+
+def test_verify_on_a_database_with_no_audit_says_so(tmp_path):
+    db = tmp_path / "empty.db"
+    assert run_gormes(db, "append", "notes", "note.added", "--data", '{"text": "hi"}').returncode == 0
+    done = run_gormes(db, "audit", "verify")
+    assert (done.returncode, done.stdout) == (0, "no audit records\n")

@@ -185,3 +185,53 @@ def test_audit_stream_names_the_utc_day_at_every_boundary():
     for at in [0, 1, day - 1, day, day + 1, -1, -day, -day - 1, 1_796_019_294_291, 1_796_019_294_291 - 10 * day]:
         assert audit_stream(at) == expected(at), at
     assert audit_stream(day - 1) == "audit-1970-01-01" and audit_stream(day) == "audit-1970-01-02"
+
+
+async def test_a_refusal_made_before_the_call_is_audited_like_a_denial(executor, recorder, store):
+    await executor.refuse("test.admin", '{"text": "x"}', CHILD, "test.admin is not allowed for this run")
+    request = executor.refusal("nope", b"\xff not json", GATEWAY, "not JSON", outcome="invalid",
+                               error_type="InvalidArguments")
+
+    (event,) = await audit_events(store)
+    assert recorder.calls == []
+    assert (event.operation, event.audit_kind, event.allowed, event.outcome) == ("test.admin", "test", False, "denied")
+    assert (event.caller, event.run_id, event.job_id) == ("run-child", "run-child", "j1")
+    assert event.error == "OperationDenied: test.admin is not allowed for this run"
+    assert event.input_sha256 == hashlib.sha256(b'{"text": "x"}').hexdigest()
+    assert event.mutating is True and event.digest is not None
+    (built,) = request.events
+    assert (built.audit_kind, built.outcome, built.error) == (None, "invalid", "InvalidArguments: not JSON")
+    assert built.input_sha256 == hashlib.sha256(b"\xff not json").hexdigest()
+
+
+async def test_a_handler_s_user_error_is_audited_as_invalid_and_a_store_error_as_error(store):
+    from gormes.errors import StoreFull, UserError
+    from gormes.ops.registry import Registry
+    from ops_helpers import spec
+
+    async def bad_input(ctx, value):
+        raise UserError("no such thing")
+
+    async def disk_full(ctx, value):
+        raise StoreFull("the disk is full")
+
+    executor = Executor(Registry([spec("test.bad", bad_input, trust={"operator"}),
+                                  spec("test.full", disk_full, trust={"operator"})]), store)
+    with pytest.raises(UserError):
+        await executor.call("test.bad", {"text": "a"}, OPERATOR)
+    with pytest.raises(StoreFull):
+        await executor.call("test.full", {"text": "a"}, OPERATOR)
+    assert [(e.operation, e.outcome) for e in await audit_events(store)] == [
+        ("test.bad", "invalid"), ("test.full", "error")]
+
+
+async def test_every_audit_event_is_sealed_onto_its_day_s_chain(executor, store):
+    from gormes.audit_chain import GENESIS, record_digest
+
+    await executor.call("test.echo", {"text": "a"}, OPERATOR)
+    with pytest.raises(OperationDenied):
+        await executor.call("test.admin", {"text": "a"}, GATEWAY)
+    records = await store.read_stream(audit_stream(int(FIXED_NOW * 1000)))
+    assert [r.event.prev for r in records] == [GENESIS, records[0].event.digest]
+    for r in records:
+        assert r.event.digest == record_digest(r.event, r.stream, r.version)
