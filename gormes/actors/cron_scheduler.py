@@ -5,8 +5,12 @@ Exactly once, across restarts and with several schedulers on one database: a
 fire is one store transaction (BEGIN IMMEDIATE, so it holds the database write
 lock) that folds the schedule's stream, checks with the pure rules that this
 fire time is still due and not yet fired, submits the job through the queue
-(idempotency key = schedule name + fire time, trust class `system`), appends
-`cron.fired` with the expected version and an audit event. A scheduler that
+(idempotency key = schedule name + fire time, submitter `system` /
+`cron:<name>`), appends `cron.fired` with the expected version and the
+`job.submit` audit event, sealed onto the day's chain. The audit is written here
+rather than by the executor because the executor's job.submit would commit in a
+transaction of its own, and the fire would no longer be atomic (decision 0019).
+Only the operator may add a schedule (the cron.* operations). A scheduler that
 comes second, in this process or another, folds a stream that already holds the
 fire and does nothing. The in-memory view of the schedules is only for knowing
 when to look; every decision is made again on the stream itself.
@@ -19,6 +23,7 @@ when to look; every decision is made again on the stream itself.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -52,11 +57,27 @@ from gormes.audit_chain import seal
 from gormes.errors import GormesError
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.cron import CRON_STREAM_PREFIX, cron_stream
-from gormes.events.jobs import JobOptions
+from gormes.events.jobs import JobOptions, Submitter
 
 log = logging.getLogger("gormes.cron")
 
 TRUST = "system"
+
+
+_canonical = msgspec.json.Encoder(order="deterministic")
+
+
+class _SubmitInput(msgspec.Struct, kw_only=True):
+    """The shape of job.submit's input (gormes/ops/jobs.py), which actors may not import."""
+
+    name: str
+    data: Any = None
+    options: JobOptions | None = None
+
+
+def submit_digest(job: str, data: Any, options: JobOptions) -> str:
+    """sha256 of the job.submit input a fire amounts to, as the executor digests it."""
+    return hashlib.sha256(_canonical.encode(_SubmitInput(name=job, data=data, options=options))).hexdigest()
 
 
 class CronFireResult(msgspec.Struct, frozen=True):
@@ -202,18 +223,20 @@ class CronScheduler:
             if state is None or due_fire(state, now) != fire_at:
                 return None
             options = JobOptions(queue=state.queue, idempotency_key=fire_key(name, fire_at))
+            caller = f"cron:{name}"
             # The queue's own submit, inside this transaction (JobQueue.submit would
             # open a second one and the decision could no longer be atomic).
-            job = queue._submit(JobSession(tx, now), state.job, state.data, options, None)
+            job = queue._submit(JobSession(tx, now), state.job, state.data, options, None,
+                                submitter=Submitter(trust=TRUST, caller=caller))
             events = decide(state, Fire(
                 fire_at=fire_at, job_id=job.id, coalesced=job.coalesced, scheduler=scheduler,
                 at=now,
             ))
             tx.append(stream, events, state.version)
             seal(tx, audit_stream(now), [OperationAudited(
-                operation="job.submit", audit_kind="job.write", caller=f"cron:{name}",
+                operation="job.submit", audit_kind="job.write", caller=caller,
                 trust=TRUST, job_id=job.id, allowed=True, outcome="ok", duration_ms=0.0,
-                mutating=True, at=now,
+                input_sha256=submit_digest(state.job, state.data, options), mutating=True, at=now,
             )])
             return CronFireResult(name=name, fire_at=fire_at, job_id=job.id, coalesced=job.coalesced)
 

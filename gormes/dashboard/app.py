@@ -10,7 +10,8 @@ Three trio tasks share one `TopApp`:
   at most `fps` times a second;
 - `keyboard`: stdin in cbreak mode, read when trio says it is readable; each key
   goes through the pure `handle_key`, and its action (pause, resume, cancel as the
-  operator, through the JobQueue; open a run's timeline) runs here.
+  operator, through the audited executor: job.pause, job.resume, job.cancel,
+  decision 0019; open a run's timeline) runs here.
 
 The terminal is restored on every way out (q, Ctrl-C, an error): the termios
 settings are put back and rich leaves the alternate screen and shows the cursor.
@@ -38,6 +39,9 @@ from gormes.dashboard.model import Snapshot
 from gormes.dashboard.read import read_snapshot
 from gormes.dashboard.render import render_dashboard, render_timeline
 from gormes.errors import GormesError, UserError
+from gormes.ops.builtin import default_registry
+from gormes.ops.executor import Executor
+from gormes.ops.spec import Caller
 
 DEFAULT_FPS = 10.0
 TICK_S = 1.0
@@ -154,14 +158,14 @@ class TopApp:
         if action.kind == "open" and action.run_id is not None:
             await self.load_timeline(action.run_id)
             return
-        job_id = action.job_id
+        executor = Executor(default_registry(), self.store, jobs=self.queue)
         try:
+            result = await executor.call(f"job.{action.kind}", {"id": action.job_id},
+                                         Caller(trust="operator", id="cli"))
             if action.kind == "cancel":
-                cancelled = await self.queue.cancel(job_id)
-                message = f"cancelled {', '.join(cancelled)}"
+                message = f"cancelled {', '.join(result.cancelled)}"
             else:
-                job = await getattr(self.queue, action.kind)(job_id)
-                message = f"{job.id} {job.status}"
+                message = f"{result.id} {result.status}"
         except GormesError as exc:
             message = str(exc)
         self.ui = msgspec.structs.replace(self.ui, message=message)
