@@ -16,7 +16,7 @@ import msgspec
 from gormes.actors.jobs import InvalidJob, InvalidTransition, JobState, LockLost
 from gormes.events.base import Event
 from gormes.events.jobs import (
-    Backoff, ChildOutcome, ChildPolicy, JobAwaitingChildren, JobCancelled, JobChildAdded,
+    MAX_DELAY_MS, Backoff, ChildOutcome, ChildPolicy, JobAwaitingChildren, JobCancelled, JobChildAdded,
     JobChildDone, JobChildrenSettled, JobClaimed, JobCompleted, JobFailed, JobInboxRead,
     JobLeaseRenewed, JobMessageSent, JobOptions, JobPaused, JobProgressed, JobPromoted,
     JobPruned, JobReleased, JobResumed, JobRetried, JobStalled, JobSubmitted, JobTimedOut,
@@ -163,11 +163,16 @@ def parse_options(options: JobOptions | Mapping[str, Any] | None) -> JobOptions:
 
 
 def validate_options(options: JobOptions) -> JobOptions:
-    """Refuse values out of range; clamp max_stalled to 1..100."""
+    """Refuse values out of range (JobOptions' bounds too, for options made in
+    Python, which msgspec only checks when it parses); clamp max_stalled to 1..100."""
     def need(ok: bool, message: str) -> None:
         if not ok:
             raise InvalidJob(message)
 
+    try:
+        msgspec.convert(msgspec.to_builtins(options), JobOptions)
+    except msgspec.ValidationError as exc:
+        raise InvalidJob(f"invalid job options: {exc}") from None
     need(bool(options.queue.strip()), "queue must not be empty")
     need(options.delay_ms >= 0, "delay_ms must be >= 0")
     need(options.max_attempts >= 1, "max_attempts must be >= 1")
@@ -189,10 +194,12 @@ def validate_options(options: JobOptions) -> JobOptions:
 
 
 def backoff_ms(backoff: Backoff, attempts_made: int, jitter_draw: float) -> int:
-    """Delay before retry `attempts_made` (>= 1): 2^(n-1) x delay or fixed, +-jitter."""
+    """Delay before retry `attempts_made` (>= 1): 2^(n-1) x delay or fixed, +-jitter,
+    never more than MAX_DELAY_MS (so that `now + delay` always fits the ledger)."""
     base = backoff.delay_ms * (2 ** (attempts_made - 1) if backoff.kind == "exponential" else 1)
+    base = min(base, MAX_DELAY_MS)  # before the float product: 2^999 x delay would overflow it
     factor = 1.0 + backoff.jitter * (2.0 * jitter_draw - 1.0)
-    return max(0, round(base * factor))
+    return min(max(0, round(base * factor)), MAX_DELAY_MS)
 
 
 def _require(state: JobState | None) -> JobState:

@@ -137,7 +137,8 @@ class JobQueue(QueueBatches, QueueAdmin):
         (a UserError) for an empty name, unknown or out-of-range options, data that
         is not JSON, an unknown or terminal parent, depth over the cap, or a parent
         at max_children. Returns an existing job with `coalesced=True` when its
-        idempotency key is held or the queue is at max_waiting."""
+        idempotency key is held by a live job of the same submitter, or the queue is
+        at max_waiting."""
         if not isinstance(name, str) or not name.strip():
             raise InvalidJob("job name must not be empty")
         opts = rules.validate_options(rules.parse_options(options))
@@ -151,9 +152,12 @@ class JobQueue(QueueBatches, QueueAdmin):
         *, submitter: Submitter | None = None,
     ) -> Job:
         if opts.idempotency_key is not None:
+            # A key is its submitter's own: another caller's job holding the same key
+            # (a gateway squatting on the operator's) is neither returned nor in the way.
             held = s.ids_where(
                 f"SELECT id FROM jobs WHERE idempotency_key = ? AND status NOT IN {_KEY_FREED_SQL}"
-                " ORDER BY created_at DESC, id DESC LIMIT 1", (opts.idempotency_key,),
+                " AND coalesce(submitter, '') = ? ORDER BY created_at DESC, id DESC LIMIT 1",
+                (opts.idempotency_key, ledger.submitter_json(submitter)),
             )
             if held:
                 return self._job(s, held[0], coalesced=True)

@@ -8,10 +8,16 @@ Trust: every one is open to `operator`, `gateway` and `system`, and none to
 `child-agent`: a subagent steers only its own work (spawn, its inbox), never
 other jobs or runs. All are prompt-visible, so a gateway is offered them.
 
-run.submit starts an agent run as a durable `agent` job (gormes/actors/agent_job.py).
-The run may use only tools the submitting caller's trust class could call itself:
-a named tool outside that set is refused, and no tools named means exactly that
-set. So a gateway caller cannot reach, through an agent, what it may not call.
+run.submit starts an agent run as a durable `agent` job (gormes/actors/agent_job.py),
+and is the only route into a run for a gateway or child agent (job.submit refuses
+them an `agent` job). The run may use only tools the submitting caller's trust
+class could call itself: a named tool outside that set is refused, and no tools
+named means exactly that set. So a gateway caller cannot reach, through an agent,
+what it may not call. Nor may it choose the model (but one the operator allows)
+or jump the queue: gormes/ops/job_trust.py.
+
+Steering a job (job.pause, job.resume, and job.cancel in gormes/ops/jobs.py) is
+for its submitter, an operator or the system only.
 
 run.send writes to a run's own inbox (`run.message_sent`), signed with the caller's
 sender name; the agent reads it at its next turn. (job.send keeps the queue's rule:
@@ -25,8 +31,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gormes.actors.jobs import JobNotFound
-from gormes.events.jobs import STATUSES, JobOptions, Tokens
-from gormes.ops.jobs import JobId, JobSummary, _queue, _summary, submitter_of
+from gormes.events.jobs import (
+    MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, STATUSES, JobOptions, Tokens,
+)
+from gormes.ops.job_trust import check_model, check_priority, submitter_of
+from gormes.ops.jobs import JobId, JobSummary, _owned, _queue, _summary
 from gormes.ops.spec import (
     OperationContext,
     OperationDenied,
@@ -75,11 +84,11 @@ class JobIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 async def job_pause(ctx: OperationContext, value: JobIdInput) -> JobSummary:
-    return _summary(await _queue(ctx).pause(value.id))
+    return _summary(await (await _owned(ctx, value.id, "pause")).pause(value.id))
 
 
 async def job_resume(ctx: OperationContext, value: JobIdInput) -> JobSummary:
-    return _summary(await _queue(ctx).resume(value.id))
+    return _summary(await (await _owned(ctx, value.id, "resume")).resume(value.id))
 
 
 class InboxEntry(msgspec.Struct, kw_only=True):
@@ -109,21 +118,28 @@ async def job_inbox(ctx: OperationContext, value: JobIdInput) -> JobInbox:
 # -- runs -------------------------------------------------------------------------
 
 
+MAX_PROMPT_LENGTH = 1_000_000  # characters, for the prompt and the system prompt alike
+MAX_RUN_ITERATIONS = 1000
+Priority = Annotated[int, msgspec.Meta(ge=PRIORITY_RANGE[0], le=PRIORITY_RANGE[1], description="Lower runs first.")]
+
+
 class RunSubmitInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Start an agent run as a durable job; a worker runs it."""
 
-    prompt: Annotated[str, msgspec.Meta(min_length=1, description="The agent's task.")]
-    system: str | None = None
-    model: Annotated[str | None, msgspec.Meta(description="scripted:PATH or openai:MODEL.")] = None
+    prompt: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PROMPT_LENGTH, description="The agent's task.")]
+    system: Annotated[str, msgspec.Meta(max_length=MAX_PROMPT_LENGTH)] | None = None
+    model: Annotated[str | None, msgspec.Meta(
+        description="scripted:PATH or openai:MODEL (gateways: only one the operator allows).",
+    )] = None
     tools: Annotated[
         list[str] | None,
         msgspec.Meta(description="Tool allowlist; default: every tool your trust class may use."),
     ] = None
-    max_iterations: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    deadline_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    queue: str = "default"
-    priority: int = 0
-    idempotency_key: str | None = None
+    max_iterations: Annotated[int, msgspec.Meta(ge=1, le=MAX_RUN_ITERATIONS)] | None = None
+    deadline_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_DELAY_MS / 1000)] | None = None
+    queue: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LENGTH)] = "default"
+    priority: Priority = 0
+    idempotency_key: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_LENGTH)] | None = None
 
 
 def tools_for(trust: str, asked: list[str] | None) -> list[str]:
@@ -141,14 +157,18 @@ def tools_for(trust: str, asked: list[str] | None) -> list[str]:
 
 
 async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary:
-    data: dict[str, Any] = {
-        "handler": AGENT_JOB, "prompt": value.prompt, "tools": tools_for(ctx.caller.trust, value.tools),
-    }
+    """The one route into a run for every caller: its tools, model and priority are
+    checked against its trust class (gormes/ops/job_trust.py) before anything is
+    recorded or read, and the job records the caller as its submitter."""
+    caller = ctx.caller
+    check_model(caller, value.model)
+    check_priority(caller, value.priority)
+    data: dict[str, Any] = {"handler": AGENT_JOB, "prompt": value.prompt, "tools": tools_for(caller.trust, value.tools)}
     for key in ("system", "model", "max_iterations", "deadline_s"):
         if getattr(value, key) is not None:
             data[key] = getattr(value, key)
     options = JobOptions(queue=value.queue, priority=value.priority, idempotency_key=value.idempotency_key)
-    return _summary(await _queue(ctx).submit(AGENT_JOB, data, options, submitter=submitter_of(ctx.caller)))
+    return _summary(await _queue(ctx).submit(AGENT_JOB, data, options, submitter=submitter_of(caller)))
 
 
 class RunIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

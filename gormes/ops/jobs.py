@@ -15,8 +15,9 @@ from typing import Annotated, Any
 import msgspec
 
 from gormes.actors.jobs import JobNotFound
-from gormes.events.jobs import JobOptions, Submitter, Tokens
-from gormes.ops.spec import Caller, OperationContext, OperationSpec, OperationUnavailable
+from gormes.events.jobs import MAX_NAME_LENGTH, JobOptions, Submitter, Tokens
+from gormes.ops.job_trust import check_job_submit, privileged, require_may_act_on, submitter_of
+from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 
 JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
 
@@ -44,15 +45,6 @@ class JobSummary(msgspec.Struct, kw_only=True):
     coalesced: bool = False
 
 
-def submitter_of(caller: Caller) -> Submitter:
-    """The Submitter a job records for `caller`: its trust class, id and memory scope
-    (a gateway or child agent's pinned scope; None for the classes that name theirs)."""
-    from gormes.ops.memory import NAMES_ITS_SCOPE, bound_scope
-
-    scope = None if caller.trust in NAMES_ITS_SCOPE else bound_scope(caller, None)
-    return Submitter(trust=caller.trust, caller=caller.id, scope=scope)
-
-
 def _summary(job: Any) -> JobSummary:
     return msgspec.convert(job, JobSummary, from_attributes=True)
 
@@ -66,16 +58,37 @@ def _queue(ctx: OperationContext) -> Any:
 class JobSubmitInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Submit a durable job."""
 
-    name: Annotated[str, msgspec.Meta(min_length=1, description="The job handler's name.")]
+    name: Annotated[str, msgspec.Meta(
+        min_length=1, max_length=MAX_NAME_LENGTH, description="The job handler's name."
+    )]
     data: Any = None
     options: JobOptions | None = None
 
 
 async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary:
+    """Submit as the caller (its Submitter is recorded); see gormes/ops/job_trust.py
+    for what a gateway or child agent may not submit."""
     queue = _queue(ctx)
+    options = value.options or JobOptions()
+    check_job_submit(ctx.caller, value.name, value.data, options.priority)
+    if options.parent_id is not None and not privileged(ctx.caller):
+        parent = await queue.get(options.parent_id)
+        if parent is not None:  # an unknown parent: the queue refuses it
+            require_may_act_on(ctx.caller, parent, "attach a child to")
     return _summary(await queue.submit(
-        value.name, value.data, value.options, submitter=submitter_of(ctx.caller)
+        value.name, value.data, options, submitter=submitter_of(ctx.caller)
     ))
+
+
+async def _owned(ctx: OperationContext, job_id: str, what: str) -> Any:
+    """The job's queue, once the caller may `what` the job (see job_trust)."""
+    queue = _queue(ctx)
+    if not privileged(ctx.caller):
+        job = await queue.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id}")
+        require_may_act_on(ctx.caller, job, what)
+    return queue
 
 
 class JobGetInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -121,7 +134,8 @@ class JobCancelled(msgspec.Struct, kw_only=True):
 
 
 async def job_cancel(ctx: OperationContext, value: JobCancelInput) -> JobCancelled:
-    return JobCancelled(cancelled=await _queue(ctx).cancel(value.id))
+    queue = await _owned(ctx, value.id, "cancel")
+    return JobCancelled(cancelled=await queue.cancel(value.id))
 
 
 _EVERYONE = frozenset({"operator", "gateway", "child-agent", "system"})

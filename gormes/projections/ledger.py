@@ -54,6 +54,12 @@ def _enc(value: Any) -> str | None:
     return None if value is None else _json.encode(value).decode()
 
 
+def submitter_json(submitter: Any) -> str:
+    """The `jobs.submitter` text of a Submitter ("" for None, which the column holds
+    as NULL: compare with `coalesce(submitter, '')`)."""
+    return _enc(submitter) or ""
+
+
 def _jobs_columns() -> dict[str, type]:
     return {
         "id": str, "name": str, "queue": str, "status": str, "priority": int,

@@ -19,11 +19,14 @@ CLIENT_NAME = "gormes-tests"
 
 
 @asynccontextmanager
-async def gormes_mcp(db: Path | str, *args: str, cwd: Path | None = None) -> AsyncIterator[Client]:
-    """`gormes --db DB mcp ARGS...` as a subprocess (in `cwd` when given),
-    connected and initialized. DB may be a PostgreSQL URL."""
+async def gormes_mcp(
+    db: Path | str, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+) -> AsyncIterator[Client]:
+    """`gormes --db DB mcp ARGS...` as a subprocess (in `cwd` when given, with
+    `env` over the SDK's few inherited variables), connected and initialized. DB may
+    be a PostgreSQL URL."""
     server = StdioServerParameters(
-        command=sys.executable, args=["-m", "gormes", "--db", str(db), "mcp", *args], cwd=cwd,
+        command=sys.executable, args=["-m", "gormes", "--db", str(db), "mcp", *args], cwd=cwd, env=env,
     )
     client_info = types.Implementation(name=CLIENT_NAME, version="1")
     async with Client(server, client_info=client_info, read_timeout_seconds=60) as client:

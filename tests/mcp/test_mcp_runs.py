@@ -65,7 +65,8 @@ async def test_an_agent_run_submitted_over_mcp_runs_on_a_worker_and_is_read_back
     ]}]}))
     queue = await JobQueue.open(store)
     worker = Worker(queue, job_handlers.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
-    async with gormes_mcp(db_path) as client:
+    # A gateway may choose only a model the operator allows (gormes/ops/job_trust.py).
+    async with gormes_mcp(db_path, env={"GORMES_GATEWAY_MODELS": f"scripted:{script}"}) as client:
         job = await call_ok(client, "run__submit", prompt="What time is it?", model=f"scripted:{script}",
                             tools=["time.now"])
         async with trio.open_nursery() as nursery:

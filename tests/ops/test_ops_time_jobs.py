@@ -98,7 +98,7 @@ async def test_job_send_from_a_stranger_is_refused_by_the_queue(executor, queue)
     assert await queue.inbox(job.id) == []
 
 
-async def test_job_cancel_cancels_descendants_and_is_not_for_child_agents(executor, queue):
+async def test_job_cancel_cancels_descendants_and_is_not_for_child_agents_or_strangers(executor, queue):
     parent = await executor.call("job.submit", {"name": "parent"}, OPERATOR)
     child = await executor.call(
         "job.submit", {"name": "child", "options": {"parent_id": parent.id}}, OPERATOR
@@ -106,7 +106,11 @@ async def test_job_cancel_cancels_descendants_and_is_not_for_child_agents(execut
     with pytest.raises(OperationDenied):
         await executor.call("job.cancel", {"id": parent.id}, Caller(trust="child-agent", id="run-1"))
     assert (await queue.get(parent.id)).status == "waiting-children"
-    out = await executor.call("job.cancel", {"id": parent.id}, GATEWAY)
+    # Nor for a gateway that did not submit it (it was the operator's).
+    with pytest.raises(OperationDenied, match="only the caller that submitted it"):
+        await executor.call("job.cancel", {"id": parent.id}, GATEWAY)
+    assert (await queue.get(parent.id)).status == "waiting-children"
+    out = await executor.call("job.cancel", {"id": parent.id}, OPERATOR)
     assert out.cancelled == [parent.id, child.id]
     assert (await queue.get(child.id)).status == "cancelled"
 

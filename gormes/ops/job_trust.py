@@ -1,0 +1,102 @@
+"""Who may do what to a job through the operations (job.*, run.submit).
+
+A job records its `Submitter` (the caller's trust class, id and memory scope).
+Operators and the system (cron, the daemon) act on any job. A gateway or a child
+agent acts only on its own work:
+
+- it may attach children to (`parent_id`), pause, resume or cancel only the jobs
+  it submitted (the recorded submitter has its trust class and id; a job spawned
+  by a running job records its parent's submitter);
+- it starts a run only through `run.submit`, never as a raw `agent` job, and it may
+  not choose the run's model, except one the operator lists in
+  `GORMES_GATEWAY_MODELS` (comma-separated model specs, compared as written);
+- it may not jump the queue (a negative priority) or send job data over
+  `MAX_UNTRUSTED_DATA_BYTES` of JSON.
+
+Every refusal is an `OperationDenied` (bad sizes an `InvalidOperationInput`),
+raised before anything is recorded, read from a path or sent to a provider; the
+executor audits it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from gormes.events.jobs import Submitter
+from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
+
+PRIVILEGED = frozenset({"operator", "system"})
+RUN_JOBS = frozenset({"agent"})  # job names whose handler starts a run
+GATEWAY_MODELS_ENV = "GORMES_GATEWAY_MODELS"
+MAX_UNTRUSTED_DATA_BYTES = 1024 * 1024
+
+
+def privileged(caller: Caller) -> bool:
+    return caller.trust in PRIVILEGED
+
+
+def submitter_of(caller: Caller) -> Submitter:
+    """The Submitter a job records for `caller`: its trust class, id and memory scope
+    (a gateway or child agent's pinned scope; None for the classes that name theirs)."""
+    from gormes.ops.memory import NAMES_ITS_SCOPE, bound_scope
+
+    scope = None if caller.trust in NAMES_ITS_SCOPE else bound_scope(caller, None)
+    return Submitter(trust=caller.trust, caller=caller.id, scope=scope)
+
+
+def owns(caller: Caller, submitter: Submitter | None) -> bool:
+    """Whether `caller` submitted the job that recorded `submitter`."""
+    return submitter is not None and (submitter.trust, submitter.caller) == (caller.trust, caller.id)
+
+
+def require_may_act_on(caller: Caller, job: Any, what: str) -> None:
+    """Refuse a gateway or child agent acting on a job it did not submit."""
+    if not privileged(caller) and not owns(caller, job.submitter):
+        raise OperationDenied(
+            f"a {caller.trust!r} caller may not {what} job {job.id}: only the caller that"
+            " submitted it, an operator or the system may"
+        )
+
+
+def check_job_submit(caller: Caller, name: str, data: Any, priority: int) -> None:
+    """job.submit's checks before the parent's (see `require_may_act_on`)."""
+    if privileged(caller):
+        return
+    if name in RUN_JOBS:
+        raise OperationDenied(
+            f"a {caller.trust!r} caller may not submit an {name!r} job directly: use run.submit"
+        )
+    check_priority(caller, priority)
+    size = len(msgspec.json.encode(data))
+    if size > MAX_UNTRUSTED_DATA_BYTES:
+        raise InvalidOperationInput(
+            f"job data is {size} bytes of JSON; a {caller.trust!r} caller may send at most"
+            f" {MAX_UNTRUSTED_DATA_BYTES}"
+        )
+
+
+def check_priority(caller: Caller, priority: int) -> None:
+    if not privileged(caller) and priority < 0:
+        raise OperationDenied(
+            f"a {caller.trust!r} caller may not jump the queue: priority must be >= 0, not {priority}"
+        )
+
+
+def allowed_models() -> frozenset[str]:
+    """The models the operator lets gateways and child agents choose."""
+    listed = os.environ.get(GATEWAY_MODELS_ENV, "")
+    return frozenset(spec.strip() for spec in listed.split(",") if spec.strip())
+
+
+def check_model(caller: Caller, model: str | None) -> None:
+    """Refuse a model a gateway or child agent may not choose. The refusal never
+    names the model: it must say nothing about whether a path exists."""
+    if model is None or privileged(caller) or model in allowed_models():
+        return
+    raise OperationDenied(
+        f"a {caller.trust!r} caller may not choose a run's model, except one the operator"
+        f" lists in {GATEWAY_MODELS_ENV}"
+    )
