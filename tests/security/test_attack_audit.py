@@ -436,3 +436,38 @@ def test_legacy_records_before_the_chain_still_verify(tmp_path):
     ok = verify(db)
     assert ok.returncode == 0, ok.stdout
     assert "1 written before the chain" in ok.stdout
+
+
+async def test_verify_and_the_doctor_catch_an_edit_on_postgresql():
+    from gormes.events.postgres import PostgresEventStore
+    from pg_helpers import PG_URL, admin, fresh_schema, url_for_schema
+
+    with fresh_schema() as schema:
+        async with PostgresEventStore.open(PG_URL, schema=schema, poll_interval=0.05) as store:
+            executor = Executor(default_registry(), store, clock=lambda: NOW_MS / 1000)
+            await executor.call("time.now", {}, OPERATOR)
+            with pytest.raises(Exception):
+                await executor.call("shell.run", {"argv": ["true"]}, GATEWAY)
+            await executor.call("time.now", {}, OPERATOR)
+        url = url_for_schema(schema)
+        intact = run_gormes(url, "audit", "verify", "--json")
+        assert intact.returncode == 0, intact.stdout + intact.stderr
+        assert json.loads(intact.stdout)["sealed"] == 3
+        admin(f'UPDATE "{schema}".events SET data = jsonb_set(data::jsonb, \'{{allowed}}\', \'true\')::text '
+              "WHERE type = 'audit.operation' AND version = 2"
+              if _data_is_text(schema) else
+              f'UPDATE "{schema}".events SET data = jsonb_set(data, \'{{allowed}}\', \'true\') '
+              "WHERE type = 'audit.operation' AND version = 2")
+        done = run_gormes(url, "audit", "verify", "--json")
+        assert done.returncode == 1, done.stdout + done.stderr
+        day = json.loads(done.stdout)
+        assert day["first_break"]["version"] == 2 and "digest does not match" in day["first_break"]["reason"]
+        assert doctor_chain(url)["status"] == "fail"
+
+
+def _data_is_text(schema: str) -> bool:
+    from pg_helpers import admin
+
+    [(kind,)] = admin("SELECT data_type FROM information_schema.columns WHERE table_schema = %s "
+                      "AND table_name = 'events' AND column_name = 'data'", (schema,))
+    return kind != "jsonb"
