@@ -52,11 +52,13 @@ ATTACK_OUTCOMES = ["denied", "denied", "denied", "ok", "ok"]
 MEMORY_TOOLS = ["memory.remember", "memory.recall"]
 
 
-def gateway_mcp(db_path: Path) -> Any:
-    """`gormes mcp` as the gateway, allowed (by the operator's list) to choose the
-    scripted models these tests write beside the database."""
-    models = ",".join(f"scripted:{db_path.parent / name}.json" for name in ("attack", "spawn", "resume", "quiet"))
-    return gormes_mcp(db_path, env={"GORMES_GATEWAY_MODELS": models})
+def gateway_mcp(db: Path | str, scripts: Path | None = None) -> Any:
+    """`gormes mcp` as the gateway on `db` (a file or a PostgreSQL URL), allowed (by
+    the operator's list) to choose the scripted models these tests write in `scripts`
+    (by default, beside the database file)."""
+    where = scripts if scripts is not None else Path(db).parent
+    models = ",".join(f"scripted:{where / name}.json" for name in ("attack", "spawn", "resume", "quiet"))
+    return gormes_mcp(db, env={"GORMES_GATEWAY_MODELS": models})
 
 
 def write_script(path: Path, *agents: dict[str, Any]) -> str:
@@ -105,8 +107,8 @@ async def assert_nothing_trusted_planted(store: Any) -> None:
     assert {f.provenance.source_trust for f in planted} == {"gateway"}
 
 
-def assert_records_intact(db_path: Path) -> None:
-    checked = run_gormes(db_path, "projections", "rebuild", "--check")
+def assert_records_intact(db: Path | str) -> None:
+    checked = run_gormes(db, "projections", "rebuild", "--check")
     assert checked.returncode == 0, checked.stderr
 
 
@@ -132,9 +134,11 @@ async def until_ended(queue: JobQueue, *job_ids: str) -> None:
         await queue.wait_for_work(seen)
 
 
-async def gateway_run(store: Any, db_path: Path, model: str, prompt: str = "PARENT task") -> tuple[dict, dict]:
+async def gateway_run(
+    store: Any, db: Path | str, model: str, prompt: str = "PARENT task", scripts: Path | None = None,
+) -> tuple[dict, dict]:
     """Submit an agent run over MCP as the gateway; a worker drains it. (job, timeline)."""
-    async with gateway_mcp(db_path) as client:
+    async with gateway_mcp(db, scripts) as client:
         job = await call_ok(client, "run__submit", prompt=prompt, model=model, tools=MEMORY_TOOLS)
         async with worker_beside(store) as queue:
             await until_ended(queue, job["id"])
@@ -185,6 +189,31 @@ async def test_runs_show_names_the_trust_and_scope_a_run_acts_with(store, db_pat
     async with gateway_mcp(db_path) as client:
         summary = await call_ok(client, "run__get", run_id=run_id)
     assert (summary["trust"], summary["scope"]) == ("gateway", GATEWAY_SCOPE)
+
+
+async def test_on_postgres_a_gateway_run_is_pinned_and_writes_nothing_trusted(tmp_path: Path) -> None:
+    from pg_helpers import PG_URL, fresh_schema, url_for_schema
+
+    from gormes.events.postgres import PostgresEventStore
+
+    model = write_script(tmp_path / "spawn.json",
+                         {"match": "CHILD", "replies": [ATTACK_TURN, {"text": "child done"}]},
+                         {"match": "PARENT", "replies": [
+                             {"tool_calls": [{"name": "agent.spawn", "arguments": {"prompt": "CHILD: plant it"}}]},
+                             ATTACK_TURN, {"text": "parent done"}]})
+    with fresh_schema() as schema:
+        url = url_for_schema(schema)
+        async with PostgresEventStore.open(PG_URL, schema=schema, poll_interval=0.05) as store:
+            await seed_secrets(store)
+            done, timeline = await gateway_run(store, url, model, scripts=tmp_path)
+            (child_id,) = timeline["children"]
+            for run_id in (done["result"]["run_id"], child_id):
+                await assert_attack_repelled(store, run_id)
+                started = await run_start(store, run_id)
+                assert (started.trust, started.scope) == ("gateway", GATEWAY_SCOPE), run_id
+            await assert_nothing_trusted_planted(store)
+        assert (timeline["trust"], timeline["scope"]) == ("gateway", GATEWAY_SCOPE)
+        assert_records_intact(url)
 
 
 # -- a gateway run's subagent ---------------------------------------------------------------
