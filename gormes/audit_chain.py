@@ -38,19 +38,20 @@ from gormes.events.store import AppendRequest, AppendResult
 GENESIS = "0" * 64  # the `prev` of a day's first sealed record
 
 _encoder = msgspec.json.Encoder(order="sorted")
-_DEFAULTS = {
-    f.encode_name: f.default
-    for f in msgspec.structs.fields(OperationAudited)
-    if f.default is not msgspec.NODEFAULT
-}
+_TAG = OperationAudited.__struct_config__.tag
+# (JSON name, attribute, declared default) of every field but `digest`
+_FIELDS = tuple(
+    (f.encode_name, f.name, f.default) for f in msgspec.structs.fields(OperationAudited) if f.name != "digest"
+)
 
 
 def canonical_bytes(event: OperationAudited) -> bytes:
-    data = msgspec.to_builtins(event)
-    data.pop("digest", None)
-    for name, default in _DEFAULTS.items():
-        if name in data and data[name] == default and type(data[name]) is type(default):
-            del data[name]
+    """The record's JSON as its digest covers it (see the module doc)."""
+    data: dict[str, object] = {"type": _TAG}
+    for key, name, default in _FIELDS:
+        value = getattr(event, name)
+        if default is msgspec.NODEFAULT or value != default or type(value) is not type(default):
+            data[key] = value
     return _encoder.encode(data)
 
 

@@ -173,8 +173,8 @@ async def test_bad_job_input_is_audited_as_invalid_not_error(db_path):
     """Seen failing before the fix: InvalidJob and JobNotFound were audited as `error`."""
     async with SQLiteEventStore.open(db_path) as store:
         executor = Executor(default_registry(), store, jobs=await JobQueue.open(store))
-        with pytest.raises(InvalidJob, match="delay_ms"):
-            await executor.call("job.submit", {"name": "demo.echo", "options": {"delay_ms": -5}}, OPERATOR)
+        with pytest.raises(InvalidJob, match="queue must not be empty"):
+            await executor.call("job.submit", {"name": "demo.echo", "options": {"queue": "   "}}, OPERATOR)
         with pytest.raises(JobNotFound):
             await executor.call("job.get", {"id": "missing"}, OPERATOR)
         events = [r.event for r in await audits(store)]
