@@ -166,6 +166,18 @@ async def test_a_denied_mcp_call_with_a_10_mb_argument_is_audited_by_digest_not_
     assert verify(db_path).returncode == 0
 
 
+async def test_a_100_kb_tool_name_over_mcp_is_audited_cut_to_200_characters(db_path):
+    """Own attack: the name, unlike the arguments, is recorded as given; it is capped."""
+    async with gormes_mcp(db_path) as client:
+        result = await client.call_tool("x" * 100_000, {})
+        assert result.is_error
+    async with SQLiteEventStore.open(db_path) as store:
+        (event,) = await audit_events(store)
+    assert (event.allowed, event.outcome, len(event.operation)) == (False, "denied", 200)
+    assert len(event.error or "") <= 300
+    assert verify(db_path).returncode == 0
+
+
 # -- hole 15: outcomes by the error's class ----------------------------------------------
 
 
