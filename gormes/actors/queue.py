@@ -42,7 +42,7 @@ from gormes.actors.queue_admin import (
 )
 from gormes.actors.queue_batch import DEFAULT_LEASE_MS, CompleteOutcome, QueueBatches
 from gormes.events.jobs import (
-    STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
+    STATUSES, TERMINAL, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
 )
 from gormes.projections import ledger
 
@@ -200,6 +200,17 @@ class JobQueue(QueueBatches, QueueAdmin):
     ) -> list[Job]:
         """Newest first."""
         return await self._read(lambda conn: select_jobs(conn, status, queue, name, limit))
+
+    async def live_count(self, submitter: Submitter | None) -> int:
+        """How many jobs of `submitter` are not terminal (read through the status
+        index: only live jobs are looked at)."""
+        live = tuple(status for status in STATUSES if status not in TERMINAL)
+        sql = (
+            f"SELECT count(*) FROM jobs WHERE status IN ({','.join('?' * len(live))})"
+            " AND coalesce(submitter, '') = ?"
+        )
+        params = (*live, ledger.submitter_json(submitter))
+        return await self._read(lambda conn: int(conn.execute(sql, params).fetchone()[0]))
 
     async def stats(self) -> JobStats:
         def read(conn: Any) -> JobStats:

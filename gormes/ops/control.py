@@ -17,7 +17,9 @@ what it may not call. Nor may it choose the model (but one the operator allows)
 or jump the queue: gormes/ops/job_trust.py.
 
 Steering a job (job.pause, job.resume, and job.cancel in gormes/ops/jobs.py) is
-for its submitter, an operator or the system only.
+for its submitter, an operator or the system only. Reading, listing and messaging
+a run (run.get, run.timeline, run.list, run.send) is for the caller it acts for,
+an operator or the system only: gormes/ops/run_trust.py.
 
 run.send writes to a run's own inbox (`run.message_sent`), signed with the caller's
 sender name; the agent reads it at its next turn. (job.send keeps the queue's rule:
@@ -34,8 +36,9 @@ from gormes.actors.jobs import JobNotFound
 from gormes.events.jobs import (
     MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, STATUSES, JobOptions, Tokens,
 )
-from gormes.ops.job_trust import check_model, check_priority, submitter_of
+from gormes.ops.job_trust import check_live_jobs, check_model, check_priority, submitter_of
 from gormes.ops.jobs import JobId, JobSummary, _owned, _queue, _summary
+from gormes.ops.run_trust import own_runs_filter, require_acts_for
 from gormes.ops.spec import (
     OperationContext,
     OperationDenied,
@@ -168,7 +171,9 @@ async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary
         if getattr(value, key) is not None:
             data[key] = getattr(value, key)
     options = JobOptions(queue=value.queue, priority=value.priority, idempotency_key=value.idempotency_key)
-    return _summary(await _queue(ctx).submit(AGENT_JOB, data, options, submitter=submitter_of(caller)))
+    queue, submitter = _queue(ctx), submitter_of(caller)
+    await check_live_jobs(caller, queue, submitter)
+    return _summary(await queue.submit(AGENT_JOB, data, options, submitter=submitter))
 
 
 class RunIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -210,10 +215,12 @@ async def _run_view(ctx: OperationContext, run_id: str) -> dict[str, Any]:
 
 
 async def run_get(ctx: OperationContext, value: RunIdInput) -> RunSummary:
+    await require_acts_for(ctx.caller, _store(ctx), value.run_id, "read")
     return msgspec.convert(await _run_view(ctx, value.run_id), RunSummary)
 
 
 async def run_timeline(ctx: OperationContext, value: RunIdInput) -> RunTimeline:
+    await require_acts_for(ctx.caller, _store(ctx), value.run_id, "read")
     return msgspec.convert(await _run_view(ctx, value.run_id), RunTimeline)
 
 
@@ -256,9 +263,15 @@ async def run_list(ctx: OperationContext, value: RunListInput) -> RunList:
         if wanted is not None:
             where.append(f"{column} = ?")
             params.append(wanted)
-    sql = f"SELECT {', '.join(columns)} FROM {TABLE}" + (" WHERE " + " AND ".join(where) if where else "")
-    sql += " ORDER BY started_at DESC, run_id DESC LIMIT ?"
-    rows = await store.read_sql(lambda conn: conn.execute(sql, (*params, value.limit)).fetchall())
+
+    def select(conn: Any) -> list[Any]:
+        own = own_runs_filter(conn, ctx.caller)  # a gateway lists only the runs that act for it
+        conditions, values = (where + [own[0]], params + own[1]) if own else (where, params)
+        sql = f"SELECT {', '.join(columns)} FROM {TABLE}" + (" WHERE " + " AND ".join(conditions) if conditions else "")
+        sql += " ORDER BY started_at DESC, run_id DESC LIMIT ?"
+        return conn.execute(sql, (*values, value.limit)).fetchall()
+
+    rows = await store.read_sql(select)
     return RunList(runs=[msgspec.convert(dict(zip(columns, row)), RunRow) for row in rows])
 
 
@@ -278,6 +291,7 @@ class RunMessage(msgspec.Struct, kw_only=True):
 async def run_send(ctx: OperationContext, value: RunSendInput) -> RunMessage:
     from gormes.actors.runs import send_message
 
+    await require_acts_for(ctx.caller, _store(ctx), value.run_id, "message")
     sender = ctx.caller.sender
     message_id = await send_message(_store(ctx), value.run_id, value.payload, sender=sender, clock=ctx.clock)
     return RunMessage(message_id=message_id, run_id=value.run_id, sender=sender)

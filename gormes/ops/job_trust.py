@@ -10,8 +10,10 @@ agent acts only on its own work:
 - it starts a run only through `run.submit`, never as a raw `agent` job, and it may
   not choose the run's model, except one the operator lists in
   `GORMES_GATEWAY_MODELS` (comma-separated model specs, compared as written);
-- it may not jump the queue (a negative priority) or send job data over
-  `MAX_UNTRUSTED_DATA_BYTES` of JSON.
+- it may not jump the queue (a negative priority), send job data over
+  `MAX_UNTRUSTED_DATA_BYTES` of JSON, or hold more than `GORMES_GATEWAY_MAX_LIVE_JOBS`
+  (1000 by default) jobs that are not finished (counted before the submit, so
+  concurrent submits may pass it by as many as they are).
 
 Every refusal is an `OperationDenied` (bad sizes an `InvalidOperationInput`),
 raised before anything is recorded, read from a path or sent to a provider; the
@@ -32,6 +34,8 @@ PRIVILEGED = frozenset({"operator", "system"})
 RUN_JOBS = frozenset({"agent"})  # job names whose handler starts a run
 GATEWAY_MODELS_ENV = "GORMES_GATEWAY_MODELS"
 MAX_UNTRUSTED_DATA_BYTES = 1024 * 1024
+MAX_LIVE_JOBS_ENV = "GORMES_GATEWAY_MAX_LIVE_JOBS"
+DEFAULT_MAX_LIVE_JOBS = 1000
 
 
 def privileged(caller: Caller) -> bool:
@@ -82,6 +86,34 @@ def check_priority(caller: Caller, priority: int) -> None:
     if not privileged(caller) and priority < 0:
         raise OperationDenied(
             f"a {caller.trust!r} caller may not jump the queue: priority must be >= 0, not {priority}"
+        )
+
+
+def max_live_jobs() -> int:
+    """The operator's cap on a gateway or child agent's unfinished jobs."""
+    from gormes.errors import UserError
+
+    text = os.environ.get(MAX_LIVE_JOBS_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_LIVE_JOBS
+    try:
+        cap = int(text)
+    except ValueError:
+        cap = -1
+    if cap < 0:
+        raise UserError(f"{MAX_LIVE_JOBS_ENV} must be a whole number >= 0, not {text!r}")
+    return cap
+
+
+async def check_live_jobs(caller: Caller, queue: Any, submitter: Submitter) -> None:
+    """Refuse a gateway or child agent that already holds its cap of unfinished jobs."""
+    if privileged(caller):
+        return
+    cap = max_live_jobs()
+    if await queue.live_count(submitter) >= cap:
+        raise OperationDenied(
+            f"a {caller.trust!r} caller may hold at most {cap} unfinished jobs ({MAX_LIVE_JOBS_ENV});"
+            " wait for some to finish"
         )
 
 

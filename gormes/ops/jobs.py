@@ -16,7 +16,9 @@ import msgspec
 
 from gormes.actors.jobs import JobNotFound
 from gormes.events.jobs import MAX_NAME_LENGTH, JobOptions, Submitter, Tokens
-from gormes.ops.job_trust import check_job_submit, privileged, require_may_act_on, submitter_of
+from gormes.ops.job_trust import (
+    check_job_submit, check_live_jobs, privileged, require_may_act_on, submitter_of,
+)
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 
 JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
@@ -75,9 +77,9 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
         parent = await queue.get(options.parent_id)
         if parent is not None:  # an unknown parent: the queue refuses it
             require_may_act_on(ctx.caller, parent, "attach a child to")
-    return _summary(await queue.submit(
-        value.name, value.data, options, submitter=submitter_of(ctx.caller)
-    ))
+    submitter = submitter_of(ctx.caller)
+    await check_live_jobs(ctx.caller, queue, submitter)
+    return _summary(await queue.submit(value.name, value.data, options, submitter=submitter))
 
 
 async def _owned(ctx: OperationContext, job_id: str, what: str) -> Any:

@@ -308,3 +308,50 @@ async def test_an_exponential_backoff_never_overflows_the_ledger(db_path: Path):
             assert failed.delay_until - int(clock[0] * 1000) <= TEN_YEARS_MS
             clock[0] = failed.delay_until / 1000 + 1
     _rebuild_check(db_path)
+
+
+async def test_a_gateway_may_not_flood_the_queue_with_jobs(db_path: Path):
+    await _submit_as_operator(db_path)
+    async with gormes_mcp(db_path, env={"GORMES_GATEWAY_MAX_LIVE_JOBS": "3"}) as client:
+        mine = [await call_ok(client, "job__submit", name="echo", data={"n": n}) for n in range(3)]
+        refused = await call_refused(client, "job__submit", name="echo", data={"n": 3})
+        run_refused = await call_refused(client, "run__submit", prompt="p")
+        await call_ok(client, "job__cancel", id=mine[0]["id"])  # a finished job no longer counts
+        again = await call_ok(client, "job__submit", name="echo", data={"n": 4})
+    assert refused.startswith("OperationDenied: ") and "at most 3 unfinished jobs" in refused
+    assert run_refused == refused
+    assert again["data"] == {"n": 4}
+    assert await _submit_as_operator(db_path, "report")  # the operator is not capped
+    assert len(await _jobs(db_path)) == 6
+    _rebuild_check(db_path)
+
+
+# -- the same doors on PostgreSQL ------------------------------------------------------
+
+
+async def test_on_postgres_a_gateway_may_not_reach_a_run_attach_to_or_squat_on_others_jobs():
+    from pg_helpers import PG_URL, fresh_schema, url_for_schema
+
+    from gormes.events.postgres import PostgresEventStore
+
+    with fresh_schema() as schema:
+        async with PostgresEventStore.open(PG_URL, schema=schema, poll_interval=0.05) as store:
+            queue = await JobQueue.open(store)
+            victim = await queue.submit("report", None, {"idempotency_key": "nightly"}, submitter=OPERATOR)
+            url = url_for_schema(schema)
+            async with gormes_mcp(url) as client:
+                agent = await call_refused(client, "job__submit", name="agent", data={"prompt": "p"})
+                attach = await call_refused(client, "job__submit", name="doomed", options={"parent_id": victim.id})
+                cancel = await call_refused(client, "job__cancel", id=victim.id)
+                model = await call_refused(client, "run__submit", prompt="p", model="scripted:/etc/passwd")
+                squat = await call_ok(client, "job__submit", name="report", options={"idempotency_key": "nightly"})
+                bound = await call_refused(client, "job__submit", name="echo", options={"max_attempts": 10**20})
+            again = await queue.submit("report", None, {"idempotency_key": "nightly"}, submitter=OPERATOR)
+            assert [r.type for r in await store.read_stream(job_stream(victim.id))] == ["job.submitted"]
+            audits = [e for e in await audit_events(store) if e.operation in ("job.submit", "job.cancel", "run.submit")]
+    assert "use run.submit" in agent and victim.id in attach and cancel.startswith("OperationDenied: ")
+    assert model.startswith("OperationDenied: ") and "/etc/passwd" not in model
+    assert not squat["coalesced"] and squat["id"] != victim.id  # the operator's key is not the gateway's
+    assert again.coalesced and again.id == victim.id  # and the operator's own still coalesces
+    assert bound.startswith("InvalidOperationInput: ")
+    assert [a.outcome for a in audits] == ["denied", "denied", "denied", "denied", "ok", "invalid"]
