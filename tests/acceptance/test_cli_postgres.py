@@ -182,8 +182,9 @@ def test_skills_route_feedback_usage_and_promote(url: str, tmp_path: Path):
                        "--run", "r1", "--skills-dir", skills))
     assert "recorded skill.selected at position 2 for run r1" in routed
     ok(gormes(url, tmp_path, "append", "run-r1", "run.completed", "--data", "{}"))
+    # position 3 is the route's audit record (decision 0019)
     assert ok(gormes(url, tmp_path, "skills", "feedback", "r1", "replay-forensics", "good")) == (
-        "recorded skill.feedback at position 4\n")
+        "recorded skill.feedback at position 5\n")
     rows = json.loads(ok(gormes(url, tmp_path, "skills", "usage", "--json")))
     assert [(r["skill"], r["run_id"], r["outcome"], r["feedback"]) for r in rows] == [
         ("replay-forensics", "r1", "completed", "good")]
@@ -200,7 +201,8 @@ def test_skills_route_feedback_usage_and_promote(url: str, tmp_path: Path):
         "  - {date: 2026-01-06, type: run, ref: run-2}\n  - {date: 2026-01-07, type: review, ref: bob}"
     )))
     promoted = json.loads(ok(gormes(url, tmp_path, "skills", "promote", "alpha", "--skills-dir", str(root), "--json")))
-    assert (promoted["to_status"], promoted["position"]) == ("proven", 5)
+    # after the audit records of feedback (6) and of the refused route (7)
+    assert (promoted["to_status"], promoted["position"]) == ("proven", 8)
     (event,) = [json.loads(line) for line in ok(gormes(url, tmp_path, "events", "--type", "skill.promoted",
                                                         "--json")).splitlines()]
     assert (event["stream"], event["data"]["from"], event["data"]["to"]) == ("skill-alpha", "candidate", "proven")
