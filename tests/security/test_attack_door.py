@@ -384,3 +384,55 @@ async def test_the_keys_of_gormes_top_steer_jobs_through_the_audited_door(tmp_pa
     assert [(r["operation"], r["trust"], r["caller"], r["outcome"]) for r in records] == [
         ("job.pause", "operator", "cli", "ok"), ("job.resume", "operator", "cli", "ok"),
         ("job.cancel", "operator", "cli", "ok"), ("job.pause", "operator", "cli", "invalid")]
+
+
+def test_on_postgresql_too_each_cli_change_and_refusal_is_one_operator_audit_record(tmp_path: Path):
+    from pg_helpers import fresh_schema, url_for_schema
+
+    with fresh_schema() as schema:
+        url = url_for_schema(schema)
+
+        def audits() -> list[dict]:
+            done = run_gormes(url, "audit", "export")
+            assert done.returncode == 0, done.stderr
+            return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+        assert run_gormes(url, "jobs", "stats").returncode == 0  # creates the schema; a read, no audit
+        assert audits() == []
+        steps = [
+            (("jobs", "submit", "echo"), "job.submit", "ok"),
+            (("jobs", "cancel", "NO-SUCH-JOB"), "job.cancel", "invalid"),
+            (("jobs", "submit", "echo", "--priority", "1e23"), "job.submit", "invalid"),
+            (("cron", "add", "tidy", "--schedule", "@daily", "--job", "echo"), "cron.add", "ok"),
+            (("memory", "add-fact", "Ada drinks tea", "--supersedes", "NO-SUCH"), "memory.add_fact", "invalid"),
+        ]
+        for args, operation, outcome in steps:
+            before = audits()
+            done = run_gormes(url, *args)
+            if outcome == "ok":
+                assert done.returncode == 0, done.stderr
+            else:
+                assert_one_line_error(done)
+            added = audits()[len(before):]
+            assert [(a["operation"], a["trust"], a["caller"], a["outcome"]) for a in added] == [
+                (operation, "operator", "cli", outcome)], args
+        facts = run_gormes(url, "events", "--type", "memory.fact_recorded", "--json")
+        assert facts.returncode == 0 and facts.stdout.strip() == ""
+        check = run_gormes(url, "projections", "rebuild", "--check")
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+async def test_the_operator_replaying_a_gateways_job_does_not_launder_it_into_operator_work(tmp_path: Path):
+    from mcp_helpers import call_ok
+
+    db = tmp_path / "door.db"
+    async with gormes_mcp(db) as client:
+        submitted = await call_ok(client, "job__submit", name="echo", data={"x": 1})
+        await call_ok(client, "job__cancel", id=submitted["id"])
+    assert submitted["submitter"]["trust"] == "gateway"
+    log = Log(db)
+    replayed, record = log.ok("jobs", "replay", submitted["id"])
+    _by_operator(record, "job.replay")  # the operator's act is audited as the operator's...
+    job = json.loads(run_gormes(db, "jobs", "get", replayed, "--json").stdout)
+    assert job["submitter"] == submitted["submitter"]  # ...but the work stays the gateway's
+    _rebuild_check(db)
