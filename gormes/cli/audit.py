@@ -27,9 +27,9 @@ def export(obj: Any, since: str | None, until: str | None, kinds: tuple[str, ...
     import time
 
     from gormes.audit_export import AuditExport, make_filter, read_audit, write_lines
-    from gormes.errors import UserError
     from gormes.events.catalog import load_all
     from gormes.events.codec import default_codec
+    from gormes.out_file import replacing
 
     load_all()
     query = make_filter(since, until, kinds, time.time())
@@ -40,11 +40,7 @@ def export(obj: Any, since: str | None, until: str | None, kinds: tuple[str, ...
         if out_path is None:
             write_lines(records, sys.stdout.buffer, result)
         else:
-            try:
-                out = open(out_path, "wb")  # noqa: SIM115 - closed below
-            except OSError as exc:
-                raise UserError(f"cannot write {out_path}: {exc.strerror}") from None
-            with out:
+            with replacing(out_path) as out:  # a new or regular file only, replaced whole
                 write_lines(records, out, result)
     finally:
         conn.close()

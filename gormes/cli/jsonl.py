@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import click
 
+from gormes import out_file
 from gormes.cli.events import STREAM_HELP, TYPE_HELP
+from gormes.cli.params import POSITION
 
 PROGRESS_MIN_EVENTS = 10_000
 
@@ -24,11 +25,13 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
     """Append events from a JSONL file ('-' for stdin), all of them or none.
 
     Each line is a JSON object with at least stream, type and data (the shape
-    `gormes export` writes). Every line is validated before anything is written;
-    the first bad line is reported by number. A line's 'version', when present,
+    `gormes export` writes). Every line is validated before anything is written
+    (a line nested deeper than 64 levels is refused unread); the first bad line
+    is reported by number. A line's 'version', when present,
     must follow its stream's current version, so an export is not imported twice.
     """
     from gormes.cli import output
+    from gormes.cli.json_input import checked_lines
     from gormes.errors import UserError
     from gormes.events import jsonl
     from gormes.events.catalog import load_all
@@ -36,12 +39,12 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
 
     load_all()
     if source == "-":
-        parsed = jsonl.parse_lines(sys.stdin.buffer)
+        parsed = jsonl.parse_lines(checked_lines(sys.stdin.buffer))
     else:
         path = Path(source)
         try:
             with path.open("rb") as lines:
-                parsed = jsonl.parse_lines(lines)
+                parsed = jsonl.parse_lines(checked_lines(lines))
         except OSError as exc:
             raise UserError(f"cannot read {source}: {exc.strerror}") from None
     if not parsed:
@@ -99,7 +102,7 @@ def _read_run(target, run_id: str, children: bool):
 @click.argument("run_id", required=False, metavar="[RUN]")
 @click.option("--children", is_flag=True,
               help="With RUN: also the runs it spawned, recursively (what `gormes replay --file` needs).")
-@click.option("--after", type=click.IntRange(min=0), default=0, metavar="POS",
+@click.option("--after", type=POSITION, default=0, metavar="POS",
               help="Only events after this position.")
 @click.option("--type", "types", multiple=True, metavar="T", help=TYPE_HELP)
 @click.option("--stream", "streams", multiple=True, metavar="S", help=STREAM_HELP)
@@ -155,29 +158,14 @@ def _export_run(obj, run_id, children, after, types, streams, out) -> None:
         sys.stdout.buffer.write(text)
         sys.stdout.buffer.flush()
         return
-    path = Path(out)
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        partial.write_bytes(text)
-        os.replace(partial, path)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    out_file.write_bytes(out, text)
 
 
 def _export_to_file(log, path: Path, after, types, streams, head, on_page) -> None:
-    from gormes.errors import UserError
     from gormes.events import jsonl
 
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        with partial.open("wb") as out:
-            jsonl.export(log, out, after, types=types, streams=streams, upto=head,
-                         on_page=on_page)
-        os.replace(partial, path)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    with out_file.replacing(path) as out:
+        jsonl.export(log, out, after, types=types, streams=streams, upto=head, on_page=on_page)
 
 
 class ExportProgress:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from gormes.out_file import write_under
 from gormes.projections.memory import ENTITIES, FACTS, RELATIONSHIPS
 
 USER_PAGE = "USER.md"
@@ -184,13 +185,10 @@ def write_mirror(pages: dict[str, str], out: Path) -> MirrorResult:
         data = text.encode()
         if path.is_file() and path.read_bytes() == data:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        write_under(out, rel, data)  # no symlink, FIFO or device under `out` is written through
         written += 1
     entity_root = out / ENTITY_DIR
-    if entity_root.is_dir():
+    if entity_root.is_dir() and not entity_root.is_symlink():
         for stale in sorted(entity_root.rglob("*.md")):
             if stale.relative_to(out).as_posix() not in pages:
                 stale.unlink()
