@@ -3,11 +3,15 @@
 Subcommands are imported only when they run, so `gormes --help` stays fast: add
 a command by naming its module and attribute in `COMMANDS`. Errors of gormes's
 own (`GormesError`) become one line on stderr and a non-zero exit, never a
-traceback.
+traceback; so do the few other errors bad input or a bad disk can raise anywhere
+(`_error_line`: a number too big, JSON nested too deep, a full or read-only disk).
+Everything printed for people passes `output.guard_standard_streams`: no control
+sequence from the data reaches the terminal.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -126,34 +130,51 @@ def cli(ctx: click.Context, db: str | None, durability: str | None) -> None:
     ctx.obj = Config(db)
 
 
-def _database_error_line(exc: BaseException) -> str | None:
-    """One line for an error the database raised that no gormes code translated
-    (the server shutting down under a command, say), None for anything else.
+# OS errors that say the disk or the file system refused, not that gormes is wrong.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                         errno.EIO, errno.EFBIG})
 
-    Looked up by module so that psycopg is not imported to check."""
+
+def _error_line(exc: BaseException) -> tuple[str, int] | None:
+    """One line and an exit code for an error that no command translated, None
+    for a bug (which keeps its traceback).
+
+    A database's own error (the server shutting down under a command, say) and an
+    I/O failure exit 1; a number out of range or input nested past what can be
+    decoded is bad input, exit 2. psycopg is looked up by module, not imported."""
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        return _database_error_line(exc.exceptions[0])
+        return _error_line(exc.exceptions[0])
     from gormes.errors import GormesError
 
     if isinstance(exc, GormesError):
-        return str(exc)
+        return str(exc), getattr(exc, "exit_code", 1)
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply to read", 2
+    if isinstance(exc, OverflowError):
+        return f"a number is out of range ({exc})", 2
+    if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"I/O error: {exc.strerror}{where}", 1
     module = type(exc).__module__
     if module.startswith("psycopg") or module == "sqlite3":
         text = str(exc).strip()
-        return f"database error: {text.splitlines()[0] if text else type(exc).__name__}"
+        return f"database error: {text.splitlines()[0] if text else type(exc).__name__}", 1
     return None
 
 
 def main(argv: list[str] | None = None) -> None:
+    from gormes.printable import guard_standard_streams
     from gormes.errors import GormesError
 
+    guard_standard_streams()
     try:
         code = cli.main(args=argv, prog_name="gormes", standalone_mode=False)
+        sys.stdout.flush()  # a full disk under stdout fails here, not at exit
     except click.exceptions.Abort:
         click.echo("gormes: interrupted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"gormes: error: {_click_error_line(exc)}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -165,13 +186,35 @@ def main(argv: list[str] | None = None) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(0)
-    except Exception as exc:  # noqa: BLE001 - a database's own error still gets one line
-        line = _database_error_line(exc)
-        if line is None:
+    except Exception as exc:  # noqa: BLE001 - one line for what bad input or a bad disk raises
+        found = _error_line(exc)
+        if found is None:
             raise
-        click.echo(f"gormes: error: {line}", err=True)
-        sys.exit(1)
+        if isinstance(exc, OSError):
+            _discard_stdout()
+        click.echo(f"gormes: error: {found[0]}", err=True)
+        sys.exit(found[1])
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_error_line(exc: click.ClickException) -> str:
+    """click's usage error (usage, hint, message: four lines) as one line."""
+    line = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        line += f" (see `{ctx.command_path} --help`)"
+    return line
+
+
+def _discard_stdout() -> None:
+    """Drop what is still buffered for stdout (it could not be written: a full
+    disk), so that exiting does not try again and print a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

@@ -3,6 +3,13 @@
 For scripts: one JSON object per line (`gormes.events.jsonl.to_line`), written as
 bytes and flushed line by line so a pipe sees each event as it comes. For people:
 a rich table, or one compact line per event when following.
+
+Nothing a gateway wrote reaches a person's terminal as a control sequence: each
+value is shown through `gormes.printable.printable` (and given to rich as `Text`,
+so `[bold]` stays text), and `gormes.printable.guard_standard_streams` (installed
+by `gormes.cli.main`) makes every other line a command prints (click.echo, error
+lines, rich in other modules) pass the same filter. JSON goes to the binary
+buffer untouched: its encoder escapes already.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import msgspec
 
 from gormes.events.base import Recorded
 from gormes.events.jsonl import stored_json, to_line
+from gormes.printable import printable
 
 DATA_WIDTH = 80
 _encoder = msgspec.json.Encoder()
@@ -51,7 +59,7 @@ def data_text(record: Recorded, width: int | None = None) -> str:
 
 
 def human_line(record: Recorded) -> str:
-    return (
+    return printable(
         f"{record.position:>6}  {format_time(record.recorded_at)}  "
         f"{record.stream} v{record.version}  {record.type}  {data_text(record)}"
     )
@@ -79,7 +87,7 @@ def print_events_table(records: Sequence[Recorded]) -> None:
     table.add_column("type")
     table.add_column("data", overflow="fold")
     for r in records:
-        table.add_row(*map(Text, (
+        table.add_row(*(Text(printable(cell)) for cell in (
             str(r.position), format_time(r.recorded_at), r.stream, str(r.version),
             r.type, data_text(r, DATA_WIDTH),
         )))
@@ -100,7 +108,7 @@ def print_rows_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> N
         table.add_column(column)
     n = 0
     for row in rows:
-        table.add_row(*(Text("NULL" if v is None else str(v)) for v in row))
+        table.add_row(*(Text("NULL" if v is None else printable(str(v))) for v in row))
         n += 1
     console = Console()
     console.print(table)
@@ -113,3 +121,4 @@ def write_json_objects(objects: Iterable[Any]) -> None:
     for obj in objects:
         out.write(_encoder.encode(obj) + b"\n")
     out.flush()
+

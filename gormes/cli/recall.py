@@ -52,14 +52,16 @@ def recall(obj: Any, query: str, mode: str, k: int, scope: str, cross_scope: boo
 
 def print_result(result: Any) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
+
+    from gormes.printable import printable
 
     console = Console(soft_wrap=True)
     for note in result.notes:
-        console.print(f"note: {note}", markup=False)
+        console.print(Text(printable(f"note: {note}")))
     if not result.hits:
-        console.print(f"nothing recalled for {result.query!r} in {', '.join(result.scopes)}", markup=False)
+        console.print(Text(printable(f"nothing recalled for {result.query!r} in {', '.join(result.scopes)}")))
         return
     table = Table(show_edge=False, header_style="bold")
     for column in ("#", "score", "kind", "text", "scope", "modes", "why"):
@@ -69,6 +71,7 @@ def print_result(result: Any) -> None:
             f"{m[0]}#{s.rank}" for m in ("lexical", "graph", "semantic") if (s := getattr(hit.scores, m)) is not None
         )
         text = hit.text + (" (unreviewed)" if hit.review_state == "unreviewed" else "") + (" (stale)" if hit.stale else "")
-        table.add_row(str(rank), f"{hit.score:.4f}", hit.kind, escape(text), escape(hit.scope), modes,
-                      escape("; ".join(w.reason for w in hit.why)))
+        cells = (str(rank), f"{hit.score:.4f}", hit.kind, text, hit.scope, modes,
+                 "; ".join(w.reason for w in hit.why))
+        table.add_row(*(Text(printable(cell)) for cell in cells))
     console.print(table)

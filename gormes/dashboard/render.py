@@ -4,7 +4,9 @@
     console.print(render_timeline(lines, ui, height=40))
 
 The selected job (and, in the runs pane, the selected run) carries the `>` marker
-and reverse video. Cost is "-" where there is no run to price and "?" where a
+and reverse video. Every string from the log (names, queues, tools, ids: a gateway
+may have chosen them) becomes `Text` through `printable`, so neither a control
+sequence nor `[bold]`-like markup in it reaches the terminal as such. Cost is "-" where there is no run to price and "?" where a
 model has no price (never $0 for an unknown price).
 """
 
@@ -20,6 +22,7 @@ from rich.text import Text
 from gormes.dashboard.keys import UiState
 from gormes.dashboard.model import JobRow, RunRow, Snapshot, WorkerRow
 from gormes.events.jobs import STATUSES, Tokens
+from gormes.printable import printable
 
 MARKER = ">"
 STATUS_STYLE = {
@@ -48,7 +51,12 @@ def format_tokens(tokens: Tokens) -> str:
 
 
 def _status(status: str) -> Text:
-    return Text(SHORT_STATUS.get(status, status), style=STATUS_STYLE.get(status, ""))
+    return Text(printable(SHORT_STATUS.get(status, status)), style=STATUS_STYLE.get(status, ""))
+
+
+def _texts(cells: Sequence[RenderableType]) -> list[RenderableType]:
+    """Table cells with every plain string made inert text (no markup, no controls)."""
+    return [Text(printable(cell)) if isinstance(cell, str) else cell for cell in cells]
 
 
 def window(count: int, selected: int, size: int) -> tuple[int, int]:
@@ -66,7 +74,7 @@ def header(snapshot: Snapshot) -> Text:
     text.append(f"  head {s.head}  jobs {s.total_jobs}: ")
     parts = [(status, n) for status, n in s.by_status.items() if n]
     for i, (status, n) in enumerate(parts):
-        text.append(f"{'  ' if i else ''}{status} ")
+        text.append(f"{'  ' if i else ''}{printable(status)} ")
         text.append(str(n), style=STATUS_STYLE.get(status, ""))
     if not parts:
         text.append("none")
@@ -94,7 +102,7 @@ def queues_table(snapshot: Snapshot) -> Table:
         table.add_column(SHORT_STATUS.get(status, status), justify="right", no_wrap=True)
     table.add_column("total", justify="right", no_wrap=True)
     for q in snapshot.by_queue:
-        table.add_row(q.queue, *(str(q.counts.get(s, 0)) for s in shown), str(q.total))
+        table.add_row(*_texts([q.queue, *(str(q.counts.get(s, 0)) for s in shown), str(q.total)]))
     if not snapshot.by_queue:
         table.add_row("(no jobs)", *("" for _ in shown), "0")
     return table
@@ -109,7 +117,7 @@ def jobs_table(snapshot: Snapshot, *, focused: bool, rows: int | None = None) ->
     _columns(table, ("  id", 28), ("name", 4), ("queue", 5), ("status", 9), ("try", 3),
              ("progress", 8), ("last tool", 9), ("tokens", 9), ("cost", 7), ("worker", 6))
     for job in jobs[start:end]:
-        table.add_row(*_job_cells(job, job.id == snapshot.selected),
+        table.add_row(*_texts(_job_cells(job, job.id == snapshot.selected)),
                       style="reverse" if job.id == snapshot.selected and focused else None)
     if not jobs:
         table.add_row("  (no jobs)")
@@ -147,7 +155,7 @@ def runs_table(snapshot: Snapshot, ui: UiState) -> Table:
              ("turns", 5), ("progress", 8), ("last tool", 9), ("tokens", 9), ("cost", 7), ("job", 8))
     for run in snapshot.runs:
         selected = focused and run.run_id == ui.selected_run
-        table.add_row(*_run_cells(run, selected), style="reverse" if selected else None)
+        table.add_row(*_texts(_run_cells(run, selected)), style="reverse" if selected else None)
     if not snapshot.runs:
         table.add_row("  (none)")
     return table
@@ -168,7 +176,7 @@ def workers_table(snapshot: Snapshot) -> Table:
     _columns(table, ("worker", 12), ("state", 5), ("seen", 7), ("pid", 3), ("active", 6),
              ("queues", 6), ("governor", 8))
     for w in snapshot.workers:
-        table.add_row(*_worker_cells(w))
+        table.add_row(*_texts(_worker_cells(w)))
     if not snapshot.workers:
         table.add_row("(no worker has reported)")
     return table
@@ -196,7 +204,7 @@ def footer(text: str, message: str) -> Text:
     line = Text(text, style="dim")
     if message:
         line.append("  ")
-        line.append(message, style="bold yellow")
+        line.append(printable(message), style="bold yellow")
     return line
 
 
@@ -225,7 +233,7 @@ def render_timeline(run_id: str, lines: Sequence[str], ui: UiState, *, height: i
     """A run's timeline (the lines of `gormes runs show`), scrolled to `ui.scroll`."""
     size = len(lines) if height is None else max(1, height - 3)
     start = min(ui.scroll, max(0, len(lines) - size))
-    body = Text("\n".join(lines[start:start + size]), no_wrap=True, overflow="ellipsis")
-    title = Text(f"run {run_id}  (lines {start + 1}-{min(len(lines), start + size)} of {len(lines)})",
+    body = Text("\n".join(map(printable, lines[start:start + size])), no_wrap=True, overflow="ellipsis")
+    title = Text(f"run {printable(run_id)}  (lines {start + 1}-{min(len(lines), start + size)} of {len(lines)})",
                  style="bold")
     return Group(title, body, footer(TIMELINE_HELP, ui.message))
