@@ -1,7 +1,9 @@
 """`gormes append STREAM TYPE --data JSON`: append one typed event.
 
 The data is parsed strictly by the event type's schema before the database is
-opened, so malformed JSON, an unknown type or wrong fields write nothing.
+opened, so malformed JSON, JSON nested too deep, an unknown type, wrong or
+unknown fields write nothing. Audit records are refused: only the operation
+executor writes them (each is chained to the one before, gormes/audit_chain.py).
 """
 
 from __future__ import annotations
@@ -10,13 +12,15 @@ import sys
 
 import click
 
+from gormes.cli.params import POSITION
+
 
 @click.command()
 @click.argument("stream")
 @click.argument("type_", metavar="TYPE")
 @click.option("--data", default="{}", metavar="JSON", show_default=True,
               help="The event's fields as a JSON object; '-' reads it from stdin.")
-@click.option("--expected-version", type=click.IntRange(min=0), default=None, metavar="N",
+@click.option("--expected-version", type=POSITION, default=None, metavar="N",
               help="Fail (writing nothing) unless STREAM is at version N; 0 = a new stream.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the appended event as one JSON line (the shape of `gormes tail --json`).")
@@ -28,7 +32,6 @@ def append(obj, stream: str, type_: str, data: str, expected_version: int | None
     from gormes.errors import UserError
     from gormes.events import jsonl
     from gormes.events.catalog import load_all
-    from gormes.events.codec import default_codec
     from gormes.events.sqlite_log import SQLiteLog
 
     if not stream:
@@ -36,7 +39,7 @@ def append(obj, stream: str, type_: str, data: str, expected_version: int | None
     if data == "-":
         data = sys.stdin.read()
     load_all()
-    event = default_codec.parse(type_, data)
+    event = parse_data(type_, stream, data)
     from gormes.cli.postgres_log import append_one, database_url
 
     url = database_url()
@@ -64,3 +67,33 @@ def append(obj, stream: str, type_: str, data: str, expected_version: int | None
             )
     finally:
         log.close()
+
+
+def parse_data(type_: str, stream: str, data: str):
+    """The event `--data` describes, or one line saying what is wrong with it."""
+    import msgspec
+
+    from gormes.cli.json_input import check_nesting
+    from gormes.errors import UserError
+    from gormes.events.audit import AUDIT_STREAM_PREFIX
+    from gormes.events.codec import default_codec
+
+    cls = default_codec.class_for(type_)
+    if cls is None:
+        return default_codec.parse(type_, data)  # says the type is unknown, naming the known ones
+    if stream.startswith(AUDIT_STREAM_PREFIX) or (
+            cls.__struct_config__.tag.startswith("audit.")):
+        raise UserError("audit records are written only by the operation executor; "
+                        f"`append` refuses type {type_!r} on stream {stream!r}")
+    check_nesting(data, "--data")
+    try:
+        fields = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise UserError(f"malformed JSON for {type_!r}: {exc}") from None
+    event = default_codec.parse(type_, fields)  # wrong and missing fields are named first
+    known = {f.encode_name for f in msgspec.structs.fields(cls)} | {"type"}
+    unknown = sorted(set(fields) - known)  # parse saw to it that `fields` is an object
+    if unknown:
+        raise UserError(f"unknown field(s) for {type_!r}: {', '.join(unknown)} "
+                        "(see `gormes types`); nothing written")
+    return event

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from gormes.cli.params import POSITION
+
 TYPE_HELP = "Only events of this type; a glob such as 'job.*' works. Repeatable."
 STREAM_HELP = "Only events of this stream; a glob such as 'job-*' works. Repeatable."
 
@@ -11,9 +13,9 @@ STREAM_HELP = "Only events of this stream; a glob such as 'job-*' works. Repeata
 @click.command()
 @click.option("--stream", "streams", multiple=True, metavar="S", help=STREAM_HELP)
 @click.option("--type", "types", multiple=True, metavar="T", help=TYPE_HELP)
-@click.option("--after", type=click.IntRange(min=0), default=0, metavar="POS",
+@click.option("--after", type=POSITION, default=0, metavar="POS",
               help="Only events after this position.")
-@click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N",
+@click.option("--limit", type=POSITION, default=None, metavar="N",
               help="At most N events.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line (the shape of `gormes tail --json`).")

@@ -8,6 +8,7 @@ import signal
 import click
 
 from gormes.cli.events import STREAM_HELP, TYPE_HELP
+from gormes.cli.params import POSITION
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -20,7 +21,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 @click.option("--kind", "kinds", multiple=True, metavar="K",
               help="Only audit events of this audit kind (e.g. fs.read, job.write); "
                    "implies --type 'audit.*'. Repeatable.")
-@click.option("--after", type=click.IntRange(min=0), default=0, metavar="POS",
+@click.option("--after", type=POSITION, default=0, metavar="POS",
               help="Start after this position (default: from the first event).")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line: position, stream, version, type, "

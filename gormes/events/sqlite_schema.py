@@ -60,6 +60,11 @@ def translate_error(exc: sqlite3.Error, path: str | os.PathLike[str]) -> StoreEr
     code = getattr(exc, "sqlite_errorcode", None)
     if code == sqlite3.SQLITE_FULL or "disk is full" in text:
         return StoreFull(f"disk full: cannot write to {path}; nothing of this write was recorded")
+    if code is not None and code & 0xFF == sqlite3.SQLITE_IOERR:
+        # A full disk shows as an I/O error where SQLite grows its -shm file on opening.
+        if _disk_full(path):
+            return StoreFull(f"disk full: cannot use {path}; nothing was recorded")
+        return StoreError(f"disk I/O error on {path} ({getattr(exc, 'sqlite_errorname', code)})")
     if code == sqlite3.SQLITE_READONLY or "readonly" in text:
         return StoreReadOnly(f"{path} is read-only: cannot write events")
     if "not a database" in text or code == sqlite3.SQLITE_NOTADB:
@@ -67,6 +72,13 @@ def translate_error(exc: sqlite3.Error, path: str | os.PathLike[str]) -> StoreEr
     if code == sqlite3.SQLITE_CANTOPEN or "unable to open" in text:
         return StoreError(f"cannot open database {path}: {text}")
     return StoreError(f"database error on {path}: {text}")
+
+
+def _disk_full(path: str | os.PathLike[str]) -> bool:
+    try:
+        return os.statvfs(Path(path).absolute().parent).f_bavail == 0
+    except OSError:
+        return False
 
 
 def read_only_uri(path: str | os.PathLike[str]) -> str:
@@ -103,6 +115,8 @@ def _inspect(path: Path) -> tuple[int, int, int]:
             "(SELECT count(*) FROM sqlite_master)"
         ).fetchone()
     except sqlite3.DatabaseError as exc:
+        if (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL):
+            raise translate_error(exc, path) from None  # the disk, not the file, is the trouble
         raise NotAGormesDatabase(f"{path} is not a gormes database: {exc}") from None
     finally:
         conn.close()
@@ -113,6 +127,8 @@ def check_file(path: Path) -> bool:
     """Check an existing file is ours and not too new; True when it is still empty."""
     if path.is_dir():
         raise NotAGormesDatabase(f"{path} is a directory, not a gormes database")
+    if not path.is_file():  # a FIFO would block the open forever; a device is never ours
+        raise NotAGormesDatabase(f"{path} is not a regular file, not a gormes database")
     app_id, user_version, tables = _inspect(path)
     if app_id != APPLICATION_ID:
         if app_id == 0 and user_version == 0 and tables == 0:

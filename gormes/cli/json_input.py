@@ -1,0 +1,50 @@
+"""Checks on JSON a person hands the CLI, made before it is decoded.
+
+The decoders recurse once per nesting level, so `[[[[...]]]]` a hundred
+thousand deep raised RecursionError on both backends; no event gormes writes is
+nested anywhere near `MAX_NESTING`. The scan below is a flat loop over the
+brackets outside strings (a regex finds them), and runs only when the text holds
+more brackets than the limit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+
+from gormes.errors import UserError
+
+MAX_NESTING = 64
+# A whole string (possessive, so a stray quote cannot make it backtrack) or one bracket.
+_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*+"|[\[\]{}]', re.DOTALL)
+_OPENERS = frozenset(b"[{")
+
+
+def nesting_depth_over(raw: bytes, limit: int = MAX_NESTING) -> bool:
+    """Whether arrays and objects in `raw` nest deeper than `limit`."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    depth = 0
+    for match in _STRING_OR_BRACKET.finditer(raw):
+        first = match.group()[0]
+        if first in _OPENERS:
+            depth += 1
+            if depth > limit:
+                return True
+        elif first != 0x22:  # a closing bracket, not a string
+            depth -= 1
+    return False
+
+
+def check_nesting(raw: str | bytes, what: str) -> None:
+    """Refuse `raw` in one line if it nests deeper than `MAX_NESTING`."""
+    data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
+    if nesting_depth_over(data):
+        raise UserError(f"{what} is nested deeper than {MAX_NESTING} levels; refused unread")
+
+
+def checked_lines(lines: Iterable[str | bytes]) -> Iterator[str | bytes]:
+    """The lines of a JSONL input, each checked by `check_nesting` (numbered from 1)."""
+    for number, line in enumerate(lines, start=1):
+        check_nesting(line, f"line {number}")
+        yield line
