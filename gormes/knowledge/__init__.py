@@ -24,6 +24,7 @@ from pathlib import Path
 import msgspec
 
 from gormes.errors import UserError
+from gormes.ops.spec import InvalidOperationInput
 
 ROOT_ENV = "GORMES_KNOWLEDGE_ROOT"
 INDEX_ENV = "GORMES_KNOWLEDGE_INDEX"
@@ -35,7 +36,11 @@ class KnowledgeError(UserError):
     """Bad knowledge input: one clear line, non-zero exit."""
 
 
-class EmptyQuery(KnowledgeError):
+class InvalidQuery(KnowledgeError, InvalidOperationInput):
+    """A query that cannot be searched for (invalid input to the operation)."""
+
+
+class EmptyQuery(InvalidQuery):
     """A query with nothing to search for."""
 
 
@@ -43,8 +48,8 @@ class KnowledgeRootUnreadable(KnowledgeError):
     """The markdown root is missing, not a directory, or cannot be listed."""
 
 
-class InvalidKnowledgePath(KnowledgeError):
-    """A path to write that is not a markdown file inside the root."""
+class InvalidKnowledgePath(KnowledgeError, InvalidOperationInput):
+    """A path to write that is not a markdown file inside the root (invalid input)."""
 
 
 class KnowledgeHit(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,4 +93,6 @@ def check_query(query: str) -> str:
     text = query.strip()
     if not text:
         raise EmptyQuery("the query is empty: say what to search for")
+    if "\0" in text:
+        raise InvalidQuery("the query contains a NUL byte")
     return text

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ import msgspec
 import trio
 
 from gormes.knowledge import MARKDOWN_SUFFIX, KnowledgeHit
+from gormes.ops.contained import Root
+from gormes.ops.spec import InvalidOperationInput, PathOutsideWorkspace
 
 COMMAND_ENV = "GORMES_GBRAIN"
 HEALTHY = frozenset({"ok", "warnings"})
@@ -174,18 +177,21 @@ def _score(value: Any) -> float:
 def trace_to_file(named: str, root: Path) -> str | None:
     """The path, relative to `root`, of the markdown file a brain result names
     (a path relative to the root, an absolute path under it, or a slug without
-    `.md`); None when no such file exists inside the root."""
-    resolved_root = root.resolve()
-    candidate = Path(named)
-    options = [candidate] if candidate.is_absolute() else [root / candidate]
-    if candidate.suffix != MARKDOWN_SUFFIX:
-        options.append(options[0].with_name(options[0].name + MARKDOWN_SUFFIX))
-    for option in options:
-        try:
-            real = option.resolve()
-            relative = real.relative_to(resolved_root)
-        except (OSError, ValueError):
-            continue
-        if real.suffix == MARKDOWN_SUFFIX and real.is_file():
-            return relative.as_posix()
+    `.md`); None when no such regular file lies inside the root. Looked up
+    through gormes/ops/contained.py: a link pointing out traces to nothing."""
+    options = [named]
+    if not named.endswith(MARKDOWN_SUFFIX):
+        options.append(named + MARKDOWN_SUFFIX)
+    try:
+        contained = Root(root, label="knowledge root")
+    except OSError:
+        return None
+    with contained:
+        for option in options:
+            try:
+                with contained.locate(option) as where:
+                    if where.info is not None and stat.S_ISREG(where.info.st_mode) and where.relative.endswith(MARKDOWN_SUFFIX):
+                        return where.relative
+            except (InvalidOperationInput, PathOutsideWorkspace, OSError):
+                continue
     return None

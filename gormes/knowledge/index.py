@@ -2,26 +2,32 @@
 
 The index is derived: `refresh` brings it in line with the files (new, changed
 and removed files, found by size and mtime), and a missing or damaged index file
-is rebuilt from the files. Nothing is ever only in the index.
+is rebuilt from the files. Nothing is ever only in the index. The files are read
+through gormes/ops/contained.py, as the fs tools read the workspace: nothing a
+symlink points to outside the root is ever read or indexed.
 
     docs(path TEXT PRIMARY KEY, title, body, size, mtime_ns)   + docs_fts(title, body)
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import msgspec
 import sqlite_utils
 
 from gormes.knowledge import MARKDOWN_SUFFIX, KnowledgeHit, KnowledgeRootUnreadable
+from gormes.ops.contained import Entry, Root, open_entry, read_capped, walk_tree
+from gormes.ops.spec import InvalidOperationInput, PathOutsideWorkspace
 
 STOPWORDS = frozenset(
     ["a", "an", "and", "are", "about", "as", "at", "be", "by", "did", "do", "does", "for", "from", "how", "in", "is", "it", "of", "on", "or", "our", "that", "the", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "why", "with", "you"]
 )
 SNIPPET_TOKENS = 16
+MAX_FILE_BYTES = 8 * 1024 * 1024  # a larger markdown file is skipped (and listed as such)
 
 
 class RefreshReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,24 +38,92 @@ class RefreshReport(msgspec.Struct, frozen=True, kw_only=True):
     rebuilt: bool = False  # the index file was missing or damaged
 
 
-def markdown_files(root: Path) -> list[Path]:
-    """Every `*.md` under root, skipping hidden directories below it."""
+class MarkdownFile(msgspec.Struct, frozen=True, kw_only=True):
+    """One markdown file as read just now: its path relative to the root (a
+    symlink's own name when it is one), its size, mtime and text."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    text: str
+
+    @property
+    def stem(self) -> str:
+        return PurePosixPath(self.path).stem
+
+
+def open_knowledge_root(root: Path) -> Root:
+    """The root opened for contained walks, or KnowledgeRootUnreadable."""
     if not root.exists():
         raise KnowledgeRootUnreadable(f"{root}: knowledge root not found")
     if not root.is_dir():
         raise KnowledgeRootUnreadable(f"{root}: knowledge root is not a directory")
     try:
-        next(root.iterdir(), None)
+        contained = Root(root, label="knowledge root")
     except OSError as exc:
         raise KnowledgeRootUnreadable(f"{root}: knowledge root cannot be read: {exc.strerror or exc}") from None
-    found = []
-    for path in root.rglob(f"*{MARKDOWN_SUFFIX}"):
-        relative = path.relative_to(root)
-        if any(part.startswith(".") for part in relative.parts[:-1]):
-            continue
-        if path.is_file():
-            found.append(path)
-    return sorted(found)
+    try:
+        os.listdir(contained.fd)
+    except OSError as exc:
+        contained.close()
+        raise KnowledgeRootUnreadable(f"{root}: knowledge root cannot be read: {exc.strerror or exc}") from None
+    return contained
+
+
+def check_root(root: Path) -> None:
+    """KnowledgeRootUnreadable unless the root can be opened and listed."""
+    open_knowledge_root(root).close()
+
+
+def markdown_files(root: Path) -> tuple[list[MarkdownFile], list[str]]:
+    """Every `*.md` under root, skipping hidden directories below it, read
+    through gormes/ops/contained.py: a symlink is read only when it leads to a
+    regular file inside the root (and not into a hidden directory); one pointing
+    out is never read. Also the files that could not be read (relative paths)."""
+    found: list[MarkdownFile] = []
+    skipped: list[str] = []
+    with open_knowledge_root(root) as contained:
+        for parts, dir_fd, entries in walk_tree(contained.fd):
+            if any(part.startswith(".") for part in parts):
+                continue
+            for entry in entries:
+                if not entry.name.endswith(MARKDOWN_SUFFIX) or entry.kind not in ("file", "symlink"):
+                    continue
+                relative = "/".join((*parts, entry.name))
+                read = _read_markdown(contained, dir_fd, entry, relative)
+                if isinstance(read, MarkdownFile):
+                    found.append(read)
+                elif read == "unreadable":
+                    skipped.append(relative)
+    return sorted(found, key=lambda f: f.path), sorted(skipped)
+
+
+def _read_markdown(contained: Root, dir_fd: int, entry: Entry, relative: str) -> MarkdownFile | str:
+    """The file, or why not: "unreadable" (too large, not UTF-8, an I/O error)
+    or "ignored" (a link out, dangling or looping, or not to a regular file)."""
+    if entry.kind == "symlink":
+        try:
+            fd, where = contained.open_file(relative)
+        except (InvalidOperationInput, PathOutsideWorkspace):
+            return "ignored"
+        where.close()
+        if any(part.startswith(".") for part in where.parts[:-1]):
+            os.close(fd)
+            return "ignored"
+    else:
+        fd = open_entry(dir_fd, entry)
+        if fd is None:
+            return "ignored"
+    try:
+        info = os.fstat(fd)
+        data = read_capped(fd, MAX_FILE_BYTES)
+        if data is None:
+            return "unreadable"
+        return MarkdownFile(path=relative, size=info.st_size, mtime_ns=info.st_mtime_ns, text=data.decode("utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return "unreadable"
+    finally:
+        os.close(fd)
 
 
 def title_of(text: str, fallback: str) -> str:
@@ -89,28 +163,19 @@ class KnowledgeIndex:
             rebuilt = True
         return db, rebuilt
 
-    def refresh(self) -> RefreshReport:
-        files = markdown_files(self.root)
+    def refresh(self, files: tuple[list[MarkdownFile], list[str]] | None = None) -> RefreshReport:
+        """Bring the index in line with the files (`files`: as `markdown_files`
+        just read them, else read now)."""
+        found, skipped = files if files is not None else markdown_files(self.root)
         db, rebuilt = self._open()
         try:
             known = {row["path"]: (row["size"], row["mtime_ns"]) for row in db["docs"].rows_where(select="path, size, mtime_ns")}
-            seen: set[str] = set()
-            skipped: list[str] = []
-            changed = []
-            for path in files:
-                relative = path.relative_to(self.root).as_posix()
-                try:
-                    stat = path.stat()
-                    seen.add(relative)
-                    if known.get(relative) == (stat.st_size, stat.st_mtime_ns):
-                        continue
-                    text = path.read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError):
-                    skipped.append(relative)
-                    seen.discard(relative)
-                    continue
-                changed.append({"path": relative, "title": title_of(text, path.stem), "body": text,
-                                "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+            seen = {f.path for f in found}
+            changed = [
+                {"path": f.path, "title": title_of(f.text, f.stem), "body": f.text,
+                 "size": f.size, "mtime_ns": f.mtime_ns}
+                for f in found if known.get(f.path) != (f.size, f.mtime_ns)
+            ]
             gone = sorted(set(known) - seen)
             with db.conn:
                 if changed:
@@ -118,7 +183,7 @@ class KnowledgeIndex:
                 for relative in gone:
                     db["docs"].delete(relative)
             return RefreshReport(indexed=len(changed), removed=len(gone), total=len(seen),
-                                 skipped=skipped, rebuilt=rebuilt)
+                                 skipped=list(skipped), rebuilt=rebuilt)
         finally:
             db.close()
 
@@ -142,19 +207,15 @@ class KnowledgeIndex:
         ]
 
 
-def grep(root: Path, files: list[Path], needles: list[str], limit: int) -> list[KnowledgeHit]:
+def grep(files: list[MarkdownFile], needles: list[str], limit: int) -> list[KnowledgeHit]:
     """Lines holding one of `needles` exactly (case-insensitive), first match per file."""
     lowered = [n.lower() for n in needles if n.strip()]
     hits: list[KnowledgeHit] = []
-    for path in files:
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
-            continue
-        for number, line in enumerate(lines, 1):
+    for file in files:
+        for number, line in enumerate(file.text.splitlines(), 1):
             if any(n in line.lower() for n in lowered):
                 hits.append(KnowledgeHit(
-                    path=path.relative_to(root).as_posix(), title=title_of("\n".join(lines), path.stem),
+                    path=file.path, title=title_of(file.text, file.stem),
                     snippet=line.strip()[:400], score=1.0, source="grep", line=number,
                 ))
                 break

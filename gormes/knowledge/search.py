@@ -19,7 +19,7 @@ import trio
 from gormes.knowledge import KnowledgeHit, check_query, default_index_path
 from gormes.knowledge import brain as gbrain
 from gormes.knowledge.brain import BrainConfig, BrainHealth
-from gormes.knowledge.index import KnowledgeIndex, exact_strings, grep, markdown_files
+from gormes.knowledge.index import KnowledgeIndex, check_root, exact_strings, grep, markdown_files
 
 log = logging.getLogger("gormes.knowledge")
 
@@ -63,7 +63,7 @@ async def search_knowledge(
 ) -> KnowledgeAnswer:
     text = check_query(query)
     config = brain or BrainConfig()
-    await trio.to_thread.run_sync(markdown_files, root)  # an unreadable root fails here, whatever answers
+    await trio.to_thread.run_sync(check_root, root)  # an unreadable root fails here, whatever answers
     health = await gbrain.detect(config)
     untraced: list[KnowledgeHit] = []
     if health.present:
@@ -84,9 +84,10 @@ async def search_knowledge(
 
 def local_search(root: Path, index_path: Path, query: str, limit: int) -> tuple[list[KnowledgeHit], list[str]]:
     """Exact-string grep hits first, then FTS5 hits on other files, up to `limit`."""
+    files = markdown_files(root)
     index = KnowledgeIndex(root, index_path)
-    report = index.refresh()
-    exact = grep(root, markdown_files(root), exact_strings(query), limit)
+    report = index.refresh(files)
+    exact = grep(files[0], exact_strings(query), limit)
     seen = {hit.path for hit in exact}
     ranked = [hit for hit in index.search(query, limit) if hit.path not in seen]
     return (exact + ranked)[:limit], report.skipped

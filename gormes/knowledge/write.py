@@ -8,9 +8,8 @@ in the result and loses nothing: the file is already on disk.
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import tempfile
+import stat
 from pathlib import Path, PurePosixPath
 
 import msgspec
@@ -24,7 +23,8 @@ from gormes.knowledge import (
 )
 from gormes.knowledge import brain as gbrain
 from gormes.knowledge.brain import BrainConfig, BrainHealth
-from gormes.knowledge.index import KnowledgeIndex
+from gormes.knowledge.index import MAX_FILE_BYTES, KnowledgeIndex
+from gormes.ops.contained import Root, replace_file
 
 
 class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,8 +36,10 @@ class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
     problems: list[str] = []  # re-indexing that failed (the file is written regardless)
 
 
-def target_path(root: Path, relative: str) -> Path:
-    """`relative` as a markdown file inside root, or InvalidKnowledgePath."""
+def check_relative(relative: str) -> PurePosixPath:
+    """`relative` as a markdown path inside the root, or InvalidKnowledgePath."""
+    if "\0" in relative:
+        raise InvalidKnowledgePath(f"{relative!r}: a path may not contain a NUL byte")
     pure = PurePosixPath(relative.replace("\\", "/"))
     if not relative.strip() or pure.is_absolute() or ".." in pure.parts:
         raise InvalidKnowledgePath(f"{relative!r}: give a path inside the knowledge root, like decisions/db.md")
@@ -45,34 +47,43 @@ def target_path(root: Path, relative: str) -> Path:
         raise InvalidKnowledgePath(f"{relative!r}: knowledge files are markdown ({MARKDOWN_SUFFIX})")
     if any(part.startswith(".") for part in pure.parts):
         raise InvalidKnowledgePath(f"{relative!r}: hidden files and directories are not indexed")
-    return root / Path(*pure.parts)
+    return pure
 
 
-def write_markdown(root: Path, relative: str, text: str, append: bool) -> tuple[Path, int, bool]:
-    """Write (or append to) the file atomically and durably; returns (path, bytes, created)."""
-    path = target_path(root, relative)
+def write_markdown(root: Path, relative: str, text: str, append: bool) -> tuple[str, int, bool]:
+    """Write (or append to) the file atomically and durably, through
+    gormes/ops/contained.py: a symlink on the way is followed only while it stays
+    inside the root (one pointing out is refused, never written through or read),
+    and the name is replaced, never written into. Returns (the file's real path
+    relative to the root, bytes, created)."""
+    pure = check_relative(relative)
     if root.exists() and not root.is_dir():
         raise KnowledgeRootUnreadable(f"{root}: knowledge root is not a directory")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        created = not path.exists()
-        before = "" if created or not append else path.read_text(encoding="utf-8")
-        if before and not before.endswith("\n"):
-            before += "\n"
-        content = before + text + ("" if text.endswith("\n") else "\n")
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(content)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        root.mkdir(parents=True, exist_ok=True)
+        with Root(root, label="knowledge root") as contained:
+            with contained.locate(pure.as_posix(), missing_ok=True, make_dirs=True) as where:
+                real = PurePosixPath(*where.parts) if where.parts else PurePosixPath(".")
+                if real.suffix != MARKDOWN_SUFFIX or any(part.startswith(".") for part in where.parts):
+                    raise InvalidKnowledgePath(f"{relative!r}: leads to {real.as_posix()!r}, not a markdown file the index reads")
+                created = where.info is None
+                if not created and not stat.S_ISREG(where.info.st_mode):
+                    raise InvalidKnowledgePath(f"{relative!r}: not a regular file")
+                before = ""
+                if append and not created:
+                    data, _ = contained.read_file(real.as_posix(), MAX_FILE_BYTES)
+                    if data is None:
+                        raise InvalidKnowledgePath(f"{relative!r}: too large to append to")
+                    before = data.decode("utf-8")
+                if before and not before.endswith("\n"):
+                    before += "\n"
+                content = (before + text + ("" if text.endswith("\n") else "\n")).encode("utf-8")
+                replace_file(where.dir_fd, where.name, content)
+    except UnicodeDecodeError:
+        raise InvalidKnowledgePath(f"{relative!r}: the file there is not UTF-8 text") from None
     except OSError as exc:
-        raise KnowledgeRootUnreadable(f"{path}: cannot be written: {exc.strerror or exc}") from None
-    return path, len(content.encode("utf-8")), created
+        raise KnowledgeRootUnreadable(f"{root / relative}: cannot be written: {exc.strerror or exc}") from None
+    return real.as_posix(), len(content), created
 
 
 async def write_knowledge(
@@ -101,5 +112,5 @@ async def write_knowledge(
         reindexed.append("fts")
     except (OSError, sqlite3.Error) as exc:
         problems.append(f"local index: {exc}")
-    return WriteResult(path=path.relative_to(root).as_posix(), bytes=size, created=created,
+    return WriteResult(path=path, bytes=size, created=created,
                        brain=health, reindexed=reindexed, problems=problems)

@@ -1,23 +1,29 @@
 """Read-only file tools inside the workspace root: fs.read, fs.list, fs.grep.
 
-Every path is resolved (symlinks followed) and must land inside the resolved
-root, or the call is refused with `PathOutsideWorkspace`: `..`, an absolute path
-elsewhere and a symlink pointing out are all caught by the same check. Paths in
-outputs are relative to the root. Reads, listings and matches are capped; a capped
-answer says so (`truncated`). The blocking work runs in a worker thread.
+Every path is walked from a descriptor of the root by gormes/ops/contained.py,
+one component at a time without following links: `..` above the root, an
+absolute path elsewhere and a symlink pointing out are all refused with
+`PathOutsideWorkspace`, and no rename or swap racing the walk can lead it out. A
+symlink that stays inside the root is followed; listings show links as links and
+never enter a symlinked directory. Only regular files are read. Paths in outputs
+are relative to the root. Reads, listings and matches are capped; a capped answer
+says so (`truncated`). The blocking work runs in a worker thread; grep uses RE2
+(linear time: no pattern can stall it) and stops once its call is given up.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
-import re
+import threading
 from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
+import re2
 import trio
 
+from gormes.ops.contained import Root, entries, open_entry, read_capped, walk_tree
 from gormes.ops.spec import (
     InvalidOperationInput, OperationContext, OperationSpec, OperationUnavailable,
     PathOutsideWorkspace,
@@ -25,10 +31,14 @@ from gormes.ops.spec import (
 
 READ_DEFAULT_BYTES = 64 * 1024
 READ_MAX_BYTES = 1024 * 1024
+READ_MAX_OFFSET = 2**63 - 1  # the largest file offset there is
 LIST_MAX_ENTRIES = 5000
 GREP_MAX_MATCHES = 1000
+GREP_MAX_FILES = 10_000  # files searched by one grep, then it says `truncated`
 GREP_MAX_FILE_BYTES = 2 * 1024 * 1024
+GREP_MAX_PATTERN = 2000
 GREP_LINE_CHARS = 400
+GREP_STOP_CHECK_LINES = 4096
 BINARY_SNIFF_BYTES = 8192
 
 RelPath = Annotated[str, msgspec.Meta(description="A path relative to the workspace root.")]
@@ -46,35 +56,23 @@ def workspace_root(ctx: OperationContext) -> Path:
         raise OperationUnavailable(f"the workspace {str(ctx.workspace)!r} is not readable: {exc}") from None
 
 
-def resolve_inside(root: Path, path: str) -> Path:
-    """`path` (relative to `root`, or absolute) resolved with symlinks followed;
-    refused unless it exists and lies inside `root` (already resolved)."""
-    if "\0" in path:
-        raise InvalidOperationInput(f"path {path!r} contains a NUL byte")
-    candidate = Path(path)
-    if not candidate.is_absolute():
-        candidate = root / candidate
+def open_root(root: Path) -> Root:
     try:
-        resolved = candidate.resolve(strict=True)
-    except FileNotFoundError:
-        # Say "outside" rather than "missing" for a path that would escape anyway,
-        # so nothing is learned about what exists outside the root.
-        _refuse_if_outside(root, candidate.resolve(strict=False), path)
-        raise InvalidOperationInput(f"no such file or directory: {path!r}") from None
-    except (OSError, RuntimeError) as exc:  # symlink loops, permission
-        raise InvalidOperationInput(f"cannot resolve {path!r}: {exc}") from None
-    _refuse_if_outside(root, resolved, path)
-    return resolved
+        return Root(root)
+    except OSError as exc:
+        raise OperationUnavailable(f"the workspace {str(root)!r} is not readable: {exc.strerror or exc}") from None
 
 
-def _refuse_if_outside(root: Path, resolved: Path, given: str) -> None:
-    if not resolved.is_relative_to(root):
-        raise PathOutsideWorkspace(f"path {given!r} is outside the workspace")
+def resolve_inside(root: Path, path: str) -> Path:
+    """Where `path` (relative to `root`, or absolute) lands, links inside the
+    root followed; refused unless it exists and lies inside `root`. The answer
+    is a name, not a handle: open through `Root` to be safe from races."""
+    with open_root(root) as contained, contained.locate(path) as where:
+        return contained.path.joinpath(*where.parts)
 
 
-def _relative(root: Path, path: Path) -> str:
-    rel = path.relative_to(root).as_posix()
-    return rel or "."
+def _relative(parts: tuple[str, ...]) -> str:
+    return "/".join(parts) or "."
 
 
 # -- fs.read --------------------------------------------------------------------
@@ -84,7 +82,7 @@ class FsReadInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Read a text file in the workspace."""
 
     path: RelPath
-    offset: Annotated[int, msgspec.Meta(ge=0, description="Byte offset to start at.")] = 0
+    offset: Annotated[int, msgspec.Meta(ge=0, le=READ_MAX_OFFSET, description="Byte offset to start at.")] = 0
     max_bytes: Annotated[int, msgspec.Meta(ge=1, le=READ_MAX_BYTES)] = READ_DEFAULT_BYTES
 
 
@@ -98,15 +96,16 @@ class FsReadOutput(msgspec.Struct, kw_only=True):
 
 
 def _read(root: Path, value: FsReadInput) -> FsReadOutput:
-    path = resolve_inside(root, value.path)
-    if not path.is_file():
-        raise InvalidOperationInput(f"not a file: {value.path!r}")
-    with path.open("rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        f.seek(value.offset)
-        data = f.read(value.max_bytes)
+    with open_root(root) as contained:
+        fd, where = contained.open_file(value.path)
+        where.close()
+        try:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, value.max_bytes, value.offset) if value.offset < size else b""
+        finally:
+            os.close(fd)
     return FsReadOutput(
-        path=_relative(root, path), content=data.decode("utf-8", "replace"), size=size,
+        path=_relative(where.parts), content=data.decode("utf-8", "replace"), size=size,
         offset=value.offset, bytes_read=len(data), truncated=value.offset + len(data) < size,
     )
 
@@ -139,35 +138,22 @@ class FsListOutput(msgspec.Struct, kw_only=True):
     truncated: bool
 
 
-def _entry(root: Path, entry: os.DirEntry[str]) -> FsEntry:
-    rel = _relative(root, Path(entry.path))
-    if entry.is_symlink():
-        return FsEntry(path=rel, kind="symlink")
-    if entry.is_dir(follow_symlinks=False):
-        return FsEntry(path=rel, kind="dir")
-    if entry.is_file(follow_symlinks=False):
-        return FsEntry(path=rel, kind="file", size=entry.stat(follow_symlinks=False).st_size)
-    return FsEntry(path=rel, kind="other")
-
-
 def _list(root: Path, value: FsListInput) -> FsListOutput:
-    top = resolve_inside(root, value.path)
-    if not top.is_dir():
-        raise InvalidOperationInput(f"not a directory: {value.path!r}")
-    entries: list[FsEntry] = []
-    pending = [top]
-    while pending:
-        directory = pending.pop(0)
-        with os.scandir(directory) as it:
-            children = sorted(it, key=lambda e: e.name)
-        for child in children:
-            if len(entries) >= value.max_entries:
-                return FsListOutput(path=_relative(root, top), entries=entries, truncated=True)
-            entry = _entry(root, child)
-            entries.append(entry)
-            if value.recursive and entry.kind == "dir":
-                pending.append(Path(child.path))
-    return FsListOutput(path=_relative(root, top), entries=entries, truncated=False)
+    with open_root(root) as contained:
+        fd, where = contained.open_dir(value.path)
+        where.close()
+        top = _relative(where.parts)
+        listed: list[FsEntry] = []
+        try:
+            tree = walk_tree(fd, where.parts) if value.recursive else [(where.parts, fd, entries(fd))]
+            for parts, _dir_fd, found in tree:
+                for entry in found:
+                    if len(listed) >= value.max_entries:
+                        return FsListOutput(path=top, entries=listed, truncated=True)
+                    listed.append(FsEntry(path=_relative((*parts, entry.name)), kind=entry.kind, size=entry.size))
+        finally:
+            os.close(fd)
+    return FsListOutput(path=top, entries=listed, truncated=False)
 
 
 async def fs_list(ctx: OperationContext, value: FsListInput) -> FsListOutput:
@@ -179,9 +165,10 @@ async def fs_list(ctx: OperationContext, value: FsListInput) -> FsListOutput:
 
 
 class FsGrepInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Search text files in the workspace for a regular expression (Python syntax)."""
+    """Search text files in the workspace for a regular expression (RE2 syntax:
+    Python's, without backreferences or lookaround)."""
 
-    pattern: Annotated[str, msgspec.Meta(min_length=1)]
+    pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=GREP_MAX_PATTERN)]
     path: RelPath = "."
     glob: Annotated[str, msgspec.Meta(description="Only files whose name matches, like *.md.")] | None = None
     ignore_case: bool = False
@@ -197,59 +184,94 @@ class GrepMatch(msgspec.Struct, kw_only=True):
 class FsGrepOutput(msgspec.Struct, kw_only=True):
     matches: list[GrepMatch]
     files_searched: int
-    truncated: bool  # stopped at max_matches
+    truncated: bool  # stopped at max_matches or GREP_MAX_FILES
 
 
-def _candidate_files(root: Path, top: Path, glob: str | None):
-    if top.is_file():
-        yield top
-        return
-    for directory, dirs, files in os.walk(top, followlinks=False):
-        dirs.sort()
-        for name in sorted(files):
-            if glob is not None and not fnmatch.fnmatch(name, glob):
-                continue
-            path = Path(directory, name)
-            try:
-                resolved = path.resolve(strict=True)
-            except (OSError, RuntimeError):
-                continue
-            # A symlinked file is searched only if it points inside the root.
-            if resolved.is_relative_to(root) and resolved.is_file():
-                yield path
+class _GivenUp(Exception):
+    """The call that wanted this grep is gone (timed out or cancelled)."""
 
 
-def _grep(root: Path, value: FsGrepInput) -> FsGrepOutput:
+def compile_pattern(pattern: str, ignore_case: bool) -> re2._Regexp:
+    """The pattern under RE2 (linear time), or InvalidOperationInput."""
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print its own line on stderr
+    options.case_sensitive = not ignore_case
     try:
-        regex = re.compile(value.pattern, re.IGNORECASE if value.ignore_case else 0)
-    except re.error as exc:
-        raise InvalidOperationInput(f"invalid pattern {value.pattern!r}: {exc}") from None
-    top = resolve_inside(root, value.path)
+        return re2.compile(pattern, options=options)
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise InvalidOperationInput(
+            f"invalid pattern {pattern!r}: {reason} (RE2 syntax: no backreferences or lookaround)"
+        ) from None
+
+
+def _texts(contained: Root, top_fd: int, top: tuple[str, ...], is_dir: bool, glob: str | None):
+    """(relative path, bytes) of each file to search, at most GREP_MAX_FILE_BYTES
+    each; a symlinked file only when it points inside the root."""
+    if not is_dir:
+        data = read_capped(top_fd, GREP_MAX_FILE_BYTES)
+        if data is not None:
+            yield _relative(top), data
+        return
+    for parts, dir_fd, found in walk_tree(top_fd, top):
+        for entry in found:
+            if entry.kind not in ("file", "symlink"):
+                continue
+            if glob is not None and not fnmatch.fnmatch(entry.name, glob):
+                continue
+            rel = _relative((*parts, entry.name))
+            if entry.kind == "symlink":
+                try:
+                    data, _ = contained.read_file(rel, GREP_MAX_FILE_BYTES)
+                except (InvalidOperationInput, PathOutsideWorkspace, OSError):
+                    continue  # a link out, dangling, looping, or not to a regular file
+            else:
+                fd = open_entry(dir_fd, entry)
+                if fd is None:
+                    continue
+                try:
+                    data = read_capped(fd, GREP_MAX_FILE_BYTES)
+                finally:
+                    os.close(fd)
+            if data is not None:
+                yield rel, data
+
+
+def _grep(root: Path, value: FsGrepInput, given_up: threading.Event) -> FsGrepOutput:
+    regex = compile_pattern(value.pattern, value.ignore_case)
     matches: list[GrepMatch] = []
     searched = 0
-    for path in _candidate_files(root, top, value.glob):
+    with open_root(root) as contained:
+        fd, where, is_dir = contained.open(value.path)
+        where.close()
         try:
-            if path.stat().st_size > GREP_MAX_FILE_BYTES:
-                continue
-            data = path.read_bytes()
-        except OSError:
-            continue
-        if b"\0" in data[:BINARY_SNIFF_BYTES]:
-            continue
-        searched += 1
-        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            if regex.search(line):
-                if len(matches) >= value.max_matches:
+            for rel, data in _texts(contained, fd, where.parts, is_dir, value.glob):
+                if given_up.is_set():
+                    raise _GivenUp()
+                if b"\0" in data[:BINARY_SNIFF_BYTES]:
+                    continue
+                if searched >= GREP_MAX_FILES:
                     return FsGrepOutput(matches=matches, files_searched=searched, truncated=True)
-                matches.append(GrepMatch(
-                    path=_relative(root, path), line=number, text=line[:GREP_LINE_CHARS],
-                ))
+                searched += 1
+                for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+                    if number % GREP_STOP_CHECK_LINES == 0 and given_up.is_set():
+                        raise _GivenUp()
+                    if regex.search(line):
+                        if len(matches) >= value.max_matches:
+                            return FsGrepOutput(matches=matches, files_searched=searched, truncated=True)
+                        matches.append(GrepMatch(path=rel, line=number, text=line[:GREP_LINE_CHARS]))
+        finally:
+            os.close(fd)
     return FsGrepOutput(matches=matches, files_searched=searched, truncated=False)
 
 
 async def fs_grep(ctx: OperationContext, value: FsGrepInput) -> FsGrepOutput:
     root = workspace_root(ctx)
-    return await trio.to_thread.run_sync(_grep, root, value, abandon_on_cancel=True)
+    given_up = threading.Event()
+    try:
+        return await trio.to_thread.run_sync(_grep, root, value, given_up, abandon_on_cancel=True)
+    finally:
+        given_up.set()  # an abandoned worker stops at its next check instead of running on
 
 
 # -- specs ----------------------------------------------------------------------
