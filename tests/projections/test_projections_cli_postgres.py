@@ -60,7 +60,7 @@ async def test_status_and_rebuild_on_postgres(store, backend):
     assert done.returncode == 0, done.stderr
     assert "SQLite only" not in done.stderr
     assert "memory: rebuilt (version 1) up to position 10" in done.stdout
-    assert "ledger: rebuilt (version 1) up to position 10" in done.stdout
+    assert "ledger: rebuilt (version 2) up to position 10" in done.stdout  # 2: jobs.submitter
 
 
 
