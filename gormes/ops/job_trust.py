@@ -44,10 +44,11 @@ def privileged(caller: Caller) -> bool:
 
 def submitter_of(caller: Caller) -> Submitter:
     """The Submitter a job records for `caller`: its trust class, id and memory scope
-    (a gateway or child agent's pinned scope; None for the classes that name theirs)."""
+    (a gateway or child agent's pinned scope, so work it submits is pinned there too;
+    for the classes that name theirs, their default, None meaning project:default)."""
     from gormes.ops.memory import NAMES_ITS_SCOPE, bound_scope
 
-    scope = None if caller.trust in NAMES_ITS_SCOPE else bound_scope(caller, None)
+    scope = caller.scope if caller.trust in NAMES_ITS_SCOPE else bound_scope(caller, None)
     return Submitter(trust=caller.trust, caller=caller.id, scope=scope)
 
 

@@ -1,0 +1,85 @@
+"""job.submit and run.submit record their caller as the job's Submitter, and the
+rules of gormes/ops/job_trust.py, through the real executor and queue."""
+
+from __future__ import annotations
+
+import pytest
+
+from gormes.actors.queue import JobQueue, Submitter
+from gormes.ops.builtin import default_registry
+from gormes.ops.executor import Executor
+from gormes.ops.spec import Caller, OperationDenied
+
+OPERATOR = Caller(trust="operator", id="cli")
+CRON = Caller(trust="system", id="cron:tick", scope="project:team")
+GATEWAY = Caller(trust="gateway", id="mcp:alice")
+GATEWAY_RUN = Caller(trust="gateway", id="run-1", run_id="1", scope="chat:mcp-alice")
+CHILD = Caller(trust="child-agent", id="run-2", run_id="2", scope="chat:mcp-alice")
+
+
+@pytest.fixture
+async def queue(store) -> JobQueue:
+    return await JobQueue.open(store)
+
+
+@pytest.fixture
+def executor(store, queue) -> Executor:
+    return Executor(default_registry(), store, jobs=queue)
+
+
+@pytest.mark.parametrize(("caller", "scope"), [
+    (OPERATOR, None), (CRON, "project:team"), (GATEWAY, "chat:mcp-alice"),
+    (GATEWAY_RUN, "chat:mcp-alice"), (CHILD, "chat:mcp-alice"),
+])
+async def test_the_caller_is_recorded_as_the_submitter(executor, queue, caller, scope):
+    job = await executor.call("job.submit", {"name": "echo"}, caller)
+    expected = Submitter(trust=caller.trust, caller=caller.id, scope=scope)
+    assert job.submitter == expected and (await queue.get(job.id)).submitter == expected
+
+
+async def test_run_submit_records_its_caller_too(executor, queue):
+    job = await executor.call("run.submit", {"prompt": "p", "tools": ["time.now"]}, GATEWAY)
+    assert job.submitter == Submitter(trust="gateway", caller="mcp:alice", scope="chat:mcp-alice")
+
+
+async def test_only_the_owner_or_an_operator_attaches_a_child(executor, queue):
+    theirs = await executor.call("job.submit", {"name": "parent"}, GATEWAY)
+    for stranger in (GATEWAY_RUN, CHILD, Caller(trust="gateway", id="mcp:bob")):
+        with pytest.raises(OperationDenied, match=f"attach a child to job {theirs.id}"):
+            await executor.call("job.submit", {"name": "c", "options": {"parent_id": theirs.id}}, stranger)
+    assert (await queue.get(theirs.id)).live_children == 0
+    own = await executor.call("job.submit", {"name": "c", "options": {"parent_id": theirs.id}}, GATEWAY)
+    by_cron = await executor.call("job.submit", {"name": "c", "options": {"parent_id": theirs.id}}, CRON)
+    assert own.parent_id == by_cron.parent_id == theirs.id
+    assert (await queue.get(theirs.id)).live_children == 2
+
+
+async def test_a_job_with_no_submitter_is_only_the_operators_to_steer(executor, queue):
+    old = await queue.submit("echo", None)  # recorded before submitters, or from Python
+    with pytest.raises(OperationDenied):
+        await executor.call("job.pause", {"id": old.id}, GATEWAY)
+    assert (await executor.call("job.pause", {"id": old.id}, OPERATOR)).status == "paused"
+
+
+async def test_the_operators_allowlist_lets_a_gateway_choose_a_model(executor, monkeypatch):
+    with pytest.raises(OperationDenied, match="GORMES_GATEWAY_MODELS"):
+        await executor.call("run.submit", {"prompt": "p", "model": "openai:gpt-4o-mini"}, GATEWAY)
+    monkeypatch.setenv("GORMES_GATEWAY_MODELS", " openai:gpt-4o-mini ,scripted:demo.json")
+    job = await executor.call("run.submit", {"prompt": "p", "model": "openai:gpt-4o-mini"}, GATEWAY)
+    assert job.data["model"] == "openai:gpt-4o-mini"
+    with pytest.raises(OperationDenied):
+        await executor.call("run.submit", {"prompt": "p", "model": "openai:gpt-4o"}, GATEWAY)
+    operator = await executor.call("run.submit", {"prompt": "p", "model": "openai:gpt-4o"}, OPERATOR)
+    assert operator.data["model"] == "openai:gpt-4o"
+
+
+async def test_a_bad_live_job_cap_refuses_rather_than_lifting_it(executor, monkeypatch):
+    from gormes.errors import UserError
+
+    monkeypatch.setenv("GORMES_GATEWAY_MAX_LIVE_JOBS", "lots")
+    with pytest.raises(UserError, match="GORMES_GATEWAY_MAX_LIVE_JOBS"):
+        await executor.call("job.submit", {"name": "echo"}, GATEWAY)
+    monkeypatch.setenv("GORMES_GATEWAY_MAX_LIVE_JOBS", "0")
+    with pytest.raises(OperationDenied, match="at most 0"):
+        await executor.call("job.submit", {"name": "echo"}, GATEWAY)
+    assert (await executor.call("job.submit", {"name": "echo"}, OPERATOR)).name == "echo"
