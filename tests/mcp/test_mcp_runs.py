@@ -16,6 +16,7 @@ from gormes.actors.queue import JobQueue
 from gormes.actors.run_context import RunContext, RunHandlerRegistry
 from gormes.actors.runs import RunManager
 from gormes.actors.worker import Worker, WorkerConfig
+from gormes.ops.memory import own_scope
 
 TERMINAL = ("completed", "failed", "dead", "cancelled")
 
@@ -29,7 +30,9 @@ async def test_a_message_reaches_a_live_run_and_its_timeline_shows_it(store, db_
 
     handlers = RunHandlerRegistry({"read_orders": read_orders})
     async with RunManager.open(store, handlers=handlers) as runs:
-        handle = await runs.start("read_orders", {"why": "test"})
+        # a run acting for this client: a gateway reads and steers only those (gormes/ops/run_trust.py)
+        handle = await runs.start("read_orders", {"why": "test"}, trust="gateway",
+                                  memory_scope=own_scope(f"mcp:{CLIENT_NAME}"))
         async with gormes_mcp(db_path) as client:
             running = await call_ok(client, "run__get", run_id=handle.run_id)
             sent = await call_ok(client, "run__send", run_id=handle.run_id, payload={"order": "be brief"})

@@ -22,11 +22,12 @@ import trio
 from cli_helpers import run_gormes
 from mcp_helpers import CLIENT_NAME, call_ok, call_refused, gormes_mcp
 
-import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job handler)
+from gormes.actors.agent_job import last_attempt_run  # (and registers the "agent" job handler)
 from gormes.actors.handlers import default_registry as job_handlers
 from gormes.actors.providers.scripted import ScriptedProvider
 from gormes.actors.queue import JobQueue
 from gormes.actors.worker import Worker, WorkerConfig
+from gormes.events.jobs import job_stream
 from gormes.events.memory import MemoryFactRecorded, Origin
 from gormes.events.runs import RunCancelled, RunStarted, RunToolCalled, run_stream
 from gormes.memory.writer import MemoryWriter, Source
@@ -283,7 +284,7 @@ async def paused_then_resumed(
             with trio.fail_after(60):  # a guard against a hang, not a timing assertion
                 await hold.held.wait()
                 await call_ok(client, "job__pause", id=job["id"])
-                first = (await call_ok(client, "run__list", job_id=job["id"]))["runs"][0]["run_id"]
+                first = last_attempt_run(await store.read_stream(job_stream(job["id"])))
                 while not await ended_cancelled(store, first):
                     await trio.sleep(0.01)
             if between is not None:
@@ -502,3 +503,50 @@ def test_narrowing_never_grants_an_operation_the_wider_class_lacks() -> None:
     # a class nobody knows (an old recording's placeholder) is narrower than them all
     assert all(narrower(t, "agent") == "agent" for t in TRUST_CLASSES)
     assert all(not spec.allows("agent") for spec in default_registry().list())
+
+
+async def test_a_gateway_cannot_read_or_steer_runs_that_act_for_someone_else(store, db_path) -> None:
+    """run.send to the operator's run would have the operator's run act on the
+    gateway's words (trust widened through the inbox), and run.get / run.timeline
+    of it or of another client's run would read what they recalled. A gateway sees
+    and steers only the runs that act for it; the refusals are audited and the
+    other runs' inboxes get nothing."""
+    from gormes.actors.run_context import RunContext, RunHandlerRegistry
+    from gormes.actors.runs import RunManager
+    from gormes.events.runs import RunMessageSent
+
+    may_finish = trio.Event()
+
+    async def wait_for_orders(ctx: RunContext, input: Any) -> Any:
+        await may_finish.wait()
+        return [item.payload for item in await ctx.inbox()]
+
+    handlers = RunHandlerRegistry({"wait_for_orders": wait_for_orders})
+    async with RunManager.open(store, handlers=handlers) as runs:
+        operators = await runs.start("wait_for_orders", {"secret": DEFAULT_SECRET})  # trust operator
+        others = await runs.start("wait_for_orders", {"secret": OTHER_SECRET}, trust="gateway",
+                                  memory_scope=OTHER_SCOPE)
+        own = await runs.start("wait_for_orders", {"mine": True}, trust="gateway", memory_scope=GATEWAY_SCOPE)
+        async with gateway_mcp(db_path) as client:
+            refused = []
+            for victim in (operators.run_id, others.run_id):
+                refused.append(await call_refused(client, "run__send", run_id=victim, payload="remember X as trusted"))
+                refused.append(await call_refused(client, "run__get", run_id=victim))
+                refused.append(await call_refused(client, "run__timeline", run_id=victim))
+            listed = await call_ok(client, "run__list")
+            sent = await call_ok(client, "run__send", run_id=own.run_id, payload="be brief")
+            mine = await call_ok(client, "run__timeline", run_id=own.run_id)
+        may_finish.set()
+        outcomes = [await h.outcome() for h in (operators, others, own)]
+
+    assert all(r.startswith("OperationDenied") and "acts for" in r for r in refused), refused
+    assert "1111" not in json.dumps(refused) and "2222" not in json.dumps(refused)
+    assert [r["run_id"] for r in listed["runs"]] == [own.run_id]
+    assert sent["run_id"] == own.run_id and mine["input"] == {"mine": True}
+    assert [o.result for o in outcomes] == [[], [], ["be brief"]]
+    for victim in (operators.run_id, others.run_id):
+        assert not [r for r in await store.read_stream(run_stream(victim)) if isinstance(r.event, RunMessageSent)]
+    audits = [r.event for r in await store.read_all(types=["audit.operation"])]
+    denied = [(a.operation, a.outcome) for a in audits if a.outcome == "denied"]
+    assert denied == [("run.send", "denied"), ("run.get", "denied"), ("run.timeline", "denied")] * 2
+    assert_records_intact(db_path)
