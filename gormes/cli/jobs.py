@@ -20,6 +20,7 @@ import click
 import msgspec
 
 from gormes.errors import UserError
+from gormes.printable import printable
 
 T = TypeVar("T")
 
@@ -169,8 +170,8 @@ def _require(job: Any, job_id: str) -> Any:
 
 def _row(job: Any) -> str:
     error = f"  {job.error}" if job.error else ""
-    return (f"{job.id}  {job.status:<16} {job.name:<16} {job.queue:<10} "
-            f"p{job.priority:<3} attempts {job.attempts_made}/{job.max_attempts}{error}")
+    return printable(f"{job.id}  {job.status:<16} {job.name:<16} {job.queue:<10} "
+                     f"p{job.priority:<3} attempts {job.attempts_made}/{job.max_attempts}{error}")
 
 
 pricing_option = click.option(
@@ -287,7 +288,7 @@ def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
                 "idempotency_key"):
         value = data.get(key)
         text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
-        click.echo(f"{key:<17} {text}")
+        click.echo(f"{key:<17} {printable(text)}")  # a newline in a name forges no line
     click.echo(f"{'submitter':<17} {_submitter_text(data.get('submitter'))}")
 
 
