@@ -358,11 +358,10 @@ def test_rich_markup_from_a_gateway_cannot_restyle(db: Path):
         assert "[bold red]CRITICAL" in shown.stdout.replace("\n", ""), (args, shown.stdout)
 
 
-def test_error_lines_escape_what_the_caller_typed(db: Path):
-    result = run_gormes(db, "jobs", "get", f"nope{OSC_TITLE}")
-    assert result.returncode != 0
-    assert no_controls(result.stderr), result.stderr
-    assert "Traceback" not in result.stderr
+def test_error_lines_escape_what_the_caller_typed(tmp_path: Path):
+    result = run_gormes(tmp_path / f"nope{OSC_TITLE}.db", "events")
+    line = assert_one_line_error(result)
+    assert no_controls(line) and "\\x1b]0;pwned-title" in line, line
 
 
 def test_bidi_overrides_are_shown_not_obeyed(db: Path):
@@ -433,3 +432,18 @@ def test_db_that_is_a_fifo_is_refused_without_hanging(tmp_path: Path):
     line = assert_one_line_error(result)
     assert "regular file" in line or "not a gormes database" in line, line
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_newline_in_a_job_name_forges_no_row(db: Path):
+    """Own attack: `jobs list` prints one line per job; a name with a newline
+    and a fake id, status and name would add a row for a job that does not exist."""
+    name = "a\n01FAKEJOBID0000000000000000  completed        trusted"
+    submitted = run_gormes(db, "jobs", "submit", name)
+    assert submitted.returncode == 0, submitted.stderr
+    listed = run_gormes(db, "jobs", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert len(listed.stdout.splitlines()) == 1, listed.stdout
+    assert "\\n01FAKEJOBID" in listed.stdout
+    shown = run_gormes(db, "jobs", "get", submitted.stdout.strip())
+    assert not any(line.startswith("01FAKEJOBID") for line in shown.stdout.splitlines()), shown.stdout
+    assert [json.loads(run_gormes(db, "jobs", "list", "--json").stdout)[0]["name"]] == [name]
