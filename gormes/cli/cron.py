@@ -32,6 +32,15 @@ def _run(db: Any, work: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
     return trio.run(main)
 
 
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON (next_fire in ms).")
+
+
+def _echo_json(value: Any) -> None:
+    import msgspec
+
+    click.echo(msgspec.json.encode(value).decode())
+
+
 def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
@@ -56,8 +65,9 @@ def cron() -> None:
 @click.option("--job", "job_name", required=True, metavar="JOBNAME", help="The job handler's name.")
 @click.option("--data", metavar="JSON", help="The data each job gets (JSON).")
 @click.option("--queue", default="default", show_default=True, metavar="Q")
+@json_option
 @click.pass_obj
-def add(obj: Any, name: str, schedule: str, job_name: str, data: str | None, queue: str) -> None:
+def add(obj: Any, name: str, schedule: str, job_name: str, data: str | None, queue: str, as_json: bool) -> None:
     """Add schedule NAME."""
     import msgspec
 
@@ -75,6 +85,9 @@ def add(obj: Any, name: str, schedule: str, job_name: str, data: str | None, que
 
     added = operator_call(obj, "cron.add", {"name": name, "schedule": schedule, "job": job_name,
                                            "data": value, "queue": queue})
+    if as_json:
+        _echo_json(added)
+        return
     click.echo(f"added {added.name}: {added.schedule} -> {added.job} on queue {added.queue}; "
                f"next fire {_iso(added.next_fire)}")
 
@@ -113,12 +126,16 @@ def list_(obj: Any, as_json: bool) -> None:
 
 def _simple(verb: str, past: str, doc: str) -> click.Command:
     @click.argument("name")
+    @json_option
     @click.pass_obj
-    def command(obj: Any, name: str) -> None:
+    def command(obj: Any, name: str, as_json: bool) -> None:
         from gormes.cli.ops import operator_call
 
         state = operator_call(obj, f"cron.{verb}", {"name": name})
-        click.echo(f"{past} {state.name} (now {state.status})")
+        if as_json:
+            _echo_json(state)
+        else:
+            click.echo(f"{past} {state.name} (now {state.status})")
 
     command.__doc__ = doc
     return cron.command(name=verb)(command)

@@ -95,10 +95,12 @@ class WholeNumber(click.ParamType):
 WHOLE = WholeNumber()
 
 
-def operator_job_session(obj: Any, work: Callable[[Any], Awaitable[T]]) -> T:
-    from gormes.cli.ops import operator_session
+def operator_session(obj: Any, work: Callable[[Any], Awaitable[T]]) -> T:
+    """gormes/cli/ops.py's door, imported only by the commands that change state
+    (it loads the executor, which the quick reads of `jobs list` and `get` skip)."""
+    from gormes.cli.ops import operator_session as door
 
-    return operator_session(obj, work)
+    return door(obj, work)
 
 
 async def full_job(door: Any, summary: Any) -> Any:
@@ -234,7 +236,7 @@ def submit(obj: Any, name: str, data: str | None, queue: str | None, priority: i
         job = await door.call("job.submit", {"name": name, "data": payload, "options": options})
         return job_json(await full_job(door, job), None) if as_json else job.id
 
-    shown = operator_job_session(obj, go)
+    shown = operator_session(obj, go)
     emit_json(shown) if as_json else click.echo(shown)
 
 
@@ -312,7 +314,7 @@ def _steer(verb: str, help_text: str) -> click.Command:
                 return result.cancelled
             return job_json(await full_job(door, result), None) if as_json else f"{result.id} {result.status}"
 
-        shown = operator_job_session(obj, go)
+        shown = operator_session(obj, go)
         if as_json:
             emit_json(shown)
         elif verb == "cancel":
@@ -342,7 +344,7 @@ def replay(obj: Any, job_id: str, data: str | None, as_json: bool) -> None:
         job = await door.call("job.replay", {"id": job_id, "data": overrides})
         return job_json(await full_job(door, job), None) if as_json else job.id
 
-    shown = operator_job_session(obj, go)
+    shown = operator_session(obj, go)
     emit_json(shown) if as_json else click.echo(shown)
 
 
@@ -354,7 +356,7 @@ def replay(obj: Any, job_id: str, data: str | None, as_json: bool) -> None:
 def send(obj: Any, job_id: str, payload: str, as_json: bool) -> None:
     """Send an operator message to a job's inbox; prints the message id."""
     message = parse_json(payload, "--payload")
-    sent = operator_job_session(obj, lambda door: door.call("job.send", {"id": job_id, "payload": message}))
+    sent = operator_session(obj, lambda door: door.call("job.send", {"id": job_id, "payload": message}))
     emit_json(sent) if as_json else click.echo(sent.id)
 
 
@@ -408,7 +410,7 @@ def stats(obj: Any, pricing: str | None, as_json: bool) -> None:
 def prune(obj: Any, older_than: str, dry_run: bool, as_json: bool) -> None:
     """Remove terminal jobs that finished before a cutoff."""
     cutoff = parse_duration_ms(older_than)
-    result = operator_job_session(
+    result = operator_session(
         obj, lambda door: door.call("job.prune", {"older_than_ms": cutoff, "dry_run": dry_run}))
     if as_json:
         emit_json({"ids": result.ids, "count": result.count, "dry_run": result.dry_run})

@@ -160,12 +160,16 @@ def promote(obj: Any, name: str, skills_path: str | None, as_json: bool) -> None
 @click.argument("name")
 @click.argument("verdict", type=click.Choice(["good", "bad"]))
 @click.option("--note", default="", help="What went well or badly.")
+@json_option
 @click.pass_obj
-def feedback(obj: Any, run_id: str, name: str, verdict: str, note: str) -> None:
+def feedback(obj: Any, run_id: str, name: str, verdict: str, note: str, as_json: bool) -> None:
     """Say how skill NAME served run RUN_ID (good or bad)."""
     from gormes.cli.ops import operator_call
 
     recorded = operator_call(obj, "skills.feedback", {"run_id": run_id, "skill": name, "verdict": verdict, "note": note})
+    if as_json:
+        _echo_json(recorded)
+        return
     click.echo(f"recorded skill.feedback at position {recorded.position}")
 
 

@@ -39,9 +39,6 @@ from gormes.dashboard.model import Snapshot
 from gormes.dashboard.read import read_snapshot
 from gormes.dashboard.render import render_dashboard, render_timeline
 from gormes.errors import GormesError, UserError
-from gormes.ops.builtin import default_registry
-from gormes.ops.executor import Executor
-from gormes.ops.spec import Caller
 
 DEFAULT_FPS = 10.0
 TICK_S = 1.0
@@ -158,6 +155,11 @@ class TopApp:
         if action.kind == "open" and action.run_id is not None:
             await self.load_timeline(action.run_id)
             return
+        # Imported here: `gormes top --once` loads this module and never steers.
+        from gormes.ops.builtin import default_registry
+        from gormes.ops.executor import Executor
+        from gormes.ops.spec import Caller
+
         executor = Executor(default_registry(), self.store, jobs=self.queue)
         try:
             result = await executor.call(f"job.{action.kind}", {"id": action.job_id},
