@@ -436,3 +436,18 @@ async def test_the_operator_replaying_a_gateways_job_does_not_launder_it_into_op
     job = json.loads(run_gormes(db, "jobs", "get", replayed, "--json").stdout)
     assert job["submitter"] == submitted["submitter"]  # ...but the work stays the gateway's
     _rebuild_check(db)
+
+
+async def test_even_an_mcp_server_run_as_operator_never_serves_the_operators_own_operations(tmp_path: Path):
+    # `gormes mcp --trust operator` hands every MCP client the operator's class; the
+    # operations only the CLI may call stay out of reach (operator-only: never prompt-visible).
+    db = tmp_path / "door.db"
+    admin = {spec.name.replace(".", "__") for spec in ADMIN_SPECS}
+    async with gormes_mcp(db, "--trust", "operator") as client:
+        assert not await tool_names(client) & admin
+        await call_refused(client, "cron__add", name="x", schedule="* * * * *", job="echo")
+        await call_refused(client, "memory__forget", id="f_x")
+    records = [json.loads(data) for _, _, kind, data in _rows(db) if kind == "audit.operation"]
+    assert [(r["operation"], r["trust"], r["allowed"]) for r in records] == [
+        ("cron__add", "operator", False), ("memory__forget", "operator", False)]
+    assert [kind for _, _, kind, _ in _rows(db) if kind != "audit.operation"] == []
