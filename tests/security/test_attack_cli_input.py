@@ -447,3 +447,49 @@ def test_a_newline_in_a_job_name_forges_no_row(db: Path):
     shown = run_gormes(db, "jobs", "get", submitted.stdout.strip())
     assert not any(line.startswith("01FAKEJOBID") for line in shown.stdout.splitlines()), shown.stdout
     assert [json.loads(run_gormes(db, "jobs", "list", "--json").stdout)[0]["name"]] == [name]
+
+
+def run_on_a_terminal(db: Path, *args: str) -> str:
+    """Run gormes with stdout on a pseudo-terminal (so rich styles its output) and
+    return everything it wrote there."""
+    import pty
+
+    leader, follower = pty.openpty()
+    env = cli_env()
+    env["TERM"] = "xterm-256color"
+    env.pop("NO_COLOR", None)
+    process = subprocess.Popen(gormes_command(db, *args), stdout=follower, stderr=subprocess.PIPE,
+                               env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    with process:
+        errors = process.stderr.read() if process.stderr else b""
+        assert process.wait(timeout=60) == 0, errors
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_on_a_terminal_only_rich_styling_gets_through(db: Path):
+    """On a terminal rich writes its own CSI styling, which must still work; the
+    data's OSC sequences (title, clipboard) and lone escapes must not."""
+    import re
+
+    stream = f"s{OSC_TITLE}{OSC_CLIPBOARD}"
+    assert run_gormes(db, "append", stream, "note.added", "--data", '{"text": "t"}').returncode == 0
+    assert run_gormes(db, "jobs", "submit", HOSTILE).returncode == 0
+    for args in (("events",), ("jobs", "list"), ("top", "--once")):
+        shown = run_on_a_terminal(db, *args)
+        styling = re.findall(r"\x1b\[[0-?]*[ -/]*[@-~]", shown)
+        rest = re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]", "", shown)
+        assert no_controls(rest.replace("\r", "")), (args, rest)
+        assert "\\x1b]0;pwned-title" in rest, (args, rest)
+        if args != ("jobs", "list"):  # a rich table: its header is bold on a terminal
+            assert styling, (args, shown)
