@@ -195,7 +195,12 @@ async def test_runs_show_names_the_trust_and_scope_a_run_acts_with(store, db_pat
 async def test_on_postgres_a_gateway_run_is_pinned_and_writes_nothing_trusted(tmp_path: Path) -> None:
     from pg_helpers import PG_URL, fresh_schema, url_for_schema
 
+    from gormes.actors.run_context import RunHandlerRegistry
+    from gormes.actors.runs import RunManager
     from gormes.events.postgres import PostgresEventStore
+
+    async def echo(ctx: Any, input: Any) -> Any:
+        return input
 
     model = write_script(tmp_path / "spawn.json",
                          {"match": "CHILD", "replies": [ATTACK_TURN, {"text": "child done"}]},
@@ -206,8 +211,14 @@ async def test_on_postgres_a_gateway_run_is_pinned_and_writes_nothing_trusted(tm
         url = url_for_schema(schema)
         async with PostgresEventStore.open(PG_URL, schema=schema, poll_interval=0.05) as store:
             await seed_secrets(store)
+            # the operator's run: not the gateway's to list
+            async with RunManager.open(store, handlers=RunHandlerRegistry({"echo": echo})) as runs:
+                await runs.run("echo", {"secret": DEFAULT_SECRET})
             done, timeline = await gateway_run(store, url, model, scripts=tmp_path)
             (child_id,) = timeline["children"]
+            async with gateway_mcp(url, tmp_path) as client:
+                listed = await call_ok(client, "run__list")
+            assert {r["run_id"] for r in listed["runs"]} == {done["result"]["run_id"], child_id}
             for run_id in (done["result"]["run_id"], child_id):
                 await assert_attack_repelled(store, run_id)
                 started = await run_start(store, run_id)
