@@ -14,7 +14,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-import trio
 from cli_helpers import REPO, assert_one_line_error, run_gormes
 from mcp_helpers import call_refused, gormes_mcp, tool_names
 
