@@ -11,7 +11,8 @@ without `digest`, with the fields that hold their declared default left out (so 
 field added later with a default does not change old digests), keys sorted, no
 whitespace. Sealing reads the stream's last record and appends in the writer's
 transaction (`seal`), so two processes cannot chain onto the same record; each
-process remembers the heads it committed, so the common case reads nothing.
+process remembers the heads it sealed (`_Heads`), so the common case reads
+nothing but the stream's version.
 
     await append_sealed(store, AppendRequest(stream, [event]), also=[run_request])
     days = verify_chains(conn, codec, since_day="2026-12-01")
@@ -68,18 +69,57 @@ def sealed(event: OperationAudited, stream: str, version: int, prev: str) -> Ope
 
 # -- sealing ------------------------------------------------------------------------
 
-Head = tuple[int, str]  # (version, digest) of a committed sealed record
-
-# Per store: stream -> the newest head this process committed there. A head is a
-# fact about a committed row, so it is only remembered after the commit.
-_heads: weakref.WeakKeyDictionary[Any, dict[str, Head]] = weakref.WeakKeyDictionary()
+Head = tuple[int, str]  # (version, digest) of a sealed record
 
 
-def seal(tx: Any, stream: str, events: Sequence[Any], known: Head | None = None) -> tuple[AppendResult, Head]:
+class _Heads:
+    """What one store's process knows of its streams' last sealed records.
+
+    `committed`: the newest head this process committed on each stream; a fact
+    about a committed row, so only remembered after the commit. `pending`: heads
+    sealed in the writer's current transaction (`batch`, one group commit),
+    touched only in the writer's thread. Both are checked against the stream's
+    version before use. A pending head of a part of the batch that was rolled
+    back cannot match: both stores hold their write lock for the whole batch
+    (SQLite's BEGIN IMMEDIATE, PostgreSQL's LOCK TABLE), so the stream's version
+    can only come back to it through another seal of this batch, which
+    replaces it."""
+
+    __slots__ = ("batch", "committed", "pending")
+
+    def __init__(self) -> None:
+        self.committed: dict[str, Head] = {}
+        self.batch: object | None = None
+        self.pending: dict[str, Head] = {}
+
+    def known(self, tx: Any, stream: str, version: int) -> Head | None:
+        batch = getattr(tx, "_batch", None)  # the group commit `tx` runs in (None: unknown store)
+        if batch is None or batch is not self.batch:
+            self.batch, self.pending = batch, {}
+        for head in (self.pending.get(stream), self.committed.get(stream)):
+            if head is not None and head[0] == version:
+                return head
+        return None
+
+    def sealed(self, stream: str, head: Head) -> None:
+        if self.batch is not None:
+            self.pending[stream] = head
+
+    def committed_head(self, stream: str, head: Head) -> None:
+        if head[0] > self.committed.get(stream, (0, ""))[0]:
+            self.committed[stream] = head
+
+
+_heads: weakref.WeakKeyDictionary[Any, _Heads] = weakref.WeakKeyDictionary()
+
+
+def seal(
+    tx: Any, stream: str, events: Sequence[Any], known: Head | None = None
+) -> tuple[AppendResult, Head]:
     """Seal `events` (OperationAudited) onto `stream` inside transaction `tx`,
     chained to the stream's last record; returns the append and the new head.
-    `known`: a head this process committed (skips reading the last record when
-    the stream is still at that version)."""
+    `known`: a head of this stream (skips reading the last record when the
+    stream is at that head's version)."""
     version = tx.stream_version(stream)
     prev = _prev_of(tx, stream, version, known)
     chained = []
@@ -110,18 +150,20 @@ async def append_sealed(
     """Seal and append the audit request, and append `also` (a run's record of the
     same call), in one transaction. Returns the audit's result, then `also`'s."""
     try:
-        heads = _heads.setdefault(store, {})
-    except TypeError:  # a store that takes no weak reference: no cache
-        heads = {}
+        heads = _heads.setdefault(store, _Heads())
+    except TypeError:  # a store that takes no weak reference: nothing remembered
+        heads = _Heads()
     others = list(also)
+    stream = audit.stream
 
     def write(tx: Any) -> tuple[list[AppendResult], Head]:
-        result, head = seal(tx, audit.stream, audit.events, heads.get(audit.stream))
-        return [result, *(tx.append(r.stream, r.events, r.expected_version) for r in others)], head
+        result, head = seal(tx, stream, audit.events, heads.known(tx, stream, tx.stream_version(stream)))
+        results = [result, *(tx.append(r.stream, r.events, r.expected_version) for r in others)]
+        heads.sealed(stream, head)
+        return results, head
 
     results, head = await store.transact(write)
-    if head[0] > heads.get(audit.stream, (0, ""))[0]:
-        heads[audit.stream] = head
+    heads.committed_head(stream, head)
     return results
 
 

@@ -483,3 +483,32 @@ def _data_is_text(schema: str) -> bool:
     [(kind,)] = admin("SELECT data_type FROM information_schema.columns WHERE table_schema = %s "
                       "AND table_name = 'events' AND column_name = 'data'", (schema,))
     return kind != "jsonb"
+
+
+async def test_a_seal_rolled_back_mid_batch_leaves_no_hole_in_the_chain(store):
+    """Own attack (on the per-process heads): calls whose own record is refused
+    (a stale expected version) roll their seal back inside a group commit full of
+    others; the chain must skip them, on both backends."""
+    from gormes.audit_chain import append_sealed
+    from gormes.errors import ConcurrencyError
+    from gormes.events.notes import NoteAdded
+    from gormes.events.store import AppendRequest
+    from gormes.ops.executor import refusal_request
+
+    refused = []
+
+    async def one(i: int) -> None:
+        audit = refusal_request("no.such.tool", None, "{}", GATEWAY, f"call {i}", at=NOW_MS)
+        stale = 5 if i % 7 == 3 else None  # a stream that is never at version 5
+        try:
+            await append_sealed(store, audit, [AppendRequest(f"notes-{i}", [NoteAdded(text="x")], stale)])
+        except ConcurrencyError:
+            refused.append(i)
+
+    for _ in range(2):
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(one, i)
+    [day] = await chains(store)
+    assert refused and len(refused) == 2 * len([i for i in range(40) if i % 7 == 3])
+    assert (day.records, day.intact) == (80 - len(refused), True), day
