@@ -57,17 +57,18 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def check_target(name: str, *, dir_fd: int | None = None, shown: object = None) -> None:
-    """Refuse unless `name` (in `dir_fd`) is missing or a regular file."""
+def check_target(name: str, *, dir_fd: int | None = None, shown: object = None) -> int | None:
+    """Refuse unless `name` (in `dir_fd`) is missing or a regular file; its
+    permission bits when it exists."""
     try:
         fd = os.open(name, _LOOK, dir_fd=dir_fd)
     except FileNotFoundError:
-        return
+        return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # where O_PATH is missing, O_NOFOLLOW refuses a link
             raise NotARegularFile(f"{shown or name} is a symlink, not a regular file; "
                                   "nothing written") from None
-        raise
+        raise CannotWrite(f"cannot write {shown or name}: {exc.strerror}") from None
     try:
         mode = os.fstat(fd).st_mode
     finally:
@@ -75,13 +76,14 @@ def check_target(name: str, *, dir_fd: int | None = None, shown: object = None) 
     if not stat.S_ISREG(mode):
         raise NotARegularFile(f"{shown or name} is {_kind(mode)}, not a regular file; "
                               "nothing written")
+    return stat.S_IMODE(mode)
 
 
 def _new_temp(name: str, dir_fd: int | None) -> tuple[str, int]:
     for attempt in range(100):
         temp = f".{name}.partial-{os.getpid()}-{attempt}"
         try:
-            return temp, os.open(temp, _NEW, 0o644, dir_fd=dir_fd)
+            return temp, os.open(temp, _NEW, 0o666, dir_fd=dir_fd)  # less the umask
         except FileExistsError:
             continue
     raise UserError(f"cannot make a temp file beside {name}")
@@ -89,13 +91,15 @@ def _new_temp(name: str, dir_fd: int | None) -> tuple[str, int]:
 
 @contextmanager
 def _replacing_in(dir_fd: int | None, name: str, shown: object) -> Iterator[BinaryIO]:
-    check_target(name, dir_fd=dir_fd, shown=shown)
+    mode = check_target(name, dir_fd=dir_fd, shown=shown)
     try:
         temp, fd = _new_temp(name, dir_fd)
     except OSError as exc:
         raise CannotWrite(f"cannot write {shown}: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as out:
+            if mode is not None:  # a replaced file keeps its permissions (an audit trail kept 0600)
+                os.fchmod(out.fileno(), mode)
             yield out
         check_target(name, dir_fd=dir_fd, shown=shown)
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -134,7 +138,10 @@ def write_under(root: Path, relative: str, data: bytes) -> None:
     """Write `root/relative`, making `root` and the directories below it, and
     following no symlink below `root` (each directory is opened with O_NOFOLLOW
     from the one above)."""
-    *dirs, name = Path(relative).parts
+    parts = Path(relative).parts
+    if not parts or Path(relative).is_absolute() or any(p in (".", "..") for p in parts):
+        raise NotARegularFile(f"{relative!r} does not name a file below {root}; nothing written")
+    *dirs, name = parts
     try:
         root.mkdir(parents=True, exist_ok=True)  # the root itself is the operator's to name
         fd = os.open(root, _DIR & ~os.O_NOFOLLOW)

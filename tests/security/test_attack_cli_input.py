@@ -493,3 +493,18 @@ def test_on_a_terminal_only_rich_styling_gets_through(db: Path):
         assert "\\x1b]0;pwned-title" in rest, (args, rest)
         if args != ("jobs", "list"):  # a rich table: its header is bold on a terminal
             assert styling, (args, shown)
+
+
+@pytest.mark.parametrize("command", [("export",), ("audit", "export")])
+def test_out_keeps_the_permissions_of_the_file_it_replaces(db: Path, tmp_path: Path,
+                                                         command: tuple[str, ...]):
+    """Own attack: an operator keeps the audit trail at 0600; replacing it with a
+    fresh 0644 file would let every local user read it."""
+    assert run_gormes(db, "recall", "x").returncode == 0  # an audit record
+    kept = tmp_path / "trail.jsonl"
+    kept.write_text("old\n")
+    kept.chmod(0o600)
+    done = run_gormes(db, *command, "--out", str(kept))
+    assert done.returncode == 0, done.stderr
+    assert kept.read_text() != "old\n"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
