@@ -150,10 +150,12 @@ def select_job(conn: Any, job_id: str) -> Job | None:
 
 
 def select_jobs(conn: Any, status: str | None, queue: str | None, name: str | None,
-                limit: int) -> list[Job]:
-    """Newest first. Raises `InvalidJob` for an unknown status."""
+                limit: int, owner: tuple[str, str | None] | None = None) -> list[Job]:
+    """Newest first; with `owner` (trust, scope), only the jobs whose submitter has
+    that trust class and scope. Raises `InvalidJob` for an unknown status."""
     from gormes.actors.jobs import InvalidJob
     from gormes.events.jobs import STATUSES
+    from gormes.events.sql_fragments import json_text
 
     if status is not None and status not in STATUSES:
         raise InvalidJob(f"unknown status {status!r} (known: {', '.join(STATUSES)})")
@@ -162,6 +164,15 @@ def select_jobs(conn: Any, status: str | None, queue: str | None, name: str | No
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)
+    if owner is not None:
+        trust, scope = owner
+        where.append(f"{json_text(conn, '$.trust', 'submitter')} = ?")
+        params.append(trust)
+        if scope is None:
+            where.append(f"{json_text(conn, '$.scope', 'submitter')} IS NULL")
+        else:
+            where.append(f"{json_text(conn, '$.scope', 'submitter')} = ?")
+            params.append(scope)
     sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
     cur = conn.execute(sql, (*params, limit))

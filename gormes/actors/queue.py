@@ -197,9 +197,11 @@ class JobQueue(QueueBatches, QueueAdmin):
         queue: str | None = None,
         name: str | None = None,
         limit: int = 100,
+        *,
+        owner: tuple[str, str | None] | None = None,
     ) -> list[Job]:
-        """Newest first."""
-        return await self._read(lambda conn: select_jobs(conn, status, queue, name, limit))
+        """Newest first; with `owner` (trust, scope), only jobs whose submitter has both."""
+        return await self._read(lambda conn: select_jobs(conn, status, queue, name, limit, owner))
 
     async def live_count(self, submitter: Submitter | None) -> int:
         """How many jobs of `submitter` are not terminal (read through the status

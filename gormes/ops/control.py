@@ -6,7 +6,9 @@ run.submit, run.get, run.list, run.timeline and run.send.
 
 Trust: every one is open to `operator`, `gateway` and `system`, and none to
 `child-agent`: a subagent steers only its own work (spawn, its inbox), never
-other jobs or runs. All are prompt-visible, so a gateway is offered them.
+other jobs or runs. All are prompt-visible, so a gateway is offered them; a
+gateway's calls reach only its own jobs and runs (gormes/ops/job_trust.py,
+gormes/ops/run_trust.py).
 
 run.submit starts an agent run as a durable `agent` job (gormes/actors/agent_job.py),
 and is the only route into a run for a gateway or child agent (job.submit refuses
@@ -16,8 +18,9 @@ named means exactly that set. So a gateway caller cannot reach, through an agent
 what it may not call. Nor may it choose the model (but one the operator allows)
 or jump the queue: gormes/ops/job_trust.py.
 
-Steering a job (job.pause, job.resume, and job.cancel in gormes/ops/jobs.py) is
-for its submitter, an operator or the system only. Reading, listing and messaging
+Reading and steering a job (job.list, job.inbox, job.pause, job.resume, and job.get
+and job.cancel in gormes/ops/jobs.py) is for its submitter, an operator or the
+system only: a gateway lists only its own jobs. Reading, listing and messaging
 a run (run.get, run.timeline, run.list, run.send) is for the caller it acts for,
 an operator or the system only: gormes/ops/run_trust.py.
 
@@ -36,7 +39,9 @@ from gormes.actors.jobs import JobNotFound
 from gormes.events.jobs import (
     MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, STATUSES, JobOptions, Tokens,
 )
-from gormes.ops.job_trust import check_live_jobs, check_model, check_priority, submitter_of
+from gormes.ops.job_trust import (
+    check_live_jobs, check_model, check_priority, owner_key, privileged, submitter_of,
+)
 from gormes.ops.jobs import JobId, JobSummary, _owned, _queue, _summary
 from gormes.ops.run_trust import own_runs_filter, require_acts_for
 from gormes.ops.spec import (
@@ -78,7 +83,11 @@ class JobList(msgspec.Struct, kw_only=True):
 
 
 async def job_list(ctx: OperationContext, value: JobListInput) -> JobList:
-    jobs = await _queue(ctx).list(status=value.status, queue=value.queue, name=value.name, limit=value.limit)
+    """Every job for an operator or the system; a caller's own jobs for the others."""
+    owner = None if privileged(ctx.caller) else owner_key(ctx.caller)
+    jobs = await _queue(ctx).list(
+        status=value.status, queue=value.queue, name=value.name, limit=value.limit, owner=owner
+    )
     return JobList(jobs=[_summary(job) for job in jobs])
 
 
@@ -108,7 +117,7 @@ class JobInbox(msgspec.Struct, kw_only=True):
 
 
 async def job_inbox(ctx: OperationContext, value: JobIdInput) -> JobInbox:
-    queue = _queue(ctx)
+    queue = await _owned(ctx, value.id, "read the inbox of")
     if await queue.get(value.id) is None:
         raise JobNotFound(f"no job {value.id}")
     messages = await queue.inbox(value.id)

@@ -2,11 +2,13 @@
 
 A job records its `Submitter` (the caller's trust class, id and memory scope).
 Operators and the system (cron, the daemon) act on any job. A gateway or a child
-agent acts only on its own work:
+agent acts only on its own work: the jobs whose recorded submitter has its trust
+class and its memory scope (as a run acts for a caller, gormes/ops/run_trust.py:
+a gateway client and the runs acting for it are one owner; a job spawned by a
+running job records its parent's submitter). So:
 
-- it may attach children to (`parent_id`), pause, resume or cancel only the jobs
-  it submitted (the recorded submitter has its trust class and id; a job spawned
-  by a running job records its parent's submitter);
+- it may read (job.get, job.list, job.inbox), attach children to (`parent_id`),
+  pause, resume or cancel only its own jobs;
 - it starts a run only through `run.submit`, never as a raw `agent` job, and it may
   not choose the run's model, except one the operator lists in
   `GORMES_GATEWAY_MODELS` (comma-separated model specs, compared as written);
@@ -52,17 +54,22 @@ def submitter_of(caller: Caller) -> Submitter:
     return Submitter(trust=caller.trust, caller=caller.id, scope=scope)
 
 
+def owner_key(caller: Caller) -> tuple[str, str | None]:
+    """What a job's submitter must match for `caller` to own it: (trust, scope)."""
+    return caller.trust, submitter_of(caller).scope
+
+
 def owns(caller: Caller, submitter: Submitter | None) -> bool:
-    """Whether `caller` submitted the job that recorded `submitter`."""
-    return submitter is not None and (submitter.trust, submitter.caller) == (caller.trust, caller.id)
+    """Whether a job that recorded `submitter` is `caller`'s own work."""
+    return submitter is not None and (submitter.trust, submitter.scope) == owner_key(caller)
 
 
 def require_may_act_on(caller: Caller, job: Any, what: str) -> None:
-    """Refuse a gateway or child agent acting on a job it did not submit."""
+    """Refuse a gateway or child agent acting on a job that is not its own."""
     if not privileged(caller) and not owns(caller, job.submitter):
         raise OperationDenied(
-            f"a {caller.trust!r} caller may not {what} job {job.id}: only the caller that"
-            " submitted it, an operator or the system may"
+            f"a {caller.trust!r} caller may not {what} job {job.id}: it is another caller's"
+            " (only its submitter, an operator or the system may)"
         )
 
 

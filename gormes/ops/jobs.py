@@ -6,6 +6,10 @@ the job without its lock token, which only the holding worker may see. A message
 sent with job.send is signed by the caller (`Caller.sender`): "operator" for the
 operator, else the job the caller acts for, so the queue's rule (only an
 operator or the job's parent may write to its inbox) applies to models too.
+
+Each job records the caller that submitted it (`Submitter`); a gateway or child
+agent gets, reads and cancels only its own jobs, and may not submit an `agent` job
+(run.submit is the one route into a run): gormes/ops/job_trust.py.
 """
 
 from __future__ import annotations
@@ -103,6 +107,7 @@ async def job_get(ctx: OperationContext, value: JobGetInput) -> JobSummary:
     job = await _queue(ctx).get(value.id)
     if job is None:
         raise JobNotFound(f"no job {value.id}")
+    require_may_act_on(ctx.caller, job, "read")
     return _summary(job)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from mcp_helpers import CLIENT_NAME, audit_events, call_ok, call_refused, gormes_mcp
 
-from gormes.actors.queue import JobQueue
+from gormes.actors.queue import JobQueue, Submitter
 from gormes.ops.builtin import default_registry
+from gormes.ops.memory import own_scope
 
 
 async def test_an_agent_run_is_submitted_got_paused_resumed_and_cancelled(db_path, store):
@@ -33,7 +34,7 @@ async def test_an_agent_run_is_submitted_got_paused_resumed_and_cancelled(db_pat
     events = await audit_events(store)
     assert [(e.operation, e.outcome) for e in events] == [
         ("run.submit", "ok"), ("job.get", "ok"), ("job.list", "ok"), ("job.pause", "ok"),
-        ("job.resume", "ok"), ("job.cancel", "ok"), ("job.pause", "error"),
+        ("job.resume", "ok"), ("job.cancel", "ok"), ("job.pause", "invalid"),  # InvalidTransition: bad input, not a failure
     ]
     assert {(e.caller, e.trust) for e in events} == {(f"mcp:{CLIENT_NAME}", "gateway")}
 
@@ -51,12 +52,17 @@ async def test_a_run_may_not_be_given_tools_beyond_the_callers_trust_class(db_pa
 
 async def test_a_jobs_inbox_is_read_and_only_its_owner_may_write_to_it(db_path, store):
     queue = await JobQueue.open(store)
-    job = await queue.submit("agent", {"prompt": "wait for orders"})
+    # The client's own job (a gateway reads only its own jobs' inboxes).
+    own = Submitter(trust="gateway", caller=f"mcp:{CLIENT_NAME}", scope=own_scope(f"mcp:{CLIENT_NAME}"))
+    job = await queue.submit("agent", {"prompt": "wait for orders"}, submitter=own)
+    theirs = await queue.submit("agent", {"prompt": "the operator's"})
     await queue.send(job.id, {"order": "stop early"})
     async with gormes_mcp(db_path) as client:
         inbox = await call_ok(client, "job__inbox", id=job.id)
         refused = await call_refused(client, "job__send", id=job.id, payload="hello")
         missing = await call_refused(client, "job__inbox", id="no-such-job")
+        not_its_own = await call_refused(client, "job__inbox", id=theirs.id)
+    assert not_its_own.startswith("OperationDenied: ")
     assert inbox["job_id"] == job.id
     assert [(m["sender"], m["payload"]) for m in inbox["messages"]] == [("operator", {"order": "stop early"})]
     # the queue's rule: only an operator or the job's parent writes to a job's inbox

@@ -44,14 +44,33 @@ async def test_run_submit_records_its_caller_too(executor, queue):
 
 async def test_only_the_owner_or_an_operator_attaches_a_child(executor, queue):
     theirs = await executor.call("job.submit", {"name": "parent"}, GATEWAY)
-    for stranger in (GATEWAY_RUN, CHILD, Caller(trust="gateway", id="mcp:bob")):
+    # A child agent (even in the same scope) and another gateway client are strangers.
+    for stranger in (CHILD, Caller(trust="gateway", id="mcp:bob")):
         with pytest.raises(OperationDenied, match=f"attach a child to job {theirs.id}"):
             await executor.call("job.submit", {"name": "c", "options": {"parent_id": theirs.id}}, stranger)
     assert (await queue.get(theirs.id)).live_children == 0
-    own = await executor.call("job.submit", {"name": "c", "options": {"parent_id": theirs.id}}, GATEWAY)
-    by_cron = await executor.call("job.submit", {"name": "c", "options": {"parent_id": theirs.id}}, CRON)
-    assert own.parent_id == by_cron.parent_id == theirs.id
-    assert (await queue.get(theirs.id)).live_children == 2
+    # The client itself, a run acting for it (its trust class and scope) and cron may.
+    for owner in (GATEWAY, GATEWAY_RUN, CRON):
+        child = await executor.call("job.submit", {"name": "c", "options": {"parent_id": theirs.id}}, owner)
+        assert child.parent_id == theirs.id
+    assert (await queue.get(theirs.id)).live_children == 3
+
+
+async def test_a_gateway_reads_only_its_own_jobs(executor, queue):
+    mine = await executor.call("job.submit", {"name": "mine"}, GATEWAY)
+    run_made = await executor.call("job.submit", {"name": "by-my-run"}, GATEWAY_RUN)
+    theirs = await executor.call("job.submit", {"name": "theirs", "data": {"secret": 1}}, OPERATOR)
+    bob = Caller(trust="gateway", id="mcp:bob")
+    for tool in ("job.get", "job.inbox"):
+        with pytest.raises(OperationDenied, match="another caller's"):
+            await executor.call(tool, {"id": theirs.id}, GATEWAY)
+        with pytest.raises(OperationDenied):
+            await executor.call(tool, {"id": mine.id}, bob)
+    assert (await executor.call("job.get", {"id": mine.id}, GATEWAY)).name == "mine"
+    listed = await executor.call("job.list", {}, GATEWAY)
+    assert sorted(j.id for j in listed.jobs) == sorted([mine.id, run_made.id])
+    assert (await executor.call("job.list", {}, bob)).jobs == []
+    assert len((await executor.call("job.list", {}, OPERATOR)).jobs) == 3
 
 
 async def test_a_job_with_no_submitter_is_only_the_operators_to_steer(executor, queue):

@@ -221,6 +221,21 @@ async def test_a_gateway_may_not_pause_resume_or_cancel_someone_elses_job(db_pat
     _rebuild_check(db_path)
 
 
+async def test_a_gateway_may_not_read_someone_elses_job(db_path: Path):
+    victim = await _submit_as_operator(db_path, "report", {"api_key": "sk-secret"})
+    async with gormes_mcp(db_path) as client:
+        got = await call_refused(client, "job__get", id=victim.id)
+        inbox = await call_refused(client, "job__inbox", id=victim.id)
+        own = await call_ok(client, "job__submit", name="mine")
+        listed = await call_ok(client, "job__list")
+        mine = await call_ok(client, "job__get", id=own["id"])
+    assert got.startswith("OperationDenied: ") and "sk-secret" not in got
+    assert inbox.startswith("OperationDenied: ")
+    assert [j["id"] for j in listed["jobs"]] == [own["id"]]  # the operator's job is not listed
+    assert mine["name"] == "mine"
+    assert [a.outcome for a in await _audits(db_path, "job.get")] == ["denied", "ok"]
+
+
 # -- 15: options out of range are invalid input ---------------------------------------------
 
 
