@@ -83,9 +83,7 @@ def markdown_files(root: Path) -> tuple[list[MarkdownFile], list[str]]:
     found: list[MarkdownFile] = []
     skipped: list[str] = []
     with open_knowledge_root(root) as contained:
-        for parts, dir_fd, entries in walk_tree(contained.fd):
-            if any(part.startswith(".") for part in parts):
-                continue
+        for parts, dir_fd, entries in walk_tree(contained.fd, enter=lambda name: not name.startswith(".")):
             for entry in entries:
                 if not entry.name.endswith(MARKDOWN_SUFFIX) or entry.kind not in ("file", "symlink"):
                     continue

@@ -36,7 +36,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -314,11 +314,14 @@ def entries(dir_fd: int) -> list[Entry]:
     return sorted(found, key=lambda e: e.name)
 
 
-def walk_tree(dir_fd: int, parts: tuple[str, ...] = (), depth: int = 0) -> Iterator[tuple[tuple[str, ...], int, list[Entry]]]:
+def walk_tree(
+    dir_fd: int, parts: tuple[str, ...] = (), depth: int = 0, *, enter: Callable[[str], bool] | None = None,
+) -> Iterator[tuple[tuple[str, ...], int, list[Entry]]]:
     """(components, descriptor, entries) for the directory and every directory
-    below it, each listing before its subdirectories; subdirectories are opened
-    with O_NOFOLLOW from their parent (a symlinked directory is never entered)
-    down to MAX_DEPTH. The descriptors are closed once the walk moves on."""
+    below it that `enter(name)` allows, each listing before its subdirectories;
+    subdirectories are opened with O_NOFOLLOW from their parent (a symlinked
+    directory is never entered) down to MAX_DEPTH. The descriptors are closed
+    once the walk moves on."""
     try:
         found = entries(dir_fd)
     except OSError:
@@ -327,14 +330,14 @@ def walk_tree(dir_fd: int, parts: tuple[str, ...] = (), depth: int = 0) -> Itera
     if depth >= MAX_DEPTH:
         return
     for entry in found:
-        if entry.kind != "dir":
+        if entry.kind != "dir" or (enter is not None and not enter(entry.name)):
             continue
         try:
             child = os.open(entry.name, DIR_FLAGS, dir_fd=dir_fd)
         except OSError:
             continue  # gone, unreadable, or swapped for a symlink
         try:
-            yield from walk_tree(child, (*parts, entry.name), depth + 1)
+            yield from walk_tree(child, (*parts, entry.name), depth + 1, enter=enter)
         finally:
             os.close(child)
 

@@ -28,6 +28,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp_helpers import CLIENT_NAME, call_ok, call_refused
 from ops_helpers import audit_events
 
+from gormes.errors import UserError
 from gormes.ops.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller, InvalidOperationInput, PathOutsideWorkspace
@@ -256,6 +257,23 @@ async def test_no_race_indexes_outside_the_knowledge_root(memory_store, racy, ou
         escapes, answers = await race(executor, "knowledge.search", {"query": "hunter2 inside"}, GATEWAY, 400)
     assert escapes == 0 and answers > 0
     assert SECRET not in index_text(tmp_path)
+
+
+async def test_no_race_writes_knowledge_outside_the_root(memory_store, racy, outside):
+    writ = racy / ".writ"
+    (writ / "d").mkdir(parents=True)
+    executor = Executor(default_registry(), memory_store, workspace=racy)
+    written = 0
+    with Swapper(writ, "d", outside):
+        for i in range(400):
+            try:
+                await executor.call("knowledge.write", {"path": f"d/planted-{i}.md", "text": "# planted"}, CHILD)
+            except UserError:  # refused, or the directory vanished mid-write: both fine
+                continue
+            written += 1
+    assert [p.name for p in outside.rglob("*planted*")] == []
+    assert [p.name for p in outside.rglob(".*")] == []  # no temporary file either
+    assert written > 0
 
 
 @pytest.fixture
