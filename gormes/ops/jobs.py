@@ -21,9 +21,9 @@ import msgspec
 from gormes.actors.jobs import JobNotFound
 from gormes.events.jobs import MAX_NAME_LENGTH, JobOptions, Submitter, Tokens
 from gormes.ops.job_trust import (
-    check_job_submit, check_live_jobs, privileged, require_may_act_on, submitter_of,
+    check_job_submit, check_live_jobs, owns, privileged, require_may_act_on, submitter_of,
 )
-from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
+from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec, OperationUnavailable
 
 JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
 
@@ -83,7 +83,13 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
             require_may_act_on(ctx.caller, parent, "attach a child to")
     submitter = submitter_of(ctx.caller)
     await check_live_jobs(ctx.caller, queue, submitter)
-    return _summary(await queue.submit(value.name, value.data, options, submitter=submitter))
+    job = await queue.submit(value.name, value.data, options, submitter=submitter)
+    if job.coalesced and not privileged(ctx.caller) and not owns(ctx.caller, job.submitter):
+        # max_waiting answers with the queue's newest waiting job: not another caller's.
+        raise OperationDenied(
+            f"queue {options.queue!r} is full (max_waiting {options.max_waiting}): nothing was submitted"
+        )
+    return _summary(job)
 
 
 async def _owned(ctx: OperationContext, job_id: str, what: str) -> Any:

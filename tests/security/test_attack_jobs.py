@@ -236,6 +236,16 @@ async def test_a_gateway_may_not_read_someone_elses_job(db_path: Path):
     assert [a.outcome for a in await _audits(db_path, "job.get")] == ["denied", "ok"]
 
 
+async def test_a_gateway_may_not_read_someone_elses_job_through_max_waiting(db_path: Path):
+    await _submit_as_operator(db_path, "report", {"api_key": "sk-secret"})
+    head = await _head(db_path)
+    async with gormes_mcp(db_path) as client:
+        full = await call_refused(client, "job__submit", name="probe", options={"max_waiting": 1})
+    assert full.startswith("OperationDenied: ") and "full" in full and "sk-secret" not in full
+    assert await _types_after(db_path, head) == ["audit.operation"]
+    _rebuild_check(db_path)
+
+
 # -- 15: options out of range are invalid input ---------------------------------------------
 
 
