@@ -187,7 +187,7 @@ class FsGrepOutput(msgspec.Struct, kw_only=True):
     truncated: bool  # stopped at max_matches or GREP_MAX_FILES
 
 
-class _GivenUp(Exception):
+class GrepAbandoned(Exception):
     """The call that wanted this grep is gone (timed out or cancelled)."""
 
 
@@ -205,7 +205,8 @@ def compile_pattern(pattern: str, ignore_case: bool) -> re2._Regexp:
         ) from None
 
 
-def _texts(contained: Root, top_fd: int, top: tuple[str, ...], is_dir: bool, glob: str | None):
+def _texts(contained: Root, top_fd: int, top: tuple[str, ...], is_dir: bool, glob: str | None,
+           given_up: threading.Event):
     """(relative path, bytes) of each file to search, at most GREP_MAX_FILE_BYTES
     each; a symlinked file only when it points inside the root."""
     if not is_dir:
@@ -214,6 +215,8 @@ def _texts(contained: Root, top_fd: int, top: tuple[str, ...], is_dir: bool, glo
             yield _relative(top), data
         return
     for parts, dir_fd, found in walk_tree(top_fd, top):
+        if given_up.is_set():
+            raise GrepAbandoned()
         for entry in found:
             if entry.kind not in ("file", "symlink"):
                 continue
@@ -237,7 +240,7 @@ def _texts(contained: Root, top_fd: int, top: tuple[str, ...], is_dir: bool, glo
                 yield rel, data
 
 
-def _grep(root: Path, value: FsGrepInput, given_up: threading.Event) -> FsGrepOutput:
+def grep_workspace(root: Path, value: FsGrepInput, given_up: threading.Event) -> FsGrepOutput:
     regex = compile_pattern(value.pattern, value.ignore_case)
     matches: list[GrepMatch] = []
     searched = 0
@@ -245,9 +248,9 @@ def _grep(root: Path, value: FsGrepInput, given_up: threading.Event) -> FsGrepOu
         fd, where, is_dir = contained.open(value.path)
         where.close()
         try:
-            for rel, data in _texts(contained, fd, where.parts, is_dir, value.glob):
+            for rel, data in _texts(contained, fd, where.parts, is_dir, value.glob, given_up):
                 if given_up.is_set():
-                    raise _GivenUp()
+                    raise GrepAbandoned()
                 if b"\0" in data[:BINARY_SNIFF_BYTES]:
                     continue
                 if searched >= GREP_MAX_FILES:
@@ -255,7 +258,7 @@ def _grep(root: Path, value: FsGrepInput, given_up: threading.Event) -> FsGrepOu
                 searched += 1
                 for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
                     if number % GREP_STOP_CHECK_LINES == 0 and given_up.is_set():
-                        raise _GivenUp()
+                        raise GrepAbandoned()
                     if regex.search(line):
                         if len(matches) >= value.max_matches:
                             return FsGrepOutput(matches=matches, files_searched=searched, truncated=True)
@@ -269,7 +272,7 @@ async def fs_grep(ctx: OperationContext, value: FsGrepInput) -> FsGrepOutput:
     root = workspace_root(ctx)
     given_up = threading.Event()
     try:
-        return await trio.to_thread.run_sync(_grep, root, value, given_up, abandon_on_cancel=True)
+        return await trio.to_thread.run_sync(grep_workspace, root, value, given_up, abandon_on_cancel=True)
     finally:
         given_up.set()  # an abandoned worker stops at its next check instead of running on
 

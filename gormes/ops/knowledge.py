@@ -4,7 +4,9 @@ Search answers "what did we decide about X?", through a healthy GBrain brain or
 our own index (see gormes/knowledge/). Every hit cites its markdown file; a hit
 that cannot be traced to one says `trusted: false`. Write puts markdown on disk
 first, then re-indexes. The root is the one given to `knowledge_operations`,
-else $GORMES_KNOWLEDGE_ROOT, else `.writ/` in the workspace.
+else $GORMES_KNOWLEDGE_ROOT, else `.writ/` in the workspace. Both read and write
+the root through gormes/ops/contained.py, as the fs tools read the workspace: a
+link pointing out of the root is never read, indexed or written through.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from ops_helpers import audit_events
 from gormes.ops.builtin import default_registry
 from gormes.ops.executor import Executor
-from gormes.ops.fs import FsEntry, GrepMatch, resolve_inside
+from gormes.ops.fs import FsEntry, FsGrepInput, GrepMatch, GrepAbandoned, grep_workspace, resolve_inside
 from gormes.ops.spec import (
     Caller, InvalidOperationInput, OperationUnavailable, PathOutsideWorkspace,
 )
@@ -193,3 +194,13 @@ def test_no_path_of_any_shape_resolves_outside_the_root(sandbox, segments, absol
     except (PathOutsideWorkspace, InvalidOperationInput):
         return
     assert resolved.is_relative_to(root)
+
+
+def test_a_grep_whose_call_was_given_up_stops_at_its_next_check(workspace):
+    # The executor abandons the worker thread at the deadline; the handler then sets
+    # `given_up`, and the worker must stop instead of searching on unseen.
+    given_up = threading.Event()
+    given_up.set()
+    with pytest.raises(GrepAbandoned):
+        grep_workspace(workspace.resolve(), FsGrepInput(pattern="hello"), given_up)
+    assert grep_workspace(workspace.resolve(), FsGrepInput(pattern="hello"), threading.Event()).matches
