@@ -11,6 +11,7 @@ to the outside thousands of times while the tools read.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import sys
 import threading
@@ -22,7 +23,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 import trio
-from cli_helpers import REPO, assert_one_line_error, run_gormes
+from cli_helpers import REPO, assert_one_line_error, json_lines, run_gormes
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp_helpers import CLIENT_NAME, call_ok, call_refused
@@ -431,3 +432,30 @@ async def test_a_dangling_link_is_never_created_through(executor, workspace, out
         with pytest.raises(PathOutsideWorkspace):
             await executor.call("knowledge.write", {"path": path, "text": "# x"}, CHILD)
     assert not (outside / "created.md").exists() and not (outside / "created-dir").exists()
+
+
+def test_a_scripted_models_tool_calls_in_a_run_get_nothing_from_outside(workspace, tmp_path, db_path, monkeypatch):
+    """`gormes run agent` as a model would try it: links out, `..` into /proc and a
+    catastrophic pattern, each answered (refused or empty) in the run's record."""
+    monkeypatch.setenv("GORMES_TEST_API_KEY", ENV_SECRET)  # in the run's /proc/self/environ
+    calls = [
+        {"name": "fs.read", "arguments": {"path": ".writ/env.md"}},
+        {"name": "fs.read", "arguments": {"path": "up/ws/../../../../../../proc/self/environ"}},
+        {"name": "fs.read", "arguments": {"path": ".writ/outdir/secret.md"}},
+        {"name": "fs.grep", "arguments": {"pattern": "(a|aa)+$|sk-live|hunter2"}},
+        {"name": "knowledge.search", "arguments": {"query": ENV_SECRET}},
+    ]
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps([{"tool_calls": calls}, {"text": "done"}]))
+    ran = run_gormes(db_path, "run", "agent", "--prompt", "look around", "--model", f"scripted:{script}",
+                     "--workspace", str(workspace), "--json")
+    assert ran.returncode == 0, ran.stderr
+    recorded = [e for e in json_lines(run_gormes(db_path, "events", "--json").stdout) if e.get("type") == "run.tool_called"]
+    assert [e["data"]["outcome"] for e in recorded] == ["denied", "denied", "denied", "ok", "ok"], recorded
+    for event in recorded:
+        shown = json.dumps([event["data"].get("result"), event["data"].get("error")])
+        assert SECRET not in shown and "PATH=" not in shown
+        if event["data"]["operation"] != "knowledge.search":  # whose answer repeats the query
+            assert ENV_SECRET not in shown
+    assert recorded[3]["data"]["result"]["matches"] == [] and recorded[4]["data"]["result"]["hits"] == []
+    rebuild_check(db_path)
