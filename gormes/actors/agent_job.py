@@ -32,11 +32,12 @@ abort reason. The next attempt looks at the run the previous one named
 - cut off with no end (the worker died): first recorded as `run.cancelled`, it
   and its subagents left with no end, saying so (`cut_off`), so that no dead run
   reads as running; then, as for
-- cancelled: the new run RESUMES it (acting for the job's submitter, or narrower
-  if the earlier run was narrower), a new run with `resumed_from` whose handler is served the earlier run's
-  recorded prefix (model turns, tool results, inbox reads, clock and random
-  readings, finished children) from the record, then continues live; nothing in
-  the prefix calls the provider, runs a tool or counts tokens again;
+- cancelled: the new run RESUMES it (acting for the job's submitter, or for the
+  earlier run's class if that is narrower), a new run with `resumed_from` whose
+  handler is served the earlier run's recorded prefix (model turns, tool results,
+  inbox reads, clock and random readings, finished children) from the record,
+  then continues live; nothing in the prefix calls the provider, runs a tool or
+  counts tokens again;
 - completed (the attempt died before the job recorded its completion): the job
   completes with that run's result, and no run is started;
 - failed, or none, or the code no longer replays its prefix: a fresh run.
@@ -210,9 +211,8 @@ async def agent_job(ctx: JobContext, data: Any) -> Any:
             handle = await runs.start(
                 options.handler, run_input, model=options.model, tools=options.tools,
                 max_iterations=options.max_iterations, deadline_s=options.deadline_s,
-                trust=acts_for.trust, memory_scope=acts_for.scope, job_id=ctx.id, token_sink=to_job, job=ctx,
-                run_id=run_id,
-                outside_reason=outside_reason,
+                trust=acts_for.trust, memory_scope=acts_for.scope, job_id=ctx.id, token_sink=to_job,
+                job=ctx, run_id=run_id, outside_reason=outside_reason,
             )
         except UserError as exc:  # unknown handler, bad model spec: retrying will not help
             raise UnrecoverableError(str(exc)) from None

@@ -45,6 +45,7 @@ def narrower(a: str, b: str) -> str:
 
     return b if rank(b) > rank(a) else a
 
+
 Outcome = Literal["ok", "error", "denied", "invalid", "timeout", "cancelled"]
 
 

@@ -421,7 +421,8 @@ async def test_trust_scope_and_tools_written_into_the_job_data_are_not_the_runs(
 
     run_id = done.result["run_id"]
     await assert_attack_repelled(store, run_id)
-    others = [(c.operation, c.outcome) for c in await tool_calls(store, run_id) if not c.operation.startswith("memory.")]
+    calls = await tool_calls(store, run_id)
+    others = [(c.operation, c.outcome) for c in calls if not c.operation.startswith("memory.")]
     assert others == [("shell.run", "denied"), ("knowledge.write", "denied")]
     started = await run_start(store, run_id)
     assert (started.trust, started.scope) == ("gateway", GATEWAY_SCOPE)
