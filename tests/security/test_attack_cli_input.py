@@ -428,10 +428,23 @@ def test_import_of_invalid_utf8_and_nul_is_one_line(db: Path, tmp_path: Path):
 def test_db_that_is_a_fifo_is_refused_without_hanging(tmp_path: Path):
     fifo = tmp_path / "db.fifo"
     os.mkfifo(fifo)
-    result = run_gormes(fifo, "events", timeout=30)
-    line = assert_one_line_error(result)
-    assert "regular file" in line or "not a gormes database" in line, line
+    for args in (("events",), ("append", "s", "note.added", "--data", '{"text": "x"}')):
+        line = assert_one_line_error(run_gormes(fifo, *args, timeout=30))
+        assert "not a regular file" in line, line
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_db_that_is_a_device_is_refused(tmp_path: Path):
+    """Own attack: `--db /dev/zero` reads zeros forever; `/dev/null` as a database."""
+    for device in ("/dev/zero", "/dev/null"):
+        line = assert_one_line_error(run_gormes(device, "events", timeout=30))
+        assert "not a regular file" in line, line
+        assert stat.S_ISCHR(os.stat(device).st_mode)
+
+
+def test_a_float_position_is_one_line(db: Path):
+    line = assert_one_line_error(run_gormes(db, "events", "--after", "1e23"))
+    assert "--after" in line, line
 
 
 def test_a_newline_in_a_job_name_forges_no_row(db: Path):
