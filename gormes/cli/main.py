@@ -163,8 +163,8 @@ def _error_line(exc: BaseException) -> tuple[str, int] | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from gormes.printable import guard_standard_streams
     from gormes.errors import GormesError
+    from gormes.printable import guard_standard_streams
 
     guard_standard_streams()
     try:
@@ -207,8 +207,8 @@ def _click_error_line(exc: click.ClickException) -> str:
 
 
 def _discard_stdout() -> None:
-    """Drop what is still buffered for stdout (it could not be written: a full
-    disk), so that exiting does not try again and print a second error."""
+    """Point stdout at /dev/null: what is still buffered for it (it could not be
+    written: a full disk) then goes nowhere at exit instead of failing again."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
