@@ -95,4 +95,15 @@ def check_query(query: str) -> str:
         raise EmptyQuery("the query is empty: say what to search for")
     if "\0" in text:
         raise InvalidQuery("the query contains a NUL byte")
+    if not is_unicode(text):
+        raise InvalidQuery("the query is not valid Unicode text")
     return text
+
+
+def is_unicode(text: str) -> bool:
+    """False for a str holding lone surrogates (JSON allows them; UTF-8 does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

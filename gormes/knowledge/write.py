@@ -20,6 +20,7 @@ from gormes.knowledge import (
     InvalidKnowledgePath,
     KnowledgeRootUnreadable,
     default_index_path,
+    is_unicode,
 )
 from gormes.knowledge import brain as gbrain
 from gormes.knowledge.brain import BrainConfig, BrainHealth
@@ -57,6 +58,8 @@ def write_markdown(root: Path, relative: str, text: str, append: bool) -> tuple[
     and the name is replaced, never written into. Returns (the file's real path
     relative to the root, bytes, created)."""
     pure = check_relative(relative)
+    if not is_unicode(text):
+        raise InvalidKnowledgePath(f"{relative!r}: the text is not valid Unicode (lone surrogates)")
     if root.exists() and not root.is_dir():
         raise KnowledgeRootUnreadable(f"{root}: knowledge root is not a directory")
     try:

@@ -128,6 +128,10 @@ class Root:
         the root's path); `.` and empty components dropped, `..` kept."""
         if "\0" in path:
             raise InvalidOperationInput(f"path {given!r} contains a NUL byte")
+        try:
+            os.fsencode(path)
+        except UnicodeEncodeError:
+            raise InvalidOperationInput(f"path {given!r} is not a valid file name here") from None
         parts = [p for p in path.split("/") if p not in ("", ".")]
         if not path.startswith("/"):
             return parts

@@ -197,6 +197,10 @@ def compile_pattern(pattern: str, ignore_case: bool) -> re2._Regexp:
     options.log_errors = False  # RE2 would print its own line on stderr
     options.case_sensitive = not ignore_case
     try:
+        pattern.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidOperationInput(f"invalid pattern {pattern!r}: not valid Unicode text") from None
+    try:
         return re2.compile(pattern, options=options)
     except re2.error as exc:
         reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)

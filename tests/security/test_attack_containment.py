@@ -357,6 +357,27 @@ async def test_hostile_arguments_are_invalid_input_not_errors(executor, store, w
     rebuild_check(db_path)
 
 
+def test_lone_surrogates_are_invalid_input_to_the_handlers(workspace):
+    # JSON (and so an in-process caller's dict) may carry lone surrogates; file
+    # names, RE2 and UTF-8 cannot. The wire decoders (msgspec, the MCP SDK) already
+    # refuse them, so this checks the handlers' own line of defence.
+    from gormes.knowledge import check_query
+    from gormes.knowledge.write import write_markdown
+    from gormes.ops.fs import compile_pattern, resolve_inside
+
+    refusals = [
+        lambda: resolve_inside(workspace, "README\ud800.md"),
+        lambda: compile_pattern("\ud800", False),
+        lambda: check_query("\ud800"),
+        lambda: write_markdown(workspace / ".writ", "x\ud800.md", "x", False),
+        lambda: write_markdown(workspace / ".writ", "x.md", "\ud800", False),
+    ]
+    for refused in refusals:
+        with pytest.raises(InvalidOperationInput):
+            refused()
+    assert not (workspace / ".writ" / "x.md").exists()
+
+
 def test_hostile_arguments_from_the_cli_are_one_line(db_path, workspace):
     for args in ('{"path": "README.md", "offset": 18446744073709551615}', '{"path": "READ\\u0000ME.md"}'):
         done = run_gormes(db_path, "ops", "call", "--workspace", str(workspace), "fs.read", args)
