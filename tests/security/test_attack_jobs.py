@@ -371,6 +371,8 @@ async def test_on_postgres_a_gateway_may_not_reach_a_run_attach_to_or_squat_on_o
                 model = await call_refused(client, "run__submit", prompt="p", model="scripted:/etc/passwd")
                 squat = await call_ok(client, "job__submit", name="report", options={"idempotency_key": "nightly"})
                 bound = await call_refused(client, "job__submit", name="echo", options={"max_attempts": 10**20})
+                listed = await call_ok(client, "job__list")
+                read = await call_refused(client, "job__get", id=victim.id)
             again = await queue.submit("report", None, {"idempotency_key": "nightly"}, submitter=OPERATOR)
             assert [r.type for r in await store.read_stream(job_stream(victim.id))] == ["job.submitted"]
             audits = [e for e in await audit_events(store) if e.operation in ("job.submit", "job.cancel", "run.submit")]
@@ -379,4 +381,5 @@ async def test_on_postgres_a_gateway_may_not_reach_a_run_attach_to_or_squat_on_o
     assert not squat["coalesced"] and squat["id"] != victim.id  # the operator's key is not the gateway's
     assert again.coalesced and again.id == victim.id  # and the operator's own still coalesces
     assert bound.startswith("InvalidOperationInput: ")
+    assert [j["id"] for j in listed["jobs"]] == [squat["id"]] and read.startswith("OperationDenied: ")
     assert [a.outcome for a in audits] == ["denied", "denied", "denied", "denied", "ok", "invalid"]
