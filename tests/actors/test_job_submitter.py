@@ -6,6 +6,8 @@ is migrated in place."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 
 import msgspec
 from pg_helpers import admin
@@ -84,6 +86,10 @@ async def test_a_version_1_sqlite_ledger_is_migrated_in_place(tmp_path):
         assert bookkeeping.built_version(conn, ledger.NAME) == ledger.VERSION
     finally:
         conn.close()
+    # The migrated ledger is the one a rebuild from the log gives.
+    check = subprocess.run([sys.executable, "-m", "gormes", "--db", str(path), "projections", "rebuild",
+                            "--check"], capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 async def test_a_version_1_postgres_ledger_is_migrated_in_place(tmp_path):

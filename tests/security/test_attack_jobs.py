@@ -246,6 +246,20 @@ async def test_a_gateway_may_not_read_someone_elses_job_through_max_waiting(db_p
     _rebuild_check(db_path)
 
 
+async def test_a_gateway_may_not_name_its_own_submitter(db_path: Path):
+    victim = await _submit_as_operator(db_path)
+    forged = {"trust": "operator", "caller": "cli", "scope": None}
+    async with gormes_mcp(db_path) as client:
+        top = await call_refused(client, "job__submit", name="echo", submitter=forged)
+        inside = await call_refused(client, "job__submit", name="echo", options={"submitter": forged})
+        steer = await call_refused(client, "job__cancel", id=victim.id, submitter=forged)
+        job = await call_ok(client, "job__submit", name="echo", data={"submitter": forged})
+    assert all(r.startswith("InvalidOperationInput: ") and "submitter" in r for r in (top, inside, steer))
+    assert job["submitter"]["trust"] == "gateway"  # data is data, never who submitted
+    assert await _job_events(db_path, victim.id) == ["job.submitted"]
+    _rebuild_check(db_path)
+
+
 # -- 15: options out of range are invalid input ---------------------------------------------
 
 
