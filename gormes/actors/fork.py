@@ -234,7 +234,14 @@ async def _continuation(
     job: JobContext | None = None,
     source: RecordedRun | None = None,
 ) -> tuple[LiveRunContext, ForkContext]:
-    """`continue_run` up to driving: `started` recorded, the two contexts made."""
+    """`continue_run` up to driving: `started` recorded, the two contexts made.
+
+    A continuation of `source` acting with a narrower trust class than it recorded
+    (decision 0016) may be offered other tools, so its model requests differ from
+    the recorded ones: its prefix is then served as recorded (it is history), as a
+    fork with overrides serves its own."""
+    if source is not None and run.trust != source.started.trust:
+        lenient_llm = True
     store = manager.store
     registry = manager.executor.registry if manager.executor is not None else None
     provider = manager.provider(run.model) if run.model else None
@@ -376,10 +383,8 @@ async def resume_run(
     start makes sense). `on_start(new_run_id)` is called once that check passed.
     The new run acts with the source's trust and memory scope, or, given `trust`,
     the narrower of the two classes (and `memory_scope` instead of the source's):
-    a job's next attempt acts for the job's submitter (decision 0016). A narrower
-    class may be offered other tools, so its model requests differ from the recorded
-    ones: the prefix is then served as recorded (it is history), as for a fork with
-    overrides."""
+    a job's next attempt acts for the job's submitter (decision 0016); see
+    `_continuation` for a prefix recorded with a wider class."""
     resumable = await _resumable(manager, source)
     prefix, origin = resumable.prefix, resumable.origin
     started = source.started
@@ -398,6 +403,5 @@ async def resume_run(
     outcome = await continue_run(
         manager, run, prefix, run.started_event(handler_version(fn), resumed_from=origin),
         messages=carried_messages(source, prefix), token_sink=token_sink, job=job, source=source,
-        lenient_llm=run.trust != started.trust,
     )
     return ResumedRun(run_id=run.run_id, resumed_from=origin, copied=len(prefix), outcome=outcome)
