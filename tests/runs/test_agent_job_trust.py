@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import trio
 from run_helpers import run_events
 
@@ -99,3 +100,13 @@ async def test_a_system_attempt_of_the_old_code_resumes_narrowed_even_when_its_t
         report = await replay(source, done.result["run_id"], registry=default_ops())
     assert report.first_divergence is None, report.first_divergence
     assert report.status == "completed"
+
+
+def test_a_run_started_recorded_before_scopes_were_kept_decodes_with_none() -> None:
+    old = (
+        b'{"type":"run.started","run_id":"r1","handler":"agent","handler_version":"v","input":null,'
+        b'"parent_run_id":null,"depth":0,"deadline_s":null,"tools":null,"model":null,"max_iterations":null,'
+        b'"trust":"system","job_id":"j1","forked_from":null,"max_depth":3}'
+    )
+    started = msgspec.json.decode(old, type=RunStarted)
+    assert (started.trust, started.scope, started.process) == ("system", None, None)
