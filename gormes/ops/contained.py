@@ -43,7 +43,7 @@ import msgspec
 
 from gormes.ops.spec import InvalidOperationInput, PathOutsideWorkspace
 
-MAX_SYMLINKS = 40  # as Linux's own path resolution
+MAX_SYMLINKS = 40  # links followed (and looks repeated after a race) in one walk, as Linux's own
 MAX_DEPTH = 64  # directories below the root that a tree walk descends
 MAX_RETRIES = 8  # a name that changes kind between look and open is looked at again
 
@@ -166,20 +166,20 @@ class Root:
                     if last and missing_ok:
                         return Located(dirs.pop(), name, (*names, name), None)
                     if make_dirs and not last:
-                        _mkdir(name, dirs[-1])
+                        if not _mkdir(name, dirs[-1]):
+                            hops = _again(hops, given)  # made (or swapped in) meanwhile
                         pending.append(name)
                         continue
                     raise InvalidOperationInput(f"no such file or directory: {given!r}") from None
                 except OSError as exc:
                     raise _cannot(given, exc) from None
                 if stat.S_ISLNK(info.st_mode):
-                    hops += 1
-                    if hops > MAX_SYMLINKS:
-                        raise InvalidOperationInput(f"cannot resolve {given!r}: too many levels of symlinks")
+                    hops = _again(hops, given)
                     try:
                         target = os.readlink(name, dir_fd=dirs[-1])
                     except OSError as exc:
                         if exc.errno in (errno.EINVAL, errno.ENOENT):
+                            hops = _again(hops, given)
                             pending.append(name)  # no longer a link: look again
                             continue
                         raise _cannot(given, exc) from None
@@ -201,7 +201,7 @@ class Root:
                     fd = os.open(name, DIR_FLAGS, dir_fd=dirs[-1])
                 except OSError as exc:
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
-                        hops += 1  # swapped since the look: look again (bounded by MAX_SYMLINKS)
+                        hops = _again(hops, given)  # swapped since the look: look again
                         pending.append(name)
                         continue
                     raise _cannot(given, exc) from None
@@ -370,11 +370,22 @@ def replace_file(dir_fd: int, name: str, data: bytes) -> None:
     os.fsync(dir_fd)
 
 
-def _mkdir(name: str, dir_fd: int) -> None:
+def _again(hops: int, given: str) -> int:
+    """One more link followed (or name looked at again after a race); past
+    MAX_SYMLINKS the walk gives up, as the kernel does with a symlink loop."""
+    if hops >= MAX_SYMLINKS:
+        raise InvalidOperationInput(f"cannot resolve {given!r}: too many levels of symlinks (or it kept changing)")
+    return hops + 1
+
+
+def _mkdir(name: str, dir_fd: int) -> bool:
+    """Make the directory; False when something by that name appeared meanwhile
+    (the walk looks at it again)."""
     try:
         os.mkdir(name, 0o777, dir_fd=dir_fd)
     except FileExistsError:
-        pass  # made meanwhile: the walk looks at it again
+        return False
+    return True
 
 
 def _cannot(given: str, exc: OSError) -> InvalidOperationInput:
