@@ -66,3 +66,17 @@ async def test_a_root_that_is_a_file_is_refused(tmp_path, monkeypatch):
     with pytest.raises(KnowledgeRootUnreadable):
         await write_knowledge("a.md", "# a\n", root=tmp_path / "root")
     assert (tmp_path / "root").read_text() == "x"
+
+
+async def test_a_link_inside_the_root_is_written_at_its_target(tmp_path, monkeypatch, root):
+    install(tmp_path, monkeypatch, "missing")
+    (root / "db.md").symlink_to("decisions/database.md")
+    (root / "later").symlink_to("decisions")
+    result = await write_knowledge("db.md", "Revisited in 2026.", root=root, append=True)
+    assert (result.path, result.created) == ("decisions/database.md", False)
+    assert (root / "db.md").is_symlink()
+    assert (root / "decisions" / "database.md").read_text().endswith("Postgres is the scale-out backend.\nRevisited in 2026.\n")
+    nested = await write_knowledge("later/new/deep/x.md", "# X", root=root)
+    assert (nested.path, nested.created) == ("decisions/new/deep/x.md", True)
+    assert (root / "decisions" / "new" / "deep" / "x.md").read_text() == "# X\n"
+    assert sorted(p.name for p in (root / "decisions" / "new" / "deep").iterdir()) == ["x.md"]  # no temporary left
