@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,10 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp_helpers import CLIENT_NAME, call_ok, call_refused
 from ops_helpers import audit_events
+from pg_helpers import fresh_schema, url_for_schema
 
 from gormes.errors import UserError
+from gormes.events.open import open_store
 from gormes.ops.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller, InvalidOperationInput, PathOutsideWorkspace
@@ -95,7 +97,7 @@ def index_text(tmp_path: Path) -> str:
     return everything_under(tmp_path / "data") if (tmp_path / "data").exists() else ""
 
 
-def rebuild_check(db: Path) -> None:
+def rebuild_check(db: Path | str) -> None:
     done = run_gormes(db, "projections", "rebuild", "--check")
     assert done.returncode == 0, done.stderr
 
@@ -138,7 +140,7 @@ async def test_knowledge_append_never_copies_a_links_target_into_the_root(execut
 
 
 @asynccontextmanager
-async def mcp_server(db: Path, workspace: Path, env_extra: dict[str, str]) -> AsyncIterator[Client]:
+async def mcp_server(db: Path | str, workspace: Path, env_extra: dict[str, str]) -> AsyncIterator[Client]:
     """`gormes mcp --workspace WS` with a secret in its environment (what
     /proc/self/environ would hand out)."""
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
@@ -152,10 +154,20 @@ async def mcp_server(db: Path, workspace: Path, env_extra: dict[str, str]) -> As
         yield client
 
 
-async def test_a_gateway_over_mcp_gets_nothing_from_the_servers_environment(workspace, tmp_path, db_path):
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_db(request: pytest.FixtureRequest, db_path: Path) -> Iterator[str]:
+    """The log the MCP server audits into: a SQLite file or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield str(db_path)
+        return
+    with fresh_schema() as schema:
+        yield url_for_schema(schema)
+
+
+async def test_a_gateway_over_mcp_gets_nothing_from_the_servers_environment(workspace, tmp_path, any_db):
     env = {"GORMES_TEST_API_KEY": ENV_SECRET, "XDG_DATA_HOME": str(tmp_path / "data"),
            "GORMES_GBRAIN": str(tmp_path / "no-such-gbrain")}
-    async with mcp_server(db_path, workspace, env) as client:
+    async with mcp_server(any_db, workspace, env) as client:
         for query in (ENV_SECRET, "GORMES_TEST_API_KEY", SECRET):
             found = await call_ok(client, "knowledge__search", query=query, limit=50)
             assert found["hits"] == [], found  # the answer repeats the query, nothing more
@@ -166,7 +178,10 @@ async def test_a_gateway_over_mcp_gets_nothing_from_the_servers_environment(work
         grep = await call_ok(client, "fs__grep", pattern="sk-live|hunter2")
         assert grep["matches"] == []
     assert ENV_SECRET not in index_text(tmp_path)
-    rebuild_check(db_path)
+    async with open_store(any_db) as store:
+        outcomes = [e.outcome for e in await audit_events(store)]
+    assert outcomes == ["ok"] * 3 + ["denied"] * 5 + ["ok"]
+    rebuild_check(any_db)
 
 
 # -- hole 7: a directory swapped for a symlink while the tools read ------------------------
