@@ -67,5 +67,11 @@ class ReadOnlyQuery(UserError):
     """A statement given to `gormes query` would write to the database."""
 
 
+class QueryTimedOut(GormesError):
+    """A statement given to `gormes query` ran past its `--timeout`."""
+
+    exit_code = 1
+
+
 class ProjectionError(GormesError):
     """A projection failed to apply a batch; its tracking position did not move."""

@@ -1,18 +1,37 @@
-"""`gormes query SQL`: read-only SQL against the database.
+"""`gormes query SQL`: read-only SQL against the database, bounded in time.
 
-On PostgreSQL the server enforces it (gormes/cli/query_postgres.py). On SQLite:
-Three locks keep it read-only: the file is opened with `mode=ro`, the connection
-has `PRAGMA query_only`, and an authorizer allows only reads (SELECT, reading
-columns, functions, and pragmas that only report), so a write statement is
-refused before it runs, with one line naming what it would have done.
+On PostgreSQL the server enforces it, on a session logged in as a read-only
+role (gormes/cli/query_postgres.py). On SQLite three locks keep it read-only:
+the file is opened with `mode=ro`, the connection has `PRAGMA query_only`, and
+an authorizer allows only reads (SELECT, reading columns, functions, and pragmas
+that only report), so a write statement is refused before it runs, with one line
+naming what it would have done.
+
+On both, the statement (with the streaming of its rows) is stopped after
+`--timeout` seconds (`QueryTimedOut`, exit 1): a runaway read would otherwise
+hold its snapshot, and on SQLite keep every checkpoint from resetting the WAL.
+Ctrl-C stops it at once (exit 130): on SQLite a progress handler, called every
+few thousand virtual machine steps, ends the statement when SIGINT has come or
+the time is up, since a statement inside SQLite's C code never returns to
+Python to see a KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
+import math
+import signal
 import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
+
+DEFAULT_TIMEOUT_S = 30.0
+# PostgreSQL's limit on statement_timeout (milliseconds in a 32-bit integer).
+MAX_TIMEOUT_S = 2_147_483.0
+PROGRESS_STEPS = 1000
 
 # Pragmas that take an argument yet only report (`PRAGMA table_info(events)`).
 REPORTING_PRAGMAS = frozenset({
@@ -74,6 +93,54 @@ class ReadOnlyGuard:
         return sqlite3.SQLITE_DENY
 
 
+class Stopper:
+    """An sqlite3 progress handler that ends the statement once `timeout` seconds
+    have passed or SIGINT has come, remembering which."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.ends = time.monotonic() + timeout
+        self.interrupted = False
+        self.timed_out = False
+
+    def __call__(self) -> int:
+        if self.interrupted:
+            return 1
+        if time.monotonic() >= self.ends:
+            self.timed_out = True
+            return 1
+        return 0
+
+    def error(self) -> BaseException | None:
+        """What the statement's "interrupted" error means, if this stopped it."""
+        from gormes.errors import QueryTimedOut
+
+        if self.interrupted:
+            return click.exceptions.Abort()
+        if self.timed_out:
+            return QueryTimedOut(f"query failed: timed out after {self.timeout:g} s (--timeout)")
+        return None
+
+
+@contextmanager
+def stoppable(conn: sqlite3.Connection, timeout: float) -> Iterator[Stopper]:
+    """While the block runs, statements on `conn` end after `timeout` seconds or
+    on SIGINT (the previous SIGINT handler is restored afterwards)."""
+    stopper = Stopper(timeout)
+
+    def on_sigint(signum, frame) -> None:
+        stopper.interrupted = True
+        conn.interrupt()
+
+    conn.set_progress_handler(stopper, PROGRESS_STEPS)
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield stopper
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        conn.set_progress_handler(None, 0)
+
+
 def open_read_only(path: Path) -> tuple[sqlite3.Connection, ReadOnlyGuard]:
     """Open an existing gormes database so that nothing can write through it."""
     from gormes.errors import StoreError
@@ -93,13 +160,16 @@ def open_read_only(path: Path) -> tuple[sqlite3.Connection, ReadOnlyGuard]:
     return conn, guard
 
 
-def run(conn: sqlite3.Connection, guard: ReadOnlyGuard, sql: str):
+def run(conn: sqlite3.Connection, guard: ReadOnlyGuard, sql: str, stopper: Stopper | None = None):
     """(column names, cursor over the rows) of one read-only statement."""
     from gormes.errors import ReadOnlyQuery, UserError
 
     try:
         cursor = conn.execute(sql)
     except (sqlite3.Error, sqlite3.Warning) as exc:
+        stopped = stopper.error() if stopper is not None else None
+        if stopped is not None:
+            raise stopped from None
         if guard.refused is None and any(w in str(exc) for w in _WRITE_REFUSALS):
             guard.refused = str(exc)
         if guard.refused is not None:
@@ -111,45 +181,79 @@ def run(conn: sqlite3.Connection, guard: ReadOnlyGuard, sql: str):
     return columns, cursor
 
 
+def parse_timeout(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """`--timeout SECONDS`: a finite number of seconds above 0, at most
+    PostgreSQL's limit; anything else is one line (exit 2)."""
+    from gormes.errors import UserError
+
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (0 < seconds <= MAX_TIMEOUT_S):
+        raise UserError(
+            f"--timeout takes a number of seconds above 0 and at most {MAX_TIMEOUT_S:g} "
+            f"(got {value!r})"
+        )
+    return seconds
+
+
 @click.command()
 @click.argument("sql")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per row (column name: value); blobs as base64.")
+@click.option("--timeout", metavar="SECONDS", default=str(DEFAULT_TIMEOUT_S), show_default=True,
+              callback=parse_timeout,
+              help="Stop the statement (and the streaming of its rows) after this long.")
 @click.pass_obj
-def query(obj, sql: str, as_json: bool) -> None:
+def query(obj, sql: str, as_json: bool, timeout: float) -> None:
     """Run one read-only SQL statement and print its rows.
 
     Tables: events(position, stream, version, type, type_version, data,
     recorded_at), tracking(projection, position), and the projections' tables.
-    Any statement that would write is refused (exit status 2). On PostgreSQL the
-    statement runs alone in a READ ONLY transaction, rolled back afterwards.
+    Any statement that would write is refused (exit status 2); one that runs
+    past --timeout is stopped (exit status 1); Ctrl-C stops it at once. On
+    PostgreSQL the statement runs alone, as a read-only login role, in a READ
+    ONLY transaction rolled back afterwards (docs/postgres.md).
     """
+    try:
+        if obj.url is not None:
+            _query_postgres(obj.url, sql, as_json, timeout)
+        else:
+            _query_sqlite(Path(obj.db), sql, as_json, timeout)
+    except KeyboardInterrupt:
+        raise click.exceptions.Abort() from None
+
+
+def _query_sqlite(path: Path, sql: str, as_json: bool, timeout: float) -> None:
     from gormes.cli import output
     from gormes.errors import UserError
 
-    if obj.url is not None:
-        return _query_postgres(obj.url, sql, as_json)
-    conn, guard = open_read_only(Path(obj.db))
+    conn, guard = open_read_only(path)
     try:
-        columns, cursor = run(conn, guard, sql)
-        try:
-            if as_json:
-                output.write_json_objects(dict(zip(columns, row)) for row in cursor)
-            else:
-                output.print_rows_table(columns, cursor)
-        except sqlite3.Error as exc:
-            raise UserError(f"query failed: {exc}") from None
+        with stoppable(conn, timeout) as stopper:
+            columns, cursor = run(conn, guard, sql, stopper)
+            try:
+                if as_json:
+                    output.write_json_objects(dict(zip(columns, row)) for row in cursor)
+                else:
+                    output.print_rows_table(columns, cursor)
+            except sqlite3.Error as exc:
+                stopped = stopper.error()
+                if stopped is not None:
+                    raise stopped from None
+                raise UserError(f"query failed: {exc}") from None
     finally:
         conn.close()
 
 
-def _query_postgres(url: str, sql: str, as_json: bool) -> None:
+def _query_postgres(url: str, sql: str, as_json: bool, timeout: float) -> None:
     from gormes.cli import output
     from gormes.cli.query_postgres import json_rows, open_read_only, run
 
     conn = open_read_only(url)
     try:
-        with run(conn, sql) as (columns, rows):
+        with run(conn, sql, timeout=timeout) as (columns, rows):
             if as_json:
                 output.write_json_objects(json_rows(columns, rows))
             else:

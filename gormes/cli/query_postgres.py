@@ -1,21 +1,33 @@
 """`gormes query SQL` on PostgreSQL: the server keeps it read-only.
 
-The statement runs alone in a `READ ONLY` transaction that is always rolled
-back, on a session whose `default_transaction_read_only` is on:
+The statement runs on a session that logs in as a read-only role (decision
+0017, gormes/events/postgres_reader.py): never as a superuser or any role that
+could reach the server's programs, files or other sessions, or write the
+schema's tables, since such a role's SQL can undo any `SET ROLE` it is given.
+
+On that session it runs alone in a `READ ONLY` transaction that is always
+rolled back, with the session's `default_transaction_read_only` on:
 
 - PostgreSQL refuses every write in it (INSERT, UPDATE, DELETE, DDL, temporary
-  tables, `nextval`, `SELECT ... FOR UPDATE`) with SQLSTATE 25006;
-- the transaction has already read (`SELECT 1`) when the statement comes, so a
-  `SET TRANSACTION READ WRITE` (or `SET transaction_read_only = off`) is refused
-  too (25001);
+  tables, `nextval`, `SELECT ... FOR UPDATE`) with SQLSTATE 25006, and the
+  reader's lack of privilege refuses the rest (`COPY ... TO PROGRAM`,
+  `pg_read_file`, `LOCK TABLE`, `SET ROLE`, `pg_terminate_backend`) with 42501;
+- `statement_timeout` and `lock_timeout` are set for the transaction before the
+  statement comes (`--timeout`): a `SET` inside the statement cannot lift the
+  limit on the statement already running;
+- the transaction has already read (`SELECT set_config(...)`) when the
+  statement comes, so a `SET TRANSACTION READ WRITE` (or `SET
+  transaction_read_only = off`) is refused too (25001);
 - the statement is sent with the extended query protocol, which holds exactly
   one command: `SELECT 1; DELETE ...` is refused before anything runs;
 - the transaction is rolled back, never committed: what a read may queue for
   commit (a `NOTIFY`) is dropped.
 
-Either refusal is one line (`ReadOnlyQuery`, exit 2), as on SQLite. The rows are
+Each refusal is one line (`ReadOnlyQuery`, exit 2), as on SQLite. The rows are
 streamed from the server a chunk at a time, as SQLite's cursor yields them, so
-`--json` writes out a result larger than memory.
+`--json` writes out a result larger than memory. The statement is executed once:
+a result with no row takes its columns from the server's description of the
+statement, not from running it again.
 """
 
 from __future__ import annotations
@@ -27,46 +39,101 @@ from typing import Any
 
 import psycopg
 
-from gormes.errors import ReadOnlyQuery, UserError
+from gormes.errors import QueryTimedOut, ReadOnlyQuery, UserError
 
 READ_ONLY_STATES = ("25006", "25001")  # read_only_sql_transaction, active_sql_transaction
+INSUFFICIENT_PRIVILEGE = "42501"
+QUERY_CANCELED, LOCK_NOT_AVAILABLE = "57014", "55P03"
+APPLICATION_NAME = "gormes query"
+DEFAULT_TIMEOUT_S = 30.0
 _PLAIN = (str, int, float, bool, bytes, list, dict, type(None))
 
 
 def open_read_only(url: str) -> psycopg.Connection:
-    """A read-only session on an existing gormes schema (nothing is created)."""
-    from gormes.events.postgres_schema import connect_read_only
+    """A session logged in as a reader of `url`'s existing gormes schema, every
+    transaction of it READ ONLY (nothing is created but the reader role)."""
+    from gormes.events import postgres_reader as reader
+    from gormes.events.postgres_schema import connect, prepare, redact
 
-    return connect_read_only(url, application_name="gormes query")
+    conn = connect(url, application_name=APPLICATION_NAME)
+    try:
+        schema = prepare(conn, url, create=False)
+        why = reader.why_not_a_reader(conn, schema)
+        if why is None:
+            return _read_only(conn)
+        if reader.named_reader() is None:
+            if not reader.may_manage_roles(conn):
+                raise reader.refuse_wide_role(why, redact(url))
+            reader.ensure_reader(conn, schema)
+    except BaseException:
+        conn.close()
+        raise
+    conn.close()  # nothing the attacker writes runs on a wide role's session
+    return _reader_session(url, schema)
+
+
+def _reader_session(url: str, schema: str) -> psycopg.Connection:
+    from psycopg import sql
+
+    from gormes.errors import StoreError
+    from gormes.events import postgres_reader as reader
+    from gormes.events.postgres_schema import connect, prepare, redact
+
+    where = reader.reader_conninfo(url)
+    try:
+        conn = connect(where, application_name=APPLICATION_NAME)
+    except StoreError as exc:
+        raise StoreError(f"{exc} ({reader.login_hint()})") from None
+    try:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        why = reader.why_not_a_reader(conn, schema)
+        if why is not None:
+            raise reader.refuse_wide_role(why, redact(where))
+        prepare(conn, where, create=False)
+        return _read_only(conn)
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _read_only(conn: psycopg.Connection) -> psycopg.Connection:
+    conn.execute("SET default_transaction_read_only = on")
+    return conn
 
 
 @contextmanager
-def run(conn: psycopg.Connection, sql: str) -> Iterator[tuple[list[str], Iterator[tuple[Any, ...]]]]:
-    """(column names, the rows as the server sends them) of one statement, in a
-    READ ONLY transaction that is rolled back when the block ends. Rows are
-    streamed (`stream_rows`), so a result larger than memory can be written out."""
+def run(
+    conn: psycopg.Connection, sql: str, *, timeout: float = DEFAULT_TIMEOUT_S
+) -> Iterator[tuple[list[str], Iterator[tuple[Any, ...]]]]:
+    """(column names, the rows as the server sends them) of one statement, run
+    once, in a READ ONLY transaction bounded by `timeout` seconds and rolled back
+    when the block ends. Rows are streamed (`stream_rows`), so a result larger
+    than memory can be written out."""
     from gormes.events.postgres_sql import stream_rows
 
+    limit = f"{max(1, round(timeout * 1000))}ms"
     conn.execute("BEGIN TRANSACTION READ ONLY")
     try:
-        conn.execute("SELECT 1")  # from here on the transaction's mode is fixed
+        # Limits for this transaction only; reading them fixes its mode as well.
+        conn.execute(
+            "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
+            (limit, limit),
+        )
         cursor = conn.cursor()
         # The extended protocol holds exactly one command: `SELECT 1; DELETE ...` is
         # refused before anything runs; `%` is left alone (no parameters).
         rows = stream_rows(cursor, sql, None)
-        with _translated():
+        with _translated(timeout):
             try:
                 first = next(rows, _NO_ROW)
             except psycopg.ProgrammingError as exc:
                 if exc.sqlstate is not None:
                     raise
                 first = _NO_ROW  # a statement with no result (SET ...): no rows
-            description = cursor.description
-            if first is _NO_ROW and description is None:
-                # A stream that ends with no row does not describe its columns: the
-                # statement (read-only, rolled back) is run once more for them.
-                description = _describe(conn, sql)
-        yield [d.name for d in description or ()], _rows(first, rows)
+        columns = [d.name for d in cursor.description or ()]
+        if first is _NO_ROW and not columns:
+            columns = _described_columns(conn)
+        yield columns, _rows(first, rows, timeout)
     finally:
         if not conn.closed:
             conn.execute("ROLLBACK")
@@ -75,24 +142,29 @@ def run(conn: psycopg.Connection, sql: str) -> Iterator[tuple[list[str], Iterato
 _NO_ROW = object()
 
 
-def _describe(conn: psycopg.Connection, sql: str) -> Any:
-    try:
-        return conn.execute(sql, None, prepare=True).description
-    except psycopg.ProgrammingError:
-        return None
+def _described_columns(conn: psycopg.Connection) -> list[str]:
+    """The columns of the statement just run, from the server's description of
+    it (the unnamed statement the stream left), without running it again: a
+    stream that ends with no row does not describe its columns."""
+    described = conn.pgconn.describe_prepared(b"")
+    if described.status != psycopg.pq.ExecStatus.COMMAND_OK:
+        return []
+    encoding = conn.info.encoding
+    return [(described.fname(i) or b"").decode(encoding) for i in range(described.nfields)]
 
 
-def _rows(first: Any, rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+def _rows(first: Any, rows: Iterator[tuple[Any, ...]], timeout: float) -> Iterator[tuple[Any, ...]]:
     if first is _NO_ROW:
         return
     yield first
-    with _translated():
+    with _translated(timeout):
         yield from rows
 
 
 @contextmanager
-def _translated() -> Iterator[None]:
-    """psycopg's errors as one line: a refused write (`ReadOnlyQuery`, exit 2) or a
+def _translated(timeout: float) -> Iterator[None]:
+    """psycopg's errors as one line: a refused write or server action
+    (`ReadOnlyQuery`, exit 2), the time limit (`QueryTimedOut`, exit 1), or a
     failed query."""
     from gormes.events.postgres_schema import first_line
 
@@ -102,6 +174,14 @@ def _translated() -> Iterator[None]:
         if exc.sqlstate in READ_ONLY_STATES:
             raise ReadOnlyQuery(
                 f"refused: the query would write ({first_line(exc)}); gormes query is read-only"
+            ) from None
+        if exc.sqlstate == INSUFFICIENT_PRIVILEGE:
+            raise ReadOnlyQuery(
+                f"refused: not for a reader ({first_line(exc)}); gormes query is read-only"
+            ) from None
+        if exc.sqlstate in (QUERY_CANCELED, LOCK_NOT_AVAILABLE):
+            raise QueryTimedOut(
+                f"query failed: timed out after {timeout:g} s (--timeout) ({first_line(exc)})"
             ) from None
         if exc.sqlstate == "42601" and "multiple commands" in str(exc):
             raise UserError(f"query failed: one statement at a time ({first_line(exc)})") from None

@@ -10,7 +10,7 @@ untouched, like a foreign SQLite file.
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -43,13 +43,75 @@ _TABLES = (
 )
 
 
+# Connection parameters whose values are never shown (libpq's names).
+SECRET_KEYS = frozenset({"password", "sslpassword"})
+_MASK = "***"
+_UNREADABLE = "(a connection string gormes cannot read)"
+
+
 def redact(url: str) -> str:
-    """The URL without its password, fit for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """The URL or keyword connection string with every password masked, fit for
+    messages and logs: `user:pass@`, `?password=` and `?sslpassword=` in a URL,
+    `password=...` in `host=... password=...`."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return _redact_uri(url)
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return _UNREADABLE  # it may hold a password where libpq could not find it
+    if not SECRET_KEYS & params.keys():
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    return psycopg.conninfo.make_conninfo(
+        **{key: _MASK if key in SECRET_KEYS else value for key, value in params.items()}
+    )
+
+
+def _redact_uri(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _UNREADABLE
+    netloc = parts.netloc
+    users, at, hosts = netloc.rpartition("@")
+    if at and ":" in users:
+        netloc = f"{users.split(':', 1)[0]}:{_MASK}@{hosts}"
+    query = "&".join(_redact_query_pair(pair) for pair in parts.query.split("&"))
+    return urlunsplit(parts._replace(netloc=netloc, query=query if parts.query else ""))
+
+
+def _redact_query_pair(pair: str) -> str:
+    key = pair.partition("=")[0]
+    # libpq's names are lower case, but a mistyped `PassWord=` is still a secret
+    if unquote(key).strip().lower() in SECRET_KEYS:
+        return f"{key}={_MASK}"
+    return pair
+
+
+def _secrets(url: str) -> list[str]:
+    """The passwords `url` gives, to strip from what libpq says about it."""
+    found = []
+    try:
+        found.append(urlsplit(url).password or "")
+        found.extend(
+            value for key, value in parse_qsl(urlsplit(url).query, keep_blank_values=True)
+            if key.strip().lower() in SECRET_KEYS
+        )
+    except ValueError:
+        pass
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        params = {}
+    found.extend(params.get(key) or "" for key in SECRET_KEYS)
+    # very short values would mask ordinary words of the message
+    return sorted({secret for secret in found if len(secret) >= 4}, key=len, reverse=True)
+
+
+def without_secrets(text: str, url: str) -> str:
+    """`text` (an error about connecting to `url`) with `url`'s passwords masked."""
+    for secret in _secrets(url):
+        text = text.replace(secret, _MASK)
+    return text
 
 
 def url_application_name(url: str) -> str | None:
@@ -77,7 +139,9 @@ def connect(
             application_name=application_name,
         )
     except psycopg.Error as exc:
-        raise StoreError(f"cannot connect to PostgreSQL at {redact(url)}: {first_line(exc)}") from None
+        raise StoreError(
+            f"cannot connect to PostgreSQL at {redact(url)}: {without_secrets(first_line(exc), url)}"
+        ) from None
     if schema:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
     return conn
