@@ -158,16 +158,15 @@ def prepare(conn: psycopg.Connection, url: str, *, create: bool = True) -> str:
     where = f"{redact(url)} (schema {schema})"
     if schema is None:
         raise StoreError(f"{redact(url)}: the search_path names no existing schema")
+    if "gormes_meta" in _tables_of(conn, schema):
+        # Ours already: no lock. The creators' advisory lock is one any role may
+        # take, so a reader holding it must not stop every open of the store.
+        check_meta(conn, where)
+        return schema
     with conn.transaction():
         # one creator at a time; others wait here and then find the tables made
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('gormes schema ' || %s))", (schema,))
-        tables = {
-            name
-            for (name,) in conn.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
-                (schema,),
-            )
-        }
+        tables = _tables_of(conn, schema)
         if "gormes_meta" in tables:
             check_meta(conn, where)
             return schema
@@ -186,6 +185,15 @@ def prepare(conn: psycopg.Connection, url: str, *, create: bool = True) -> str:
             (APPLICATION, str(SCHEMA_VERSION)),
         )
     return schema
+
+
+def _tables_of(conn: psycopg.Connection, schema: str) -> set[str]:
+    return {
+        name
+        for (name,) in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        )
+    }
 
 
 def connect_read_only(url: str, *, application_name: str = APPLICATION) -> psycopg.Connection:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -391,3 +392,114 @@ def test_redact_masks_every_form():
     assert redact("postgresql://u@h/db?sslmode=require") == "postgresql://u@h/db?sslmode=require"
     assert redact("host=h dbname=db") == "host=h dbname=db"
 
+
+
+# --- own attacks on PostgreSQL: wide roles, advisory locks, races ---
+
+
+@contextmanager
+def login_role(*grants: str) -> Iterator[str]:
+    """A throwaway LOGIN role given `grants` (`{role}` and `{schema}` filled in)."""
+    role = f"gormes_attack_{secrets.token_hex(4)}"
+    admin(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        for grant in grants:
+            admin(grant.format(role=f'"{role}"'))
+        yield role
+    finally:
+        admin(f'DROP OWNED BY "{role}"')
+        admin(f'DROP ROLE "{role}"')
+
+
+def url_as(role: str, schema: str) -> str:
+    return url_for_schema(schema).replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+
+
+def test_a_role_that_may_write_the_tables_is_refused(schema: str):
+    """Own attack: an application role that can write the log (no superuser, no
+    CREATEROLE) cannot be used for queries: a DO block could LOCK the log."""
+    with login_role(f'GRANT USAGE ON SCHEMA "{schema}" TO {{role}}',
+                    f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA "{schema}" TO {{role}}') as role:
+        done = query(url_as(role, schema),
+                     "DO $$ BEGIN LOCK TABLE events IN ACCESS EXCLUSIVE MODE; END $$")
+        line = assert_one_line_error(done)
+        assert f"role {role} may write the tables of schema {schema}" in line, line
+        assert "GORMES_QUERY_URL" in line and done.returncode == 2
+
+
+@pytest.mark.parametrize(
+    "grant",
+    [
+        "GRANT pg_execute_server_program TO {role}",
+        "GRANT pg_read_server_files TO {role}",
+        # a member of a superuser role may `SET ROLE` to it inside its SQL
+        "GRANT postgres TO {role}",
+    ],
+)
+def test_a_named_reader_that_could_reach_the_server_is_refused(schema: str, grant: str, tmp_path: Path):
+    """Own attack: GORMES_QUERY_URL names a role that looks harmless but can run
+    programs, read server files, or switch to a superuser."""
+    marker = tmp_path / "ran"
+    with login_role(f'GRANT USAGE ON SCHEMA "{schema}" TO {{role}}',
+                    f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO {{role}}', grant) as role:
+        env = {**cli_env(), "GORMES_QUERY_URL": url_as(role, schema)}
+        sql = f"DO $$ BEGIN SET ROLE postgres; EXECUTE 'COPY (SELECT 1) TO PROGRAM ''touch {marker}'''; END $$"
+        done = query(url_for_schema(schema), sql, env=env)
+        line = assert_one_line_error(done)
+        assert "gormes query runs only as a read-only role" in line, line
+    assert not marker.exists()
+
+
+def test_a_named_reader_is_used_and_its_password_never_shown(schema: str):
+    with login_role(f'GRANT USAGE ON SCHEMA "{schema}" TO {{role}}',
+                    f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO {{role}}') as role:
+        env = {**cli_env(), "GORMES_QUERY_URL": url_as(role, schema)}
+        done = query(url_for_schema(schema), "--json", "SELECT session_user AS s, count(*) AS n FROM events",
+                     env=env)
+        assert done.returncode == 0, done.stderr
+        assert json_lines(done.stdout) == [{"s": role, "n": len(SAMPLE)}]
+    secret = "n0tSh0wnEver"
+    env = {**cli_env(), "GORMES_QUERY_URL": f"postgresql://reader@127.0.0.1:1/test?password={secret}"}
+    done = query(url_for_schema(schema), "SELECT 1", env=env)
+    line = assert_one_line_error(done)
+    assert "cannot connect" in line and "GORMES_QUERY_URL" in line, line
+    assert secret not in done.stderr
+
+
+def test_an_advisory_lock_does_not_stop_writers_opening_the_store(schema: str):
+    """Own attack: advisory locks are open to every role; the lock gormes takes
+    while creating a schema must not be one a reader can hold against every
+    writer's open for the length of its timeout."""
+    url = url_for_schema(schema)
+    sql = ("SELECT pg_advisory_lock(hashtext('gormes schema ' || current_schema())), "
+           "pg_advisory_xact_lock(hashtext('gormes schema ' || current_schema())), "
+           "pg_sleep(100) -- attack-advisory")
+    with subprocess.Popen(gormes_command(url, "query", "--timeout", "300", sql),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env()) as attack:
+        try:
+            _wait_until_running(attack, "attack-advisory")
+            appended = append_one(url)
+            assert appended.returncode == 0, appended.stderr
+            assert attack.poll() is None  # the lock was still held when the write finished
+        finally:
+            attack.kill()
+            _end_on_the_server("attack-advisory")
+    assert len(events_of(schema)) == len(SAMPLE) + 1
+    rebuild_check(url)
+
+
+def test_first_queries_on_a_new_schema_race_safely(schema: str):
+    """Own attack: many queries at once on a schema the reader cannot read yet all
+    set it up (CREATE ROLE, GRANTs collide without a lock) and all succeed."""
+    url = url_for_schema(schema)
+    admin(f'CREATE TABLE "{schema}".extra(x int)')  # a table the reader lacks
+    procs = [subprocess.Popen(gormes_command(url, "query", "--json", "SELECT count(*) AS n FROM extra"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+             for _ in range(6)]
+    results = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    for (out, err), code in results:
+        assert code == 0, err
+        assert json_lines(out) == [{"n": 0}]
+    grants = admin("SELECT privilege_type FROM information_schema.role_table_grants "
+                   "WHERE grantee = 'gormes_reader' AND table_schema = %s ORDER BY table_name", (schema,))
+    assert {g for (g,) in grants} == {"SELECT"}
