@@ -312,15 +312,52 @@ def _wait_for_sqlite_reader(proc: subprocess.Popen, db: Path) -> None:
         time.sleep(0.05)
 
 
-def test_the_wal_does_not_grow_without_bound_under_a_long_read(db: Path):
-    """While a runaway read holds its snapshot, writers grow the WAL; the timeout
-    ends the read, so a checkpoint can then reset it."""
-    done = run_gormes(db, "query", "--timeout", "1", FOREVER)
-    assert done.returncode == 1
-    for n in range(20):
-        assert run_gormes(db, "append", "w", "note.added", "--data", f'{{"text": "{n}"}}').returncode == 0
+def test_a_runaway_read_gives_the_wal_back_when_it_times_out(db: Path):
+    """While a runaway read holds its snapshot no checkpoint can reset the WAL that
+    writers grow; the timeout ends the read, and the WAL can then be emptied."""
+    from gormes.events.sqlite_log import SQLiteLog
+
+    with subprocess.Popen(gormes_command(db, "query", "--timeout", "3", FOREVER),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=cli_env()) as reader:
+        _wait_for_sqlite_reader(reader, db)
+        log = SQLiteLog(db)
+        try:
+            for n in range(20):
+                log.append_now("w", [NoteAdded(text=str(n))])
+        finally:
+            log.close()
+        out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 1 and "timed out after 3 s" in err, err
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert busy == 0
+        assert Path(f"{db}-wal").stat().st_size == 0
+    finally:
+        conn.close()
     count = run_gormes(db, "query", "--json", "SELECT count(*) AS n FROM events")
     assert json_lines(count.stdout) == [{"n": len(SAMPLE) + 20}]
+    rebuild_check(db)
+
+
+def test_ctrl_c_stops_a_postgres_query_at_once(schema: str):
+    url = url_for_schema(schema)
+    with subprocess.Popen(gormes_command(url, "query", "--timeout", "300",
+                                         "SELECT pg_sleep(100) -- attack-sigint"),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=cli_env()) as proc:
+        try:
+            _wait_until_running(proc, "attack-sigint")
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+            _end_on_the_server("attack-sigint")
+    assert proc.returncode == 130, err
+    assert out == "" and err.splitlines() == ["gormes: interrupted"], err
 
 
 # --- own attacks on SQLite: writing another file, loading code, editing the schema ---
