@@ -47,10 +47,9 @@ SELECT r.rolname,
             WHEN r.rolbypassrls THEN 'bypasses row security'
             WHEN r.rolname = ANY(%(wide)s) THEN 'is ' || r.rolname
             WHEN EXISTS (
-                SELECT 1 FROM pg_tables t
-                WHERE t.schemaname = %(schema)s
-                  AND has_table_privilege(r.oid, format('%%I.%%I', t.schemaname, t.tablename),
-                                          'INSERT, UPDATE, DELETE, TRUNCATE'))
+                SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
+                  AND has_table_privilege(r.oid, c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))
                  THEN 'may write the tables of schema ' || %(schema)s
        END
 FROM pg_roles r
@@ -79,6 +78,18 @@ def ensure_reader(conn: psycopg.Connection, schema: str) -> None:
     """Create `gormes_reader` if missing and grant it what reading `schema` needs
     (only what it lacks, so that a second run writes nothing). `conn` is an
     autocommit session of a role that may manage roles and owns the schema."""
+    try:
+        _grant_reading(conn, schema)
+    except psycopg.Error as exc:
+        from gormes.events.postgres_schema import first_line
+
+        raise UserError(
+            f"cannot set up the read-only role {READER} for schema {schema}: {first_line(exc)}; "
+            f"name a read-only login role in {QUERY_URL_ENV} (see docs/postgres.md)"
+        ) from None
+
+
+def _grant_reading(conn: psycopg.Connection, schema: str) -> None:
     with conn.transaction():
         # one setter-up at a time: concurrent GRANTs on a table collide
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('gormes reader role'))")
@@ -87,17 +98,30 @@ def ensure_reader(conn: psycopg.Connection, schema: str) -> None:
                 "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT "
                 "NOREPLICATION NOBYPASSRLS"
             ).format(sql.Identifier(READER)))
-        if not conn.execute("SELECT has_schema_privilege(%s, %s, 'USAGE')", (READER, schema)).fetchone()[0]:
+        if not _may_use_schema(conn, schema):
             conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
                 sql.Identifier(schema), sql.Identifier(READER)))
-        unreadable = conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND NOT "
-            "has_table_privilege(%s, format('%%I.%%I', schemaname, tablename), 'SELECT')",
-            (schema, READER),
-        ).fetchall()
-        for (table,) in unreadable:
+        for table in _unreadable_tables(conn, schema):
             conn.execute(sql.SQL("GRANT SELECT ON TABLE {}.{} TO {}").format(
                 sql.Identifier(schema), sql.Identifier(table), sql.Identifier(READER)))
+        # A GRANT by a role without the grant option only warns: see what holds.
+        if not _may_use_schema(conn, schema) or _unreadable_tables(conn, schema):
+            raise psycopg.errors.InsufficientPrivilege(
+                "no privileges were granted (this role may not grant them on the schema)")
+
+
+def _may_use_schema(conn: psycopg.Connection, schema: str) -> bool:
+    return conn.execute("SELECT has_schema_privilege(%s, %s, 'USAGE')", (READER, schema)).fetchone()[0]
+
+
+def _unreadable_tables(conn: psycopg.Connection, schema: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') "
+        "AND NOT has_table_privilege(%s, c.oid, 'SELECT')",
+        (schema, READER),
+    )
+    return [table for (table,) in rows]
 
 
 def named_reader() -> str | None:

@@ -540,3 +540,16 @@ def test_first_queries_on_a_new_schema_race_safely(schema: str):
     grants = admin("SELECT privilege_type FROM information_schema.role_table_grants "
                    "WHERE grantee = 'gormes_reader' AND table_schema = %s ORDER BY table_name", (schema,))
     assert {g for (g,) in grants} == {"SELECT"}
+
+
+def test_a_role_that_may_create_roles_but_not_grant_is_refused_in_one_line(schema: str):
+    """Own attack: CREATEROLE alone (no ownership of the schema) cannot widen the
+    reader's grants; it gets one line, and the reader is not given the schema."""
+    with login_role("ALTER ROLE {role} CREATEROLE", f'GRANT USAGE ON SCHEMA "{schema}" TO {{role}}',
+                    f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO {{role}}') as role:
+        done = query(url_as(role, schema), "SELECT count(*) FROM events")
+        line = assert_one_line_error(done)
+        assert "cannot set up the read-only role gormes_reader" in line, line
+        assert "GORMES_QUERY_URL" in line
+    assert admin("SELECT count(*) FROM pg_roles WHERE rolname = 'gormes_reader' "
+                 "AND has_schema_privilege(oid, %s, 'USAGE')", (schema,)) == [(0,)]
