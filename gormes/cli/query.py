@@ -11,7 +11,7 @@ On both, the statement (with the streaming of its rows) is stopped after
 `--timeout` seconds (`QueryTimedOut`, exit 1): a runaway read would otherwise
 hold its snapshot, and on SQLite keep every checkpoint from resetting the WAL.
 Ctrl-C stops it at once (exit 130): on SQLite a progress handler, called every
-few thousand virtual machine steps, ends the statement when SIGINT has come or
+thousand virtual machine steps, ends the statement when SIGINT has come or
 the time is up, since a statement inside SQLite's C code never returns to
 Python to see a KeyboardInterrupt.
 """
