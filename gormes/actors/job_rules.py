@@ -16,7 +16,8 @@ import msgspec
 from gormes.actors.jobs import InvalidJob, InvalidTransition, JobState, LockLost
 from gormes.events.base import Event
 from gormes.events.jobs import (
-    MAX_DELAY_MS, Backoff, ChildOutcome, ChildPolicy, JobAwaitingChildren, JobCancelled, JobChildAdded,
+    MAX_ATTEMPTS, MAX_CHILDREN, MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_WAITING, PRIORITY_RANGE,
+    Backoff, ChildOutcome, ChildPolicy, JobAwaitingChildren, JobCancelled, JobChildAdded,
     JobChildDone, JobChildrenSettled, JobClaimed, JobCompleted, JobFailed, JobInboxRead,
     JobLeaseRenewed, JobMessageSent, JobOptions, JobPaused, JobProgressed, JobPromoted,
     JobPruned, JobReleased, JobResumed, JobRetried, JobStalled, JobSubmitted, JobTimedOut,
@@ -163,29 +164,35 @@ def parse_options(options: JobOptions | Mapping[str, Any] | None) -> JobOptions:
 
 
 def validate_options(options: JobOptions) -> JobOptions:
-    """Refuse values out of range (JobOptions' bounds too, for options made in
-    Python, which msgspec only checks when it parses); clamp max_stalled to 1..100."""
+    """Refuse values out of range (the bounds in gormes/events/jobs.py); clamp
+    max_stalled to 1..100."""
     def need(ok: bool, message: str) -> None:
         if not ok:
-            raise InvalidJob(message)
+            raise InvalidJob(f"invalid job options: {message}")
 
-    try:
-        msgspec.convert(msgspec.to_builtins(options), JobOptions)
-    except msgspec.ValidationError as exc:
-        raise InvalidJob(f"invalid job options: {exc}") from None
+    def within(value: int | None, low: int, high: int, name: str) -> None:
+        need(value is None or low <= value <= high, f"{name} must be between {low} and {high}")
+
+    def short(text: str | None, most: int, name: str) -> None:
+        need(text is None or len(text) <= most, f"{name} must be at most {most} characters")
+
     need(bool(options.queue.strip()), "queue must not be empty")
-    need(options.delay_ms >= 0, "delay_ms must be >= 0")
-    need(options.max_attempts >= 1, "max_attempts must be >= 1")
+    short(options.queue, MAX_NAME_LENGTH, "queue")
+    short(options.parent_id, MAX_NAME_LENGTH, "parent_id")
+    within(options.priority, *PRIORITY_RANGE, "priority")
+    within(options.delay_ms, 0, MAX_DELAY_MS, "delay_ms")
+    within(options.max_attempts, 1, MAX_ATTEMPTS, "max_attempts")
     b = options.backoff
-    need(b.delay_ms >= 0, "backoff delay_ms must be >= 0")
+    within(b.delay_ms, 0, MAX_DELAY_MS, "backoff delay_ms")
     need(0.0 <= b.jitter <= 1.0, "backoff jitter must be between 0 and 1")
-    need(options.timeout_ms is None or options.timeout_ms > 0, "timeout_ms must be > 0")
-    need(options.max_children is None or options.max_children >= 0, "max_children must be >= 0")
-    need(options.max_waiting is None or options.max_waiting >= 1, "max_waiting must be >= 1")
+    within(options.timeout_ms, 1, MAX_DELAY_MS, "timeout_ms")
+    within(options.max_children, 0, MAX_CHILDREN, "max_children")
+    within(options.max_waiting, 1, MAX_WAITING, "max_waiting")
     need(
         options.idempotency_key is None or bool(options.idempotency_key.strip()),
         "idempotency_key must not be empty",
     )
+    short(options.idempotency_key, MAX_KEY_LENGTH, "idempotency_key")
     low, high = MAX_STALLED_RANGE
     clamped = min(max(options.max_stalled, low), high)
     if clamped != options.max_stalled:

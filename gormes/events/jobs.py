@@ -8,7 +8,7 @@ same state and rebuilding the ledger gives the same rows.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -30,14 +30,16 @@ TranscriptKind = Literal["log", "tool_call", "llm_turn", "error"]
 
 # The bounds of what a submitter may choose: every time a job computes from them
 # (now + delay, a backoff, a deadline) stays far inside a 64-bit integer column.
+# They are checked when a job is submitted (`job_rules.validate_options`), never
+# by the types below: those are also the shape of recorded events, and an event
+# recorded before a bound existed must still decode.
 MAX_DELAY_MS = 10 * 365 * 24 * 3600 * 1000  # ten years
 MAX_ATTEMPTS = 1000
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # a 32-bit signed int
 MAX_NAME_LENGTH = 200  # job names, queue names, ids
 MAX_KEY_LENGTH = 500  # idempotency keys
-
-DelayMs = Annotated[int, msgspec.Meta(ge=0, le=MAX_DELAY_MS, description="Milliseconds, at most ten years.")]
-Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME_LENGTH)]
+MAX_CHILDREN = 1_000_000
+MAX_WAITING = 1_000_000_000
 
 
 class Backoff(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -45,27 +47,26 @@ class Backoff(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     (never more than MAX_DELAY_MS)."""
 
     kind: Literal["exponential", "fixed"] = "exponential"
-    delay_ms: DelayMs = 1000
-    jitter: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.2
+    delay_ms: int = 1000
+    jitter: float = 0.2
 
 
 class JobOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What a submitter may choose. Unknown keys and values out of range are
-    refused when parsed (and by `job_rules.validate_options` for a Struct made in
-    Python, which msgspec does not check)."""
+    """What a submitter may choose. Unknown keys are refused when parsed; values
+    out of range are refused by `job_rules.validate_options` on every submit."""
 
-    queue: Name = "default"
-    priority: Annotated[int, msgspec.Meta(ge=PRIORITY_RANGE[0], le=PRIORITY_RANGE[1])] = 0  # lower runs first
-    delay_ms: DelayMs = 0
-    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=MAX_ATTEMPTS)] = 3
+    queue: str = "default"
+    priority: int = 0  # lower runs first
+    delay_ms: int = 0
+    max_attempts: int = 3
     backoff: Backoff = Backoff()
-    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=MAX_DELAY_MS)] | None = None
+    timeout_ms: int | None = None
     max_stalled: int = 5  # clamped to 1..100
-    parent_id: Name | None = None
+    parent_id: str | None = None
     on_child_fail: ChildPolicy = "fail_parent"  # applies when THIS job, as a child, fails
-    max_children: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] | None = None
-    idempotency_key: Annotated[str, msgspec.Meta(max_length=MAX_KEY_LENGTH)] | None = None
-    max_waiting: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None = None  # admission control
+    max_children: int | None = None
+    idempotency_key: str | None = None
+    max_waiting: int | None = None  # admission control for the queue
     remove_on_complete: bool = False
     remove_on_fail: bool = False
 

@@ -18,12 +18,15 @@ from typing import Annotated, Any
 
 import msgspec
 
-from gormes.actors.jobs import JobNotFound
+from gormes.actors.job_rules import validate_options
+from gormes.actors.jobs import InvalidJob, JobNotFound
 from gormes.events.jobs import MAX_NAME_LENGTH, JobOptions, Submitter, Tokens
 from gormes.ops.job_trust import (
     check_job_submit, check_live_jobs, owns, privileged, require_may_act_on, submitter_of,
 )
-from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec, OperationUnavailable
+from gormes.ops.spec import (
+    InvalidOperationInput, OperationContext, OperationDenied, OperationSpec, OperationUnavailable,
+)
 
 JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
 
@@ -71,11 +74,19 @@ class JobSubmitInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     options: JobOptions | None = None
 
 
+def _in_range(options: JobOptions) -> JobOptions:
+    """Options out of range are bad input (the queue checks again on submit)."""
+    try:
+        return validate_options(options)
+    except InvalidJob as exc:
+        raise InvalidOperationInput(str(exc)) from None
+
+
 async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary:
     """Submit as the caller (its Submitter is recorded); see gormes/ops/job_trust.py
     for what a gateway or child agent may not submit."""
     queue = _queue(ctx)
-    options = value.options or JobOptions()
+    options = _in_range(value.options or JobOptions())
     check_job_submit(ctx.caller, value.name, value.data, options.priority)
     if options.parent_id is not None and not privileged(ctx.caller):
         parent = await queue.get(options.parent_id)

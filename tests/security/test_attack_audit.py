@@ -185,8 +185,8 @@ async def test_bad_job_input_is_audited_as_invalid_not_error(db_path):
     """Seen failing before the fix: InvalidJob and JobNotFound were audited as `error`."""
     async with SQLiteEventStore.open(db_path) as store:
         executor = Executor(default_registry(), store, jobs=await JobQueue.open(store))
-        with pytest.raises(InvalidJob, match="queue must not be empty"):
-            await executor.call("job.submit", {"name": "demo.echo", "options": {"queue": "   "}}, OPERATOR)
+        with pytest.raises(InvalidJob, match="no-such-job"):
+            await executor.call("job.submit", {"name": "demo.echo", "options": {"parent_id": "no-such-job"}}, OPERATOR)
         with pytest.raises(JobNotFound):
             await executor.call("job.get", {"id": "missing"}, OPERATOR)
         events = [r.event for r in await audits(store)]
@@ -198,7 +198,9 @@ async def test_bad_job_input_is_audited_as_invalid_not_error(db_path):
 # -- hole 16: a recording that does not agree with itself is refused ----------------------
 
 
-def edited_fixture(tmp_path: Path, name: str, stream: str, old: str, new: str) -> Path:
+def edited_fixture(tmp_path: Path, name: str, stream: str, old: str, new: str) -> tuple[Path, int]:
+    """The fixture with `old` replaced by `new` in `stream`'s first tool call, and
+    that event's position."""
     text = (FIXTURES / f"{name}.jsonl").read_text()
     lines = text.splitlines(keepends=True)
     hits = [i for i, line in enumerate(lines) if f'"stream":"{stream}"' in line and '"run.tool_called"' in line]
@@ -207,25 +209,25 @@ def edited_fixture(tmp_path: Path, name: str, stream: str, old: str, new: str) -
     lines[hits[0]] = lines[hits[0]].replace(old, new, 1)
     out = tmp_path / f"{name}-edited.jsonl"
     out.write_text("".join(lines))
-    return out
+    return out, json.loads(lines[hits[0]])["position"]
 
 
 def test_replay_file_refuses_edited_tool_arguments(tmp_path):
     """Seen failing before the fix: `exact: ... events reproduced`, exit 0."""
-    edited = edited_fixture(tmp_path, "subagents", "run-subagents-2", '\\"path\\":\\".\\"', '\\"path\\":\\"/etc\\"')
+    edited, position = edited_fixture(tmp_path, "subagents", "run-subagents-2", '\\"path\\":\\".\\"', '\\"path\\":\\"/etc\\"')
     done = run_gormes(tmp_path / "none.db", "replay", "--file", str(edited), "--import", HANDLERS)
     line = assert_one_line_error(done)
     assert done.returncode == 1
-    assert "position 13" in line and "arguments" in line and "args_hash" in line
+    assert f"position {position} " in line and "arguments" in line and "args_hash" in line
 
 
 def test_replay_file_refuses_an_edited_grandchild_run(tmp_path):
     """Own attack: the edit hides in a subagent's subagent, two levels down."""
-    edited = edited_fixture(tmp_path, "subagents", "run-subagents-3", '\\"pattern\\":\\"replay\\"', '\\"pattern\\":\\"secret\\"')
+    edited, position = edited_fixture(tmp_path, "subagents", "run-subagents-3", '\\"pattern\\":\\"replay\\"', '\\"pattern\\":\\"secret\\"')
     done = run_gormes(tmp_path / "none.db", "replay", "subagents-1", "--file", str(edited), "--import", HANDLERS)
     line = assert_one_line_error(done)
     assert done.returncode == 1
-    assert "run 'subagents-3'" in line and "position 15" in line
+    assert "run 'subagents-3'" in line and f"position {position} " in line
 
 
 def test_replay_from_the_database_refuses_edited_tool_arguments(tmp_path):
