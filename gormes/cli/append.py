@@ -1,9 +1,9 @@
 """`gormes append STREAM TYPE --data JSON`: append one typed event.
 
-The data is parsed strictly by the event type's schema before the database is
-opened, so malformed JSON, JSON nested too deep, an unknown type, wrong or
-unknown fields write nothing. Audit records are refused: only the operation
-executor writes them (each is chained to the one before, gormes/audit_chain.py).
+The CLI refuses text that is not JSON before the database is opened; the rules
+(no audit records, no unknown fields, the nesting limit, the type's schema) are
+the `events.append` operation's (gormes/ops/log_admin.py), run through the audited
+executor as the operator: a write or a refusal is one audit event.
 """
 
 from __future__ import annotations
@@ -29,71 +29,46 @@ def append(obj, stream: str, type_: str, data: str, expected_version: int | None
            as_json: bool) -> None:
     """Append one event of TYPE to STREAM (see `gormes types` for the types)."""
     from gormes.cli import output
+    from gormes.cli.ops import operator_session
     from gormes.errors import UserError
     from gormes.events import jsonl
     from gormes.events.catalog import load_all
-    from gormes.events.sqlite_log import SQLiteLog
+    from gormes.ops.log_admin import EventAppendInput
 
     if not stream:
         raise UserError("STREAM must not be empty")
     if data == "-":
         data = sys.stdin.read()
+    check_well_formed(data, type_)
     load_all()
-    event = parse_data(type_, stream, data)
-    from gormes.cli.postgres_log import append_one, database_url
+    value = EventAppendInput(stream=stream, type=type_, data=data, expected_version=expected_version)
 
-    url = database_url()
-    if url is not None:
-        result, recorded = append_one(url, stream, event, expected_version)
-        if as_json:
-            output.write_json_lines(recorded)
-        else:
-            click.echo(
-                f"appended {type_} to {stream}: position {result.first_position}, "
-                f"version {result.version}"
-            )
-        return
-    log = SQLiteLog(obj.db)
-    try:
-        result = log.append_now(stream, [event], expected_version)
-        if as_json:
-            output.write_json_lines(
-                jsonl.select(log, result.first_position - 1, limit=1)
-            )
-        else:
-            click.echo(
-                f"appended {type_} to {stream}: position {result.first_position}, "
-                f"version {result.version}"
-            )
-    finally:
-        log.close()
+    async def work(door):
+        appended = await door.call("events.append", value)
+        recorded = await door.store.read_with(
+            lambda log: jsonl.select(log, appended.position - 1, limit=1)) if as_json else []
+        return appended, recorded
+
+    appended, recorded = operator_session(obj, work)
+    if as_json:
+        output.write_json_lines(recorded)
+    else:
+        click.echo(f"appended {type_} to {stream}: position {appended.position}, "
+                   f"version {appended.version}")
 
 
-def parse_data(type_: str, stream: str, data: str):
-    """The event `--data` describes, or one line saying what is wrong with it."""
+def check_well_formed(data: str, type_: str) -> None:
+    """Refuse text that is not JSON before the database is opened. Text nested
+    too deep is left to events.append, which refuses it unread (and audits it)."""
     import msgspec
 
-    from gormes.cli.json_input import check_nesting
+    from gormes.cli.json_input import nesting_depth_over
     from gormes.errors import UserError
-    from gormes.events.audit import AUDIT_STREAM_PREFIX
-    from gormes.events.codec import default_codec
 
-    cls = default_codec.class_for(type_)
-    if cls is None:
-        return default_codec.parse(type_, data)  # says the type is unknown, naming the known ones
-    if stream.startswith(AUDIT_STREAM_PREFIX) or (
-            cls.__struct_config__.tag.startswith("audit.")):
-        raise UserError("audit records are written only by the operation executor; "
-                        f"`append` refuses type {type_!r} on stream {stream!r}")
-    check_nesting(data, "--data")
+    raw = data.encode("utf-8", "surrogateescape")
+    if nesting_depth_over(raw):
+        return
     try:
-        fields = msgspec.json.decode(data)
+        msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise UserError(f"malformed JSON for {type_!r}: {exc}") from None
-    event = default_codec.parse(type_, fields)  # wrong and missing fields are named first
-    known = {f.encode_name for f in msgspec.structs.fields(cls)} | {"type"}
-    unknown = sorted(set(fields) - known)  # parse saw to it that `fields` is an object
-    if unknown:
-        raise UserError(f"unknown field(s) for {type_!r}: {', '.join(unknown)} "
-                        "(see `gormes types`); nothing written")
-    return event

@@ -49,14 +49,13 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
             raise UserError(f"cannot read {source}: {exc.strerror}") from None
     if not parsed:
         raise UserError(f"{source} holds no events")
-    if obj.url is not None:
-        result = _import_into_store(obj.url, parsed, check_versions=not ignore_versions)
-    else:
-        log = SQLiteLog(obj.db)
-        try:
-            result = jsonl.import_lines(log, parsed, check_versions=not ignore_versions)
-        finally:
-            log.close()
+    from gormes.cli.ops import operator_call
+    from gormes.ops.log_admin import EventsImportInput, ImportRecord
+
+    records = [ImportRecord(number=p.number, stream=p.stream, event=p.event, version=p.version)
+               for p in parsed]
+    result = operator_call(obj, "events.import",
+                           EventsImportInput(records=records, ignore_versions=ignore_versions))
     if as_json:
         output.write_json_objects([result])
     else:
@@ -64,22 +63,6 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
             f"imported {result.imported} events "
             f"(positions {result.first_position}..{result.last_position})"
         )
-
-
-def _import_into_store(target, parsed, *, check_versions: bool):
-    """All the lines in one transaction of the store `target` names (PostgreSQL)."""
-    import trio
-
-    from gormes.events import jsonl
-    from gormes.events.open import open_store
-
-    async def main():
-        async with open_store(target) as store:
-            return await store.transact(
-                lambda tx: jsonl.import_lines_in(tx, parsed, check_versions=check_versions)
-            )
-
-    return trio.run(main)
 
 
 def _read_run(target, run_id: str, children: bool):

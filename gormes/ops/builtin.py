@@ -6,7 +6,7 @@ executor, so each is audited like any other operation (decision 0019)."""
 
 from __future__ import annotations
 
-from gormes.ops import control, cron, fs, jobs, jobs_admin, knowledge, memory_admin, shell, skills, skills_admin, time_ops
+from gormes.ops import control, cron, fs, jobs, jobs_admin, knowledge, log_admin, memory_admin, shell, skills, skills_admin, time_ops
 from gormes.ops import memory as memory_ops
 from gormes.ops.registry import Registry
 
@@ -16,4 +16,5 @@ def default_registry() -> Registry:
         *fs.SPECS, *time_ops.SPECS, *jobs.SPECS, *jobs_admin.SPECS, *shell.SPECS, *skills.SPECS,
         *skills_admin.SPECS, *memory_ops.SPECS, *memory_admin.SPECS, *control.SPECS, *knowledge.SPECS,
         *cron.SPECS,
+        *log_admin.SPECS,
     ])

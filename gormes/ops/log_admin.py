@@ -1,0 +1,151 @@
+"""The operator's writes into the log: events.append and events.import.
+
+Operator-only and never offered to models: `gormes append` and `gormes import`
+call them through the executor, so each write (and each refusal) is one audit
+event like any other operation's (decision 0019). The CLI only reads and parses
+its input; the rules are here:
+
+- append refuses audit records (`audit.*` types, `audit-*` streams): only the
+  executor writes those, each sealed onto the day's hash chain;
+- append's data is refused when nested deeper than `MAX_NESTING` (refused
+  unread: the decoders recurse once per level), when it is not an object of the
+  type's fields, or when it names a field the type does not have;
+- import takes records already parsed (`gormes.events.jsonl.parse_lines`) and
+  appends them all or none. Audit records in an import are accepted as they are:
+  restoring an export restores its audit trail, and a forged or edited record
+  breaks the hash chain, which `gormes audit verify` reports.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from gormes.cli.json_input import MAX_NESTING, nesting_depth_over
+from gormes.errors import UserError
+from gormes.events.audit import AUDIT_STREAM_PREFIX
+from gormes.events.base import Event
+from gormes.events.codec import default_codec
+from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec
+
+OPERATOR = frozenset({"operator"})
+INT64_MAX = 2**63 - 1
+IMPORT_TIMEOUT = 3600.0  # seconds: a large export restored in one transaction
+
+Version = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+
+
+class EventAppendInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One event of `type` for `stream`; `data` is its fields as a JSON object.
+    `expected_version`: refuse unless the stream is at it (0: a new stream)."""
+
+    stream: Annotated[str, msgspec.Meta(min_length=1)]
+    type: str
+    data: str = "{}"  # JSON text: checked for nesting before it is decoded
+    expected_version: Version | None = None
+
+
+class EventAppended(msgspec.Struct, kw_only=True):
+    stream: str
+    type: str
+    position: int
+    version: int
+
+
+def event_from(type_: str, stream: str, data: str) -> Event:
+    """The event `data` describes, or a refusal saying what is wrong with it."""
+    cls = default_codec.class_for(type_)
+    if cls is None:
+        return default_codec.parse(type_, data)  # says the type is unknown, naming the known ones
+    if stream.startswith(AUDIT_STREAM_PREFIX) or cls.__struct_config__.tag.startswith("audit."):
+        raise OperationDenied("audit records are written only by the operation executor; "
+                              f"`append` refuses type {type_!r} on stream {stream!r}")
+    if nesting_depth_over(data.encode("utf-8", "surrogateescape")):
+        raise UserError(f"--data is nested deeper than {MAX_NESTING} levels; refused unread")
+    try:
+        fields = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise UserError(f"malformed JSON for {type_!r}: {exc}") from None
+    event = default_codec.parse(type_, fields)  # wrong and missing fields are named first
+    known = {f.encode_name for f in msgspec.structs.fields(cls)} | {"type"}
+    unknown = sorted(set(fields) - known)  # parse saw to it that `fields` is an object
+    if unknown:
+        raise UserError(f"unknown field(s) for {type_!r}: {', '.join(unknown)} "
+                        "(see `gormes types`); nothing written")
+    return event
+
+
+async def events_append(ctx: OperationContext, value: EventAppendInput) -> EventAppended:
+    event = event_from(value.type, value.stream, value.data)
+    result = await ctx.store.append(value.stream, [event], value.expected_version)
+    return EventAppended(stream=value.stream, type=value.type, position=result.first_position,
+                         version=result.version)
+
+
+class ImportRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One parsed line of an import: its number in the file, and its event."""
+
+    number: int
+    stream: Annotated[str, msgspec.Meta(min_length=1)]
+    event: Any  # an Event of a registered type (checked by the handler)
+    version: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)] | None = None
+
+
+class EventsImportInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Parsed records to append in one transaction, all or none. A record's
+    `version` must follow its stream's version unless `ignore_versions`."""
+
+    records: list[ImportRecord]
+    ignore_versions: bool = False
+
+
+class EventsImported(msgspec.Struct, kw_only=True):
+    imported: int
+    first_position: int
+    last_position: int
+
+
+def _checked_records(records: list[ImportRecord]) -> list[Any]:
+    from gormes.events.jsonl import ParsedLine
+
+    if not records:
+        raise UserError("an import holds no events")
+    lines = []
+    for record in records:
+        event = record.event
+        if not isinstance(event, Event) or default_codec.class_for(event.type) is not type(event):
+            # JSON through `gormes ops call` decodes to dicts: the CLI parses the lines.
+            raise UserError(f"record {record.number}: not a parsed event of a registered type "
+                            "(`gormes import` parses the lines)")
+        lines.append(ParsedLine(record.number, record.stream, event, record.version))
+    return lines
+
+
+async def events_import(ctx: OperationContext, value: EventsImportInput) -> EventsImported:
+    from gormes.events import jsonl
+
+    lines = _checked_records(value.records)
+    check_versions = not value.ignore_versions
+    result = await ctx.store.transact(
+        lambda tx: jsonl.import_lines_in(tx, lines, check_versions=check_versions)
+    )
+    return EventsImported(imported=result.imported, first_position=result.first_position,
+                          last_position=result.last_position)
+
+
+def _write(name: str, description: str, handler: Any, input_type: type, output_type: type,
+           timeout: float) -> OperationSpec:
+    return OperationSpec(
+        name=name, description=description, input_type=input_type, output_type=output_type,
+        handler=handler, trust=OPERATOR, audit_kind="log.write", mutating=True, idempotent=False,
+        timeout=timeout,
+    )
+
+
+SPECS = (
+    _write("events.append", "Append one typed event to a stream (never an audit record).",
+           events_append, EventAppendInput, EventAppended, 30.0),
+    _write("events.import", "Append parsed JSONL records in one transaction, all or none.",
+           events_import, EventsImportInput, EventsImported, IMPORT_TIMEOUT),
+)
