@@ -14,7 +14,8 @@ from gormes.events.sqlite_log import SQLiteLog
 def read_back(db: Path) -> list:
     log = SQLiteLog(db, readonly=True)
     try:
-        return log.read_all()
+        # Each append is also one audit event (audit-* streams), written after it.
+        return [r for r in log.read_all() if not r.stream.startswith("audit-")]
     finally:
         log.close()
 

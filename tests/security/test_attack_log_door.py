@@ -1,0 +1,62 @@
+"""`gormes append` and `gormes import` go through the audited door: each write and
+each refused append is exactly one audit record (trust operator, caller cli)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import assert_one_line_error, run_gormes, write_notes
+
+
+def events(db: Path) -> list[dict]:
+    listed = run_gormes(db, "events", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return [json.loads(line) for line in listed.stdout.splitlines()]
+
+
+def split(db: Path) -> tuple[list[dict], list[dict]]:
+    everything = events(db)
+    audit = [e for e in everything if e["stream"].startswith("audit-")]
+    return [e for e in everything if e not in audit], audit
+
+
+def checks_pass(db: Path) -> None:
+    for args in (("audit", "verify"), ("projections", "rebuild", "--check")):
+        done = run_gormes(db, *args)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "g.db"
+    write_notes(path, [("notes-1", "first")])
+    return path
+
+
+def test_append_and_import_each_leave_one_audit_record(db: Path, tmp_path: Path) -> None:
+    assert run_gormes(db, "append", "s", "note.added", "--data", '{"text": "x"}').returncode == 0
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"stream": "t", "type": "note.added", "data": {"text": "y"}}) + "\n")
+    assert run_gormes(db, "import", str(source)).returncode == 0
+    _, audit = split(db)
+    assert [(a["data"]["operation"], a["data"]["trust"], a["data"]["caller"], a["data"]["outcome"])
+            for a in audit] == [("events.append", "operator", "cli", "ok"),
+                                ("events.import", "operator", "cli", "ok")]
+    checks_pass(db)
+
+
+@pytest.mark.parametrize(("stream", "type_", "data", "outcome"), [
+    ("audit-2026-01-01", "note.added", '{"text": "x"}', "denied"),
+    ("s", "note.added", '{"text": "x", "bogus": 1}', "invalid"),
+    ("s", "note.added", '{"text": "x", "y": ' + "[" * 100_000 + "]" * 100_000 + "}", "invalid"),
+])
+def test_a_refused_append_is_one_audit_record_and_nothing_else(
+        db: Path, stream: str, type_: str, data: str, outcome: str) -> None:
+    before, _ = split(db)
+    assert_one_line_error(run_gormes(db, "append", stream, type_, "--data", "-", input=data))
+    after, audit = split(db)
+    assert after == before
+    assert [(a["data"]["operation"], a["data"]["outcome"]) for a in audit] == [("events.append", outcome)]
+    checks_pass(db)
