@@ -60,3 +60,17 @@ def test_a_refused_append_is_one_audit_record_and_nothing_else(
     assert after == before
     assert [(a["data"]["operation"], a["data"]["outcome"]) for a in audit] == [("events.append", outcome)]
     checks_pass(db)
+
+
+async def test_a_gateway_over_mcp_is_not_offered_the_log_writes_and_cannot_call_them(db: Path) -> None:
+    from mcp_helpers import call_refused, gormes_mcp, tool_names
+
+    async with gormes_mcp(db) as client:
+        assert not await tool_names(client) & {"events__append", "events__import"}
+        await call_refused(client, "events__append", stream="s", type="note.added", data='{"text": "x"}')
+        await call_refused(client, "events__import", records=[])
+    logged, audit = split(db)
+    assert [e["data"]["text"] for e in logged] == ["first"]
+    assert [(a["data"]["operation"], a["data"]["trust"], a["data"]["outcome"]) for a in audit] == [
+        ("events__append", "gateway", "denied"), ("events__import", "gateway", "denied")]
+    checks_pass(db)
