@@ -74,3 +74,21 @@ async def test_a_gateway_over_mcp_is_not_offered_the_log_writes_and_cannot_call_
     assert [(a["data"]["operation"], a["data"]["trust"], a["data"]["outcome"]) for a in audit] == [
         ("events__append", "gateway", "denied"), ("events__import", "gateway", "denied")]
     checks_pass(db)
+
+
+def test_the_same_door_on_postgres(tmp_path: Path) -> None:
+    from pg_helpers import fresh_schema, url_for_schema
+
+    with fresh_schema() as name:
+        url = url_for_schema(name)
+        assert run_gormes(url, "append", "s", "note.added", "--data", '{"text": "x"}').returncode == 0
+        assert_one_line_error(run_gormes(url, "append", "audit-x", "note.added", "--data", '{"text": "y"}'))
+        source = tmp_path / "in.jsonl"
+        source.write_text(json.dumps({"stream": "t", "type": "note.added", "data": {"text": "z"}}) + "\n")
+        assert run_gormes(url, "import", str(source)).returncode == 0
+        logged, audit = split(url)
+        assert [e["data"]["text"] for e in logged] == ["x", "z"]
+        assert [(a["data"]["operation"], a["data"]["trust"], a["data"]["outcome"]) for a in audit] == [
+            ("events.append", "operator", "ok"), ("events.append", "operator", "denied"),
+            ("events.import", "operator", "ok")]
+        checks_pass(url)
