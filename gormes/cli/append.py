@@ -62,7 +62,7 @@ def check_well_formed(data: str, type_: str) -> None:
     too deep is left to events.append, which refuses it unread (and audits it)."""
     import msgspec
 
-    from gormes.cli.json_input import nesting_depth_over
+    from gormes.events.json_nesting import nesting_depth_over
     from gormes.errors import UserError
 
     raw = data.encode("utf-8", "surrogateescape")

@@ -31,7 +31,7 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
     must follow its stream's current version, so an export is not imported twice.
     """
     from gormes.cli import output
-    from gormes.cli.json_input import checked_lines
+    from gormes.events.json_nesting import checked_lines
     from gormes.errors import UserError
     from gormes.events import jsonl
     from gormes.events.catalog import load_all

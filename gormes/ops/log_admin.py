@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from gormes.cli.json_input import MAX_NESTING, nesting_depth_over
+from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over
 from gormes.errors import UserError
 from gormes.events.audit import AUDIT_STREAM_PREFIX
 from gormes.events.base import Event

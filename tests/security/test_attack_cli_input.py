@@ -411,7 +411,7 @@ def test_a_full_disk_is_called_a_full_disk(tmp_path: Path, tmpfs: Path):
     assert run_gormes(db, "append", "s", "note.added", "--data", '{"text": "x"}').returncode == 0
     fill(tmpfs)
     for args in (("append", "s", "note.added", "--data", '{"text": "' + "y" * 50_000 + '"}'),
-                 ("jobs", "submit", "n" * 50_000)):
+                 ("jobs", "submit", "n", "--data", '{"text": "' + "y" * 50_000 + '"}')):
         result = run_gormes(db, *args)
         line = assert_one_line_error(result)
         assert "not a gormes database" not in line, line

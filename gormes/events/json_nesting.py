@@ -1,4 +1,4 @@
-"""Checks on JSON a person hands the CLI, made before it is decoded.
+"""Checks on JSON from outside (the CLI, an operation's input), made before it is decoded.
 
 The decoders recurse once per nesting level, so `[[[[...]]]]` a hundred
 thousand deep raised RecursionError on both backends; no event gormes writes is
