@@ -36,6 +36,7 @@ import trio
 from gormes.audit_chain import append_sealed
 from gormes.errors import StoreError, UserError
 from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
+from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over
 from gormes.events.store import AppendRequest
 from gormes.ops.registry import Registry
 from gormes.ops.spec import (
@@ -190,7 +191,12 @@ def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
         if raw is None or (isinstance(raw, (str, bytes, bytearray)) and not raw.strip()):
             return msgspec.convert({}, kind)
         if isinstance(raw, (str, bytes, bytearray, memoryview)):
-            return msgspec.json.decode(raw, type=kind)
+            text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+            if nesting_depth_over(text):  # the decoder would recurse past Python's limit
+                raise InvalidOperationInput(
+                    f"invalid input for {spec.name}: JSON nested deeper than {MAX_NESTING} levels"
+                )
+            return msgspec.json.decode(text, type=kind)
         if isinstance(raw, msgspec.Struct):
             return msgspec.convert(msgspec.to_builtins(raw), kind)
         if isinstance(raw, dict):

@@ -249,6 +249,19 @@ def test_deeply_nested_data_is_refused_in_one_line(db: Path, depth: int):
     rebuild_check(db)
 
 
+def test_deeply_nested_operation_input_is_invalid_from_any_caller(db: Path):
+    """Own attack: `ops call` hands raw JSON straight to the executor; 50,000 levels
+    made msgspec raise RecursionError there (a traceback, audited `error`)."""
+    before = logged_events(db)
+    result = run_gormes(db, "ops", "call", "time.now", '{"x": ' + deep(50_000) + "}")
+    line = assert_one_line_error(result)
+    assert result.returncode == 2 and "nested deeper than 64" in line, line
+    audits = [e for e in events_json(db) if e["type"] == "audit.operation"]
+    assert [(a["data"]["operation"], a["data"]["outcome"]) for a in audits] == [("time.now", "invalid")]
+    assert logged_events(db) == before
+    rebuild_check(db)
+
+
 def test_nesting_up_to_the_limit_is_accepted(db: Path):
     data = json.dumps({"name": "n", "data": json.loads(deep(60))})
     result = run_gormes(db, "jobs", "submit", "n", "--data", json.dumps(json.loads(deep(60))))
