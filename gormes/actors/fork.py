@@ -178,7 +178,11 @@ async def fork_run(
     model: str | None = None,
     overrides: dict[str, Any] | None = None,
     run_id: str | None = None,
+    on_start: Callable[[str], None] | None = None,
 ) -> ForkedRun:
+    """Fork `source_run_id` at `at` and drive the new run to its end; refused, with
+    nothing written, when the code no longer replays the prefix. `on_start(new_run_id)`
+    is called once every check passed, as `resume_run` does."""
     store = manager.store
     records = await store.read_stream(run_stream(source_run_id))
     source = split_run(source_run_id, records)
@@ -201,6 +205,8 @@ async def fork_run(
         model=new_model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
     )
     origin = ForkOrigin(run_id=source_run_id, position=at)
+    if on_start is not None:
+        on_start(run.run_id)
     outcome = await continue_run(
         manager, run, prefix, run.started_event(handler_version(fn), forked_from=origin),
         lenient_llm=bool(model or overrides),

@@ -1,13 +1,15 @@
 """What the commands that drive runs in the foreground share (`gormes run`,
 `gormes fork`, `gormes runs resume`): their common options, a RunManager on the
-store with the built-in operations, SIGINT and SIGTERM, and the outcome's lines.
+store with the built-in operations, the operator's door that starts their runs on
+it (run.start, run.fork, run.resume: audited, gormes/ops/run_admin.py), SIGINT and
+SIGTERM, and the outcome's lines.
 
 SIGINT or SIGTERM cancels the runs, which record `run.cancelled` ("interrupted by
 SIGINT"), instead of the process dying with its runs left with no end (which
 would read as `running` for ever); the command then exits 128 + the signal's
 number.
 
-    outcome, signals = drive_runs(obj.target, workspace, lambda runs: runs.run(...))
+    outcome, signals = drive_runs(obj.target, workspace, lambda door: start_and_wait(door, "run.start", {...}))
     sys.exit(exit_code(outcome, signals))
 """
 
@@ -17,10 +19,13 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
+
+if TYPE_CHECKING:
+    from gormes.cli.ops import OperatorDoor
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -33,15 +38,15 @@ import_option = click.option(
 
 
 def drive_runs(target: Any, workspace: str | None,
-               fn: Callable[[Any], Awaitable[Any]]) -> tuple[Any, list[int]]:
-    """Run `fn(runs)` in trio within `foreground_runs`: (its result, the signals received)."""
+               fn: Callable[[OperatorDoor], Awaitable[Any]]) -> tuple[Any, list[int]]:
+    """Run `fn(door)` in trio within `foreground_runs`: (its result, the signals received)."""
     import trio
 
     signals: list[int] = []
 
     async def main() -> Any:
-        async with foreground_runs(target, workspace) as (runs, received):
-            result = await fn(runs)
+        async with foreground_runs(target, workspace) as (door, received):
+            result = await fn(door)
             signals.extend(received)
             return result
 
@@ -49,20 +54,37 @@ def drive_runs(target: Any, workspace: str | None,
 
 
 @asynccontextmanager
-async def foreground_runs(target: Any, workspace: str | None) -> AsyncIterator[tuple[Any, list[int]]]:
-    """(a RunManager on the store at `target`, the signals received so far): the
-    runs use the built-in operations (fs tools rooted at `workspace`), and each
-    SIGINT or SIGTERM while the block runs cancels them all."""
+async def foreground_runs(target: Any, workspace: str | None) -> AsyncIterator[tuple[OperatorDoor, list[int]]]:
+    """(the operator's door, the signals received so far): its run operations start
+    runs on a RunManager on the store at `target`; the runs use the built-in
+    operations (fs tools rooted at `workspace`), and each SIGINT or SIGTERM while
+    the block runs cancels them all."""
+    import trio
+
     from gormes.actors.runs import RunManager
+    from gormes.cli.ops import operator_door
     from gormes.events.open import open_store
     from gormes.ops.builtin import default_registry
     from gormes.ops.executor import Executor
+    from gormes.ops.run_admin import RunStarter
 
     async with open_store(target) as store:
         executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
         async with RunManager.open(store, executor=executor) as runs:
-            async with cancel_runs_on_signals(runs) as received:
-                yield runs, received
+            async with cancel_runs_on_signals(runs) as received, trio.open_nursery() as nursery:
+                yield operator_door(store, runs=RunStarter(runs, nursery)), received
+
+
+async def start_and_wait(door: OperatorDoor, operation: str, value: Any,
+                         on_start: Callable[[str], None] | None = None) -> Any:
+    """Start a run through `door` with `operation` (run.start, run.fork or
+    run.resume: audited), call `on_start(run_id)`, and wait for what it ends with
+    (see `RunStarter.result`)."""
+    started = await door.call(operation, value)
+    if on_start is not None:
+        on_start(started.run_id)
+    assert door.executor.runs is not None
+    return await door.executor.runs.result(started.run_id)
 
 
 @asynccontextmanager

@@ -9,7 +9,7 @@ from typing import Any
 import click
 import msgspec
 
-from gormes.cli.foreground import drive_runs, exit_code, import_option, workspace_option
+from gormes.cli.foreground import drive_runs, exit_code, import_option, start_and_wait, workspace_option
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
@@ -41,9 +41,10 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
     """Fork RUN at POSITION: copy its events up to there into a new run and continue it live.
 
     The code is first replayed against RUN up to POSITION; if it no longer
-    matches, nothing is written.
+    matches, nothing is written but the refusal's audit record. The fork is
+    audited (operation run.fork, as the operator); the new run keeps RUN's trust
+    class and memory scope.
     """
-    from gormes.actors.fork import fork_run
     from gormes.cli.replay import load_handlers
     from gormes.errors import UserError
     from gormes.events.catalog import load_all
@@ -55,8 +56,8 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
     if not is_postgres_url(obj.target) and not Path(obj.target).exists():
         raise UserError(f"no database at {obj.target}")
 
-    forked, signals = drive_runs(
-        obj.target, workspace, lambda runs: fork_run(runs, run_id, at, model=model, overrides=overrides))
+    value = {"run_id": run_id, "at": at, "model": model, "overrides": overrides}
+    forked, signals = drive_runs(obj.target, workspace, lambda door: start_and_wait(door, "run.fork", value))
     outcome = forked.outcome
     if as_json:
         click.echo(msgspec.json.encode(forked).decode())

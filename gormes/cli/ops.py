@@ -7,7 +7,9 @@ one operation as the operator through the same audited executor that agents use.
 `operator_session` and `operator_call` are that door for every other command
 that changes state (`jobs cancel`, `cron add`, `memory forget`, `skills
 promote`, ...): each call is checked, validated and audited as
-`Caller(trust="operator", id="cli")` (decision 0019).
+`Caller(trust="operator", id="cli")` (decision 0019). The commands that drive
+runs in the foreground (`run`, `fork`, `runs resume`) open theirs with
+`operator_door` beside their RunManager (gormes/cli/foreground.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gormes.ops.spec import TRUST_CLASSES
 if TYPE_CHECKING:
     from gormes.actors.queue import JobQueue
     from gormes.ops.executor import Executor
+    from gormes.ops.run_admin import RunStarter
 
 T = TypeVar("T")
 
@@ -30,9 +33,10 @@ CLI_CALLER_ID = "cli"
 
 
 class OperatorDoor:
-    """The executor, store and job queue one CLI command works through."""
+    """The executor, store and job queue one CLI command works through (a
+    foreground run's command has no queue, and its runs: `executor.runs`)."""
 
-    def __init__(self, executor: Executor, queue: JobQueue) -> None:
+    def __init__(self, executor: Executor, queue: JobQueue | None) -> None:
         self.executor = executor
         self.queue = queue
         self.store = executor.store
@@ -53,15 +57,26 @@ def operator_session(
 
     from gormes.actors.queue import JobQueue
     from gormes.events.open import open_store
-    from gormes.ops.builtin import default_registry
-    from gormes.ops.executor import Executor
 
     async def main() -> T:
         async with open_store(obj.target) as store:
             queue = await JobQueue.open(store)
-            return await work(OperatorDoor(Executor(default_registry(), store, workspace=workspace, jobs=queue), queue))
+            return await work(operator_door(store, queue, workspace=workspace))
 
     return trio.run(main)
+
+
+def operator_door(
+    store: Any, queue: JobQueue | None = None, *, workspace: Path | str | None = None,
+    runs: RunStarter | None = None,
+) -> OperatorDoor:
+    """The operator's door on an open store: `queue` (None: the job operations are
+    off), `workspace` (the fs operations' root) and `runs` (None: the run
+    operations are off)."""
+    from gormes.ops.builtin import default_registry
+    from gormes.ops.executor import Executor
+
+    return OperatorDoor(Executor(default_registry(), store, workspace=workspace, jobs=queue, runs=runs), queue)
 
 
 def operator_call(obj: Any, name: str, value: Any, *, workspace: Path | str | None = None) -> Any:

@@ -11,7 +11,9 @@ import click
 import msgspec
 
 from gormes.actors.run_list import RUN_STATUSES
-from gormes.cli.foreground import drive_runs, echo_outcome, exit_code, import_option, workspace_option
+from gormes.cli.foreground import (
+    drive_runs, echo_outcome, exit_code, import_option, start_and_wait, workspace_option,
+)
 from gormes.errors import UserError
 
 
@@ -34,7 +36,9 @@ def _emit_json(value: Any) -> None:
 def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, system: str | None,
         model: str | None, tools: str | None, max_iterations: int | None, deadline_s: float | None,
         workspace: str | None, as_json: bool) -> None:
-    """Start a run of HANDLER ("agent" for the built-in agent loop) and wait for it."""
+    """Start a run of HANDLER ("agent" for the built-in agent loop) and wait for it.
+
+    The start is audited (operation run.start, as the operator)."""
     if input_json is not None:
         try:
             run_input = msgspec.json.decode(input_json.encode())
@@ -47,17 +51,15 @@ def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, syst
     else:
         raise UserError("give the run's input: --prompt TEXT or --input JSON")
     allow = [t.strip() for t in tools.split(",") if t.strip()] if tools is not None else None
+    value = {"handler": handler, "input": run_input, "model": model, "tools": allow,
+             "max_iterations": max_iterations, "deadline_s": deadline_s}
 
-    async def start_and_wait(runs: Any) -> Any:
-        handle = await runs.start(
-            handler, run_input, model=model, tools=allow, max_iterations=max_iterations,
-            deadline_s=deadline_s,
-        )
+    def started(run_id: str) -> None:
         if not as_json:
-            click.echo(f"run {handle.run_id} started")
-        return await handle.outcome()
+            click.echo(f"run {run_id} started")
 
-    outcome, signals = drive_runs(obj.target, workspace, start_and_wait)
+    outcome, signals = drive_runs(
+        obj.target, workspace, lambda door: start_and_wait(door, "run.start", value, started))
     if as_json:
         _emit_json(outcome)
     else:
@@ -154,8 +156,10 @@ def show(obj: Any, run_id: str, tree: bool, as_json: bool) -> None:
 def resume(obj: Any, run_id: str, force: bool, workspace: str | None, imports: tuple[str, ...],
            as_json: bool) -> None:
     """Continue RUN, an interrupted run (not a job's: the job resumes those), as a new
-    run with `resumed_from`: its recorded steps are replayed, not redone, then it goes live."""
-    from gormes.actors.operator_resume import resume_from_outside
+    run with `resumed_from`: its recorded steps are replayed, not redone, then it goes live.
+
+    The resume is audited (operation run.resume, as the operator); the new run keeps
+    RUN's trust class and memory scope."""
     from gormes.cli.replay import load_handlers
 
     load_handlers(imports)
@@ -163,8 +167,8 @@ def resume(obj: Any, run_id: str, force: bool, workspace: str | None, imports: t
         if not as_json:
             click.echo(f"run {new_run_id} started: resumes run {run_id}")
 
-    resumed, signals = drive_runs(
-        obj.target, workspace, lambda runs: resume_from_outside(runs, run_id, force=force, on_start=started))
+    resumed, signals = drive_runs(obj.target, workspace, lambda door: start_and_wait(
+        door, "run.resume", {"run_id": run_id, "force": force}, started))
     if as_json:
         _emit_json(resumed)
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gormes.ops import control, cron, fs, jobs, jobs_admin, knowledge, log_admin, memory_admin, shell, skills, skills_admin, time_ops
 from gormes.ops import memory as memory_ops
+from gormes.ops import run_admin
 from gormes.ops.registry import Registry
 
 
@@ -17,4 +18,5 @@ def default_registry() -> Registry:
         *skills_admin.SPECS, *memory_ops.SPECS, *memory_admin.SPECS, *control.SPECS, *knowledge.SPECS,
         *cron.SPECS,
         *log_admin.SPECS,
+        *run_admin.SPECS,
     ])

@@ -46,6 +46,7 @@ from gormes.ops.spec import (
 
 if TYPE_CHECKING:
     from gormes.actors.queue import JobQueue
+    from gormes.ops.run_admin import RunStarter
 
 RawInput = bytes | bytearray | memoryview | str | dict | msgspec.Struct | None
 
@@ -78,20 +79,23 @@ class Executor:
         jobs: JobQueue | None = None,
         clock: Callable[[], float] = time.time,
         shell_enabled: bool | None = None,
+        runs: RunStarter | None = None,
     ) -> None:
         """`store` receives the audit events; `shell_enabled` None reads the
-        environment (GORMES_SHELL_ENABLED=1) once, here."""
+        environment (GORMES_SHELL_ENABLED=1) once, here; `runs`: what the run
+        operations start runs with (the operator's foreground commands)."""
         self.registry = registry
         self.store = store
         self.workspace = None if workspace is None else Path(workspace)
         self.jobs = jobs
+        self.runs = runs
         self.clock = clock
         self.shell_enabled = shell_enabled_from_env() if shell_enabled is None else shell_enabled
 
     def context_for(self, caller: Caller) -> OperationContext:
         return OperationContext(
             caller=caller, workspace=self.workspace, jobs=self.jobs, clock=self.clock,
-            shell_enabled=self.shell_enabled, store=self.store,
+            shell_enabled=self.shell_enabled, store=self.store, runs=self.runs,
         )
 
     async def call(

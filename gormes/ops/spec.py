@@ -25,6 +25,7 @@ from gormes.errors import GormesError, UserError
 
 if TYPE_CHECKING:
     from gormes.actors.queue import JobQueue
+    from gormes.ops.run_admin import RunStarter
 
 TrustClass = Literal["operator", "gateway", "child-agent", "system"]
 TRUST_CLASSES: tuple[str, ...] = ("operator", "gateway", "child-agent", "system")
@@ -123,6 +124,9 @@ class OperationContext:
     clock: Callable[[], float] = time.time  # seconds since the epoch, like time.time
     shell_enabled: bool = False
     store: Any = None
+    # The caller's runs (a gormes/ops/run_admin.py `RunStarter`: its RunManager and
+    # where a fork or resume is driven); the run operations refuse to run without one.
+    runs: RunStarter | None = None
 
 
 Handler = Callable[[OperationContext, Any], Awaitable[Any]]
