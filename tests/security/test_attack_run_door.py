@@ -99,3 +99,26 @@ async def test_a_gateway_is_never_offered_the_run_door_and_is_refused(tmp_path: 
         (tool, "gateway", False, "denied") for tool in ("run__start", "run__fork", "run__resume")]
     assert not [e for e in _events(db) if e["stream"].startswith("run-")]
     _checks_pass(db)
+
+
+def test_a_resume_is_one_operator_audit_record_and_keeps_the_source_trust(tmp_path: Path):
+    """Resuming as the operator is audited as run.resume, and the resumed run keeps
+    its source's trust class and scope: the operator's door does not widen it."""
+    import signal
+
+    from test_runs_resume import start_run, write_script
+
+    db, script = tmp_path / "g.db", tmp_path / "model.json"
+    proc, old = start_run(db, write_script(script, 60_000))
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    write_script(script, 0)
+    resumed = run_gormes(db, "runs", "resume", old)
+    assert resumed.returncode == 0, resumed.stderr
+    new = resumed.stdout.splitlines()[0].split()[1]
+    assert _door_audits(db) == [("run.start", "cli", "operator", "ok"), ("run.resume", "cli", "operator", "ok")]
+    started = {e["stream"]: e["data"] for e in _events(db) if e["type"] == "run.started"}
+    source, resumed_run = started[f"run-{old}"], started[f"run-{new}"]
+    assert resumed_run["trust"] == source["trust"]
+    assert resumed_run.get("scope") == source.get("scope")
+    _checks_pass(db)
