@@ -92,3 +92,49 @@ def test_the_same_door_on_postgres(tmp_path: Path) -> None:
             ("events.append", "operator", "ok"), ("events.append", "operator", "denied"),
             ("events.import", "operator", "ok")]
         checks_pass(url)
+
+
+def test_a_version_conflict_is_one_audit_record_and_nothing_else(db: Path) -> None:
+    before, _ = split(db)
+    refused = run_gormes(db, "append", "notes-1", "note.added", "--data", '{"text": "x"}',
+                         "--expected-version", "7")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    after, audit = split(db)
+    assert after == before
+    assert [(a["data"]["operation"], a["data"]["allowed"], a["data"]["outcome"] != "ok")
+            for a in audit] == [("events.append", True, True)]
+    checks_pass(db)
+
+
+def test_ops_call_cannot_smuggle_unparsed_records_into_an_import(db: Path) -> None:
+    # Through `gormes ops call` the records arrive as JSON dicts, never checked by
+    # the CLI's parser: the operation refuses them instead of writing them.
+    before, _ = split(db)
+    raw = json.dumps({"records": [{"number": 1, "stream": "audit-2026-01-01",
+                                   "event": {"type": "note.added", "text": "forged"}}]})
+    assert_one_line_error(run_gormes(db, "ops", "call", "events.import", raw))
+    after, audit = split(db)
+    assert after == before
+    assert [(a["data"]["operation"], a["data"]["outcome"]) for a in audit] == [("events.import", "invalid")]
+    checks_pass(db)
+
+
+def test_an_imported_forged_audit_record_is_caught_by_audit_verify(db: Path, tmp_path: Path) -> None:
+    assert run_gormes(db, "append", "s", "note.added", "--data", '{"text": "x"}').returncode == 0
+    exported = run_gormes(db, "export")
+    assert exported.returncode == 0, exported.stderr
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    forged = [line for line in lines if line["stream"].startswith("audit-")]
+    assert forged
+    honest = tmp_path / "honest.jsonl"
+    honest.write_text("".join(json.dumps(line) + "\n" for line in forged))
+    restored = tmp_path / "honest.db"
+    assert run_gormes(restored, "import", "--ignore-versions", str(honest)).returncode == 0
+    assert run_gormes(restored, "audit", "verify").returncode == 0  # the untouched chain holds
+    for line in forged:
+        line["data"]["trust"] = "gateway" if line["data"]["trust"] == "operator" else "operator"
+    source = tmp_path / "forged.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in forged))
+    target = tmp_path / "restored.db"
+    assert run_gormes(target, "import", "--ignore-versions", str(source)).returncode == 0
+    assert run_gormes(target, "audit", "verify").returncode == 1
