@@ -122,3 +122,17 @@ def test_a_resume_is_one_operator_audit_record_and_keeps_the_source_trust(tmp_pa
     assert resumed_run["trust"] == source["trust"]
     assert resumed_run.get("scope") == source.get("scope")
     _checks_pass(db)
+
+
+def test_ops_call_cannot_start_a_run_around_the_foreground_commands(tmp_path: Path):
+    """`gormes ops call run.start` has no RunManager to start on: refused in one
+    line, audited as denied, and no run is started behind the operator's back."""
+    db, _, model = _setup(tmp_path)
+    for operation, value in (("run.start", {"handler": "agent", "model": model}),
+                             ("run.fork", {"run_id": "r", "at": 1}), ("run.resume", {"run_id": "r"})):
+        done = run_gormes(db, "ops", "call", operation, json.dumps(value))
+        assert "run operations are off" in assert_one_line_error(done)
+        assert done.returncode == 2
+    assert [a[3] for a in _door_audits(db)] == ["denied"] * 3
+    assert not [e for e in _events(db) if e["stream"].startswith("run-")]
+    _checks_pass(db)
