@@ -49,7 +49,7 @@ def append(obj, stream: str, type_: str, data: str, expected_version: int | None
             lambda log: jsonl.select(log, appended.position - 1, limit=1)) if as_json else []
         return appended, recorded
 
-    appended, recorded = operator_session(obj, work)
+    appended, recorded = operator_session(obj, work, jobs=False)
     if as_json:
         output.write_json_lines(recorded)
     else:

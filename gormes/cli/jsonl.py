@@ -55,7 +55,7 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
     records = [ImportRecord(number=p.number, stream=p.stream, event=p.event, version=p.version)
                for p in parsed]
     result = operator_call(obj, "events.import",
-                           EventsImportInput(records=records, ignore_versions=ignore_versions))
+                           EventsImportInput(records=records, ignore_versions=ignore_versions), jobs=False)
     if as_json:
         output.write_json_objects([result])
     else:

@@ -49,10 +49,13 @@ class OperatorDoor:
 
 
 def operator_session(
-    obj: Any, work: Callable[[OperatorDoor], Awaitable[T]], *, workspace: Path | str | None = None
+    obj: Any, work: Callable[[OperatorDoor], Awaitable[T]], *, workspace: Path | str | None = None,
+    jobs: bool = True,
 ) -> T:
     """Open the store (an SQLite path or a PostgreSQL URL) and its job queue, run
-    `work(door)` in trio, close both. `workspace`: the fs operations' root."""
+    `work(door)` in trio, close both. `workspace`: the fs operations' root; `jobs`
+    False opens no queue (which sets up the ledger: not for a log write alone, so
+    that a read-only database is refused by the write itself)."""
     import trio
 
     from gormes.actors.queue import JobQueue
@@ -60,7 +63,7 @@ def operator_session(
 
     async def main() -> T:
         async with open_store(obj.target) as store:
-            queue = await JobQueue.open(store)
+            queue = await JobQueue.open(store) if jobs else None
             return await work(operator_door(store, queue, workspace=workspace))
 
     return trio.run(main)
@@ -79,9 +82,11 @@ def operator_door(
     return OperatorDoor(Executor(default_registry(), store, workspace=workspace, jobs=queue, runs=runs), queue)
 
 
-def operator_call(obj: Any, name: str, value: Any, *, workspace: Path | str | None = None) -> Any:
+def operator_call(
+    obj: Any, name: str, value: Any, *, workspace: Path | str | None = None, jobs: bool = True
+) -> Any:
     """One operation as the operator, through the audited executor; its typed output."""
-    return operator_session(obj, lambda door: door.call(name, value), workspace=workspace)
+    return operator_session(obj, lambda door: door.call(name, value), workspace=workspace, jobs=jobs)
 
 
 @click.group()

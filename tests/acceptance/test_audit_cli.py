@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from cli_helpers import assert_one_line_error, run_gormes
+from cli_helpers import assert_one_line_error, run_gormes, write_notes
 
 from gormes.audit_export import AuditRecord
 
@@ -89,6 +89,6 @@ def test_verify_finds_one_intact_chain_written_by_three_processes(audited):
 
 def test_verify_on_a_database_with_no_audit_says_so(tmp_path):
     db = tmp_path / "empty.db"
-    assert run_gormes(db, "append", "notes", "note.added", "--data", '{"text": "hi"}').returncode == 0
+    write_notes(db, [("notes", "hi")])  # not `gormes append`, which is itself audited now
     done = run_gormes(db, "audit", "verify")
     assert (done.returncode, done.stdout) == (0, "no audit records\n")

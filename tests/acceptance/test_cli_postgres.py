@@ -180,11 +180,11 @@ def test_skills_route_feedback_usage_and_promote(url: str, tmp_path: Path):
               "--data", '{"run_id": "r1", "handler": "agent", "handler_version": "v"}'))
     routed = ok(gormes(url, tmp_path, "skills", "route", "why did my run fail", "--candidates",
                        "--run", "r1", "--skills-dir", skills))
-    assert "recorded skill.selected at position 2 for run r1" in routed
+    # position 2 is the append's audit record, 4 the route's, 6 the second append's (decision 0019)
+    assert "recorded skill.selected at position 3 for run r1" in routed
     ok(gormes(url, tmp_path, "append", "run-r1", "run.completed", "--data", "{}"))
-    # position 3 is the route's audit record (decision 0019)
     assert ok(gormes(url, tmp_path, "skills", "feedback", "r1", "replay-forensics", "good")) == (
-        "recorded skill.feedback at position 5\n")
+        "recorded skill.feedback at position 7\n")
     rows = json.loads(ok(gormes(url, tmp_path, "skills", "usage", "--json")))
     assert [(r["skill"], r["run_id"], r["outcome"], r["feedback"]) for r in rows] == [
         ("replay-forensics", "r1", "completed", "good")]
@@ -202,7 +202,7 @@ def test_skills_route_feedback_usage_and_promote(url: str, tmp_path: Path):
     )))
     promoted = json.loads(ok(gormes(url, tmp_path, "skills", "promote", "alpha", "--skills-dir", str(root), "--json")))
     # after the audit records of feedback (6) and of the refused route (7)
-    assert (promoted["to_status"], promoted["position"]) == ("proven", 8)
+    assert (promoted["to_status"], promoted["position"]) == ("proven", 10)
     (event,) = [json.loads(line) for line in ok(gormes(url, tmp_path, "events", "--type", "skill.promoted",
                                                         "--json")).splitlines()]
     assert (event["stream"], event["data"]["from"], event["data"]["to"]) == ("skill-alpha", "candidate", "proven")

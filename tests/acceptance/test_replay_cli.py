@@ -148,11 +148,15 @@ def test_fork_records_forked_from_and_continues_live(tmp_path: Path) -> None:
 
 def test_an_unknown_run_id(tmp_path: Path) -> None:
     db = imported(tmp_path, "tool_error")
-    before = digest(db)
+    before = [e for e in json_lines(run_gormes(db, "events", "--json").stdout) if e["type"] != "audit.operation"]
     line = assert_one_line_error(run_gormes(db, "replay", "no-such-run"))
     assert "no run 'no-such-run'" in line
     assert "no run 'no-such-run'" in assert_one_line_error(run_gormes(db, "fork", "no-such-run", "--at", "1"))
-    assert digest(db) == before
+    after = json_lines(run_gormes(db, "events", "--json").stdout)
+    # nothing is written but the refused fork's audit record (run.fork, invalid)
+    assert [e for e in after if e["type"] != "audit.operation"] == before
+    assert [(e["data"]["operation"], e["data"]["outcome"]) for e in after if e["type"] == "audit.operation"
+            and e["data"]["operation"] == "run.fork"] == [("run.fork", "invalid")]
 
 
 def corrupt(tmp_path: Path, name: str, edit) -> Path:
