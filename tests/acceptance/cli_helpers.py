@@ -136,3 +136,36 @@ def child_reads_notes_script(tmp_path: Path) -> str:
             {"text": "my child read the notes"}]},
     ]}))
     return f"scripted:{path}"
+
+
+def write_sample(url: str) -> None:
+    """The SAMPLE notes appended to the store at `url` (PostgreSQL too)."""
+    import trio
+
+    from gormes.events.open import open_store
+
+    async def main() -> None:
+        async with open_store(url) as store:
+            for stream, text in SAMPLE:
+                await store.append(stream, [NoteAdded(text=text)])
+
+    trio.run(main)
+
+
+def mounted_tmpfs(tmp_path: Path, size: str):  # -> Iterator[Path], for a fixture to yield from
+    """A tmpfs of `size` mounted under `tmp_path` for one test (we run as root), a
+    disk that really fills; the test is skipped where mounting is not allowed."""
+    import pytest
+
+    mount_point = tmp_path / "mnt"
+    mount_point.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)

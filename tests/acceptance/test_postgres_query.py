@@ -9,22 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trio
 from pg_helpers import admin, fresh_schema, url_for_schema
 
-from cli_helpers import SAMPLE, assert_one_line_error, cli_env, gormes_command, json_lines
-from gormes.events.notes import NoteAdded
-
-
-def write_sample(url: str) -> None:
-    from gormes.events.open import open_store
-
-    async def main() -> None:
-        async with open_store(url) as store:
-            for stream, text in SAMPLE:
-                await store.append(stream, [NoteAdded(text=text)])
-
-    trio.run(main)
+from cli_helpers import assert_one_line_error, cli_env, gormes_command, json_lines, write_sample
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from pg_helpers import fresh_schema, url_for_schema
 
-from cli_helpers import assert_one_line_error, cli_env, gormes_command, run_gormes, write_notes
+from cli_helpers import assert_one_line_error, cli_env, gormes_command, mounted_tmpfs, run_gormes, write_notes
 
 OSC_TITLE = "\x1b]0;pwned-title\x07"
 OSC_CLIPBOARD = "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"
@@ -69,19 +69,8 @@ def pg_url() -> Iterator[str]:
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A tiny tmpfs mounted for this test (we run as root), a disk that really fills."""
-    mount_point = tmp_path / "mnt"
-    mount_point.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+    """A tiny tmpfs (a disk that really fills)."""
+    yield from mounted_tmpfs(tmp_path, "256k")
 
 
 def fill(directory: Path) -> None:

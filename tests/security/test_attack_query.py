@@ -17,7 +17,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import trio
 from pg_helpers import PG_URL, admin, fresh_schema, url_for_schema
 
 from cli_helpers import (
@@ -29,21 +28,11 @@ from cli_helpers import (
     json_lines,
     run_gormes,
     write_notes,
+    write_sample,
 )
 from gormes.events.notes import NoteAdded
 
 REFUSED = "gormes query is read-only"
-
-
-def write_sample(url: str) -> None:
-    from gormes.events.open import open_store
-
-    async def main() -> None:
-        async with open_store(url) as store:
-            for stream, text in SAMPLE:
-                await store.append(stream, [NoteAdded(text=text)])
-
-    trio.run(main)
 
 
 @pytest.fixture
