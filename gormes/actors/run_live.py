@@ -361,11 +361,12 @@ class LiveRunContext(RunIdentity, RunContext):
                 raise ToolCallFailed(operation, failed.outcome, failed.error or "")
             # the audit could not be appended: the run records the call on its own
             outcome = "denied" if isinstance(exc, OperationDenied) else "error"
+            text, kind = error_text(exc), type(exc).__name__
             await self._record(lambda seq: RunToolCalled(
                 seq=seq, operation=operation, arguments=args_text, args_hash=args_hash, outcome=outcome,
-                error=error_text(exc), error_type=type(exc).__name__, duration_ms=_ms(started),
+                error=text, error_type=kind, duration_ms=_ms(started),
             ))
-            raise ToolCallFailed(operation, outcome, error_text(exc)) from None
+            raise ToolCallFailed(operation, outcome, text) from None
         assert recorded, "the executor returned without auditing the call"
         del output  # what the run was served is the recorded copy
         return recorded[0].result

@@ -35,7 +35,6 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
     from gormes.errors import UserError
     from gormes.events import jsonl
     from gormes.events.catalog import load_all
-    from gormes.events.sqlite_log import SQLiteLog
 
     load_all()
     if source == "-":
