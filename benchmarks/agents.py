@@ -37,15 +37,15 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import median, progress, report, scratch_dir
-from gormes.actors.providers.base import Message, ModelRequest
-from gormes.actors.replay import replay
-from gormes.actors.replay_log import DatabaseRuns
-from gormes.actors.run_context import RunContext, run_handler
-from gormes.actors.runs import RunManager
+from gormes.providers.base import Message, ModelRequest
+from gormes.actors.runs.replay import replay
+from gormes.actors.runs.recorded import DatabaseRuns
+from gormes.actors.runs.context import RunContext, run_handler
+from gormes.actors.runs.manager import RunManager
 from gormes.events.catalog import load_all
 from gormes.events.runs import run_stream
 from gormes.events.sqlite import SQLiteEventStore
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 
 RUNS = 100

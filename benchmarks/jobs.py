@@ -109,7 +109,7 @@ def wait_until(check, timeout: float = 300.0, every: float = 0.005) -> None:
 def submit_gormes(db: Path, n: int) -> None:
     import trio
 
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.sqlite import SQLiteEventStore
 
     async def main() -> None:
@@ -151,7 +151,7 @@ def gormes_throughput(tmp: Path, n: int = N_JOBS) -> float:
 def gormes_pickup(tmp: Path) -> list[float]:
     import trio
 
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.sqlite import SQLiteEventStore
 
     db = tmp / "pickup.db"

@@ -221,7 +221,7 @@ def gormes_cmd(url: str, *args: str) -> list[str]:
 def submit_gormes(url: str, n: int) -> None:
     import trio
 
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.open import open_store
 
     async def main() -> None:

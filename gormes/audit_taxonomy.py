@@ -63,7 +63,7 @@ def render(page: str, specs: Sequence[OperationSpec]) -> str:
 
 
 def main(argv: list[str]) -> None:
-    from gormes.ops.builtin import default_registry
+    from gormes.tools.builtin import default_registry
 
     path = Path(argv[0] if argv else "docs/audit.md")
     path.write_text(render(path.read_text(), default_registry().list()))

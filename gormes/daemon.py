@@ -35,17 +35,17 @@ from typing import Any
 import msgspec
 import trio
 
-from gormes.actors.cron_scheduler import CronScheduler
-from gormes.actors.governor import Governor, GovernorPolicy
-from gormes.actors.cut_off import GoneProcessRuns
-from gormes.actors.handlers import (
+from gormes.actors.cron.scheduler import CronScheduler
+from gormes.actors.jobs.governor import Governor, GovernorPolicy
+from gormes.actors.agent_jobs.cut_off import GoneProcessRuns
+from gormes.actors.jobs.handlers import (
     HandlerImportError,
     HandlerRegistry,
     default_registry,
     import_handlers,
 )
-from gormes.actors.queue import JobQueue
-from gormes.actors.worker import Worker, WorkerConfig, new_worker_id
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.jobs.worker import Worker, WorkerConfig, new_worker_id
 from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
 from gormes.events.sqlite import SQLiteEventStore
@@ -228,7 +228,7 @@ class Daemon:
 
     async def _end_runs_of_gone_processes(self, store: Any) -> None:
         """Runs outside a job whose process on this host is gone (killed) have no
-        end: record them as cut off (gormes/actors/cut_off.py)."""
+        end: record them as cut off (gormes/actors/agent_jobs/cut_off.py)."""
         sweep = GoneProcessRuns(store)
         while True:
             try:

@@ -50,9 +50,9 @@ async def _steer_scout_mid_run(store: EventStore, runs, parent_id: str) -> str:
 
 
 async def run_agent_demo(store: EventStore, console: Console) -> str:
-    from gormes.actors.runs import RunManager
-    from gormes.actors.run_timeline import format_view, run_view
-    from gormes.ops.builtin import default_registry
+    from gormes.actors.runs.manager import RunManager
+    from gormes.actors.runs.timeline import format_view, run_view
+    from gormes.tools.builtin import default_registry
     from gormes.ops.executor import Executor
 
     workspace = demo_workspace()
@@ -71,8 +71,8 @@ async def run_agent_demo(store: EventStore, console: Console) -> str:
 
 async def replay_agent_demo(db: Path, run_id: str, console: Console) -> None:
     """Rerun the recorded run, children included, with no side effects."""
-    from gormes.actors.replay import replay
-    from gormes.actors.replay_log import DatabaseRuns
+    from gormes.actors.runs.replay import replay
+    from gormes.actors.runs.recorded import DatabaseRuns
 
     with DatabaseRuns(db) as source:
         report = await replay(source, run_id)

@@ -122,11 +122,11 @@ def run_doctor(
 
     load_all()
     if operations_ is None:
-        from gormes.ops.builtin import default_registry
+        from gormes.tools.builtin import default_registry
 
         operations_ = default_registry().list()
     if run_handlers is None:
-        from gormes.actors.run_context import run_handlers as registered
+        from gormes.actors.runs.context import run_handlers as registered
 
         run_handlers = registered
     if is_postgres_url(path):

@@ -102,7 +102,7 @@ async def serve_stdio(
     store: Any, *, registry: Registry, trust: str = DEFAULT_TRUST, workspace: Path | None = None
 ) -> None:
     """Serve over stdin/stdout until the client closes the connection."""
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
 
     served = served_registry(registry, trust)
     executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store))

@@ -11,8 +11,8 @@ from typing import Any
 
 import trio
 
-from gormes.actors.agent import agent
-from gormes.actors.run_context import RunContext, run_handler
+from gormes.actors.runs.agent import agent
+from gormes.actors.runs.context import RunContext, run_handler
 
 POLL_S = 0.01
 

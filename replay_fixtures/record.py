@@ -31,13 +31,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import replay_fixtures.handlers  # noqa: F401  (registers the fixture handlers)
-from gormes.actors.providers import open_provider
-from gormes.actors.runs import RunManager, send_message
+from gormes.providers import open_provider
+from gormes.actors.runs.manager import RunManager, send_message
 from gormes.events.catalog import load_all
 from gormes.events.jsonl import open_for_reading, to_line
 from gormes.events.run_export import run_records
 from gormes.events.sqlite import SQLiteEventStore
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 
 WORKSPACE = HERE / "workspace"
@@ -174,10 +174,10 @@ async def cancelled_child(store: Any, tmp: Path) -> list[str]:
 async def paused_resumed(store: Any, tmp: Path) -> list[str]:
     import os
 
-    import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job)
-    from gormes.actors.handlers import default_registry as job_handlers
-    from gormes.actors.queue import JobQueue
-    from gormes.actors.worker import Worker, WorkerConfig
+    import gormes.actors.agent_jobs.handler  # noqa: F401  (registers the "agent" job)
+    from gormes.actors.jobs.handlers import default_registry as job_handlers
+    from gormes.actors.jobs.queue import JobQueue
+    from gormes.actors.jobs.worker import Worker, WorkerConfig
     from gormes.events.runs import RunInboxRead, RunStarted
 
     os.environ["GORMES_WORKSPACE"] = str(WORKSPACE)

@@ -2,7 +2,7 @@
 
 The CLI refuses text that is not JSON before the database is opened; the rules
 (no audit records, no unknown fields, the nesting limit, the type's schema) are
-the `events.append` operation's (gormes/ops/log_admin.py), run through the audited
+the `events.append` operation's (gormes/tools/log_admin.py), run through the audited
 executor as the operator: a write or a refusal is one audit event.
 """
 
@@ -33,7 +33,7 @@ def append(obj, stream: str, type_: str, data: str, expected_version: int | None
     from gormes.errors import UserError
     from gormes.events import jsonl
     from gormes.events.catalog import load_all
-    from gormes.ops.log_admin import EventAppendInput
+    from gormes.tools.log_admin import EventAppendInput
 
     if not stream:
         raise UserError("STREAM must not be empty")

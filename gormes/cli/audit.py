@@ -1,5 +1,5 @@
 """`gormes audit export [--since T] [--until T] [--kind K]... [--out FILE]` and
-`gormes audit verify [--since DAY] [--json]` (the hash chains, gormes/audit_chain.py)."""
+`gormes audit verify [--since DAY] [--json]` (the hash chains, gormes/events/audit_chain.py)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def verify(obj: Any, since: str | None, as_json: bool) -> int:
 
     import msgspec
 
-    from gormes.audit_chain import verify_chains
+    from gormes.events.audit_chain import verify_chains
     from gormes.errors import UserError
     from gormes.events.catalog import load_all
     from gormes.events.codec import default_codec

@@ -5,7 +5,7 @@ enqueues each fire once, as trust class `system`; a fire missed while no daemon
 ran is made up once, for the most recent missed time only.
 
 add, pause, resume and remove run the operator-only cron.* operations through
-the audited executor (gormes/ops/cron.py; decision 0019); list reads the
+the audited executor (gormes/tools/cron.py; decision 0019); list reads the
 `schedules` projection.
 """
 
@@ -22,7 +22,7 @@ import click
 def _run(db: Any, work: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
     import trio
 
-    from gormes.actors.cron_scheduler import CronBook
+    from gormes.actors.cron.scheduler import CronBook
     from gormes.events.open import open_store
 
     async def main() -> Any:
@@ -48,7 +48,7 @@ def _iso(ms: int | None) -> str | None:
 
 
 def _next_fire(state: Any) -> int | None:
-    from gormes.actors.cron import next_due
+    from gormes.actors.cron.rules import next_due
 
     return next_due(state, int(time.time() * 1000))
 
@@ -71,7 +71,7 @@ def add(obj: Any, name: str, schedule: str, job_name: str, data: str | None, que
     """Add schedule NAME."""
     import msgspec
 
-    from gormes.actors.cron import InvalidSchedule, parse_expression, validate_name
+    from gormes.actors.cron.rules import InvalidSchedule, parse_expression, validate_name
 
     validate_name(name)
     parse_expression(schedule)  # before the database is touched

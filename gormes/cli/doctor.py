@@ -23,7 +23,7 @@ def doctor(obj: Any, as_json: bool, offline: bool, imports: tuple[str, ...]) -> 
     """Check the database, projections, queue, workers, operations, replay and disk."""
     import msgspec
 
-    from gormes.actors.handlers import import_handlers
+    from gormes.actors.jobs.handlers import import_handlers
     from gormes.doctor import exit_code, run_doctor
 
     for spec in imports:

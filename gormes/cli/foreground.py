@@ -1,7 +1,7 @@
 """What the commands that drive runs in the foreground share (`gormes run`,
 `gormes fork`, `gormes runs resume`): their common options, a RunManager on the
 store with the built-in operations, the operator's door that starts their runs on
-it (run.start, run.fork, run.resume: audited, gormes/ops/run_admin.py), SIGINT and
+it (run.start, run.fork, run.resume: audited, gormes/tools/run_admin.py), SIGINT and
 SIGTERM, and the outcome's lines.
 
 SIGINT or SIGTERM cancels the runs, which record `run.cancelled` ("interrupted by
@@ -61,12 +61,12 @@ async def foreground_runs(target: Any, workspace: str | None) -> AsyncIterator[t
     the block runs cancels them all."""
     import trio
 
-    from gormes.actors.runs import RunManager
+    from gormes.actors.runs.manager import RunManager
     from gormes.cli.ops import operator_door
     from gormes.events.open import open_store
-    from gormes.ops.builtin import default_registry
+    from gormes.tools.builtin import default_registry
     from gormes.ops.executor import Executor
-    from gormes.ops.run_admin import RunStarter
+    from gormes.tools.run_admin import RunStarter
 
     async with open_store(target) as store:
         executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)

@@ -114,7 +114,7 @@ def run_queue(target: str | Path, fn: Callable[[Any], Awaitable[T]]) -> T:
     `fn(queue)` in trio, close both."""
     import trio
 
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.open import open_store
 
     async def main() -> T:
@@ -164,7 +164,7 @@ def cost_of(tokens: Any, pricing: dict[str, float] | None) -> float | None:
 
 def _require(job: Any, job_id: str) -> Any:
     if job is None:
-        from gormes.actors.jobs import JobNotFound
+        from gormes.actors.jobs.state import JobNotFound
 
         raise JobNotFound(f"no job with id {job_id!r}")
     return job
@@ -253,7 +253,7 @@ def list_(obj: Any, status: str | None, queue: str | None, name: str | None, lim
     """List jobs, newest first."""
     check_range("--limit", limit, 1, 100_000)
     prices = load_pricing(pricing)
-    from gormes.actors.job_views import select_jobs
+    from gormes.actors.jobs.views import select_jobs
     from gormes.cli.quick_read import read_current_ledger
 
     quick, found = read_current_ledger(obj, lambda conn: select_jobs(conn, status, queue, name, limit))
@@ -274,7 +274,7 @@ def list_(obj: Any, status: str | None, queue: str | None, name: str | None, lim
 def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
     """Show one job."""
     prices = load_pricing(pricing)
-    from gormes.actors.job_views import select_job
+    from gormes.actors.jobs.views import select_job
     from gormes.cli.quick_read import read_current_ledger
 
     quick, found = read_current_ledger(obj, lambda conn: select_job(conn, job_id))

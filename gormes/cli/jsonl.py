@@ -49,7 +49,7 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
     if not parsed:
         raise UserError(f"{source} holds no events")
     from gormes.cli.ops import operator_call
-    from gormes.ops.log_admin import EventsImportInput, ImportRecord
+    from gormes.tools.log_admin import EventsImportInput, ImportRecord
 
     records = [ImportRecord(number=p.number, stream=p.stream, event=p.event, version=p.version)
                for p in parsed]

@@ -27,7 +27,7 @@ def mcp(obj: Any, trust: str, workspace: str | None) -> None:
 
     from gormes.events.open import open_store
     from gormes.mcp_server import serve_stdio
-    from gormes.ops.builtin import default_registry
+    from gormes.tools.builtin import default_registry
 
     async def main() -> None:
         async with open_store(obj.target) as store:

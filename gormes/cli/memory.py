@@ -5,7 +5,7 @@ trusted. `review ID --promote|--reject` settles an unreviewed relationship or fa
 `mirror --out DIR` writes USER.md and one page per entity (deterministic).
 
 Every command but mirror runs its operator-only memory.* operation through the
-audited executor (gormes/ops/memory_admin.py; decision 0019).
+audited executor (gormes/tools/memory_admin.py; decision 0019).
 """
 
 from __future__ import annotations

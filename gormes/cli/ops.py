@@ -23,9 +23,9 @@ import click
 from gormes.ops.spec import TRUST_CLASSES
 
 if TYPE_CHECKING:
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.ops.executor import Executor
-    from gormes.ops.run_admin import RunStarter
+    from gormes.tools.run_admin import RunStarter
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ def operator_session(
     that a read-only database is refused by the write itself)."""
     import trio
 
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.open import open_store
 
     async def main() -> T:
@@ -76,7 +76,7 @@ def operator_door(
     """The operator's door on an open store: `queue` (None: the job operations are
     off), `workspace` (the fs operations' root) and `runs` (None: the run
     operations are off)."""
-    from gormes.ops.builtin import default_registry
+    from gormes.tools.builtin import default_registry
     from gormes.ops.executor import Executor
 
     return OperatorDoor(Executor(default_registry(), store, workspace=workspace, jobs=queue, runs=runs), queue)
@@ -102,7 +102,7 @@ def list_(trust: str | None, prompt_visible: bool, as_json: bool) -> None:
     """List the registered operations."""
     import msgspec
 
-    from gormes.ops.builtin import default_registry
+    from gormes.tools.builtin import default_registry
 
     specs = default_registry().list(trust=trust, prompt_visible=True if prompt_visible else None)
     infos = [spec.info() for spec in specs]
@@ -142,7 +142,7 @@ def schema(trust: str, as_json: bool) -> None:
     """Print the model tool schemas a trust class would be given (JSON)."""
     import msgspec
 
-    from gormes.ops.builtin import default_registry
+    from gormes.tools.builtin import default_registry
 
     tools = default_registry().tool_schemas(trust)
     click.echo(msgspec.json.format(msgspec.json.encode(tools), indent=2).decode())

@@ -30,7 +30,7 @@ def recall(obj: Any, query: str, mode: str, k: int, scope: str, cross_scope: boo
     import trio
 
     from gormes.events.open import open_store
-    from gormes.ops.builtin import default_registry
+    from gormes.tools.builtin import default_registry
     from gormes.ops.executor import Executor
     from gormes.ops.spec import Caller
     from gormes.recall.api import RecallResult, check_request

@@ -32,8 +32,8 @@ def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no
     """
     import trio
 
-    from gormes.actors.replay import replay as replay_run
-    from gormes.actors.replay_log import DatabaseRuns, FileRuns
+    from gormes.actors.runs.replay import replay as replay_run
+    from gormes.actors.runs.recorded import DatabaseRuns, FileRuns
     from gormes.errors import UserError
 
     load_handlers(imports)
@@ -58,8 +58,8 @@ def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no
 
 def load_handlers(imports: tuple[str, ...]) -> None:
     """Built-in run handlers first, so an imported module may replace one."""
-    from gormes.actors.handlers import import_handlers
-    from gormes.actors.run_context import run_handlers
+    from gormes.actors.jobs.handlers import import_handlers
+    from gormes.actors.runs.context import run_handlers
 
     run_handlers.names()
     for spec in imports:

@@ -10,7 +10,7 @@ from typing import Any
 import click
 import msgspec
 
-from gormes.actors.run_list import RUN_STATUSES
+from gormes.actors.runs.listing import RUN_STATUSES
 from gormes.cli.foreground import (
     drive_runs, echo_outcome, exit_code, import_option, start_and_wait, workspace_option,
 )
@@ -87,7 +87,7 @@ def list_(obj: Any, status: str | None, job_id: str | None, handler: str | None,
     A run with no end (running or suspended) also shows whether its process is
     alive: "gone" means it was cut off (killed) with no end recorded."""
 
-    from gormes.actors.run_list import list_runs, select_runs
+    from gormes.actors.runs.listing import list_runs, select_runs
     from gormes.cli.jobs import check_range
     from gormes.cli.quick_read import read_current
     from gormes.events.open import open_store
@@ -129,7 +129,7 @@ def show(obj: Any, run_id: str, tree: bool, as_json: bool) -> None:
     """A run's timeline: model turns, tool calls, inbox, children, tokens and cost."""
     import trio
 
-    from gormes.actors.run_timeline import format_view, run_view
+    from gormes.actors.runs.timeline import format_view, run_view
     from gormes.events.open import open_store
 
     async def main() -> dict[str, Any]:

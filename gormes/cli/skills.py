@@ -6,7 +6,7 @@ GORMES_SKILL_EVALS_DIR, default ./evals/skills, skipped when that default is abs
 
 What records or rewrites (`promote`, `feedback`, `route --run`) runs the
 operator-only skills.* operations through the audited executor
-(gormes/ops/skills_admin.py; decision 0019).
+(gormes/tools/skills_admin.py; decision 0019).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _echo_json(value: Any) -> None:
 
 def load_strict(path: str | None) -> list:
     """Every skill, or one clear error naming the first file that did not load."""
-    from gormes.ops.skills_admin import load_strict as load_every_skill
+    from gormes.tools.skills_admin import load_strict as load_every_skill
 
     return load_every_skill(skills_dir(path))
 

@@ -46,7 +46,7 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
     import gc
 
     gc.set_threshold(*GC_THRESHOLD)  # (before the imports below: see `_tune_gc`)
-    from gormes.actors.handlers import default_registry, import_handlers
+    from gormes.actors.jobs.handlers import default_registry, import_handlers
     from gormes.errors import UserError
 
     for flag, value, low, high in (
@@ -68,7 +68,7 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
     if floor > concurrency:
         raise UserError(f"--min-concurrency {floor} is above --concurrency {concurrency}")
 
-    from gormes.actors.worker import WorkerConfig
+    from gormes.actors.jobs.worker import WorkerConfig
 
     config = WorkerConfig(
         queues=queues or None, concurrency=concurrency, lease_ms=lease_ms,
@@ -85,9 +85,9 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
 async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor: int) -> None:
     import trio
 
-    from gormes.actors.governor import Governor, GovernorPolicy
-    from gormes.actors.queue import JobQueue
-    from gormes.actors.worker import Worker
+    from gormes.actors.jobs.governor import Governor, GovernorPolicy
+    from gormes.actors.jobs.queue import JobQueue
+    from gormes.actors.jobs.worker import Worker
     from gormes.events.open import open_store
 
     _tune_gc()

@@ -57,7 +57,7 @@ def cbreak(fd: int) -> Iterator[None]:
 
 async def open_views(store: Any) -> tuple[Any, Any]:
     """The queue (ledger installed) and the runs projection's runner, caught up."""
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.projections.runner import ProjectionRunner
     from gormes.projections.runs import runs
 
@@ -105,7 +105,7 @@ class TopApp:
             await self.load_timeline(self.ui.timeline)
 
     async def load_timeline(self, run_id: str) -> None:
-        from gormes.actors.run_timeline import format_view, run_view
+        from gormes.actors.runs.timeline import format_view, run_view
 
         try:
             self.timeline_lines = format_view(await run_view(self.store, run_id, tree=False))
@@ -156,7 +156,7 @@ class TopApp:
             await self.load_timeline(action.run_id)
             return
         # Imported here: `gormes top --once` loads this module and never steers.
-        from gormes.ops.builtin import default_registry
+        from gormes.tools.builtin import default_registry
         from gormes.ops.executor import Executor
         from gormes.ops.spec import Caller
 
@@ -191,7 +191,7 @@ def require_terminal() -> int:
 
 
 async def run_live(db: Path | str, *, fps: float = DEFAULT_FPS, console: Console | None = None) -> None:
-    from gormes.actors.providers.pricing import default_table
+    from gormes.providers.pricing import default_table
     from gormes.events.open import open_store
 
     fd = require_terminal()

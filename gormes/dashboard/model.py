@@ -17,7 +17,7 @@ import msgspec
 from gormes.events.jobs import STATUSES, Tokens
 
 TERMINAL = frozenset({"completed", "failed", "dead", "cancelled"})
-BREAKER_ERROR = "circuit breaker: memory pressure"  # as gormes/actors/governor.py records it
+BREAKER_ERROR = "circuit breaker: memory pressure"  # as gormes/actors/jobs/governor.py records it
 STALE_AFTER_S = 20.0  # a heartbeat older than this (default interval 5 s) is not a live worker
 PROGRESS_WIDTH = 40
 
@@ -151,7 +151,7 @@ def run_costs(turns: Iterable[TurnUsage], pricing: Any) -> dict[str, float | Non
     """Each run's own cost: the sum over its models; None if any model has no price.
 
     `pricing` is a `PricingTable` (anything with `cost(model, usage)`)."""
-    from gormes.actors.providers.base import Usage
+    from gormes.providers.base import Usage
 
     costs: dict[str, float | None] = {}
     for t in turns:

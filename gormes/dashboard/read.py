@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from gormes.actors.run_process import process_state, recorded_processes
+from gormes.actors.runs.process import process_state, recorded_processes
 from gormes.dashboard.model import (
     BREAKER_ERROR,
     JobRow,
@@ -223,7 +223,7 @@ async def read_snapshot(store: Any, *, pricing: Any = None, now: float | None = 
     """A Snapshot from `store` (SQLite or PostgreSQL), priced with `pricing` (default: the
     shipped table plus GORMES_PRICING)."""
     if pricing is None:
-        from gormes.actors.providers.pricing import default_table
+        from gormes.providers.pricing import default_table
 
         pricing = default_table()
     when = time.time() if now is None else now

@@ -7,7 +7,7 @@ called what and how it ended, never the input or the output themselves: the
 input is kept as the sha256 of its canonical JSON (runs record tool results on
 their own streams).
 
-Each day's stream is a hash chain (gormes/audit_chain.py, decision 0018): a record
+Each day's stream is a hash chain (gormes/events/audit_chain.py, decision 0018): a record
 carries the digest of the record before it (`prev`) and its own (`digest`), so an
 edited, deleted, moved or inserted record shows. Records written before the chain
 have neither.

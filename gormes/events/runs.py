@@ -1,7 +1,7 @@
 """Run events: everything an agent run observed, on the run's own stream `run-<id>`.
 
 A run reaches the outside world only through its `RunContext`
-(gormes/actors/run_context.py). Each thing the context observes for the handler
+(gormes/actors/runs/context.py). Each thing the context observes for the handler
 (a model reply, a tool result, inbox messages, a clock reading, a random draw, a
 child's outcome...) is appended here BEFORE the handler sees it. Every such
 observation carries `seq`: 1, 2, 3... in the order the handler asked, per run.
@@ -14,7 +14,7 @@ run with `resumed_from`, see decision 0011) and `run.message_sent` (written by
 whoever sends the run a message).
 
 Only events-layer types appear here: the providers' neutral model types are
-converted to and from `RecordedReply` by gormes/actors/runs.py, so no provider's
+converted to and from `RecordedReply` by gormes/actors/runs/manager.py, so no provider's
 wire format and no actors-layer class reaches the log.
 
 Run events (and the structs inside them) are declared `gc=False`: they hold JSON
@@ -115,7 +115,7 @@ class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 class RunProcess(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The process that drives a run. A run records its own end, so a run whose
     process died (SIGKILL, a crash) has none; on the host it ran on, this tells
-    such a run from a live one (gormes/actors/run_process.py)."""
+    such a run from a live one (gormes/actors/runs/process.py)."""
 
     host: str  # the hostname, for people
     machine: str = ""  # /etc/machine-id where there is one: the machine, for the check
@@ -190,7 +190,7 @@ class RunResumed(Event, tag="run.resumed", kw_only=True, gc=False):
 
 class RunLlmTurn(Event, tag="run.llm_turn", kw_only=True, gc=False):
     seq: int
-    request_hash: str  # gormes.actors.providers.base.request_hash of the request
+    request_hash: str  # gormes.providers.base.request_hash of the request
     model: str
     message_count: int
     reply: RecordedReply

@@ -1,4 +1,4 @@
-"""Audit check: every day's audit hash chain is intact (gormes/audit_chain.py).
+"""Audit check: every day's audit hash chain is intact (gormes/events/audit_chain.py).
 
 Recomputes every chain from the first day on (not incremental): an edited,
 deleted, moved or inserted audit record is a failure naming the day and position.
@@ -6,7 +6,7 @@ deleted, moved or inserted audit record is a failure naming the day and position
 
 from __future__ import annotations
 
-from gormes.audit_chain import verify_chains
+from gormes.events.audit_chain import verify_chains
 from gormes.health import Check, DoctorContext, Verdict, fail, listing, ok
 
 

@@ -1,6 +1,6 @@
 """Replay check: runs whose recording cannot be replayed exactly, and why.
 
-What replay needs (gormes/actors/replay_log.py): the stream begins with
+What replay needs (gormes/actors/runs/recorded.py): the stream begins with
 `run.started`, every event is of a type this gormes reads, observations carry
 `seq` 1..n with no gap or repeat, and the recorded handler is registered here.
 Each is one aggregate query over the `run-*` streams, so no run is decoded.

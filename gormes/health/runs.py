@@ -6,15 +6,15 @@ as `running` for ever. For a job's runs (subagents included: they carry the job'
 id) the ledger tells: if the job is not `active`, no attempt is running them, so
 they were cut off with a worker that was lost. A job's next attempt records them
 as cancelled, and so does a worker's sweep for an agent job that ended dead or
-cancelled (gormes/actors/cut_off.py); until then they show here. A run outside a
+cancelled (gormes/actors/agent_jobs/cut_off.py); until then they show here. A run outside a
 job names its process (`run.started`): on that process's host, a process that is
-gone is certain (gormes/actors/run_process.py), and so is the cut-off; runs
+gone is certain (gormes/actors/runs/process.py), and so is the cut-off; runs
 whose process cannot be checked from here are counted, not judged.
 """
 
 from __future__ import annotations
 
-from gormes.actors.run_process import describe, process_state, recorded_processes
+from gormes.actors.runs.process import describe, process_state, recorded_processes
 from gormes.events.runs import TERMINAL_TYPES
 from gormes.events.sql_fragments import json_text
 from gormes.health import Check, DoctorContext, Verdict, has_table, listing, ok, warn

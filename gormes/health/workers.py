@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import msgspec
 
-from gormes.actors.governor import BREAKER_ERROR
-from gormes.actors.heartbeat import TABLE as HEARTBEATS
+from gormes.actors.jobs.governor import BREAKER_ERROR
+from gormes.actors.jobs.heartbeat import TABLE as HEARTBEATS
 from gormes.health import (
     Check,
     DoctorContext,

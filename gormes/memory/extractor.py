@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gormes.actors.providers.base import Message, ModelRequest, Provider
+from gormes.providers.base import Message, ModelRequest, Provider
 from gormes.errors import UserError
 from gormes.events.memory import TRUSTED_SOURCES, Origin
 from gormes.events.runs import RunInboxRead, RunLlmTurn, RunStarted

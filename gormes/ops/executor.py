@@ -11,7 +11,7 @@ handler raised or the call was cancelled. The original error always propagates.
 A caller that records the call itself (a run's `run.tool_called`) passes `audit`:
 the executor then hands it the audit append request with the call's outcome, and
 the caller appends it together with its own record, in one transaction (sealed
-onto the day's hash chain with `gormes.audit_chain.append_sealed`).
+onto the day's hash chain with `gormes.events.audit_chain.append_sealed`).
 
 A caller that refuses a call before it reaches `call` (a run's tool allowlist,
 arguments that are not JSON) makes the same audit event with `refusal` (or
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from gormes.audit_chain import append_sealed
+from gormes.events.audit_chain import append_sealed
 from gormes.errors import StoreError, UserError
 from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
 from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over
@@ -45,8 +45,8 @@ from gormes.ops.spec import (
 )
 
 if TYPE_CHECKING:
-    from gormes.actors.queue import JobQueue
-    from gormes.ops.run_admin import RunStarter
+    from gormes.actors.jobs.queue import JobQueue
+    from gormes.tools.run_admin import RunStarter
 
 RawInput = bytes | bytearray | memoryview | str | dict | msgspec.Struct | None
 

@@ -24,8 +24,8 @@ import msgspec
 from gormes.errors import GormesError, UserError
 
 if TYPE_CHECKING:
-    from gormes.actors.queue import JobQueue
-    from gormes.ops.run_admin import RunStarter
+    from gormes.actors.jobs.queue import JobQueue
+    from gormes.tools.run_admin import RunStarter
 
 TrustClass = Literal["operator", "gateway", "child-agent", "system"]
 TRUST_CLASSES: tuple[str, ...] = ("operator", "gateway", "child-agent", "system")
@@ -100,7 +100,7 @@ class Caller(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     run_id: str | None = None
     job_id: str | None = None
-    # The memory scope the caller works in (gormes/ops/memory.py `bound_scope`);
+    # The memory scope the caller works in (gormes/tools/memory.py `bound_scope`);
     # None: its class's default (its own chat, or project:default for the classes
     # that name their scope).
     scope: str | None = None
@@ -124,7 +124,7 @@ class OperationContext:
     clock: Callable[[], float] = time.time  # seconds since the epoch, like time.time
     shell_enabled: bool = False
     store: Any = None
-    # The caller's runs (a gormes/ops/run_admin.py `RunStarter`: its RunManager and
+    # The caller's runs (a gormes/tools/run_admin.py `RunStarter`: its RunManager and
     # where a fork or resume is driven); the run operations refuse to run without one.
     runs: RunStarter | None = None
 

@@ -6,7 +6,7 @@
 
 Times are milliseconds since the epoch, taken from the events, so a rebuild gives
 the same rows. A removed schedule's row is deleted. The next fire time depends on
-the clock, so readers compute it (gormes/actors/cron.py `next_due`).
+the clock, so readers compute it (gormes/actors/cron/rules.py `next_due`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import pathlib
 
 import trio
 
-from gormes.actors.handlers import job
+from gormes.actors.jobs.handlers import job
 
 
 @job("gate")

@@ -14,7 +14,7 @@ SUBMIT = """
 import sys, trio
 from gormes.events.catalog import load_all
 from gormes.events.sqlite import SQLiteEventStore
-from gormes.actors.queue import JobQueue
+from gormes.actors.jobs.queue import JobQueue
 from gormes.events.jobs import JobOptions
 
 async def main():

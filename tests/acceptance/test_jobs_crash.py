@@ -110,7 +110,7 @@ def _submit_rest(db: Path, n: int) -> None:
     """Submit the remaining jobs from one process (300 CLI calls would take a minute)."""
     import trio
 
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.sqlite import SQLiteEventStore
 
     async def main() -> None:

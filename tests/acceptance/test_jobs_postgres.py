@@ -215,7 +215,7 @@ def test_a_killed_workers_job_is_reclaimed_after_its_lease_and_a_long_job_is_ren
 def _submit_rest(url: str, ns: range) -> None:
     import trio
 
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.open import open_store
 
     async def main() -> None:

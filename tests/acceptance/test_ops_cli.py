@@ -33,7 +33,7 @@ def test_ops_list_prints_a_table_of_every_operation(fresh_db):
     for column in ("name", "trust", "mutating", "idempotent", "prompt-visible", "timeout", "audit kind"):
         assert column in header
     rows = {line.split()[0]: line for line in done.stdout.splitlines()[2:]}
-    from gormes.ops.builtin import default_registry
+    from gormes.tools.builtin import default_registry
 
     assert set(rows) == {spec.name for spec in default_registry().list()}
     assert {"fs.read", "job.submit", "shell.run", "time.now"} <= set(rows)

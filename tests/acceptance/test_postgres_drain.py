@@ -189,7 +189,7 @@ def _submit_rest(url: str, n: int) -> None:
     """Submit the remaining jobs from one process (1,000 CLI calls would take minutes)."""
     import trio
 
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.open import open_store
 
     async def main() -> None:

@@ -14,7 +14,7 @@ FIXTURES = REPO / "replay_fixtures"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 HANDLERS = str(FIXTURES / "handlers.py")
 CHANGED_HANDLER = '''
-from gormes.actors.run_context import run_handler
+from gormes.actors.runs.context import run_handler
 
 @run_handler("fixture.cancel_child")
 async def cancel_child(ctx, input):

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 from cli_helpers import REPO, assert_one_line_error, cli_env, gormes_command, run_gormes
 
-from gormes.actors.run_process import this_process
+from gormes.actors.runs.process import this_process
 from gormes.events.runs import RunStarted, run_stream
 from gormes.events.sqlite_log import SQLiteLog
 

@@ -15,8 +15,8 @@ from pg_helpers import admin, fresh_schema, url_for_schema
 from test_top_tty import Terminal, wait_until
 
 from cli_helpers import assert_one_line_error, cli_env, gormes_command
-from gormes.actors.heartbeat import Heartbeat
-from gormes.actors.queue import JobQueue
+from gormes.actors.jobs.heartbeat import Heartbeat
+from gormes.actors.jobs.queue import JobQueue
 from gormes.events.open import open_store
 from gormes.events.runs import RunStarted, RunToolCalled, run_stream
 

@@ -80,7 +80,7 @@ def job_status(db: Path, job_id: str) -> str | None:
 
 
 def submit_waiting_job(db: Path) -> str:
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.sqlite import SQLiteEventStore
 
     async def main() -> str:
@@ -128,7 +128,7 @@ class Terminal:
 
 def record_agent_run(db: Path) -> tuple[str, str]:
     """A claimed job with a recorded run that called a tool."""
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.runs import RunStarted, RunToolCalled, run_stream
     from gormes.events.sqlite import SQLiteEventStore
 

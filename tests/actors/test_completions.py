@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from gormes.actors.completions import Completions
-from gormes.actors.queue import InvalidJob, JobQueue, LockLost
+from gormes.actors.jobs.completions import Completions
+from gormes.actors.jobs.queue import InvalidJob, JobQueue, LockLost
 from gormes.errors import StoreClosed
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gormes.actors import job_rules as rules
-from gormes.actors.queue import InvalidJob, JobQueue, Submitter
+from gormes.actors.jobs import rules
+from gormes.actors.jobs.queue import InvalidJob, JobQueue, Submitter
 from gormes.events.jobs import MAX_DELAY_MS, Backoff, JobOptions
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gormes.actors import job_rules as r
-from gormes.actors.jobs import InvalidJob, InvalidTransition, JobState, LockLost, evolve, fold
+from gormes.actors.jobs import rules as r
+from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobState, LockLost, evolve, fold
 from gormes.events.jobs import (
     Backoff, JobChildDone, JobChildrenSettled, JobCompleted,
     JobFailed, JobInboxRead, JobOptions, JobStalled, JobSubmitted, JobTimedOut,

@@ -12,9 +12,9 @@ import sys
 import msgspec
 from pg_helpers import admin
 
-from gormes.actors.job_context import JobContext
-from gormes.actors.jobs import fold
-from gormes.actors.queue import JobQueue, Submitter
+from gormes.actors.jobs.context import JobContext
+from gormes.actors.jobs.state import fold
+from gormes.actors.jobs.queue import JobQueue, Submitter
 from gormes.events.codec import default_codec
 from gormes.events.jobs import JobOptions, JobSubmitted, job_stream
 from gormes.events.sqlite import SQLiteEventStore

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import trio
 
-from gormes.actors.queue import InvalidJob, InvalidTransition, JobNotFound, JobQueue, LockLost
+from gormes.actors.jobs.queue import InvalidJob, InvalidTransition, JobNotFound, JobQueue, LockLost
 from gormes.projections import ledger
 
 

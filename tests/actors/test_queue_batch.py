@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import trio
 
-from gormes.actors.queue import InvalidJob, JobNotFound, JobQueue, LockLost
+from gormes.actors.jobs.queue import InvalidJob, JobNotFound, JobQueue, LockLost
 
 T0 = 1_700_000_000.0
 

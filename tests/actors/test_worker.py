@@ -18,13 +18,13 @@ import pytest
 import trio
 import trio.testing
 
-from gormes.actors.governor import BREAKER_ERROR, Governor, GovernorPolicy, LoadSample, decide
-from gormes.actors.handlers import (
+from gormes.actors.jobs.governor import BREAKER_ERROR, Governor, GovernorPolicy, LoadSample, decide
+from gormes.actors.jobs.handlers import (
     HandlerImportError, HandlerRegistry, UnrecoverableError, default_registry, import_handlers,
 )
-from gormes.actors.job_context import JobContext
-from gormes.actors.queue import Job, JobQueue
-from gormes.actors.worker import Worker, WorkerConfig
+from gormes.actors.jobs.context import JobContext
+from gormes.actors.jobs.queue import Job, JobQueue
+from gormes.actors.jobs.worker import Worker, WorkerConfig
 from gormes.events.sqlite import SQLiteEventStore
 
 # Jumps of the clock stay well inside a lease, so renewals are never outrun by the

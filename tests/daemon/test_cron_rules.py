@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gormes.actors.cron import (
+from gormes.actors.cron.rules import (
     Add,
     Fire,
     InvalidSchedule,

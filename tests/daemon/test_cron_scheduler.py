@@ -8,8 +8,8 @@ from pathlib import Path
 
 import trio
 
-from gormes.actors.cron_scheduler import CronBook, CronScheduler
-from gormes.actors.queue import JobQueue
+from gormes.actors.cron.scheduler import CronBook, CronScheduler
+from gormes.actors.jobs.queue import JobQueue
 from gormes.events.cron import CronFired, cron_stream
 from gormes.events.sqlite import SQLiteEventStore
 

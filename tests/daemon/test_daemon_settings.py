@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gormes.actors.handlers import HandlerImportError
+from gormes.actors.jobs.handlers import HandlerImportError
 from gormes.daemon import DaemonSettings, HandlerLoader, InvalidSettings, load_settings
 
 
@@ -37,7 +37,7 @@ def test_a_missing_settings_file_is_refused(tmp_path: Path):
 
 async def test_reloading_a_module_by_name_runs_its_new_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     module = tmp_path / "reload_me_handlers.py"
-    source = "from gormes.actors.handlers import job\n@job('reload-me')\nasync def h(ctx, data):\n    return {!r}\n"
+    source = "from gormes.actors.jobs.handlers import job\n@job('reload-me')\nasync def h(ctx, data):\n    return {!r}\n"
     module.write_text(source.format("one"))
     monkeypatch.syspath_prepend(str(tmp_path))
     loader = HandlerLoader()

@@ -7,9 +7,9 @@ import time
 import msgspec
 import pytest
 
-from gormes.actors.heartbeat import Heartbeat
-from gormes.actors.providers.pricing import Price, PricingTable
-from gormes.actors.queue import JobQueue
+from gormes.actors.jobs.heartbeat import Heartbeat
+from gormes.providers.pricing import Price, PricingTable
+from gormes.actors.jobs.queue import JobQueue
 from gormes.dashboard.app import open_views
 from gormes.dashboard.model import BREAKER_ERROR
 from gormes.dashboard.read import read_snapshot
@@ -159,7 +159,7 @@ async def test_a_database_without_projection_tables_reads_as_empty(store):
 
 
 async def test_an_active_run_whose_process_is_gone_is_marked(store, populated):
-    from gormes.actors.run_process import this_process
+    from gormes.actors.runs.process import this_process
 
     here = this_process()
     for run_id, process in (("alive", here),

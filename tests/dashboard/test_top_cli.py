@@ -25,7 +25,7 @@ def gormes(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def populate(db: Path) -> dict[str, str]:
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.sqlite import SQLiteEventStore
 
     async def main() -> dict[str, str]:

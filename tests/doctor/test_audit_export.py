@@ -22,7 +22,7 @@ from gormes.audit_export import (
 from gormes.audit_taxonomy import render, taxonomy
 from gormes.events.codec import default_codec
 from gormes.events.sqlite import SQLiteEventStore
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller, OperationDenied
 

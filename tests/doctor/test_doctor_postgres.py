@@ -18,9 +18,9 @@ import pytest
 from doctor_helpers import T0, check, doctor
 from pg_helpers import PG_URL, admin, backend_store, fresh_schema, url_for_schema
 
-from gormes.actors.governor import BREAKER_ERROR
-from gormes.actors.heartbeat import Heartbeat
-from gormes.actors.queue import JobQueue
+from gormes.actors.jobs.governor import BREAKER_ERROR
+from gormes.actors.jobs.heartbeat import Heartbeat
+from gormes.actors.jobs.queue import JobQueue
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.memory import Origin, Provenance, evidence_hash, fact_id
 from gormes.events.memory import MemoryFactRecorded as Fact

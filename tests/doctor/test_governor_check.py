@@ -6,11 +6,11 @@ from pathlib import Path
 
 from doctor_helpers import T0, check, doctor
 
-from gormes.actors.governor import Governor, GovernorPolicy, LoadSample
-from gormes.actors.handlers import HandlerRegistry
-from gormes.actors.heartbeat import Heartbeat
-from gormes.actors.queue import JobQueue
-from gormes.actors.worker import Worker, WorkerConfig
+from gormes.actors.jobs.governor import Governor, GovernorPolicy, LoadSample
+from gormes.actors.jobs.handlers import HandlerRegistry
+from gormes.actors.jobs.heartbeat import Heartbeat
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.jobs.worker import Worker, WorkerConfig
 from gormes.events.sqlite import SQLiteEventStore
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import msgspec
 from doctor_helpers import T0, append, check, doctor, fresh, sql
 
-from gormes.actors.run_context import run_handlers
+from gormes.actors.runs.context import run_handlers
 from gormes.events.codec import default_codec
 from gormes.events.runs import RunClockRead, RunCompleted, RunStarted
 from gormes.health import GIB, MIB, DoctorContext, Thresholds
 from gormes.health.replay import unreplayable_runs
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.spec import OperationSpec
 
 

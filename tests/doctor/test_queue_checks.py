@@ -7,9 +7,9 @@ from pathlib import Path
 
 from doctor_helpers import T0, check, doctor, fresh, sql
 
-from gormes.actors.governor import BREAKER_ERROR
-from gormes.actors.heartbeat import Heartbeat
-from gormes.actors.queue import JobQueue
+from gormes.actors.jobs.governor import BREAKER_ERROR
+from gormes.actors.jobs.heartbeat import Heartbeat
+from gormes.actors.jobs.queue import JobQueue
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.health import Thresholds
 

@@ -11,8 +11,8 @@ from doctor_helpers import T0, append, check, doctor, fresh
 
 import msgspec
 
-from gormes.actors.queue import JobQueue
-from gormes.actors.run_process import this_process
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.runs.process import this_process
 from gormes.events.runs import RunCancelled, RunProcess, RunStarted, run_stream
 from gormes.events.sqlite import SQLiteEventStore
 

@@ -7,9 +7,9 @@ from knowledge_fakes import install
 
 from gormes.events.audit import OperationAudited
 from gormes.knowledge import EmptyQuery
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
-from gormes.ops.knowledge import knowledge_operations
+from gormes.tools.knowledge import knowledge_operations
 from gormes.ops.registry import Registry
 from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
 

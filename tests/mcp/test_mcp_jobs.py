@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from mcp_helpers import CLIENT_NAME, audit_events, call_ok, call_refused, gormes_mcp
 
-from gormes.actors.queue import JobQueue, Submitter
-from gormes.ops.builtin import default_registry
-from gormes.ops.memory import own_scope
+from gormes.actors.jobs.queue import JobQueue, Submitter
+from gormes.tools.builtin import default_registry
+from gormes.tools.memory import own_scope
 
 
 async def test_an_agent_run_is_submitted_got_paused_resumed_and_cancelled(db_path, store):

@@ -12,9 +12,9 @@ import pytest
 from mcp_helpers import CLIENT_NAME, audit_events, call_ok, call_refused, gormes_mcp, tool_names
 from pg_helpers import fresh_schema, url_for_schema
 
-from gormes.actors.queue import JobQueue
+from gormes.actors.jobs.queue import JobQueue
 from gormes.events.open import open_store
-from gormes.ops.memory import own_scope
+from gormes.tools.memory import own_scope
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ from typing import Any
 import trio
 from mcp_helpers import CLIENT_NAME, call_ok, call_refused, gormes_mcp
 
-import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job handler)
-from gormes.actors.handlers import default_registry as job_handlers
-from gormes.actors.queue import JobQueue
-from gormes.actors.run_context import RunContext, RunHandlerRegistry
-from gormes.actors.runs import RunManager
-from gormes.actors.worker import Worker, WorkerConfig
-from gormes.ops.memory import own_scope
+import gormes.actors.agent_jobs.handler  # noqa: F401  (registers the "agent" job handler)
+from gormes.actors.jobs.handlers import default_registry as job_handlers
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.runs.context import RunContext, RunHandlerRegistry
+from gormes.actors.runs.manager import RunManager
+from gormes.actors.jobs.worker import Worker, WorkerConfig
+from gormes.tools.memory import own_scope
 
 TERMINAL = ("completed", "failed", "dead", "cancelled")
 
@@ -30,7 +30,7 @@ async def test_a_message_reaches_a_live_run_and_its_timeline_shows_it(store, db_
 
     handlers = RunHandlerRegistry({"read_orders": read_orders})
     async with RunManager.open(store, handlers=handlers) as runs:
-        # a run acting for this client: a gateway reads and steers only those (gormes/ops/run_trust.py)
+        # a run acting for this client: a gateway reads and steers only those (gormes/tools/run_trust.py)
         handle = await runs.start("read_orders", {"why": "test"}, trust="gateway",
                                   memory_scope=own_scope(f"mcp:{CLIENT_NAME}"))
         async with gormes_mcp(db_path) as client:
@@ -68,7 +68,7 @@ async def test_an_agent_run_submitted_over_mcp_runs_on_a_worker_and_is_read_back
     ]}]}))
     queue = await JobQueue.open(store)
     worker = Worker(queue, job_handlers.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
-    # A gateway may choose only a model the operator allows (gormes/ops/job_trust.py).
+    # A gateway may choose only a model the operator allows (gormes/tools/job_trust.py).
     async with gormes_mcp(db_path, env={"GORMES_GATEWAY_MODELS": f"scripted:{script}"}) as client:
         job = await call_ok(client, "run__submit", prompt="What time is it?", model=f"scripted:{script}",
                             tools=["time.now"])

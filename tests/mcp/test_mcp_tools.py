@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcp_helpers import CLIENT_NAME, audit_events, call_refused, gormes_mcp, tool_names
 
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.registry import wire_name
 
 STEERING = {

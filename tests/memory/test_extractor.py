@@ -22,7 +22,7 @@ from gormes.memory.extractor import (
     parse_extraction,
     run_turns,
 )
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller, OperationDenied
 from gormes.recall.api import recall_in_store

@@ -1,12 +1,12 @@
 """job.submit and run.submit record their caller as the job's Submitter, and the
-rules of gormes/ops/job_trust.py, through the real executor and queue."""
+rules of gormes/tools/job_trust.py, through the real executor and queue."""
 
 from __future__ import annotations
 
 import pytest
 
-from gormes.actors.queue import JobQueue, Submitter
-from gormes.ops.builtin import default_registry
+from gormes.actors.jobs.queue import JobQueue, Submitter
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller, OperationDenied
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gormes.events.memory import is_valid_scope
-from gormes.ops.memory import own_scope
+from gormes.tools.memory import own_scope
 
 
 @pytest.mark.parametrize(

@@ -226,7 +226,7 @@ async def test_a_handler_s_user_error_is_audited_as_invalid_and_a_store_error_as
 
 
 async def test_every_audit_event_is_sealed_onto_its_day_s_chain(executor, store):
-    from gormes.audit_chain import GENESIS, record_digest
+    from gormes.events.audit_chain import GENESIS, record_digest
 
     await executor.call("test.echo", {"text": "a"}, OPERATOR)
     with pytest.raises(OperationDenied):

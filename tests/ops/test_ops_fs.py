@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ops_helpers import audit_events
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
-from gormes.ops.fs import FsEntry, FsGrepInput, GrepMatch, GrepAbandoned, grep_workspace, resolve_inside
+from gormes.tools.fs import FsEntry, FsGrepInput, GrepMatch, GrepAbandoned, grep_workspace, resolve_inside
 from gormes.ops.spec import (
     Caller, InvalidOperationInput, OperationUnavailable, PathOutsideWorkspace,
 )

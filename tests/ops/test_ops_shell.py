@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ops_helpers import audit_events
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import SHELL_ENV, Executor
 from gormes.ops.spec import (
     TRUST_CLASSES, Caller, InvalidOperationInput, OperationDenied, OperationTimeout,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from ops_helpers import audit_events
-from gormes.actors.jobs import InvalidJob, JobNotFound
-from gormes.actors.queue import JobQueue
-from gormes.ops.builtin import default_registry
+from gormes.actors.jobs.state import InvalidJob, JobNotFound
+from gormes.actors.jobs.queue import JobQueue
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
-from gormes.ops.jobs import JobSummary
+from gormes.tools.jobs import JobSummary
 from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied, OperationUnavailable
 
 OPERATOR = Caller(trust="operator", id="cli")

@@ -9,8 +9,8 @@ import trio
 from pg_helpers import url_for_schema
 from projection_helpers import rows
 
-from gormes.actors.handlers import HandlerRegistry
-from gormes.actors.queue import JobQueue
+from gormes.actors.jobs.handlers import HandlerRegistry
+from gormes.actors.jobs.queue import JobQueue
 from gormes.daemon import Daemon, DaemonSettings, HandlerLoader
 from gormes.events.notes import NoteAdded
 from gormes.systemd import Notifier

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gormes.actors.queue import JobQueue
-from gormes.actors.queue_batch import claim_sql
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.jobs.batch import claim_sql
 from gormes.projections import ledger
 
 # The indexes an older ledger had (before decision 0012), as it made them.

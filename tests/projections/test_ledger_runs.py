@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from gormes.actors.queue import JobQueue
+from gormes.actors.jobs.queue import JobQueue
 from gormes.events.codec import default_codec
 from gormes.events.base import Recorded
 from gormes.events.sqlite import SQLiteEventStore

@@ -12,8 +12,8 @@ import trio
 from projection_helpers import rows
 from test_runner import NoteCounter, note
 
-from gormes.actors.cron_scheduler import CronBook, CronScheduler
-from gormes.actors.queue import JobQueue
+from gormes.actors.cron.scheduler import CronBook, CronScheduler
+from gormes.actors.jobs.queue import JobQueue
 from gormes.errors import ProjectionError
 from gormes.events.cron import CronFired, CronPaused, CronRemoved, CronResumed, CronScheduled
 from gormes.events.jobs import Tokens

@@ -73,7 +73,7 @@ async def test_check_on_postgres_compares_a_rebuild_in_a_scratch_schema(store, b
         return
     from pg_helpers import admin
 
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.jobs.queue import JobQueue
 
     url = url_for_schema(store.schema)
     queue = await JobQueue.open(store)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gormes.actors.providers import (
+from gormes.providers import (
     InvalidModelReply,
     Message,
     ModelRequest,
@@ -20,7 +20,7 @@ from gormes.actors.providers import (
     open_provider,
     request_hash,
 )
-from gormes.actors.providers.base import parse_tool_arguments
+from gormes.providers.base import parse_tool_arguments
 from gormes.errors import GormesError, UserError
 
 CALL = ToolCall(id="call_1", name="fs.read", arguments='{"path": "README.md"}')

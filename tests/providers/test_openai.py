@@ -13,7 +13,7 @@ from openai_server import (
     ToolCallsReply,
 )
 
-from gormes.actors.providers import (
+from gormes.providers import (
     InvalidModelReply,
     Message,
     ModelReply,
@@ -24,7 +24,7 @@ from gormes.actors.providers import (
     Usage,
     open_provider,
 )
-from gormes.actors.providers.openai import OpenAIProvider
+from gormes.providers.openai import OpenAIProvider
 from gormes.errors import UserError
 
 READ = ToolSpec(

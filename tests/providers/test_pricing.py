@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from gormes.actors.providers import Usage
-from gormes.actors.providers.pricing import (
+from gormes.providers import Usage
+from gormes.providers.pricing import (
     Price,
     PricingError,
     PricingTable,

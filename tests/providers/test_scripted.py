@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from gormes.actors.providers import (
+from gormes.providers import (
     InvalidModelReply,
     Message,
     ModelReply,
@@ -17,7 +17,7 @@ from gormes.actors.providers import (
     Usage,
     open_provider,
 )
-from gormes.actors.providers.scripted import (
+from gormes.providers.scripted import (
     ScriptedProvider,
     ScriptError,
     estimate_tokens,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gormes.actors.agent import agent
-from gormes.actors.run_context import (
+from gormes.actors.runs.agent import agent
+from gormes.actors.runs.context import (
     RunContext,
     RunHandler,
     RunHandlerRegistry,

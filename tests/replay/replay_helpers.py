@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gormes.actors.handlers import import_handlers
-from gormes.actors.run_context import run_handlers
+from gormes.actors.jobs.handlers import import_handlers
+from gormes.actors.runs.context import run_handlers
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "replay_fixtures"

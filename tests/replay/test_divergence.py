@@ -5,8 +5,8 @@ from __future__ import annotations
 import changed_handlers as changed
 from replay_helpers import MANIFEST, fixture_lines, fixture_path
 
-from gormes.actors.replay import replay
-from gormes.actors.replay_log import FileRuns
+from gormes.actors.runs.replay import replay
+from gormes.actors.runs.recorded import FileRuns
 
 
 def root(name: str) -> str:

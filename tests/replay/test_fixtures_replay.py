@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 from replay_helpers import MANIFEST, fixture_lines, fixture_path
 
-from gormes.actors.replay import replay
-from gormes.actors.replay_log import FileRuns
+from gormes.actors.runs.replay import replay
+from gormes.actors.runs.recorded import FileRuns
 
 CASES = [(name, r) for name, entry in MANIFEST.items() for r in entry["replays"]]
 

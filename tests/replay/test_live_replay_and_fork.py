@@ -10,15 +10,15 @@ from pathlib import Path
 import changed_handlers as changed
 import pytest
 
-from gormes.actors.fork import ForkRefused, fork_run
-from gormes.actors.replay import replay
-from gormes.actors.replay_log import DatabaseRuns, FileRuns
-from gormes.actors.runs import RunManager
+from gormes.actors.runs.continuation import ForkRefused, fork_run
+from gormes.actors.runs.replay import replay
+from gormes.actors.runs.recorded import DatabaseRuns, FileRuns
+from gormes.actors.runs.manager import RunManager
 from gormes.events.jsonl import import_lines, open_for_reading, parse_lines
 from gormes.events.run_export import export_run
 from gormes.events.runs import RunStarted, run_stream
 from gormes.events.sqlite_log import SQLiteLog
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 
 
@@ -177,7 +177,7 @@ async def test_a_run_loads_the_same_by_range_scan_and_by_index(
 ) -> None:
     """Dense runs are read by one scan of their position range, sparse ones through
     the (stream, version) index; both give the stream exactly as the log reads it."""
-    import gormes.actors.replay_log as replay_log
+    import gormes.actors.runs.recorded as replay_log
 
     run_id = await record(store, workspace, write_script(tmp_path / "s.json", CHILD, PARENT))
     expected = await store.read_stream(run_stream(run_id))
@@ -193,7 +193,7 @@ async def test_a_run_loads_the_same_by_range_scan_and_by_index(
 
 
 def test_a_stream_written_out_of_position_order_loads_in_version_order(tmp_path: Path) -> None:
-    from gormes.actors.replay_log import _sqlite_run_rows
+    from gormes.actors.runs.recorded import _sqlite_run_rows
 
     log = SQLiteLog(tmp_path / "g.db")
     try:

@@ -22,7 +22,7 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def executor(store, workspace: Path):
-    from gormes.ops.builtin import default_registry
+    from gormes.tools.builtin import default_registry
     from gormes.ops.executor import Executor
 
     return Executor(default_registry(), store, workspace=workspace, shell_enabled=True)

@@ -8,11 +8,11 @@ from typing import Any
 import trio
 from run_helpers import run_events, wait_until
 
-import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job handler)
-from gormes.actors.handlers import default_registry
-from gormes.actors.queue import JobQueue
-from gormes.actors.runs import RunManager
-from gormes.actors.worker import Worker, WorkerConfig
+import gormes.actors.agent_jobs.handler  # noqa: F401  (registers the "agent" job handler)
+from gormes.actors.jobs.handlers import default_registry
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.runs.manager import RunManager
+from gormes.actors.jobs.worker import Worker, WorkerConfig
 from gormes.events.jobs import Tokens
 from gormes.events.runs import RunChildFinished, RunLlmTurn, RunStarted
 from gormes.projections.runner import ProjectionRunner

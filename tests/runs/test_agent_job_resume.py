@@ -12,15 +12,15 @@ from typing import Any
 import trio
 from run_helpers import run_events, wait_until
 
-import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job handler)
-from gormes.actors.agent_job import agent_job, last_attempt_run
-from gormes.actors.handlers import default_registry
-from gormes.actors.job_context import JobContext
-from gormes.actors.providers.scripted import ScriptedProvider
-from gormes.actors.queue import JobQueue
-from gormes.actors.replay import replay
-from gormes.actors.replay_log import DatabaseRuns
-from gormes.actors.worker import Worker, WorkerConfig
+import gormes.actors.agent_jobs.handler  # noqa: F401  (registers the "agent" job handler)
+from gormes.actors.agent_jobs.handler import agent_job, last_attempt_run
+from gormes.actors.jobs.handlers import default_registry
+from gormes.actors.jobs.context import JobContext
+from gormes.providers.scripted import ScriptedProvider
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.runs.replay import replay
+from gormes.actors.runs.recorded import DatabaseRuns
+from gormes.actors.jobs.worker import Worker, WorkerConfig
 from gormes.events.jobs import JobTranscribed, Tokens, job_stream
 from gormes.events.runs import (
     RunCancelled,
@@ -30,7 +30,7 @@ from gormes.events.runs import (
     RunStarted,
     RunToolCalled,
 )
-from gormes.ops.builtin import default_registry as default_ops
+from gormes.tools.builtin import default_registry as default_ops
 
 
 def call(tool: str, **arguments: Any) -> dict:
@@ -139,7 +139,7 @@ async def test_a_paused_agent_job_resumes_its_run_instead_of_starting_over(
     assert finished.tokens == total
 
     # `runs show` says where the continuation came from
-    from gormes.actors.run_timeline import format_view, run_view
+    from gormes.actors.runs.timeline import format_view, run_view
 
     view = await run_view(store, second, tree=True)
     assert view["resumed_from"] == {"run_id": first, "position": started.resumed_from.position}
@@ -394,7 +394,7 @@ async def test_tokens_of_a_turn_whose_count_a_pause_cut_off_reach_the_job_on_res
     tokens reached the job (the fenced write is refused). The next attempt serves
     that turn from the record without counting it; it first gives the job what the
     earlier run used and the job was not given, so the job's totals are the runs'."""
-    from gormes.actors.run_live import LiveRunContext
+    from gormes.actors.runs.live import LiveRunContext
 
     monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
     model = script({"replies": [

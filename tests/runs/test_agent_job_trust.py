@@ -9,17 +9,17 @@ import msgspec
 import trio
 from run_helpers import run_events
 
-import gormes.actors.agent_job as agent_job
-from gormes.actors.handlers import default_registry
-from gormes.actors.providers.scripted import ScriptedProvider
-from gormes.actors.queue import JobQueue
-from gormes.actors.replay import replay
-from gormes.actors.replay_log import DatabaseRuns
-from gormes.actors.worker import Worker, WorkerConfig
+import gormes.actors.agent_jobs.handler as agent_job
+from gormes.actors.jobs.handlers import default_registry
+from gormes.providers.scripted import ScriptedProvider
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.runs.replay import replay
+from gormes.actors.runs.recorded import DatabaseRuns
+from gormes.actors.jobs.worker import Worker, WorkerConfig
 from gormes.events.jobs import Submitter, job_stream
 from gormes.events.runs import RunCancelled, RunLlmTurn, RunStarted
-from gormes.ops.builtin import default_registry as default_ops
-from gormes.ops.memory import own_scope
+from gormes.tools.builtin import default_registry as default_ops
+from gormes.tools.memory import own_scope
 
 TERMINAL = ("completed", "failed", "dead", "cancelled")
 

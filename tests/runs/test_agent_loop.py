@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 from run_helpers import run_events, types_of
 
-from gormes.actors.runs import RunManager
+from gormes.actors.runs.manager import RunManager
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
     OBSERVATION_TYPES,

@@ -4,7 +4,7 @@ the job's own token deltas."""
 
 from __future__ import annotations
 
-from gormes.actors.agent_tokens import given_by_runs, missed_tokens, used_live
+from gormes.actors.agent_jobs.tokens import given_by_runs, missed_tokens, used_live
 from gormes.events.base import Recorded
 from gormes.events.jobs import JobTokensAdded, Tokens
 from gormes.events.runs import (

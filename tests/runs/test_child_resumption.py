@@ -5,7 +5,7 @@ mismatch nothing is matched."""
 
 from __future__ import annotations
 
-from gormes.actors.child_resumption import ChildResumption
+from gormes.actors.runs.child_resumption import ChildResumption
 from gormes.events.base import Recorded
 from gormes.events.runs import RunChildFinished, RunChildSpawned, RunClockRead
 
@@ -56,9 +56,9 @@ def test_tools_model_and_key_order() -> None:
 async def test_a_completed_or_cancelled_child_can_be_taken_over_a_failed_one_cannot(store) -> None:
     """`resumable_run`: a completed child is replayed to its end (all its
     observations are the prefix); a failed one starts afresh (None)."""
-    from gormes.actors.fork import resumable_run
-    from gormes.actors.run_context import RunHandlerRegistry, run_handler
-    from gormes.actors.runs import RunManager
+    from gormes.actors.runs.continuation import resumable_run
+    from gormes.actors.runs.context import RunHandlerRegistry, run_handler
+    from gormes.actors.runs.manager import RunManager
 
     handlers = RunHandlerRegistry()
 

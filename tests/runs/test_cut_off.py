@@ -7,7 +7,7 @@ from __future__ import annotations
 from pg_helpers import backend, backend_store  # noqa: F401 (fixture)
 from run_helpers import run_events
 
-from gormes.actors.cut_off import cut_off_reason, end_cut_off_runs
+from gormes.actors.agent_jobs.cut_off import cut_off_reason, end_cut_off_runs
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
     RecordedReply,
@@ -86,8 +86,8 @@ async def test_a_frozen_run_that_wakes_after_being_cut_off_records_no_second_end
     when the run then ends by itself, the end already recorded stands alone."""
     import trio
 
-    from gormes.actors.run_context import RunHandlerRegistry, run_handler
-    from gormes.actors.runs import RunManager
+    from gormes.actors.runs.context import RunHandlerRegistry, run_handler
+    from gormes.actors.runs.manager import RunManager
     from gormes.events.runs import TERMINAL_TYPES
 
     handlers = RunHandlerRegistry()
@@ -121,7 +121,7 @@ class Clock:
 async def _attempt_cut_off(queue, run_id: str, options=None, name: str = "agent"):
     """A job whose attempt started run `run_id` (with one observation), then its
     worker was lost: the run has no end. Returns the job."""
-    from gormes.actors.job_context import JobContext
+    from gormes.actors.jobs.context import JobContext
 
     job = await queue.submit(name, {"prompt": "p"}, options)
     claimed = await queue.claim({name}, worker_id="lost", lease_ms=1000)
@@ -135,8 +135,8 @@ async def test_runs_of_agent_jobs_that_ended_with_no_attempt_running_are_swept(b
     """Cancelled, or dead after its last stall: no next attempt will come, so a
     worker's sweep records the last attempt's run as cut off, once the job has
     been over for longer than the grace, and only then (on both backends)."""
-    from gormes.actors.cut_off import EndedJobRuns, ended_job_reason
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.agent_jobs.cut_off import EndedJobRuns, ended_job_reason
+    from gormes.actors.jobs.queue import JobQueue
 
     clock = Clock(1_800_000_000.0)
     async with backend_store(backend, db_path, clock=clock) as store:
@@ -162,8 +162,8 @@ async def test_runs_of_agent_jobs_that_ended_with_no_attempt_running_are_swept(b
 
 
 async def test_the_sweep_pages_through_many_ended_jobs(backend, db_path) -> None:  # noqa: F811
-    from gormes.actors.cut_off import EndedJobRuns
-    from gormes.actors.queue import JobQueue
+    from gormes.actors.agent_jobs.cut_off import EndedJobRuns
+    from gormes.actors.jobs.queue import JobQueue
 
     clock = Clock(1_800_000_000.0)
     async with backend_store(backend, db_path, clock=clock) as store:
@@ -181,11 +181,11 @@ async def test_the_sweep_pages_through_many_ended_jobs(backend, db_path) -> None
 async def test_a_worker_sweeps_the_runs_of_ended_agent_jobs(store) -> None:
     import trio
 
-    from gormes.actors.handlers import default_registry
-    from gormes.actors.queue import JobQueue
-    from gormes.actors.worker import Worker, WorkerConfig
+    from gormes.actors.jobs.handlers import default_registry
+    from gormes.actors.jobs.queue import JobQueue
+    from gormes.actors.jobs.worker import Worker, WorkerConfig
 
-    import gormes.actors.agent_job  # noqa: F401  (registers the "agent" job handler)
+    import gormes.actors.agent_jobs.handler  # noqa: F401  (registers the "agent" job handler)
 
     queue = await JobQueue.open(store)
     job = await _attempt_cut_off(queue, "r-swept")

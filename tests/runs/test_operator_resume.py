@@ -9,10 +9,10 @@ import trio
 from pg_helpers import backend, backend_store  # noqa: F401 (fixture)
 from run_helpers import run_events, wait_until
 
-from gormes.actors.fork import ResumeRefused
-from gormes.actors.operator_resume import resume_from_outside, resumed_by
-from gormes.actors.run_context import RunHandlerRegistry, run_handler
-from gormes.actors.runs import RunManager
+from gormes.actors.runs.continuation import ResumeRefused
+from gormes.actors.runs.resume import resume_from_outside, resumed_by
+from gormes.actors.runs.context import RunHandlerRegistry, run_handler
+from gormes.actors.runs.manager import RunManager
 from gormes.events.runs import RunCancelled, RunStarted
 
 handlers = RunHandlerRegistry()

@@ -9,7 +9,7 @@ import hashlib
 import msgspec
 import pytest
 
-from gormes.actors.providers.base import (
+from gormes.providers.base import (
     Message,
     ModelRequest,
     ToolCall,
@@ -18,8 +18,8 @@ from gormes.actors.providers.base import (
     request_json,
     tools_json,
 )
-from gormes.actors.run_live import tool_specs
-from gormes.ops.builtin import default_registry
+from gormes.actors.runs.live import tool_specs
+from gormes.tools.builtin import default_registry
 
 TOOLS = tool_specs(default_registry(), "operator", None)
 MESSAGES = (
@@ -47,7 +47,7 @@ def test_a_run_s_tools_are_one_tuple_until_the_registry_changes() -> None:
     first = tool_specs(registry, "child-agent", ("time.now", "fs.read"))
     assert tool_specs(registry, "child-agent", ("time.now", "fs.read")) is first
     assert [t.name for t in first] == [s.name for s in registry.tool_schemas("child-agent", ("time.now", "fs.read"))]
-    from gormes.ops.time_ops import SPECS
+    from gormes.tools.time import SPECS
 
     fresh = dataclasses.replace(SPECS[0], name="time.other")
     registry.register(fresh)

@@ -7,8 +7,8 @@ import pytest
 import trio
 from run_helpers import run_events, types_of, wait_until
 
-from gormes.actors.run_context import RunHandlerRegistry, SpawnRefused, run_handler
-from gormes.actors.runs import RunManager
+from gormes.actors.runs.context import RunHandlerRegistry, SpawnRefused, run_handler
+from gormes.actors.runs.manager import RunManager
 from gormes.events.runs import RunCancelled, RunChildSpawned, RunFailed, RunStarted
 
 handlers = RunHandlerRegistry()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pg_helpers import backend, backend_store  # noqa: F401 (fixture)
 
-from gormes.actors.run_list import list_runs
-from gormes.actors.run_process import this_process
+from gormes.actors.runs.listing import list_runs
+from gormes.actors.runs.process import this_process
 from gormes.events.runs import RunCancelled, RunCompleted, RunFailed, RunStarted, run_stream
 
 

@@ -9,9 +9,9 @@ import msgspec
 import trio
 from run_helpers import run_events
 
-from gormes.actors.runs import RunManager
+from gormes.actors.runs.manager import RunManager
 from gormes.events.runs import RunChildFinished, RunInboxRead, RunLlmTurn, RunToolCalled
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry
 from gormes.ops.spec import OperationSpec
@@ -164,7 +164,7 @@ async def test_a_cancelled_tool_call_is_audited_and_not_recorded_in_the_run(stor
 
 
 async def test_messages_sent_while_a_run_reads_its_inbox_are_each_read_exactly_once(store):
-    from gormes.actors.run_context import RunHandlerRegistry, run_handler
+    from gormes.actors.runs.context import RunHandlerRegistry, run_handler
     from gormes.events.runs import RunMessageSent, run_stream
 
     handlers = RunHandlerRegistry()

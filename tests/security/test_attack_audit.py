@@ -20,16 +20,16 @@ from cli_helpers import REPO, assert_one_line_error, run_gormes
 from mcp_helpers import audit_events, call_ok, gormes_mcp
 from pg_helpers import backend, reopen_store, store_on_both_backends  # noqa: F401 (fixtures)
 
-from gormes.actors.jobs import InvalidJob, JobNotFound
-from gormes.actors.queue import JobQueue
-from gormes.actors.run_context import ToolCallFailed, run_handler
-from gormes.actors.runs import RunManager
-from gormes.audit_chain import GENESIS, record_digest, verify_chains
+from gormes.actors.jobs.state import InvalidJob, JobNotFound
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.runs.context import ToolCallFailed, run_handler
+from gormes.actors.runs.manager import RunManager
+from gormes.events.audit_chain import GENESIS, record_digest, verify_chains
 from gormes.events.audit import OperationAudited
 from gormes.events.codec import default_codec
 from gormes.events.runs import RunToolCalled, run_stream
 from gormes.events.sqlite import SQLiteEventStore
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller
 
@@ -491,7 +491,7 @@ async def test_a_seal_rolled_back_mid_batch_leaves_no_hole_in_the_chain(store):
     """Own attack (on the per-process heads): calls whose own record is refused
     (a stale expected version) roll their seal back inside a group commit full of
     others; the chain must skip them, on both backends."""
-    from gormes.audit_chain import append_sealed
+    from gormes.events.audit_chain import append_sealed
     from gormes.errors import ConcurrencyError
     from gormes.events.notes import NoteAdded
     from gormes.events.store import AppendRequest

@@ -32,7 +32,7 @@ from pg_helpers import fresh_schema, url_for_schema
 
 from gormes.errors import UserError
 from gormes.events.open import open_store
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller, InvalidOperationInput, PathOutsideWorkspace
 
@@ -378,7 +378,7 @@ def test_lone_surrogates_are_invalid_input_to_the_handlers(workspace):
     # refuse them, so this checks the handlers' own line of defence.
     from gormes.knowledge import check_query
     from gormes.knowledge.write import write_markdown
-    from gormes.ops.fs import compile_pattern, resolve_inside
+    from gormes.tools.fs import compile_pattern, resolve_inside
 
     refusals = [
         lambda: resolve_inside(workspace, "README\ud800.md"),
@@ -449,7 +449,7 @@ async def test_a_hard_link_to_an_outside_file_is_never_written_through(executor,
 
 
 async def test_a_gateways_grep_over_a_huge_tree_is_bounded(store, tmp_path):
-    from gormes.ops.fs import GREP_MAX_FILES
+    from gormes.tools.fs import GREP_MAX_FILES
 
     ws = tmp_path / "huge"
     ws.mkdir()

@@ -17,14 +17,14 @@ import pytest
 from cli_helpers import REPO, assert_one_line_error, run_gormes
 from mcp_helpers import call_refused, gormes_mcp, tool_names
 
-from gormes.actors.cron_scheduler import CronBook, CronScheduler
-from gormes.actors.queue import JobQueue
+from gormes.actors.cron.scheduler import CronBook, CronScheduler
+from gormes.actors.jobs.queue import JobQueue
 from gormes.events.open import open_store
 from gormes.events.runs import RunCompleted, RunStarted, run_stream
 from gormes.events.sqlite_log import SQLiteLog
-from gormes.ops import cron as cron_ops
-from gormes.ops import jobs_admin, memory_admin, skills_admin
-from gormes.ops.builtin import default_registry
+from gormes.tools import cron as cron_ops
+from gormes.tools import jobs_admin, memory_admin, skills_admin
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller, OperationDenied
 

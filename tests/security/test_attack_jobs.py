@@ -24,12 +24,12 @@ import pytest
 from cli_helpers import assert_one_line_error, run_gormes
 from mcp_helpers import CLIENT_NAME, audit_events, call_ok, call_refused, gormes_mcp
 
-from gormes.actors.queue import JobQueue, Submitter
-from gormes.actors.runs import RunManager
+from gormes.actors.jobs.queue import JobQueue, Submitter
+from gormes.actors.runs.manager import RunManager
 from gormes.events.jobs import job_stream
 from gormes.events.runs import RunChildFinished, RunToolCalled, run_stream
 from gormes.events.sqlite import SQLiteEventStore
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
 
 GATEWAY_ID = f"mcp:{CLIENT_NAME}"

@@ -22,16 +22,16 @@ import trio
 from cli_helpers import run_gormes
 from mcp_helpers import CLIENT_NAME, call_ok, call_refused, gormes_mcp
 
-from gormes.actors.agent_job import last_attempt_run  # (and registers the "agent" job handler)
-from gormes.actors.handlers import default_registry as job_handlers
-from gormes.actors.providers.scripted import ScriptedProvider
-from gormes.actors.queue import JobQueue
-from gormes.actors.worker import Worker, WorkerConfig
+from gormes.actors.agent_jobs.handler import last_attempt_run  # (and registers the "agent" job handler)
+from gormes.actors.jobs.handlers import default_registry as job_handlers
+from gormes.providers.scripted import ScriptedProvider
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.jobs.worker import Worker, WorkerConfig
 from gormes.events.jobs import job_stream
 from gormes.events.memory import MemoryFactRecorded, Origin
 from gormes.events.runs import RunCancelled, RunStarted, RunToolCalled, run_stream
 from gormes.memory.writer import MemoryWriter, Source
-from gormes.ops.memory import own_scope
+from gormes.tools.memory import own_scope
 
 TERMINAL = ("completed", "failed", "dead", "cancelled")
 GATEWAY_SCOPE = own_scope(f"mcp:{CLIENT_NAME}")  # the scope the gateway client is pinned to
@@ -195,8 +195,8 @@ async def test_runs_show_names_the_trust_and_scope_a_run_acts_with(store, db_pat
 async def test_on_postgres_a_gateway_run_is_pinned_and_writes_nothing_trusted(tmp_path: Path) -> None:
     from pg_helpers import PG_URL, fresh_schema, url_for_schema
 
-    from gormes.actors.run_context import RunHandlerRegistry
-    from gormes.actors.runs import RunManager
+    from gormes.actors.runs.context import RunHandlerRegistry
+    from gormes.actors.runs.manager import RunManager
     from gormes.events.postgres import PostgresEventStore
 
     async def echo(ctx: Any, input: Any) -> Any:
@@ -353,7 +353,7 @@ async def test_an_operator_fork_of_a_gateway_run_does_not_widen_it(store, db_pat
 async def test_an_operator_runs_resume_of_a_gateway_run_keeps_its_trust_and_scope(
     store, db_path, tmp_path: Path, monkeypatch,
 ) -> None:
-    from gormes.actors.runs import RunManager
+    from gormes.actors.runs.manager import RunManager
 
     await seed_secrets(store)
     model = write_script(tmp_path / "attack.json", {"replies": [ATTACK_TURN, {"text": "done"}]})
@@ -436,7 +436,7 @@ async def test_an_attempt_recorded_as_system_before_the_upgrade_is_resumed_as_th
     """A gateway's job whose first attempt ran under the old code (its run recorded
     with trust "system", no scope): keeping "the source's trust" on resume must not
     keep that. The next attempt acts for the job's submitter, the narrower class."""
-    from gormes.actors import agent_job
+    from gormes.actors.agent_jobs import handler as agent_job
 
     await seed_secrets(store)
     real_identity = agent_job.run_identity
@@ -500,7 +500,7 @@ def test_narrowing_never_grants_an_operation_the_wider_class_lacks() -> None:
     its parent's class and child-agent) may call no operation its parent is refused.
     An operation allowed to child-agent but not to the gateway (knowledge.write) is
     why the gateway ranks lowest: ranked above child-agent, its subagents would gain it."""
-    from gormes.ops.builtin import default_registry
+    from gormes.tools.builtin import default_registry
     from gormes.ops.spec import TRUST_CLASSES, TRUST_ORDER, narrower
 
     assert sorted(TRUST_ORDER) == sorted(TRUST_CLASSES)
@@ -523,8 +523,8 @@ async def test_a_gateway_cannot_read_or_steer_runs_that_act_for_someone_else(sto
     of it or of another client's run would read what they recalled. A gateway sees
     and steers only the runs that act for it; the refusals are audited and the
     other runs' inboxes get nothing."""
-    from gormes.actors.run_context import RunContext, RunHandlerRegistry
-    from gormes.actors.runs import RunManager
+    from gormes.actors.runs.context import RunContext, RunHandlerRegistry
+    from gormes.actors.runs.manager import RunManager
     from gormes.events.runs import RunMessageSent
 
     may_finish = trio.Event()

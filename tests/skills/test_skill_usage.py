@@ -11,9 +11,9 @@ from skill_helpers import FIXTURES
 
 from gormes.events.runs import RunCompleted, RunFailed, RunStarted, run_stream
 from gormes.events.skills import SkillSelected, skill_stream
-from gormes.ops.builtin import default_registry
+from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
-from gormes.ops.skills import skill_operations
+from gormes.tools.skills import skill_operations
 from gormes.ops.spec import Caller, OperationUnavailable
 from gormes.projections.runner import ProjectionRunner
 from gormes.projections.skill_usage import skill_usage

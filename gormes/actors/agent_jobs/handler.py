@@ -1,0 +1,225 @@
+"""The built-in job handler "agent": a run as a durable job.
+
+The job gives the run its leases, retries, pause and resume; the run records every
+observation on its own stream (`run.started` names the job). Tokens the run and
+its subagents use are also added to the job (ctx.tokens), so they roll up to the
+job's parent when the job completes. Messages sent to the job reach the agent's
+inbox. The job's result is the run's result; a failed run fails the attempt.
+
+Job data: the agent's input plus where it runs:
+
+    {"prompt": "...", "system": "...", "model": "scripted:demo.json",
+     "tools": ["fs.read"], "max_iterations": 8, "deadline_s": 60,
+     "handler": "agent"}          # any registered run handler; "input" then is its input
+
+The fs tools work in GORMES_WORKSPACE (the worker's environment); without it they
+are unavailable.
+
+The run acts for whoever submitted the job (decision 0016): its tool calls are made
+with the job's submitter's trust class and memory scope (`run_identity`), never
+with the worker's; a job with no recorded submitter (older logs, Python callers
+without one) runs as `child-agent`, pinned to the job's own chat scope. The
+data cannot say otherwise: only the submitter recorded by the queue counts.
+
+Each attempt is a run of its own, named in the job's log (a transcript entry with
+`data={"agent_run": RUN_ID, ...}`) before it starts. Each attempt first gives the
+job any tokens the earlier attempts' runs used that never reached it (a pause
+between a turn and its count; see `agent_tokens`). An attempt that is paused,
+loses its lease or is shut down ends its run as `run.cancelled` with the job's
+abort reason. The next attempt looks at the run the previous one named
+(decision 0011):
+
+- cut off with no end (the worker died): first recorded as `run.cancelled`, it
+  and its subagents left with no end, saying so (`cut_off`), so that no dead run
+  reads as running; then, as for
+- cancelled: the new run RESUMES it (acting for the job's submitter, or for the
+  earlier run's class if that is narrower), a new run with `resumed_from` whose
+  handler is served the earlier run's recorded prefix (model turns, tool results,
+  inbox reads, clock and random readings, finished children) from the record,
+  then continues live; nothing in the prefix calls the provider, runs a tool or
+  counts tokens again;
+- completed (the attempt died before the job recorded its completion): the job
+  completes with that run's result, and no run is started;
+- failed, or none, or the code no longer replays its prefix: a fresh run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from gormes.actors.jobs.handlers import UnrecoverableError, job
+from gormes.actors.jobs.context import JobContext
+from gormes.events.jobs import JobTranscribed, Submitter, Tokens, job_stream
+from gormes.events.runs import RunCompleted, run_stream
+
+WORKSPACE_ENV = "GORMES_WORKSPACE"
+RUN_OPTIONS = ("model", "tools", "max_iterations", "deadline_s")
+# The class a job with no recorded submitter acts with (decision 0016).
+UNATTRIBUTED_TRUST = "child-agent"
+
+
+class ActsFor(msgspec.Struct, frozen=True, kw_only=True):
+    """Whom a job's runs act for: the trust class and memory scope of their tool calls."""
+
+    trust: str
+    scope: str | None  # None: the class names its scope (operator, system)
+
+
+def run_identity(job_id: str, submitter: Submitter | None) -> ActsFor:
+    """The job's submitter's trust class and memory scope; for a pinned class with no
+    recorded scope, the submitter's own chat. With no submitter: UNATTRIBUTED_TRUST,
+    pinned to the job's own chat (`chat:job-<id>`, the same for every attempt)."""
+    from gormes.tools.memory import NAMES_ITS_SCOPE, own_scope
+
+    if submitter is None:
+        return ActsFor(trust=UNATTRIBUTED_TRUST, scope=own_scope(f"job-{job_id}"))
+    if submitter.trust in NAMES_ITS_SCOPE:
+        return ActsFor(trust=submitter.trust, scope=submitter.scope)
+    return ActsFor(trust=submitter.trust, scope=submitter.scope or own_scope(submitter.caller))
+
+
+class AgentJobData(msgspec.Struct, frozen=True, kw_only=True):
+    handler: str = "agent"
+    input: Any = None
+    model: str | None = None
+    tools: list[str] | None = None
+    max_iterations: int | None = None
+    deadline_s: float | None = None
+
+
+def parse_job_data(data: Any) -> tuple[AgentJobData, Any]:
+    """(run options, the handler's input). For "agent" without "input", the data
+    itself (minus the run options) is the agent's input."""
+    if not isinstance(data, dict):
+        raise UnrecoverableError(f"agent job data must be a JSON object, got {type(data).__name__}")
+    try:
+        options = msgspec.convert(
+            {k: v for k, v in data.items() if k in ("handler", "input", *RUN_OPTIONS)}, AgentJobData
+        )
+    except msgspec.ValidationError as exc:
+        raise UnrecoverableError(f"agent job data: {exc}") from None
+    if "input" in data:
+        return options, options.input
+    return options, {k: v for k, v in data.items() if k not in ("handler", "deadline_s")}
+
+
+def _executor(store: Any) -> Any:
+    from gormes.tools.builtin import default_registry
+    from gormes.ops.executor import Executor
+
+    return Executor(default_registry(), store, workspace=os.environ.get(WORKSPACE_ENV) or None)
+
+
+AGENT_RUN = "agent_run"  # the key of the transcript entry naming an attempt's run
+
+
+def attempt_runs(job_records: list[Any]) -> list[str]:
+    """The runs the job's attempts named in its log, oldest first."""
+    runs = []
+    for record in job_records:
+        e = record.event
+        if isinstance(e, JobTranscribed) and isinstance(e.entry.data, dict) and AGENT_RUN in e.entry.data:
+            runs.append(str(e.entry.data[AGENT_RUN]))
+    return runs
+
+
+def last_attempt_run(job_records: list[Any]) -> str | None:
+    """The run the latest attempt named in the job's log, if any."""
+    runs = attempt_runs(job_records)
+    return runs[-1] if runs else None
+
+
+async def _earlier_run(store: Any, run_id: str | None) -> Any:
+    """The RecordedRun of the previous attempt, or None (none, or it never started)."""
+    from gormes.actors.runs.recorded import split_run
+
+    if run_id is None:
+        return None
+    records = await store.read_stream(run_stream(run_id))
+    return split_run(run_id, records) if records else None
+
+
+async def _count_missed_tokens(ctx: JobContext, store: Any, job_records: list[Any]) -> None:
+    """Give the job what earlier attempts' runs used and it was never given (a pause
+    between a turn and its count; see `agent_tokens`)."""
+    from gormes.actors.agent_jobs.tokens import missed_tokens
+
+    async def read_run(run_id: str) -> list[Any]:
+        return await store.read_stream(run_stream(run_id))
+
+    missed = await missed_tokens(read_run, job_records, attempt_runs(job_records))
+    if missed.input or missed.output or missed.cache_read:
+        await ctx.log("tokens earlier attempts used but the job was not given are counted now",
+                      data={"missed_tokens": msgspec.to_builtins(missed)})
+        await ctx.tokens(input=missed.input, output=missed.output, cache_read=missed.cache_read)
+
+
+async def _end_cut_off(ctx: JobContext, store: Any, run_id: str) -> None:
+    """The earlier attempt's run has no end: its worker was lost (see `cut_off`)."""
+    from gormes.actors.agent_jobs.cut_off import cut_off_reason, end_cut_off_runs
+
+    ended = await end_cut_off_runs(store, run_id, cut_off_reason(ctx.id))
+    if ended:
+        await ctx.log(f"run {run_id} was cut off with its attempt: recorded as cancelled",
+                      data={"cut_off_runs": ended})
+
+
+@job("agent")
+async def agent_job(ctx: JobContext, data: Any) -> Any:
+    from gormes.actors.runs.continuation import resume_run
+    from gormes.actors.runs.manager import RunManager
+    from gormes.errors import UserError
+
+    options, run_input = parse_job_data(data)
+    store = ctx._queue.store
+    job_records = await store.read_stream(job_stream(ctx.id))
+    await _count_missed_tokens(ctx, store, job_records)
+    earlier = await _earlier_run(store, last_attempt_run(job_records))
+    if earlier is not None and earlier.end is not None and isinstance(earlier.end.event, RunCompleted):
+        await ctx.log(f"run {earlier.run_id} had completed: its result is the job's",
+                      data={"completed_run": earlier.run_id})
+        return {"run_id": earlier.run_id, "result": earlier.end.event.result}
+    if earlier is not None and earlier.end is None:
+        await _end_cut_off(ctx, store, earlier.run_id)
+
+    async def to_job(tokens: Tokens) -> None:
+        await ctx.tokens(input=tokens.input, output=tokens.output, cache_read=tokens.cache_read)
+
+    def outside_reason() -> str | None:
+        return f"job {ctx.abort_reason}" if ctx.abort_reason else None
+
+    acts_for = run_identity(ctx.id, ctx.submitter)
+    async with RunManager.open(store, executor=_executor(store)) as runs:
+        run_id = runs.new_id()
+        if earlier is not None and (earlier.end is None or earlier.end.type == "run.cancelled"):
+            await ctx.log(f"run {run_id} resumes run {earlier.run_id}",
+                          data={AGENT_RUN: run_id, "resumes": earlier.run_id})
+            try:
+                resumed = await resume_run(runs, earlier, run_id=run_id, job_id=ctx.id, token_sink=to_job,
+                                           job=ctx, outside_reason=outside_reason,
+                                           trust=acts_for.trust, memory_scope=acts_for.scope)
+            except UserError as exc:  # ResumeRefused, or the handler or model is gone now
+                await ctx.log(f"{exc}; starting afresh")
+            else:
+                return _result(resumed.outcome)
+            run_id = runs.new_id()
+        await ctx.log(f"run {run_id}", data={AGENT_RUN: run_id})
+        try:
+            handle = await runs.start(
+                options.handler, run_input, model=options.model, tools=options.tools,
+                max_iterations=options.max_iterations, deadline_s=options.deadline_s,
+                trust=acts_for.trust, memory_scope=acts_for.scope, job_id=ctx.id, token_sink=to_job,
+                job=ctx, run_id=run_id, outside_reason=outside_reason,
+            )
+        except UserError as exc:  # unknown handler, bad model spec: retrying will not help
+            raise UnrecoverableError(str(exc)) from None
+        return _result(await handle.outcome())
+
+
+def _result(outcome: Any) -> Any:
+    if outcome.status == "completed":
+        return {"run_id": outcome.run_id, "result": outcome.result}
+    raise RuntimeError(f"run {outcome.run_id} {outcome.status}: {outcome.error}")

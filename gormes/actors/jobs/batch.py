@@ -1,0 +1,263 @@
+"""Holder commands for many jobs in one transaction (mixed into `JobQueue`).
+
+`claim_many` claims up to `limit` jobs and `complete_many` completes many: each is
+one `store.transact`, so the jobs' streams are read in one query, their events
+inserted together and the ledger updated in one pass, where one call per job
+pays all of that per job. The rules are the same ones, applied to each job in
+turn under the same write lock, so nothing differs from calling `claim` or
+`complete` that many times in a row; see gormes/actors/jobs/queue.py.
+
+`complete_and_claim` is `complete_many` then `claim_many` in one transaction: a
+worker whose jobs finish together records them and fills the slots they free
+with one commit instead of two.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gormes.actors.jobs import rules
+from gormes.actors.jobs.session import JobSession
+from gormes.actors.jobs.views import Job, job_from_row, job_from_state
+from gormes.actors.jobs.state import InvalidJob, JobError, JobNotFound, JobState
+from gormes.actors.jobs.admin import _json_data
+
+DEFAULT_LEASE_MS = 30_000
+
+# What `complete_many` gives back per item: the job, None (removed on completion),
+# or the error that `complete` would have raised for it.
+CompleteOutcome = Job | None | JobError
+
+
+def claim_sql(names: Sequence[str], queues: Sequence[str] | None) -> tuple[str, list[Any]]:
+    """The next waiting jobs with one of `names` (in `queues`, None: all), by
+    priority then age; the LIMIT is the last parameter, left to the caller."""
+    sql = f"SELECT id FROM jobs WHERE status = 'waiting' AND name IN ({','.join('?' * len(names))})"
+    params: list[Any] = list(names)
+    if queues is not None:
+        sql += f" AND queue IN ({','.join('?' * len(queues))})"
+        params += queues
+    return sql + " ORDER BY priority, created_at, id LIMIT ?", params
+
+
+def jobs_by_id(s: JobSession, job_ids: Sequence[str]) -> dict[str, Job]:
+    """The ledger rows of `job_ids` (those that exist), read in one query."""
+    if not job_ids:
+        return {}
+    cur = s.tx.execute(
+        f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(job_ids))})", list(job_ids)
+    )
+    columns = [d[0] for d in cur.description]
+    jobs = (job_from_row(columns, row) for row in cur.fetchall())
+    return {job.id: job for job in jobs}
+
+
+class QueueBatches:
+    """`claim_many`, `complete_many` and `complete_and_claim`."""
+
+    if TYPE_CHECKING:  # provided by JobQueue
+        async def _transact(self, fn: Callable[[JobSession], Any], now: int | None = None) -> Any: ...
+        @staticmethod
+        def _promote_due(s: JobSession) -> list[str]: ...
+
+    async def claim_many(
+        self,
+        names: Iterable[str],
+        queues: Iterable[str] | None = None,
+        worker_id: str = "",
+        lease_ms: int = DEFAULT_LEASE_MS,
+        limit: int = 1,
+    ) -> list[Job]:
+        """Claim up to `limit` waiting jobs with one of `names` (in `queues`, default
+        all), by priority then age, in one transaction; due delayed jobs are
+        promoted first. Each returned Job carries its own fresh `lock_token`."""
+        claim = _claimer(names, queues, worker_id, lease_ms, limit)
+        if claim is None:
+            return []
+        jobs, states = await self._transact(lambda s: claim(self, s))
+        self._keep_states(states)
+        return jobs
+
+    async def complete_many(
+        self, items: Sequence[tuple[str, str, Any]]
+    ) -> list[CompleteOutcome]:
+        """Complete many jobs, `(job_id, token, result)` each, in one transaction.
+
+        Each item has exactly the outcome `complete` would give it, in the list
+        returned at its index: the Job, None when remove_on_complete took it out of
+        the ledger, or the error `complete` would raise (LockLost for a stale
+        token, JobNotFound, InvalidJob for a result that is not JSON). An item
+        refused changes nothing and does not affect the others."""
+        outcomes, todo = _completable(items)
+        if not todo:
+            return outcomes
+        known = self._known_states(todo)
+
+        def run(s: JobSession) -> list[CompleteOutcome]:
+            _know(s, known)
+            return _complete_in(s, todo, outcomes)
+
+        return await self._transact(run)
+
+    async def complete_and_claim(
+        self,
+        items: Sequence[tuple[str, str, Any]],
+        names: Iterable[str],
+        queues: Iterable[str] | None = None,
+        worker_id: str = "",
+        lease_ms: int = DEFAULT_LEASE_MS,
+        limit: int = 1,
+        *,
+        rows: bool = True,
+    ) -> tuple[list[CompleteOutcome], list[Job]]:
+        """`complete_many(items)` then `claim_many(names, queues, worker_id,
+        lease_ms, limit)` in ONE transaction (one commit): what a worker does when
+        jobs finish and it takes new ones for the slots they free.
+
+        The outcomes and the claimed jobs are exactly those of the two calls made
+        one after the other; if the transaction fails, neither happened. With
+        `rows=False` an item completed has the outcome None instead of its Job
+        (the ledger rows are not read back; the refusals are the same)."""
+        outcomes, todo = _completable(items)
+        claim = _claimer(names, queues, worker_id, lease_ms, limit)
+
+        known = self._known_states(todo)
+
+        def run(s: JobSession) -> tuple[list[CompleteOutcome], tuple[list[Job], list[JobState]]]:
+            if todo:
+                _know(s, known)
+                _complete_in(s, todo, outcomes, rows)
+            return outcomes, ([], []) if claim is None else claim(self, s)
+
+        if not todo and claim is None:
+            return outcomes, []
+        outcomes, (jobs, states) = await self._transact(run)
+        self._keep_states(states)
+        return outcomes, jobs
+
+    # States of the jobs this queue claimed, as their claims left them: completing
+    # one of them needs no read of its stream while nothing was appended to it
+    # since (`JobSession.know` checks the version). Taken by the completion;
+    # dropped all at once past a bound (jobs that ended otherwise).
+    _KEEP_STATES = 4096
+
+    def _keep_states(self, states: list[JobState]) -> None:
+        kept = self.__dict__.setdefault("_claimed_states", {})
+        if len(kept) + len(states) > self._KEEP_STATES:
+            kept.clear()
+        for state in states:
+            kept[state.id] = state
+
+    def _known_states(self, todo: Todo) -> list[JobState]:
+        kept = self.__dict__.get("_claimed_states")
+        if not kept:
+            return []
+        return [state for _, job_id, _, _ in todo if (state := kept.pop(job_id, None)) is not None]
+
+
+Todo = list[tuple[int, str, str, Any]]
+
+
+def _know(s: JobSession, states: list[JobState]) -> None:
+    # Checking a version is a lookup in SQLite's version cache (while no other
+    # process wrote); PostgreSQL would ask its server once per job, where reading
+    # the streams is one query: there the streams are read.
+    if states and getattr(s.tx, "dialect", "sqlite") == "sqlite":
+        s.know(states)
+
+
+def _completable(items: Sequence[tuple[str, str, Any]]) -> tuple[list[CompleteOutcome], Todo]:
+    """The items' outcomes so far (InvalidJob for a result that is not JSON) and
+    the items left to write, with their index and plain result."""
+    outcomes: list[CompleteOutcome] = [None] * len(items)
+    todo: Todo = []
+    for i, (job_id, token, result) in enumerate(items):
+        try:
+            plain = _json_data(result, "job result")
+        except InvalidJob as exc:
+            outcomes[i] = exc
+            continue
+        todo.append((i, job_id, token, plain))
+    return outcomes, todo
+
+
+def _complete_in(
+    s: JobSession, todo: Todo, outcomes: list[CompleteOutcome], rows: bool = True
+) -> list[CompleteOutcome]:
+    s.preload([job_id for _, job_id, _, _ in todo])
+    done: list[tuple[int, str]] = []
+    for i, job_id, token, result in todo:
+        appends = s.appends
+        try:
+            if s.state(job_id) is None:
+                raise JobNotFound(f"no job {job_id}")
+            s.run(job_id, rules.Complete(now=s.now, token=token, result=result))
+        except JobError as exc:
+            if s.appends != appends:  # refused half-way: undo the whole batch
+                raise
+            outcomes[i] = exc
+        else:
+            done.append((i, job_id))
+    done_ids = [job_id for _, job_id in done]
+    if rows:
+        found = jobs_by_id(s, done_ids)
+        for i, job_id in done:
+            outcomes[i] = _completed(s, job_id, found)
+    else:
+        present = set(s.ids_where(
+            f"SELECT id FROM jobs WHERE id IN ({','.join('?' * len(done_ids))})", done_ids
+        )) if done_ids else set()
+        for i, job_id in done:
+            _completed(s, job_id, {}, job_id in present)
+            outcomes[i] = None
+    return outcomes
+
+
+def _claimer(
+    names: Iterable[str], queues: Iterable[str] | None, worker_id: str, lease_ms: int, limit: int
+) -> Callable[[Any, JobSession], tuple[list[Job], list[JobState]]] | None:
+    """The body of a claim of up to `limit` jobs (None: nothing could be claimed);
+    the arguments are checked here, before any transaction."""
+    names = sorted(set(names))
+    queues = None if queues is None else sorted(set(queues))
+    if not names or queues == []:
+        return None
+    if lease_ms <= 0:
+        raise InvalidJob("lease_ms must be > 0")
+    if limit < 1:
+        raise InvalidJob("limit must be >= 1")
+    sql, params = claim_sql(names, queues)
+
+    def claim(queue: Any, s: JobSession) -> tuple[list[Job], list[JobState]]:
+        queue._promote_due(s)
+        found = s.ids_where(sql, (*params, limit))
+        s.preload(found)
+        # One draw for the round's lock tokens (16 random bytes each, in hex).
+        tokens = secrets.token_hex(16 * len(found))
+        for i, job_id in enumerate(found):
+            s.run(job_id, rules.Claim(
+                now=s.now, worker_id=worker_id, lock_token=tokens[32 * i : 32 * i + 32],
+                lease_ms=lease_ms,
+            ))
+        states = [state for job_id in found if (state := s.state(job_id)) is not None]
+        return [job_from_state(state) for state in states], states
+
+    return claim
+
+
+def _completed(
+    s: JobSession, job_id: str, rows: dict[str, Job], in_ledger: bool = False
+) -> Job | None:
+    """What `complete` returns once its events are appended (`in_ledger`: the row
+    is known to be there, not read)."""
+    job = rows.get(job_id)
+    if job is not None or in_ledger:
+        return job
+    state = s.state(job_id)
+    if state is not None and state.terminal:
+        return None  # remove_on_complete took it out of the ledger
+    # The ledger lost a live job: `complete` raises here, undoing its writes; so
+    # does this, for the whole batch.
+    raise JobNotFound(f"no job {job_id}")

@@ -1,0 +1,118 @@
+"""`JobContext`: what a running handler gets as `ctx`.
+
+Every write goes through the queue fenced by the lock token the worker claimed
+the job with, so a handler that lost its lease changes nothing; the first such
+refusal also aborts the handler (the worker cancels it as "lease lost").
+
+The handler is cancelled (trio.Cancelled) when the job is paused or cancelled,
+when it runs past its timeout, when its lease is lost, when the worker shuts
+down, or when the resource governor trips its memory breaker; `abort_reason`
+then says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from gormes.actors.jobs.state import LockLost
+from gormes.events.jobs import Submitter, TranscriptEntry
+
+if TYPE_CHECKING:
+    from gormes.actors.jobs.queue import InboxMessage, Job, JobQueue
+
+
+class JobContext:
+    def __init__(
+        self,
+        queue: JobQueue,
+        job: Job,
+        *,
+        on_lock_lost: Callable[[], None] | None = None,
+    ) -> None:
+        if job.lock_token is None:
+            raise ValueError(f"job {job.id} was not claimed: no lock token")
+        self._queue = queue
+        self._job = job
+        self._on_lock_lost = on_lock_lost
+        self.abort_reason: str | None = None
+
+    # -- what the job is --------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._job.id
+
+    @property
+    def name(self) -> str:
+        return self._job.name
+
+    @property
+    def data(self) -> Any:
+        return self._job.data
+
+    @property
+    def attempts_made(self) -> int:
+        return self._job.attempts_made
+
+    @property
+    def lock_token(self) -> str:
+        assert self._job.lock_token is not None
+        return self._job.lock_token
+
+    @property
+    def queue(self) -> str:
+        return self._job.queue
+
+    @property
+    def priority(self) -> int:
+        return self._job.priority
+
+    @property
+    def parent_id(self) -> str | None:
+        return self._job.parent_id
+
+    @property
+    def submitter(self) -> Submitter | None:
+        """Who submitted the job (None: not recorded, e.g. an older log)."""
+        return self._job.submitter
+
+    # -- what the handler may do ------------------------------------------------
+
+    async def progress(self, progress: Any) -> None:
+        """Record progress: a dict like {step, total, message, ...} or any JSON."""
+        await self._fenced(self._queue.progress(self.id, self.lock_token, progress))
+
+    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0) -> None:
+        """Add token usage deltas to the job's totals."""
+        await self._fenced(
+            self._queue.add_tokens(
+                self.id, self.lock_token, input=input, output=output, cache_read=cache_read
+            )
+        )
+
+    async def log(self, text: str, *, kind: str = "log", data: Any = None) -> None:
+        """Append a transcript entry (kind: log, tool_call, llm_turn or error)."""
+        entry = TranscriptEntry(kind=kind, text=text, data=data)  # type: ignore[arg-type]
+        await self._fenced(self._queue.log(self.id, self.lock_token, entry))
+
+    async def inbox(self) -> list[InboxMessage]:
+        """Unread messages (child_done, operator or parent messages), marked read."""
+        return await self._queue.read_inbox(self.id, self.lock_token)
+
+    async def spawn(
+        self, name: str, data: Any = None, options: Mapping[str, Any] | None = None
+    ) -> Job:
+        """Submit a child job; this job waits for its children after it returns.
+        The child is this job's submitter's work: it records the same submitter."""
+        merged = dict(options or {})
+        merged["parent_id"] = self.id
+        return await self._queue.submit(name, data, merged, submitter=self.submitter)
+
+    async def _fenced(self, write: Any) -> Any:
+        try:
+            return await write
+        except LockLost:
+            if self._on_lock_lost is not None:
+                self._on_lock_lost()
+            raise

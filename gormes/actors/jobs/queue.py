@@ -1,0 +1,402 @@
+"""The durable job queue: every command is one read-decide-append transaction.
+
+Each job is an actor with its own stream `job-<id>`; the inline `ledger`
+projection (gormes/projections/ledger.py) is the queue's index and is exactly
+current with every append, because it is updated inside the append transaction.
+A command runs as `store.transact(fn)`: `fn` reads the ledger to find the job(s),
+folds their streams, lets the pure rules (gormes/actors/jobs/rules.py) decide, and
+appends with the expected version, all in the writer thread under the database
+write lock (on PostgreSQL, the events table lock every write transaction takes).
+So a claim can never hand one job to two workers, in this process or any other,
+on this host or any other.
+
+    async with SQLiteEventStore.open(path) as store:
+        queue = await JobQueue.open(store)
+        job = await queue.submit("echo", {"x": 1})
+        claimed = await queue.claim({"echo"}, worker_id="w1")
+        await queue.complete(claimed.id, claimed.lock_token, {"x": 1})
+
+Times are milliseconds since the epoch, read from `clock` (seconds, like
+`time.time`) by the queue, never by the rules. Holder writes (complete, fail,
+progress, add_tokens, log, release, time_out) are fenced by the lock token and
+raise `LockLost` when the token is stale; `renew` returns False instead, and
+`read_inbox` with a wrong token returns nothing.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from gormes.actors.jobs import rules
+from gormes.actors.jobs.session import JobSession, new_id
+from gormes.actors.jobs.views import (
+    MESSAGE_COLUMNS, InboxMessage, Job, JobStats, PruneResult, job_from_row, message_from_row,
+    select_job, select_jobs,
+)
+from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, LockLost
+from gormes.actors.jobs.admin import (
+    _KEY_FREED_SQL, SWEEP_LIMIT, QueueAdmin, _json_data, _plain, deep_merge,
+)
+from gormes.actors.jobs.batch import DEFAULT_LEASE_MS, CompleteOutcome, QueueBatches
+from gormes.events.jobs import (
+    STATUSES, TERMINAL, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
+)
+from gormes.projections import ledger
+
+# Re-exported so that callers need one import.
+SubmitOptions = JobOptions
+__all__ = [
+    "Backoff", "CompleteOutcome", "InboxMessage", "InvalidJob", "InvalidTransition", "Job", "JobNotFound",
+    "JobQueue", "JobStats", "LockLost", "PruneResult", "SubmitOptions", "Submitter", "Tokens",
+    "TranscriptEntry",
+]
+
+DEFAULT_STALL_GRACE_MS = 15_000
+DEFAULT_MAX_DEPTH = 5
+
+
+class JobQueue(QueueBatches, QueueAdmin):
+    """The job queue over an event store (SQLiteEventStore or PostgresEventStore).
+
+    Operator commands and sweeps live in `QueueAdmin` (gormes/actors/jobs/admin.py);
+    `claim_many` and `complete_many` in `QueueBatches` (gormes/actors/jobs/batch.py)."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        clock: Callable[[], float] = time.time,
+        random: Callable[[], float] | None = None,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+    ) -> None:
+        """Prefer `await JobQueue.open(store)`, which also installs the ledger; the
+        constructor assumes `ledger.install(store)` was already awaited."""
+        self.store = store
+        self.clock = clock
+        self.random = random or _random.random
+        self.max_depth = max_depth
+
+    @classmethod
+    async def open(
+        cls,
+        store: Any,
+        *,
+        clock: Callable[[], float] = time.time,
+        random: Callable[[], float] | None = None,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+    ) -> JobQueue:
+        """Create the ledger tables if needed, catch the ledger up with the log and
+        install it as an inline projection of `store`; then return the queue."""
+        await ledger.install(store)
+        return cls(store, clock=clock, random=random, max_depth=max_depth)
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def _now(self) -> int:
+        return int(self.clock() * 1000)
+
+    async def _transact(self, fn: Callable[[JobSession], Any], now: int | None = None) -> Any:
+        return await self.store.transact(
+            lambda tx: fn(JobSession(tx, self._now() if now is None else now))
+        )
+
+    @staticmethod
+    def _job(s: JobSession, job_id: str, *, coalesced: bool = False) -> Job:
+        cur = s.tx.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise JobNotFound(f"no job {job_id}")
+        return job_from_row([d[0] for d in cur.description], row, coalesced=coalesced)
+
+    @staticmethod
+    def _existing(s: JobSession, job_id: str) -> None:
+        if s.state(job_id) is None:
+            raise JobNotFound(f"no job {job_id}")
+
+    async def _read(self, fn: Callable[[Any], Any]) -> Any:
+        """Run `fn(conn)` on one of the store's read connections: an sqlite3
+        connection, or on PostgreSQL the PostgresLog's `sql` (a PortableConnection
+        that runs the same `?` SQL)."""
+        return await self.store.read_sql(fn)
+
+    # -- submitting and reading ------------------------------------------------
+
+    async def submit(
+        self,
+        name: str,
+        data: Any = None,
+        options: JobOptions | Mapping[str, Any] | None = None,
+        *,
+        submitter: Submitter | None = None,
+    ) -> Job:
+        """Add a job (`waiting`, or `delayed` with delay_ms), recording who submitted
+        it (`submitter`: None for a Python caller that names nobody). Raises `InvalidJob`
+        (a UserError) for an empty name, unknown or out-of-range options, data that
+        is not JSON, an unknown or terminal parent, depth over the cap, or a parent
+        at max_children. Returns an existing job with `coalesced=True` when its
+        idempotency key is held by a live job of the same submitter, or the queue is
+        at max_waiting."""
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidJob("job name must not be empty")
+        opts = rules.validate_options(rules.parse_options(options))
+        plain = _json_data(data)
+        return await self._transact(
+            lambda s: self._submit(s, name, plain, opts, None, submitter=submitter)
+        )
+
+    def _submit(
+        self, s: JobSession, name: str, data: Any, opts: JobOptions, replay_of: str | None,
+        *, submitter: Submitter | None = None,
+    ) -> Job:
+        if opts.idempotency_key is not None:
+            # A key is its submitter's own: another caller's job holding the same key
+            # (a gateway squatting on the operator's) is neither returned nor in the way.
+            held = s.ids_where(
+                f"SELECT id FROM jobs WHERE idempotency_key = ? AND status NOT IN {_KEY_FREED_SQL}"
+                " AND coalesce(submitter, '') = ? ORDER BY created_at DESC, id DESC LIMIT 1",
+                (opts.idempotency_key, ledger.submitter_json(submitter)),
+            )
+            if held:
+                return self._job(s, held[0], coalesced=True)
+        if opts.max_waiting is not None:
+            # Counted in `jobs_status` (status, queue): no row is read to count.
+            [(count,)] = s.rows(
+                "SELECT count(*) FROM jobs WHERE status = 'waiting' AND queue = ?", (opts.queue,)
+            )
+            if count >= opts.max_waiting:
+                [newest] = s.ids_where(
+                    "SELECT max(id) FROM jobs WHERE status = 'waiting' AND queue = ?", (opts.queue,)
+                )
+                return self._job(s, newest, coalesced=True)
+        depth = 0
+        job_id = new_id()
+        if opts.parent_id is not None:
+            parent = s.state(opts.parent_id)
+            if parent is None:
+                raise InvalidJob(f"no parent job {opts.parent_id}")
+            depth = parent.depth + 1
+            if depth > self.max_depth:
+                raise InvalidJob(f"job depth {depth} exceeds the cap of {self.max_depth}")
+        s.run(job_id, rules.Submit(
+            now=s.now, job_id=job_id, name=name, data=data, options=opts, depth=depth,
+            replay_of=replay_of, submitter=submitter,
+        ))
+        if opts.parent_id is not None:
+            s.run(opts.parent_id, rules.AddChild(now=s.now, child_id=job_id))
+        return self._job(s, job_id)
+
+    async def get(self, job_id: str) -> Job | None:
+        return await self._read(lambda conn: select_job(conn, job_id))
+
+    async def list(
+        self,
+        status: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        *,
+        owner: tuple[str, str | None] | None = None,
+    ) -> list[Job]:
+        """Newest first; with `owner` (trust, scope), only jobs whose submitter has both."""
+        return await self._read(lambda conn: select_jobs(conn, status, queue, name, limit, owner))
+
+    async def live_count(self, submitter: Submitter | None) -> int:
+        """How many jobs of `submitter` are not terminal (read through the status
+        index: only live jobs are looked at)."""
+        live = tuple(status for status in STATUSES if status not in TERMINAL)
+        sql = (
+            f"SELECT count(*) FROM jobs WHERE status IN ({','.join('?' * len(live))})"
+            " AND coalesce(submitter, '') = ?"
+        )
+        params = (*live, ledger.submitter_json(submitter))
+        return await self._read(lambda conn: int(conn.execute(sql, params).fetchone()[0]))
+
+    async def stats(self) -> JobStats:
+        def read(conn: Any) -> JobStats:
+            by_status = {status: 0 for status in STATUSES}
+            by_queue: dict[str, dict[str, int]] = {}
+            total = 0
+            for queue, status, n in conn.execute(
+                "SELECT queue, status, count(*) FROM jobs GROUP BY queue, status"
+            ):
+                by_status[status] = by_status.get(status, 0) + n
+                by_queue.setdefault(queue, {})[status] = n
+                total += n
+            i, o, c = conn.execute(
+                "SELECT coalesce(sum(tokens_input), 0), coalesce(sum(tokens_output), 0),"
+                " coalesce(sum(tokens_cache_read), 0) FROM jobs WHERE parent_id IS NULL"
+            ).fetchone()
+            return JobStats(  # int(): PostgreSQL sums BIGINTs as numeric
+                total=total, by_status=by_status, by_queue=by_queue,
+                tokens=Tokens(input=int(i), output=int(o), cache_read=int(c)),
+            )
+
+        return await self._read(read)
+
+    async def transcript(self, job_id: str) -> list[TranscriptEntry]:
+        """The capped transcript the ledger keeps (the log keeps every entry)."""
+        def read(conn: Any) -> list[TranscriptEntry]:
+            rows = conn.execute(
+                "SELECT kind, text, data FROM transcript WHERE job_id = ? ORDER BY seq", (job_id,)
+            ).fetchall()
+            return [
+                TranscriptEntry(kind=k, text=t or "", data=None if d is None else _plain.decode(d))
+                for k, t, d in rows
+            ]
+
+        return await self._read(read)
+
+    async def inbox(self, job_id: str) -> list[InboxMessage]:
+        """All messages of a job, read or not (operator view; no receipts)."""
+        def read(conn: Any) -> list[InboxMessage]:
+            rows = conn.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM inbox WHERE job_id = ? ORDER BY sent_at, id",
+                (job_id,),
+            ).fetchall()
+            return [message_from_row(row) for row in rows]
+
+        return await self._read(read)
+
+    # -- the holder (a worker) ---------------------------------------------------
+
+    async def claim(
+        self,
+        names: Iterable[str],
+        queues: Iterable[str] | None = None,
+        worker_id: str = "",
+        lease_ms: int = DEFAULT_LEASE_MS,
+    ) -> Job | None:
+        """Claim the next waiting job with one of `names` (in `queues`, default all),
+        by priority then age. Due delayed jobs are promoted first. The returned Job
+        carries the fresh `lock_token` and `lock_until`. (`claim_many` claims
+        several in one transaction.)"""
+        jobs = await self.claim_many(names, queues, worker_id, lease_ms, limit=1)
+        return jobs[0] if jobs else None
+
+    async def renew(self, job_id: str, token: str, lease_ms: int = DEFAULT_LEASE_MS) -> bool:
+        """Extend the lease; False when the token no longer holds the job."""
+        def renew(s: JobSession) -> bool:
+            try:
+                s.run(job_id, rules.Renew(now=s.now, token=token, lease_ms=lease_ms))
+            except (LockLost, InvalidTransition):
+                return False
+            return True
+
+        return await self._transact(renew)
+
+    async def _holder_command(self, job_id: str, make: Callable[[int], rules.Command]) -> Job | None:
+        def run(s: JobSession) -> Job | None:
+            self._existing(s, job_id)
+            s.run(job_id, make(s.now))
+            try:
+                return self._job(s, job_id)
+            except JobNotFound:
+                state = s.state(job_id)
+                if state is not None and state.terminal:
+                    return None  # remove_on_complete / remove_on_fail took it out
+                raise
+
+        return await self._transact(run)
+
+    async def complete(self, job_id: str, token: str, result: Any = None) -> Job | None:
+        """Finish the attempt. With live children the job goes `waiting-children`
+        (and runs again when they are all terminal) instead of `completed`.
+        Returns None when remove_on_complete took the job out of the ledger."""
+        plain = _json_data(result, "job result")
+        return await self._holder_command(
+            job_id, lambda now: rules.Complete(now=now, token=token, result=plain)
+        )
+
+    async def fail(
+        self, job_id: str, token: str, error: Any, *, unrecoverable: bool = False
+    ) -> Job | None:
+        """Record a failed attempt: `delayed` by the backoff, or `dead` when
+        unrecoverable or attempts are used up. A non-str error is recorded as str().
+        Returns None when remove_on_fail took the job out of the ledger."""
+        text = error if isinstance(error, str) else str(error)
+        draw = self.random()
+        return await self._holder_command(job_id, lambda now: rules.Fail(
+            now=now, token=token, error=text, unrecoverable=unrecoverable, jitter_draw=draw
+        ))
+
+    async def time_out(
+        self, job_id: str, token: str, error: str = "timeout exceeded"
+    ) -> Job | None:
+        """The handler overran its timeout (or ignored the abort: pass "handler
+        ignored abort"): `dead`, attempts + 1, no retry. The worker calls this;
+        `sweep_timeouts` is the wall-clock backstop."""
+        return await self._holder_command(
+            job_id, lambda now: rules.TimeOut(now=now, token=token, error=error)
+        )
+
+    async def release(self, job_id: str, token: str, reason: str = "") -> Job:
+        """Infrastructure abort (shutdown, lease lost): back to `waiting` without
+        consuming an attempt."""
+        job = await self._holder_command(
+            job_id, lambda now: rules.Release(now=now, token=token, reason=reason)
+        )
+        assert job is not None
+        return job
+
+    async def progress(self, job_id: str, token: str, progress: Any) -> None:
+        plain = _json_data(progress, "progress")
+        await self._holder_command(
+            job_id, lambda now: rules.Progress(now=now, token=token, progress=plain)
+        )
+
+    async def add_tokens(
+        self, job_id: str, token: str, input: int = 0, output: int = 0, cache_read: int = 0
+    ) -> None:
+        """Add token deltas (fenced)."""
+        tokens = Tokens(input=input, output=output, cache_read=cache_read)
+        await self._holder_command(
+            job_id, lambda now: rules.AddTokens(now=now, token=token, tokens=tokens)
+        )
+
+    async def log(self, job_id: str, token: str, entry: TranscriptEntry | str) -> None:
+        """Append a transcript entry (fenced)."""
+        if isinstance(entry, str):
+            entry = TranscriptEntry(kind="log", text=entry)
+        entry = TranscriptEntry(
+            kind=entry.kind, text=entry.text, data=_json_data(entry.data, "transcript data")
+        )
+        await self._holder_command(
+            job_id, lambda now: rules.Transcribe(now=now, token=token, entry=entry)
+        )
+
+    async def read_inbox(self, job_id: str, token: str) -> list[InboxMessage]:
+        """Unread messages, marking them read (a receipt event). A second read
+        returns nothing new; a wrong token reads nothing."""
+        def read(s: JobSession) -> list[InboxMessage]:
+            if s.state(job_id) is None:
+                return []
+            events = s.run(job_id, rules.ReadInbox(now=s.now, token=token))
+            if not events:
+                return []
+            ids = events[0].message_ids  # type: ignore[attr-defined]
+            rows = s.rows(
+                f"SELECT {MESSAGE_COLUMNS} FROM inbox WHERE id IN ({','.join('?' * len(ids))})"
+                " ORDER BY sent_at, id", ids,
+            )
+            return [message_from_row(row) for row in rows]
+
+        return await self._transact(read)
+
+    # -- waking idle workers -------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever the log grows (this process or another)."""
+        return self.store.generation
+
+    async def wait_for_work(self, seen_generation: int) -> None:
+        """Return once the log changed after `seen_generation` (milliseconds after a
+        submit, in this process or another). Read `generation` BEFORE the claim that
+        found nothing, then wait with it."""
+        await self.store.wait_for_change(seen_generation)
+
+
+__all__ += ["deep_merge", "SWEEP_LIMIT"]

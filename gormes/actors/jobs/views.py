@@ -1,0 +1,180 @@
+"""The typed views of the job queue: what `JobQueue` returns and the CLI prints.
+
+Built from ledger rows (`job_from_row`, `message_from_row`); JSON columns are decoded.
+A claim builds its jobs from the states it has just folded and changed
+(`job_from_state`): the same Job its ledger rows would give, without reading them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from gormes.events.jobs import JobOptions, Submitter, Tokens
+
+if TYPE_CHECKING:
+    from gormes.actors.jobs.state import JobState
+
+_decode = msgspec.json.Decoder()
+_options = msgspec.json.Decoder(JobOptions)
+_submitter = msgspec.json.Decoder(Submitter)
+
+
+class Job(msgspec.Struct, kw_only=True):
+    """A job as the ledger shows it (the JSON of `gormes jobs get --json`)."""
+
+    id: str
+    name: str
+    queue: str
+    status: str
+    priority: int
+    data: Any
+    result: Any = None
+    error: str | None = None
+    attempts_made: int = 0
+    attempts_started: int = 0
+    stalled_counter: int = 0
+    max_attempts: int = 3
+    max_stalled: int = 5
+    parent_id: str | None = None
+    depth: int = 0
+    progress: Any = None
+    tokens: Tokens = Tokens()
+    created_at: int = 0
+    started_at: int | None = None
+    finished_at: int | None = None
+    lock_token: str | None = None
+    lock_until: int | None = None
+    delay_until: int | None = None
+    idempotency_key: str | None = None
+    worker_id: str | None = None
+    live_children: int = 0
+    options: JobOptions = JobOptions()
+    submitter: Submitter | None = None  # None: not recorded (older logs, Python callers)
+    coalesced: bool = False  # submit returned an existing job (idempotency / max_waiting)
+
+
+class InboxMessage(msgspec.Struct, kw_only=True):
+    id: str
+    job_id: str
+    sender: str  # "operator", the parent's id, or "child:<id>" for child_done
+    payload: Any
+    sent_at: int
+    read_at: int | None = None
+
+
+class JobStats(msgspec.Struct, kw_only=True):
+    total: int
+    by_status: dict[str, int]
+    by_queue: dict[str, dict[str, int]]
+    tokens: Tokens = Tokens()
+
+
+class PruneResult(msgspec.Struct, kw_only=True):
+    ids: list[str]
+    dry_run: bool
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else _decode.decode(text)
+
+
+def job_from_row(columns: Sequence[str], row: Sequence[Any], *, coalesced: bool = False) -> Job:
+    r = dict(zip(columns, row))
+    return Job(
+        id=r["id"], name=r["name"], queue=r["queue"], status=r["status"],
+        priority=r["priority"], data=_json(r["data"]), result=_json(r["result"]),
+        error=r["error"], attempts_made=r["attempts_made"],
+        attempts_started=r["attempts_started"], stalled_counter=r["stalled_counter"],
+        max_attempts=r["max_attempts"], max_stalled=r["max_stalled"],
+        parent_id=r["parent_id"], depth=r["depth"], progress=_json(r["progress"]),
+        tokens=Tokens(
+            input=r["tokens_input"], output=r["tokens_output"],
+            cache_read=r["tokens_cache_read"],
+        ),
+        created_at=r["created_at"], started_at=r["started_at"],
+        finished_at=r["finished_at"], lock_token=r["lock_token"],
+        lock_until=r["lock_until"], delay_until=r["delay_until"],
+        idempotency_key=r["idempotency_key"], worker_id=r["worker_id"],
+        live_children=r["live_children"],
+        options=_options.decode(r["options"]) if r["options"] else JobOptions(),
+        submitter=_submitter.decode(r["submitter"]) if r.get("submitter") else None,
+        coalesced=coalesced,
+    )
+
+
+def job_from_state(state: JobState) -> Job:
+    """The Job the ledger row of `state` holds (the ledger folds the same events
+    into its columns as `evolve` into the state)."""
+    o = state.options
+    return Job(
+        id=state.id, name=state.name, queue=o.queue, status=state.status,
+        priority=o.priority, data=state.data, result=state.result, error=state.error,
+        attempts_made=state.attempts_made, attempts_started=state.attempts_started,
+        stalled_counter=state.stalled_counter, max_attempts=o.max_attempts,
+        max_stalled=o.max_stalled, parent_id=o.parent_id, depth=state.depth,
+        progress=state.progress, tokens=state.tokens, created_at=state.created_at,
+        started_at=state.started_at, finished_at=state.finished_at,
+        lock_token=state.lock_token, lock_until=state.lock_until,
+        delay_until=state.delay_until, idempotency_key=o.idempotency_key,
+        worker_id=state.worker_id, live_children=len(state.live_children), options=o,
+        submitter=state.submitter,
+    )
+
+
+MESSAGE_COLUMNS = "id, job_id, sender, payload, sent_at, read_at"
+
+
+def message_from_row(row: Sequence[Any]) -> InboxMessage:
+    id_, job_id, sender, payload, sent_at, read_at = row
+    return InboxMessage(
+        id=id_, job_id=job_id, sender=sender, payload=_json(payload),
+        sent_at=sent_at, read_at=read_at,
+    )
+
+
+# -- reading the ledger (plain SQL on a connection: JobQueue's reads, and the CLI's
+# quick reads of an SQLite file that need no event loop) --------------------------
+
+
+def select_job(conn: Any, job_id: str) -> Job | None:
+    cur = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
+    row = cur.fetchone()
+    return None if row is None else job_from_row([d[0] for d in cur.description], row)
+
+
+def select_jobs(conn: Any, status: str | None, queue: str | None, name: str | None,
+                limit: int, owner: tuple[str, str | None] | None = None) -> list[Job]:
+    """Newest first; with `owner` (trust, scope), only the jobs whose submitter has
+    that trust class and scope. Raises `InvalidJob` for an unknown status."""
+    from gormes.actors.jobs.state import InvalidJob
+    from gormes.events.jobs import STATUSES
+    from gormes.events.sql_fragments import json_text
+
+    if status is not None and status not in STATUSES:
+        raise InvalidJob(f"unknown status {status!r} (known: {', '.join(STATUSES)})")
+    where, params = [], []
+    for column, value in (("status", status), ("queue", queue), ("name", name)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if owner is not None:
+        trust, scope = owner
+        where.append(f"{json_text(conn, '$.trust', 'submitter')} = ?")
+        params.append(trust)
+        if scope is None:
+            where.append(f"{json_text(conn, '$.scope', 'submitter')} IS NULL")
+        else:
+            where.append(f"{json_text(conn, '$.scope', 'submitter')} = ?")
+            params.append(scope)
+    sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+    cur = conn.execute(sql, (*params, limit))
+    cols = [d[0] for d in cur.description]
+    return [job_from_row(cols, row) for row in cur.fetchall()]

@@ -1,0 +1,501 @@
+"""The live `RunContext`: reaches the world, records each observation, then returns it.
+
+Recording is `append, durable, then return`: the append is shielded from
+cancellation, so an observation on the log is always one the handler received
+(a deadline or a cancel lands at the handler's next checkpoint instead).
+A lock keeps `seq` order and stream order the same.
+
+The run's lifecycle (run.started, the terminal event, cancel scopes, children's
+nursery) is driven by gormes/actors/runs/manager.py; this module is only the door.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from gormes.providers.base import (
+    Message,
+    ModelReply,
+    ModelRequest,
+    ProviderError,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    request_hash,
+)
+from gormes.actors.runs.context import (
+    ChildOutcome,
+    ChildRun,
+    RunContext,
+    RunIdentity,
+    SpawnRefused,
+    ToolCallFailed,
+    UnknownRunHandler,
+)
+from gormes.errors import UserError
+from gormes.events.base import Event
+from gormes.events.jobs import Tokens
+from gormes.events.runs import (
+    NO_TOKENS,
+    InboxItem,
+    LogLevel,
+    RecordedReply,
+    RecordedToolCall,
+    RunChildFinished,
+    RunChildSpawned,
+    RunClockRead,
+    RunInboxRead,
+    RunLlmFailed,
+    RunLlmTurn,
+    RunLogged,
+    RunMessageSent,
+    RunProgressed,
+    RunRandomDrawn,
+    RunTokensAdded,
+    RunToolCalled,
+    canonical_arguments,
+    run_stream,
+    tokens_of,
+)
+from gormes.events.store import AppendRequest
+
+if TYPE_CHECKING:
+    from gormes.actors.runs.child_resumption import ChildResumption
+    from gormes.actors.jobs.context import JobContext
+    from gormes.providers.base import Provider
+    from gormes.actors.runs.manager import LiveRun, RunManager
+    from gormes.ops.registry import Registry
+    from gormes.ops.spec import Caller
+
+TokenSink = Callable[[Tokens], Awaitable[None]]
+
+CHILD_TRUST = "child-agent"
+
+
+# -- converting the providers' neutral types to recorded ones and back ------------
+
+
+def record_reply(reply: ModelReply) -> RecordedReply:
+    return RecordedReply(
+        content=reply.message.content,
+        tool_calls=tuple(
+            RecordedToolCall(id=c.id, name=c.name, arguments=c.arguments)
+            for c in reply.message.tool_calls
+        ),
+        finish_reason=reply.finish_reason,
+        model=reply.model,
+    )
+
+
+def reply_from_record(turn: RunLlmTurn) -> ModelReply:
+    """The ModelReply a recorded turn stands for (what replay hands the handler)."""
+    r = turn.reply
+    calls = tuple([ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in r.tool_calls]) if r.tool_calls else ()
+    message = Message(role="assistant", content=r.content, tool_calls=calls)
+    u = turn.usage
+    usage = Usage(input=u.input, output=u.output, cache_read=u.cache_read)
+    return ModelReply(message=message, usage=usage, finish_reason=r.finish_reason, model=r.model)
+
+
+def tool_specs(registry: Registry | None, trust: str, allowed: tuple[str, ...] | None) -> tuple[ToolSpec, ...]:
+    """The tools a run with `trust` and allowlist `allowed` may offer its model, as
+    providers' `ToolSpec`s; the same tuple for every run with the same trust and
+    allowlist until the registry changes (so a request's tools encode once, see
+    `providers.base.tools_json`)."""
+    if registry is None:
+        return ()
+    return registry.derived(("tool_specs", trust, allowed), lambda: tuple(
+        ToolSpec(name=s.name, description=s.description, parameters=s.parameters)
+        for s in registry.tool_schemas(trust, allowed)
+    ))
+
+
+def error_text(exc: BaseException) -> str:
+    """One line for the log: our own errors as they read, others with their type."""
+    from gormes.errors import GormesError
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, GormesError) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _ms(started: float) -> int:
+    return int((trio.current_time() - started) * 1000)
+
+
+class _RecordingLock:
+    """A run's recording lock (seq order = stream order), FIFO. Like `trio.Lock`, a
+    cancelled run stops here before anything is recorded; unlike it, a free lock
+    (nearly always) is taken with no schedule point (the recording waits for its
+    commit right after anyway) and no owner bookkeeping."""
+
+    __slots__ = ("_free",)
+
+    def __init__(self) -> None:
+        self._free = trio.Semaphore(1)
+
+    async def __aenter__(self) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            self._free.acquire_nowait()
+        except trio.WouldBlock:
+            await self._free.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._free.release()
+
+
+class LiveChildRun(ChildRun):
+    def __init__(self, parent: LiveRunContext, child: LiveRun) -> None:
+        self._parent = parent
+        self._child = child
+        self._observed: ChildOutcome | None = None
+        self._observing = trio.Lock()
+
+    @property
+    def run_id(self) -> str:
+        return self._child.run_id
+
+    @property
+    def handler(self) -> str:
+        return self._child.handler
+
+    async def result(self) -> ChildOutcome:
+        async with self._observing:
+            if self._observed is None:
+                await self._child.done.wait()
+                o = self._child.outcome
+                assert o is not None
+                outcome = ChildOutcome(
+                    run_id=o.run_id, status=o.status, result=o.result, error=o.error, tokens=o.tokens,  # type: ignore[arg-type]
+                )
+                await self._parent._record(lambda seq: RunChildFinished(
+                    seq=seq, child_run_id=o.run_id, status=outcome.status, result=o.result,
+                    error=o.error, tokens=o.tokens,
+                ))
+                self._observed = outcome
+            return self._observed
+
+    async def cancel(self, reason: str = "cancelled by parent") -> None:
+        self._child.cancel(reason)
+
+
+class LiveRunContext(RunIdentity, RunContext):
+    """`next_seq` > 1 continues a run whose first observations are already recorded
+    (a fork or a resumed run); `tokens` is then the total recorded so far."""
+
+    def __init__(
+        self,
+        manager: RunManager,
+        run: LiveRun,
+        provider: Provider | None,
+        *,
+        next_seq: int = 1,
+        tokens: Tokens | None = None,
+        token_sink: TokenSink | None = None,
+        job: JobContext | None = None,
+    ) -> None:
+        self._manager = manager
+        self._run = self._identity = run
+        self._provider = provider
+        self._store = manager.store
+        self._stream = run_stream(run.run_id)
+        self._seq = next_seq
+        self._lock = _RecordingLock()
+        self.total_tokens = tokens or Tokens()
+        self._token_sink = token_sink
+        self._job = job
+        self._inbox_after = 0  # the stream version the run's inbox was read up to
+        self._read_ids: set[str] = set()
+        self.children_nursery: trio.Nursery | None = None  # set by the driver
+        self._as_caller: Caller | None = None
+        # a resumed run: which earlier children its live spawns take over
+        self.child_resumption: ChildResumption | None = None
+
+    # -- what the run is (RunIdentity reads the rest from `_identity`) ----------------
+
+    @property
+    def model_name(self) -> str:
+        return self._provider.model if self._provider is not None else ""
+
+    @property
+    def next_seq(self) -> int:
+        return self._seq
+
+    # -- recording ---------------------------------------------------------------------
+
+    async def _record(self, make: Callable[[int], Event]) -> Event:
+        async with self._lock:
+            event = make(self._seq)
+            with trio.CancelScope(shield=True):
+                await self._store.append(self._stream, [event])
+            self._seq += 1
+            tokens = tokens_of(event)
+            if tokens is not NO_TOKENS:
+                self.total_tokens = self.total_tokens + tokens
+        return event
+
+    async def _count(self, tokens: Tokens) -> None:
+        """Usage of this run's own (not a child's total): also to the job, if any."""
+        if self._token_sink is not None and (tokens.input or tokens.output or tokens.cache_read):
+            await self._token_sink(tokens)
+
+    # -- observations ------------------------------------------------------------------
+
+    def tool_schemas(self) -> tuple[ToolSpec, ...]:
+        executor = self._manager.executor
+        return tool_specs(None if executor is None else executor.registry, self.trust, self.allowed_tools)
+
+    def _caller(self) -> Caller:
+        """Who the run's tool calls come from (fixed for the run's life)."""
+        if self._as_caller is None:
+            from gormes.ops.spec import Caller
+
+            self._as_caller = Caller(trust=self.trust, id=self._stream, run_id=self.run_id, job_id=self._run.job_id,
+                                     scope=self._run.memory_scope)
+        return self._as_caller
+
+    def _tool_names(self) -> frozenset[str]:
+        executor = self._manager.executor
+        if executor is None:
+            return frozenset()
+        return executor.registry.derived(
+            ("tool_names", self.trust, self.allowed_tools),
+            lambda: frozenset(s.name for s in self.tool_schemas()),
+        )
+
+    async def llm(self, request: ModelRequest) -> ModelReply:
+        if self._provider is None:
+            raise UserError(f"run {self.run_id} has no model: start it with a model spec")
+        digest = request_hash(request)
+        attempt = 0
+        while True:
+            attempt += 1
+            started = trio.current_time()
+            try:
+                reply = await self._provider.complete(request)
+            except ProviderError as exc:
+                await self._record(lambda seq, exc=exc, n=attempt: RunLlmFailed(
+                    seq=seq, request_hash=digest, error=error_text(exc), retryable=exc.retryable,
+                    attempt=n, model=request.model, error_type=type(exc).__name__,
+                ))
+                if not exc.retryable or attempt > self._manager.llm_retries:
+                    raise
+                await trio.sleep(min(self._manager.llm_backoff_s * 2 ** (attempt - 1), 30.0))
+                continue
+            u = reply.usage
+            usage = Tokens(input=u.input, output=u.output, cache_read=u.cache_read)
+            recorded, duration_ms = record_reply(reply), _ms(started)
+            await self._record(lambda seq: RunLlmTurn(
+                seq=seq, request_hash=digest, model=request.model, message_count=len(request.messages),
+                reply=recorded, usage=usage, duration_ms=duration_ms,
+            ))
+            await self._count(usage)
+            return reply
+
+    async def tool(self, name: str, arguments: Any) -> Any:
+        executor = self._manager.executor
+        spec = executor.registry.get(name) if executor is not None else None
+        operation = spec.name if spec is not None else name
+        try:
+            args_text, args_hash = canonical_arguments(arguments)
+        except (msgspec.DecodeError, TypeError) as exc:
+            raw = arguments if isinstance(arguments, str) else repr(arguments)
+            return await self._tool_failed(
+                operation, raw, hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest(), "error",
+                f"arguments are not JSON: {exc}", "InvalidArguments", 0, audit_outcome="invalid",
+            )
+        allowed = self._tool_names()
+        if executor is None or operation not in allowed:
+            offered = ", ".join(sorted(allowed)) or "none"
+            return await self._tool_failed(
+                operation, args_text, args_hash, "denied",
+                f"{operation} is not allowed for this run (allowed: {offered})", "ToolNotAllowed", 0,
+            )
+        from gormes.events.audit_chain import append_sealed
+        from gormes.ops.spec import OperationDenied
+
+        caller = self._caller()
+        started = trio.current_time()
+        recorded: list[RunToolCalled] = []
+
+        async def audit_and_record(audit: AppendRequest, output: Any, error: BaseException | None) -> None:
+            """The executor's audit event and `run.tool_called`, in one transaction."""
+            if error is not None and not isinstance(error, Exception):
+                await append_sealed(self._store, audit)  # cancelled: no observation
+                return
+            duration_ms = _ms(started)
+            if error is None:
+                try:
+                    result = msgspec.to_builtins(output)
+                except Exception:
+                    await append_sealed(self._store, audit)
+                    raise
+            async with self._lock:
+                if error is None:
+                    event = RunToolCalled(
+                        seq=self._seq, operation=operation, arguments=args_text, args_hash=args_hash,
+                        outcome="ok", result=result, duration_ms=duration_ms,
+                    )
+                else:
+                    event = RunToolCalled(
+                        seq=self._seq, operation=operation, arguments=args_text, args_hash=args_hash,
+                        outcome="denied" if isinstance(error, OperationDenied) else "error",
+                        error=error_text(error), error_type=type(error).__name__, duration_ms=duration_ms,
+                    )
+                await append_sealed(self._store, audit, [AppendRequest(self._stream, [event])])
+                self._seq += 1
+            recorded.append(event)
+
+        try:
+            output = await executor.call(operation, args_text, caller, audit=audit_and_record)
+        except Exception as exc:  # noqa: BLE001 - a failed tool is an observation, not a crash
+            if recorded:
+                failed = recorded[0]
+                raise ToolCallFailed(operation, failed.outcome, failed.error or "")
+            # the audit could not be appended: the run records the call on its own
+            outcome = "denied" if isinstance(exc, OperationDenied) else "error"
+            text, kind = error_text(exc), type(exc).__name__
+            await self._record(lambda seq: RunToolCalled(
+                seq=seq, operation=operation, arguments=args_text, args_hash=args_hash, outcome=outcome,
+                error=text, error_type=kind, duration_ms=_ms(started),
+            ))
+            raise ToolCallFailed(operation, outcome, text) from None
+        assert recorded, "the executor returned without auditing the call"
+        del output  # what the run was served is the recorded copy
+        return recorded[0].result
+
+    async def _tool_failed(
+        self, operation: str, args_text: str, args_hash: str, outcome: Any,
+        error: str, error_type: str, duration_ms: int, *, audit_outcome: str = "denied",
+    ) -> Any:
+        """A call refused before the executor would run it: its `run.tool_called`
+        and its audit event (a trust decision like any other), in one transaction."""
+        from gormes.events.audit_chain import append_sealed
+        from gormes.ops.executor import refusal_request
+
+        executor = self._manager.executor
+        if executor is not None:
+            audit = executor.refusal(
+                operation, args_text, self._caller(), error, outcome=audit_outcome,  # type: ignore[arg-type]
+                error_type=error_type,
+            )
+        else:  # a run offered no tools at all still audits what it refused
+            audit = refusal_request(
+                operation, None, args_text, self._caller(), error, at=int(self._manager.clock() * 1000),
+                outcome=audit_outcome, error_type=error_type,  # type: ignore[arg-type]
+            )
+        async with self._lock:
+            event = RunToolCalled(
+                seq=self._seq, operation=operation, arguments=args_text, args_hash=args_hash,
+                outcome=outcome, error=error, error_type=error_type, duration_ms=duration_ms,
+            )
+            with trio.CancelScope(shield=True):
+                await append_sealed(self._store, audit, [AppendRequest(self._stream, [event])])
+            self._seq += 1
+        raise ToolCallFailed(operation, outcome, error)
+
+    async def spawn(
+        self,
+        handler: str,
+        input: Any,
+        *,
+        tools: tuple[str, ...] | list[str] | None = None,
+        model: str | None = None,
+        deadline_s: float | None = None,
+    ) -> ChildRun:
+        if self.depth + 1 > self.max_depth:
+            raise SpawnRefused(f"depth cap reached: run {self.run_id} is at depth {self.depth} of {self.max_depth}")
+        try:
+            self._manager.handlers.get(handler)
+        except UnknownRunHandler as exc:
+            raise SpawnRefused(str(exc)) from None
+        assert self.children_nursery is not None, "spawn outside the run's driver"
+        mine = tuple(s.name for s in self.tool_schemas())
+        child_tools = mine if tools is None else tuple(t for t in tools if t in mine)
+        child_model = model or self.model
+        child_id = self._manager.new_id()
+        asked_tools = None if tools is None else tuple(tools)
+        resumable = None
+        if self.child_resumption is not None:
+            earlier = self.child_resumption.take(handler, input, asked_tools, model)
+            if earlier is not None:
+                from gormes.actors.runs.continuation import resumable_run
+
+                resumable = await resumable_run(self._manager, earlier)
+        await self._record(lambda seq: RunChildSpawned(
+            seq=seq, child_run_id=child_id, handler=handler, input=input, tools=asked_tools, model=model,
+        ))
+        child = await self._manager._start_child(
+            self, run_id=child_id, handler=handler, input=input, tools=child_tools,
+            model=child_model, deadline_s=deadline_s, resume=resumable,
+        )
+        return LiveChildRun(self, child)
+
+    @property
+    def token_sink(self) -> TokenSink | None:
+        return self._token_sink
+
+    async def inbox(self) -> list[InboxItem]:
+        """The job's unread messages (the job marks them read itself), then, in ONE
+        transaction, the run's own new messages and the `run.inbox_read` receipt: no
+        message can land between the read and its receipt, and a step costs one
+        commit instead of a read and a commit."""
+        job_items: list[InboxItem] = []
+        if self._job is not None:
+            for m in await self._job.inbox():
+                job_items.append(InboxItem(id=m.id, sender=m.sender, payload=m.payload, sent_at=m.sent_at))
+        stream, after, read_ids = self._stream, self._inbox_after, self._read_ids
+
+        def read_and_receipt(tx: Any, seq: int) -> tuple[Event, int, list[InboxItem]]:
+            items = list(job_items)
+            for r in tx.read_stream(stream, after):
+                e = r.event
+                if isinstance(e, RunMessageSent) and e.message_id not in read_ids:
+                    items.append(InboxItem(id=e.message_id, sender=e.sender, payload=e.payload, sent_at=e.sent_at))
+            items.sort(key=lambda m: (m.sent_at, m.id))
+            event = RunInboxRead(seq=seq, messages=tuple(items))
+            # everything up to the receipt has been read: the next read starts after it
+            return event, tx.append(stream, [event]).version, items
+
+        async with self._lock:
+            seq = self._seq
+            with trio.CancelScope(shield=True):
+                _, self._inbox_after, items = await self._store.transact(lambda tx: read_and_receipt(tx, seq))
+            self._seq += 1
+        self._read_ids.update(m.id for m in items)
+        return items
+
+    def mark_read(self, message_ids: set[str]) -> None:
+        """For a continued run: messages its recorded inbox reads already returned."""
+        self._read_ids |= message_ids
+
+    async def progress(self, progress: Any) -> None:
+        await self._record(lambda seq: RunProgressed(seq=seq, progress=progress))
+        if self._job is not None:
+            await self._job.progress(progress)
+
+    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0) -> None:
+        if min(input, output, cache_read) < 0:
+            raise UserError("token counts must not be negative")
+        await self._record(lambda seq: RunTokensAdded(seq=seq, input=input, output=output, cache_read=cache_read))
+        await self._count(Tokens(input=input, output=output, cache_read=cache_read))
+
+    async def now(self) -> float:
+        value = self._manager.clock()
+        await self._record(lambda seq: RunClockRead(seq=seq, value=value))
+        return value
+
+    async def random(self) -> float:
+        value = self._manager.random()
+        await self._record(lambda seq: RunRandomDrawn(seq=seq, value=value))
+        return value
+
+    async def log(self, message: str, level: LogLevel = "info") -> None:
+        await self._record(lambda seq: RunLogged(seq=seq, level=level, message=message))

@@ -1,0 +1,453 @@
+"""Runs: a handler driven on its own stream `run-<id>`, with a deadline, a cancel
+scope and a nursery for its subagents.
+
+    async with RunManager.open(store, executor=executor) as runs:
+        handle = await runs.start("agent", {"prompt": "..."}, model="scripted:demo.json")
+        outcome = await handle.outcome()   # RunOutcome(status, result, error, tokens)
+
+Supervision is the nursery tree: a child run lives in its parent's children
+nursery, inside the parent's cancel scope, so cancelling a run (or its deadline
+passing) cancels its subagents, and a parent that returns cancels the children it
+never awaited. Each run ends with exactly one terminal event: `run.completed`,
+`run.failed` (the handler raised, the deadline passed, max iterations...) or
+`run.cancelled`.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+import trio
+
+from gormes.actors.jobs.session import new_id
+from gormes.actors.runs.context import (
+    DEFAULT_MAX_DEPTH,
+    RunContext,
+    RunHandler,
+    RunHandlerRegistry,
+    handler_version,
+    run_handler,
+    run_handlers,
+)
+from gormes.actors.runs.live import CHILD_TRUST, LiveRunContext, TokenSink, error_text
+from gormes.actors.runs.process import this_process
+from gormes.errors import UserError
+from gormes.events.base import Event
+from gormes.events.jobs import Tokens
+from gormes.events.runs import (
+    RUN_TERMINAL,
+    TERMINAL_TYPES,
+    ForkOrigin,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunMessageSent,
+    RunStarted,
+    run_stream,
+)
+from gormes.events.store import NO_STREAM
+from gormes.ops.spec import narrower
+
+if TYPE_CHECKING:
+    from gormes.actors.jobs.context import JobContext
+    from gormes.providers.base import Provider
+    from gormes.ops.executor import Executor
+
+__all__ = [
+    "LiveRun", "RunHandle", "RunManager", "RunNotFound", "RunOutcome", "run_handler",
+    "run_handlers", "send_message",
+]
+
+DEADLINE_EXCEEDED = "deadline exceeded"
+
+
+class RunNotFound(UserError):
+    """No run with that id (or it has already ended, for a message)."""
+
+
+class RunOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    status: Literal["completed", "failed", "cancelled"]
+    result: Any = None
+    error: str | None = None
+    tokens: Tokens = Tokens()  # the run's total, its awaited children's included
+
+
+@dataclass(eq=False)
+class LiveRun:
+    """A run in memory: what `run.started` says, its cancel scope and its end."""
+
+    run_id: str
+    handler: str
+    input: Any
+    depth: int = 0
+    max_depth: int = DEFAULT_MAX_DEPTH
+    trust: str = "operator"
+    # The memory scope its tool calls are pinned to (`run.started`'s `scope`; the
+    # name `scope` is the cancel scope's, below).
+    memory_scope: str | None = None
+    tools: tuple[str, ...] | None = None
+    model: str | None = None
+    max_iterations: int | None = None
+    deadline_s: float | None = None
+    job_id: str | None = None
+    parent: LiveRun | None = None
+    # Why a top-level run was cancelled from outside (a job's abort reason), if known.
+    outside_reason: Callable[[], str | None] | None = None
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    cancel_reason: str | None = None
+    done: trio.Event = field(default_factory=trio.Event)
+    outcome: RunOutcome | None = None
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return self.parent.run_id if self.parent is not None else None
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        if self.cancel_reason is None and not self.done.is_set():
+            self.cancel_reason = reason
+            self.scope.cancel()
+
+    def outside_abort(self) -> str | None:
+        """Why the job running this run's tree is being aborted (paused, lease lost,
+        shut down), if it is."""
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        return root.outside_reason() if root.outside_reason is not None else None
+
+    def why_cancelled_from_outside(self) -> str:
+        parent = self.parent
+        if parent is None:
+            known = self.outside_reason() if self.outside_reason is not None else None
+            return known or "runtime closed"
+        if parent.cancel_reason is not None:
+            return f"parent run cancelled: {parent.cancel_reason}"
+        if parent.scope.deadline <= trio.current_time():
+            return "parent run's deadline exceeded"
+        return "parent run ended"
+
+    def started_event(
+        self, version: str, forked_from: ForkOrigin | None = None, resumed_from: ForkOrigin | None = None,
+    ) -> RunStarted:
+        return RunStarted(
+            run_id=self.run_id, handler=self.handler, handler_version=version, input=self.input,
+            parent_run_id=self.parent_run_id, depth=self.depth, deadline_s=self.deadline_s,
+            tools=self.tools, model=self.model, max_iterations=self.max_iterations,
+            trust=self.trust, job_id=self.job_id, forked_from=forked_from, max_depth=self.max_depth,
+            resumed_from=resumed_from, process=this_process(), scope=self.memory_scope,
+        )
+
+
+class RunHandle:
+    def __init__(self, manager: RunManager, run: LiveRun) -> None:
+        self._manager = manager
+        self.run = run
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    async def outcome(self) -> RunOutcome:
+        await self.run.done.wait()
+        assert self.run.outcome is not None
+        return self.run.outcome
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        self.run.cancel(reason)
+
+    async def send(self, payload: Any, sender: str = "operator") -> str:
+        return await self._manager.send(self.run_id, payload, sender=sender)
+
+
+class RunManager:
+    """Starts runs in a nursery of its own and drives them to their terminal event."""
+
+    def __init__(
+        self,
+        store: Any,
+        nursery: trio.Nursery,
+        *,
+        executor: Executor | None = None,
+        handlers: RunHandlerRegistry = run_handlers,
+        providers: Callable[[str], Provider] | None = None,
+        clock: Callable[[], float] = time.time,
+        random: Callable[[], float] = _random.random,
+        ids: Callable[[], str] = new_id,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        llm_retries: int = 3,
+        llm_backoff_s: float = 0.2,
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.handlers = handlers
+        self.clock = clock
+        self.random = random
+        self.new_id = ids
+        self.max_depth = max_depth
+        self.llm_retries = llm_retries
+        self.llm_backoff_s = llm_backoff_s
+        self._nursery = nursery
+        self._open_provider = providers
+        self._providers: dict[str, Provider] = {}
+        self.live: dict[str, LiveRun] = {}
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, store: Any, **options: Any) -> AsyncIterator[RunManager]:
+        """Runs still going when the block ends are cancelled (`run.cancelled`)."""
+        # The body's exception is re-raised outside the nursery, as itself (not in
+        # an ExceptionGroup), like SQLiteEventStore.open does.
+        body_error: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            manager = cls(store, nursery, **options)
+            try:
+                yield manager
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, as itself
+                body_error = exc
+            finally:
+                nursery.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error
+
+    def provider(self, spec: str) -> Provider:
+        """One provider per spec for the manager's life (opening it checks the spec)."""
+        provider = self._providers.get(spec)
+        if provider is None:
+            if self._open_provider is None:
+                from gormes.providers import open_provider
+
+                self._open_provider = open_provider
+            provider = self._providers[spec] = self._open_provider(spec)
+        return provider
+
+    # -- starting ------------------------------------------------------------------------
+
+    async def start(
+        self,
+        handler: str,
+        input: Any = None,
+        *,
+        model: str | None = None,
+        tools: tuple[str, ...] | list[str] | None = None,
+        max_iterations: int | None = None,
+        deadline_s: float | None = None,
+        trust: str = "operator",
+        memory_scope: str | None = None,
+        job_id: str | None = None,
+        run_id: str | None = None,
+        max_depth: int | None = None,
+        token_sink: TokenSink | None = None,
+        job: JobContext | None = None,
+        outside_reason: Callable[[], str | None] | None = None,
+    ) -> RunHandle:
+        """Start a top-level run; returns once `run.started` is durable. An unknown
+        handler, a bad model spec or input that is not JSON raise before anything
+        is recorded. `trust` and `memory_scope`: the class and memory scope its tool
+        calls are made with (its submitter's, decision 0016)."""
+        fn = self.handlers.get(handler)
+        provider = self.provider(model) if model else None
+        _require_json(input, "run input")
+        run = LiveRun(
+            run_id=run_id or self.new_id(), handler=handler, input=input, trust=trust,
+            memory_scope=memory_scope, tools=None if tools is None else tuple(tools), model=model,
+            max_iterations=max_iterations, deadline_s=deadline_s, job_id=job_id,
+            max_depth=self.max_depth if max_depth is None else max_depth,
+            outside_reason=outside_reason,
+        )
+        ctx = LiveRunContext(self, run, provider, token_sink=token_sink, job=job)
+        await self._nursery.start(self._new_run, run, ctx, fn)
+        return RunHandle(self, run)
+
+    async def run(self, handler: str, input: Any = None, **options: Any) -> RunOutcome:
+        """Start a run and wait for its outcome."""
+        handle = await self.start(handler, input, **options)
+        return await handle.outcome()
+
+    async def _start_child(
+        self, parent: LiveRunContext, *, run_id: str, handler: str, input: Any,
+        tools: tuple[str, ...], model: str | None, deadline_s: float | None, resume: Any = None,
+    ) -> LiveRun:
+        """Start a subagent run in `parent`'s nursery; returns once `run.started` is
+        durable. `resume` (a `fork.Resumable`): the child continues that earlier run.
+        The child's trust is the narrower of its parent's and CHILD_TRUST, and it
+        keeps its parent's memory scope: never wider than the parent."""
+        parent_run = self.live[parent.run_id]
+        fn = self.handlers.get(handler)
+        run = LiveRun(
+            run_id=run_id, handler=handler, input=input, depth=parent.depth + 1,
+            max_depth=parent.max_depth, trust=narrower(parent_run.trust, CHILD_TRUST),
+            memory_scope=parent_run.memory_scope, tools=tools, model=model,
+            max_iterations=None, deadline_s=deadline_s, job_id=parent_run.job_id, parent=parent_run,
+        )
+        assert parent.children_nursery is not None
+        if resume is not None:
+            from gormes.actors.runs.continuation import drive_continuation
+
+            await parent.children_nursery.start(drive_continuation, self, run, resume, parent.token_sink)
+            return run
+        provider = self.provider(model) if model else None
+        ctx = LiveRunContext(self, run, provider, token_sink=parent.token_sink)
+        await parent.children_nursery.start(self._new_run, run, ctx, fn)
+        return run
+
+    async def _new_run(
+        self, run: LiveRun, ctx: LiveRunContext, fn: RunHandler,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await self.store.append(
+            run_stream(run.run_id), [run.started_event(handler_version(fn))], expected_version=NO_STREAM
+        )
+        task_status.started()
+        await self.drive(run, ctx, ctx, fn)
+
+    # -- driving -------------------------------------------------------------------------
+
+    async def drive(
+        self, run: LiveRun, ctx: RunContext, live: LiveRunContext, fn: RunHandler
+    ) -> RunOutcome:
+        """Run `fn(ctx, input)` in the run's scope and record its terminal event.
+
+        `ctx` is usually `live`; a fork or resume passes a context that serves the
+        recorded prefix first and then delegates to `live` (which must have been
+        made with the matching `next_seq`, see `attach`).
+        """
+        self.live[run.run_id] = run
+        status: str | None = None
+        result: Any = None
+        error: str | None = None
+        try:
+            with run.scope:
+                if run.deadline_s is not None:
+                    run.scope.deadline = trio.current_time() + run.deadline_s
+                async with trio.open_nursery() as children:
+                    live.children_nursery = children
+                    try:
+                        result = await fn(ctx, run.input)
+                        _require_json(result, "run result")
+                        status = "completed"
+                    except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's
+                        aborted = run.outside_abort()
+                        # Raised because the job is being aborted (a fenced write refused
+                        # after a pause or a lost lease): the job's abort, as a cancellation
+                        # would be, so that the next attempt resumes the run.
+                        if aborted is not None:
+                            status, error = "cancelled", aborted
+                        else:
+                            status, error = "failed", error_text(exc)
+                    children.cancel_scope.cancel()  # children never awaited end with the parent
+        except BaseException as exc:
+            # Cancelled from outside (possibly grouped by a nursery), or a bug of ours.
+            if _only_cancelled(exc):
+                ending, why = "cancelled", run.cancel_reason or run.why_cancelled_from_outside()
+            else:
+                ending, why = "failed", error_text(exc)
+            with trio.CancelScope(shield=True):
+                await self._finish(run, live, ending, None, why)
+            raise
+        finally:
+            self.live.pop(run.run_id, None)
+        if status is None:
+            if run.cancel_reason is not None:
+                status, error = "cancelled", run.cancel_reason
+            else:
+                status, error = "failed", DEADLINE_EXCEEDED
+        with trio.CancelScope(shield=True):
+            return await self._finish(run, live, status, result, error)
+
+    async def _finish(
+        self, run: LiveRun, live: LiveRunContext, status: str, result: Any, error: str | None
+    ) -> RunOutcome:
+        tokens = live.total_tokens
+        event: Event
+        if status == "completed":
+            event = RunCompleted(result=result, tokens=tokens)
+        elif status == "failed":
+            event = RunFailed(error=error or "failed", tokens=tokens)
+        else:
+            event = RunCancelled(reason=error or "cancelled", tokens=tokens)
+        stream = run_stream(run.run_id)
+
+        def record_end(tx: Any) -> None:
+            # Unless the run has an end already: a later attempt of its job recorded
+            # it as cut off while this process was frozen (gormes/actors/agent_jobs/cut_off.py).
+            version = tx.stream_version(stream)
+            last = tx.read_stream(stream, version - 1) if version else []
+            if not (last and isinstance(last[-1].event, TERMINAL_TYPES)):
+                tx.append(stream, [event], version)
+
+        await self.store.transact(record_end)
+        run.outcome = RunOutcome(
+            run_id=run.run_id, status=status, result=result, error=error, tokens=tokens,  # type: ignore[arg-type]
+        )
+        run.done.set()
+        return run.outcome
+
+    # -- from outside --------------------------------------------------------------------
+
+    def cancel(self, run_id: str, reason: str = "cancelled") -> bool:
+        """Cancel a run running in this process (and its children); False if none."""
+        run = self.live.get(run_id)
+        if run is None:
+            return False
+        run.cancel(reason)
+        return True
+
+    def cancel_all(self, reason: str) -> int:
+        """Cancel every top-level run running in this process (their children with
+        them); how many were cancelled."""
+        top = [run for run in self.live.values() if run.parent is None]
+        for run in top:
+            run.cancel(reason)
+        return len(top)
+
+    async def send(self, run_id: str, payload: Any, *, sender: str = "operator") -> str:
+        return await send_message(self.store, run_id, payload, sender=sender, clock=self.clock, ids=self.new_id)
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
+
+
+def _require_json(value: Any, what: str) -> None:
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise UserError(f"{what} is not JSON-encodable: {exc}") from None
+
+
+async def send_message(
+    store: Any, run_id: str, payload: Any, *, sender: str = "operator",
+    clock: Callable[[], float] = time.time, ids: Callable[[], str] = new_id,
+) -> str:
+    """Put a message in a run's inbox (`run.message_sent` on its stream) and return its
+    id; the run reads it at its next `ctx.inbox()`. Refused for an unknown or ended run."""
+    _require_json(payload, "message payload")
+    stream = run_stream(run_id)
+    message_id = ids()
+
+    def send(tx: Any) -> str:
+        records = tx.read_stream(stream)
+        if not records or not isinstance(records[0].event, RunStarted):
+            raise RunNotFound(f"no run with id {run_id!r}")
+        if any(_terminal(r.event) for r in records):
+            raise RunNotFound(f"run {run_id} has ended: it reads no more messages")
+        tx.append(stream, [RunMessageSent(
+            message_id=message_id, sender=sender, payload=payload, sent_at=int(clock() * 1000),
+        )])
+        return message_id
+
+    return await store.transact(send)
+
+
+def _terminal(event: Any) -> bool:
+    tag = getattr(event, "type", "")
+    return tag.startswith("run.") and tag[4:] in RUN_TERMINAL

@@ -1,0 +1,276 @@
+"""Exact replay: run a recorded run's handler again against its recording.
+
+    with DatabaseRuns(db_path) as source:
+        report = await replay(source, run_id)          # children replayed too
+    report.tree_exact, report.total_events, report.first_divergence
+
+The handler is looked up by the name recorded in `run.started` in the run-handler
+registry and called with the recorded input and a `ReplayContext`
+(gormes/actors/runs/replay_context.py), which serves the recorded observations in seq
+order, compares each request with the record, and never performs a side effect.
+At the end the handler's result (or failure) must equal the recorded
+`run.completed` (or `run.failed`); recorded observations the code never asked for
+are a divergence too. A handler whose source changed since the recording is
+flagged (`handler_version_changed`), which is not by itself a failure.
+
+Children: each `spawn` the parent makes starts the child's own replay (its run id
+is in the recorded `run.child_spawned`) in a nursery of the whole tree, so a
+child replays from its own recording whatever its parent does; `result()` waits
+for it and then serves the parent's recorded `run.child_finished`. With
+`children=False` (or when the child's events are not in the source) the parent is
+served the recorded outcome alone.
+
+`until`: observations after that log position are not served; each run stops
+there and reports its `RunState`.
+
+Every run of the tree is loaded before any handler runs, so a recording that does
+not agree with itself anywhere in the tree (`TamperedRecording`) is refused first.
+
+Not built: comparing a replayed child's outcome with the parent's recorded
+`run.child_finished` beyond both being exact on their own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from gormes.actors.runs.replay_context import (
+    STOP_DIVERGED,
+    STOP_INTERRUPTED,
+    STOP_RECORDING_ENDS,
+    STOP_UNTIL,
+    ReplayContext,
+    canonical,
+    short,
+)
+from gormes.actors.runs.recorded import RecordedRun, RunSource, UnknownRun
+from gormes.actors.runs.replay_report import Divergence, RunReplay, describe
+from gormes.actors.runs.context import RunHandlerRegistry, handler_version, run_handlers
+from gormes.actors.runs.live import error_text
+from gormes.errors import GormesError
+from gormes.events.runs import RunCancelled, RunChildSpawned, RunCompleted, RunFailed
+
+if TYPE_CHECKING:
+    from gormes.ops.registry import Registry
+
+__all__ = ["Divergence", "Replayer", "RunReplay", "replay"]
+
+DEFAULT_REGISTRY: Any = object()
+
+
+_default_ops_registry: Registry | None = None
+
+
+def default_ops_registry() -> Registry:
+    """The built-in operation registry, built once per process for replay (which
+    only reads it: a run's tool schemas and operation names)."""
+    global _default_ops_registry
+    if _default_ops_registry is None:
+        from gormes.tools.builtin import default_registry
+
+        _default_ops_registry = default_registry()
+    return _default_ops_registry
+
+
+async def replay(
+    source: RunSource,
+    run_id: str,
+    *,
+    children: bool = True,
+    until: int | None = None,
+    registry: Registry | None = DEFAULT_REGISTRY,
+    handlers: RunHandlerRegistry = run_handlers,
+) -> RunReplay:
+    """Replay one run (and its children) against its recording; see the module doc.
+
+    `registry` is the operation registry the run's tool schemas come from (the
+    built-in one by default; None: no tools, as a run without an executor)."""
+    source = CheckedTree(source, run_id, children=children)
+    recorded = source.load(run_id)
+    if registry is DEFAULT_REGISTRY:
+        registry = default_ops_registry()
+    async with trio.open_nursery() as tree:
+        replayer = Replayer(source, tree, children=children, until=until, registry=registry, handlers=handlers)
+        await replayer.replay_run(recorded)
+    if replayer.errors:
+        raise replayer.errors[0]
+    return replayer.report(run_id)
+
+
+class CheckedTree:
+    """A source's runs of one tree (the run, and with `children` its descendants),
+    each loaded, and so checked (`split_run`), before anything replays: a tampered
+    child is refused up front rather than failing its parent mid-replay."""
+
+    def __init__(self, source: RunSource, run_id: str, *, children: bool = True) -> None:
+        self._runs: dict[str, RecordedRun] = {}
+        pending = [run_id]
+        while pending:
+            current = pending.pop(0)
+            if current in self._runs:
+                continue
+            try:
+                recorded = source.load(current)
+            except UnknownRun:
+                if current == run_id:
+                    raise
+                continue  # a child not in the source: its parent's record serves it
+            self._runs[current] = recorded
+            if children:
+                pending.extend(recorded.child_run_ids)
+
+    def load(self, run_id: str) -> RecordedRun:
+        recorded = self._runs.get(run_id)
+        if recorded is None:
+            raise UnknownRun(f"no run {run_id!r} in the recording")
+        return recorded
+
+
+class Replayer:
+    """Replays the runs of one tree; each child's replay runs in `tree`."""
+
+    def __init__(
+        self,
+        source: RunSource,
+        tree: trio.Nursery | None,
+        *,
+        children: bool = True,
+        until: int | None = None,
+        registry: Registry | None = None,
+        handlers: RunHandlerRegistry = run_handlers,
+    ) -> None:
+        self.source = source
+        self.tree = tree
+        self.children = children
+        self.until = until
+        self.registry = registry
+        self.handlers = handlers
+        self._reports: dict[str, RunReplay] = {}
+        self._spawned: dict[str, list[RunChildSpawned]] = {}
+        self.errors: list[GormesError] = []  # a child that could not be replayed at all
+
+    # -- one run ------------------------------------------------------------------------
+
+    async def replay_run(self, recorded: RecordedRun) -> RunReplay:
+        started = recorded.started
+        fn = self.handlers.get(started.handler)
+        ctx = ReplayContext(recorded, self)
+        status, result, error = await self.drive(ctx, fn)
+        report = self.judge(ctx, status, result, error)
+        report.handler_version_changed = handler_version(fn) != started.handler_version
+        if report.handler_version_changed:
+            report.notes.append(
+                f"handler {started.handler!r} changed since run {started.run_id} was recorded "
+                f"(version {started.handler_version[:12]}, now {handler_version(fn)[:12]})"
+            )
+        self._reports[recorded.run_id] = report
+        return report
+
+    @staticmethod
+    async def drive(ctx: ReplayContext, fn: Any) -> tuple[str | None, Any, str | None]:
+        """Call the handler in its scope, as the live driver does; (None, ...) when the
+        replay stopped it."""
+        status: str | None = None
+        result: Any = None
+        error: str | None = None
+        with ctx.scope:
+            try:
+                result = await fn(ctx, ctx.started.input)
+                msgspec.json.encode(result)
+                status = "completed"
+            except (TypeError, msgspec.EncodeError) as exc:
+                status, error = "failed", f"run result is not JSON-encodable: {exc}"
+            except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's
+                status, error = "failed", error_text(exc)
+        return status, result, error
+
+    def judge(self, ctx: ReplayContext, status: str | None, result: Any, error: str | None) -> RunReplay:
+        """Compare how the handler ended with how the recorded run ended."""
+        recorded = ctx.recorded
+        served = 1 + ctx.cursor  # run.started and the observations served
+
+        def report(status: Any, exact: bool, events: int = served, **more: Any) -> RunReplay:
+            return RunReplay(
+                run_id=recorded.run_id, handler=recorded.started.handler, status=status,
+                exact=exact, events=events, **more,
+            )
+
+        if ctx.stop == STOP_DIVERGED:
+            return report("diverged", False, divergence=ctx.divergence)
+        if ctx.stop == STOP_UNTIL:
+            return report("stopped", True, state=ctx.state())
+        if ctx.stop == STOP_RECORDING_ENDS:
+            return report("unfinished", True, state=ctx.state(),
+                          notes=["the recording ends here: the run had not ended when it was read"])
+        end = recorded.end
+        if ctx.stop == STOP_INTERRUPTED:
+            assert end is not None
+            return report("cancelled" if isinstance(end.event, RunCancelled) else "failed", True, served + 1)
+        ended = f"returned {short(result, 60)}" if status == "completed" else f"failed: {short(error or '', 60)}"
+        left = ctx.peek()
+        if left is not None:
+            if self.until is not None and left.position > self.until:
+                return report("stopped", True, state=ctx.state())
+            return report("diverged", False, divergence=Divergence(
+                run_id=ctx.run_id, position=left.position, seq=left.event.seq,  # type: ignore[union-attr]
+                recorded=describe(left.event), asked=f"nothing more (the handler {ended})",
+            ))
+        if end is None:
+            return report(status, True, notes=[f"the recording has no end; the handler {ended}"])
+        if self.until is not None and end.position > self.until:
+            return report("stopped", True, state=ctx.state())
+        event = end.event
+        if isinstance(event, RunCancelled):
+            return report("cancelled", True, served + 1,
+                          notes=[f"recorded as cancelled ({event.reason}) after the handler {ended}"])
+        if isinstance(event, RunCompleted) and status == "completed" and canonical(result) == canonical(event.result):
+            return report("completed", True, served + 1)
+        if isinstance(event, RunFailed) and status == "failed" and error == event.error:
+            return report("failed", True, served + 1)
+        return report("diverged", False, divergence=Divergence(
+            run_id=ctx.run_id, position=end.position, seq=None, recorded=describe(event),
+            asked=f"an end where the handler {ended}",
+        ))
+
+    # -- children -----------------------------------------------------------------------
+
+    def start_child(self, parent: ReplayContext, spawned: RunChildSpawned) -> trio.Event | None:
+        """Start replaying a child in the tree; returns the event set when it ends, or
+        None when the child is served from the parent's record instead."""
+        self._spawned.setdefault(parent.run_id, []).append(spawned)
+        if not self.children or self.tree is None:
+            return None
+        try:
+            recorded = self.source.load(spawned.child_run_id)
+        except UnknownRun:
+            return None
+        done = trio.Event()
+        self.tree.start_soon(self._replay_child, recorded, done)
+        return done
+
+    async def _replay_child(self, recorded: RecordedRun, done: trio.Event) -> None:
+        try:
+            await self.replay_run(recorded)
+        except GormesError as exc:  # raised once the tree has ended, not as a group
+            self.errors.append(exc)
+        finally:
+            done.set()
+
+    def report(self, run_id: str) -> RunReplay:
+        """The run's report with its children's, in the order they were spawned."""
+        report = self._reports[run_id]
+        for spawned in self._spawned.get(run_id, []):
+            child = spawned.child_run_id
+            if child in self._reports:
+                report.children.append(self.report(child))
+            else:
+                why = "--no-children" if not self.children else "its events are not in the recording"
+                report.children.append(RunReplay(
+                    run_id=child, handler=spawned.handler, status="not replayed", exact=True, events=0,
+                    notes=[f"served from the parent's record ({why})"],
+                ))
+        return report
+

@@ -1,0 +1,71 @@
+"""Model providers behind one neutral interface (see `base`).
+
+`open_provider(spec)` turns a spec string into a provider:
+
+- `scripted:PATH`: replies read from a JSON script, deterministic and offline.
+  Not a model: it is for the demo and tests.
+- `openai:MODEL`: any OpenAI-compatible chat-completions server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gormes.providers.base import (
+    InvalidModelReply,
+    Message,
+    ModelReply,
+    ModelRequest,
+    Provider,
+    ProviderError,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    request_hash,
+)
+from gormes.errors import UserError
+
+__all__ = [
+    "InvalidModelReply",
+    "Message",
+    "ModelReply",
+    "ModelRequest",
+    "Provider",
+    "ProviderError",
+    "ToolCall",
+    "ToolSpec",
+    "UnknownProvider",
+    "Usage",
+    "open_provider",
+    "request_hash",
+]
+
+SCHEMES = ("scripted", "openai")
+
+
+class UnknownProvider(UserError):
+    """A provider spec whose scheme gormes does not know, or that names nothing."""
+
+
+def open_provider(spec: str, **config: Any) -> Provider:
+    """Open the provider a spec names: `scripted:PATH` or `openai:MODEL`.
+
+    `config` goes to the provider (for `openai`: `base_url`, `api_key`, `stream`,
+    `timeout`, `env`).
+    """
+    scheme, sep, rest = spec.partition(":")
+    if not sep or scheme not in SCHEMES:
+        raise UnknownProvider(
+            f"unknown model provider {spec!r}: expected one of "
+            + ", ".join(f"{s}:..." for s in SCHEMES)
+        )
+    if not rest:
+        raise UnknownProvider(f"model provider {spec!r} names no {'script' if scheme == 'scripted' else 'model'}")
+    # Imported on use: the scripted provider must not need an HTTP client installed.
+    if scheme == "scripted":
+        from gormes.providers.scripted import ScriptedProvider
+
+        return ScriptedProvider.open(rest, **config)
+    from gormes.providers.openai import OpenAIProvider
+
+    return OpenAIProvider(rest, **config)

@@ -1,0 +1,342 @@
+"""Control operations: list and steer jobs, start and read agent runs.
+
+What a remote caller (an MCP client, a gateway) needs beyond job.submit/get/send/
+cancel (gormes/tools/jobs.py): job.list, job.pause, job.resume, job.inbox,
+run.submit, run.get, run.list, run.timeline and run.send.
+
+Trust: every one is open to `operator`, `gateway` and `system`, and none to
+`child-agent`: a subagent steers only its own work (spawn, its inbox), never
+other jobs or runs. All are prompt-visible, so a gateway is offered them; a
+gateway's calls reach only its own jobs and runs (gormes/tools/job_trust.py,
+gormes/tools/run_trust.py).
+
+run.submit starts an agent run as a durable `agent` job (gormes/actors/agent_jobs/handler.py),
+and is the only route into a run for a gateway or child agent (job.submit refuses
+them an `agent` job). The run may use only tools the submitting caller's trust
+class could call itself: a named tool outside that set is refused, and no tools
+named means exactly that set. So a gateway caller cannot reach, through an agent,
+what it may not call. Nor may it choose the model (but one the operator allows)
+or jump the queue: gormes/tools/job_trust.py.
+
+Reading and steering a job (job.list, job.inbox, job.pause, job.resume, and job.get
+and job.cancel in gormes/tools/jobs.py) is for its submitter, an operator or the
+system only: a gateway lists only its own jobs. Reading, listing and messaging
+a run (run.get, run.timeline, run.list, run.send) is for the caller it acts for,
+an operator or the system only: gormes/tools/run_trust.py.
+
+run.send writes to a run's own inbox (`run.message_sent`), signed with the caller's
+sender name; the agent reads it at its next turn. (job.send keeps the queue's rule:
+only an operator or the job's parent may write to a job's inbox.)
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from gormes.actors.jobs.state import JobNotFound
+from gormes.events.jobs import (
+    MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, STATUSES, JobOptions, Tokens,
+)
+from gormes.tools.job_trust import (
+    check_live_jobs, check_model, check_priority, owner_key, privileged, submitter_of,
+)
+from gormes.tools.jobs import JobId, JobSummary, _owned, _queue, _summary
+from gormes.tools.run_trust import own_runs_filter, require_acts_for
+from gormes.ops.spec import (
+    OperationContext,
+    OperationDenied,
+    OperationSpec,
+    OperationUnavailable,
+)
+
+RunId = Annotated[str, msgspec.Meta(min_length=1, description="The run's id.")]
+Limit = Annotated[int, msgspec.Meta(ge=1, le=500, description="At most this many, newest first.")]
+JobStatus = Literal[STATUSES]  # type: ignore[valid-type]
+RunStatus = Literal["running", "completed", "failed", "cancelled"]
+
+STEERING = frozenset({"operator", "gateway", "system"})
+AGENT_JOB = "agent"
+
+
+def _store(ctx: OperationContext) -> Any:
+    if ctx.store is None:
+        raise OperationUnavailable("no event store is configured: the run operations are off")
+    return ctx.store
+
+
+# -- jobs -------------------------------------------------------------------------
+
+
+class JobListInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """List jobs, newest first, optionally by status, queue or handler name."""
+
+    status: JobStatus | None = None
+    queue: str | None = None
+    name: str | None = None
+    limit: Limit = 50
+
+
+class JobList(msgspec.Struct, kw_only=True):
+    jobs: list[JobSummary]
+
+
+async def job_list(ctx: OperationContext, value: JobListInput) -> JobList:
+    """Every job for an operator or the system; a caller's own jobs for the others."""
+    owner = None if privileged(ctx.caller) else owner_key(ctx.caller)
+    jobs = await _queue(ctx).list(
+        status=value.status, queue=value.queue, name=value.name, limit=value.limit, owner=owner
+    )
+    return JobList(jobs=[_summary(job) for job in jobs])
+
+
+class JobIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    id: JobId
+
+
+async def job_pause(ctx: OperationContext, value: JobIdInput) -> JobSummary:
+    return _summary(await (await _owned(ctx, value.id, "pause")).pause(value.id))
+
+
+async def job_resume(ctx: OperationContext, value: JobIdInput) -> JobSummary:
+    return _summary(await (await _owned(ctx, value.id, "resume")).resume(value.id))
+
+
+class InboxEntry(msgspec.Struct, kw_only=True):
+    id: str
+    sender: str
+    payload: Any
+    sent_at: int
+    read_at: int | None = None
+
+
+class JobInbox(msgspec.Struct, kw_only=True):
+    job_id: str
+    messages: list[InboxEntry]
+
+
+async def job_inbox(ctx: OperationContext, value: JobIdInput) -> JobInbox:
+    queue = await _owned(ctx, value.id, "read the inbox of")
+    if await queue.get(value.id) is None:
+        raise JobNotFound(f"no job {value.id}")
+    messages = await queue.inbox(value.id)
+    return JobInbox(
+        job_id=value.id,
+        messages=[msgspec.convert(m, InboxEntry, from_attributes=True) for m in messages],
+    )
+
+
+# -- runs -------------------------------------------------------------------------
+
+
+MAX_PROMPT_LENGTH = 1_000_000  # characters, for the prompt and the system prompt alike
+MAX_RUN_ITERATIONS = 1000
+Priority = Annotated[int, msgspec.Meta(ge=PRIORITY_RANGE[0], le=PRIORITY_RANGE[1], description="Lower runs first.")]
+
+
+class RunSubmitInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Start an agent run as a durable job; a worker runs it."""
+
+    prompt: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PROMPT_LENGTH, description="The agent's task.")]
+    system: Annotated[str, msgspec.Meta(max_length=MAX_PROMPT_LENGTH)] | None = None
+    model: Annotated[str | None, msgspec.Meta(
+        description="scripted:PATH or openai:MODEL (gateways: only one the operator allows).",
+    )] = None
+    tools: Annotated[
+        list[str] | None,
+        msgspec.Meta(description="Tool allowlist; default: every tool your trust class may use."),
+    ] = None
+    max_iterations: Annotated[int, msgspec.Meta(ge=1, le=MAX_RUN_ITERATIONS)] | None = None
+    deadline_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_DELAY_MS / 1000)] | None = None
+    queue: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LENGTH)] = "default"
+    priority: Priority = 0
+    idempotency_key: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_LENGTH)] | None = None
+
+
+def tools_for(trust: str, asked: list[str] | None) -> list[str]:
+    """The run's tool allowlist: `asked`, if the trust class may use every one of
+    them, else a refusal; without `asked`, every tool the class may use."""
+    from gormes.tools.builtin import default_registry
+
+    allowed = [tool.name for tool in default_registry().tool_schemas(trust)]
+    if asked is None:
+        return allowed
+    refused = sorted(set(asked) - set(allowed))
+    if refused:
+        raise OperationDenied(f"a {trust!r} caller may not give a run the tools {', '.join(refused)}")
+    return list(asked)
+
+
+async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary:
+    """The one route into a run for every caller: its tools, model and priority are
+    checked against its trust class (gormes/tools/job_trust.py) before anything is
+    recorded or read, and the job records the caller as its submitter."""
+    caller = ctx.caller
+    check_model(caller, value.model)
+    check_priority(caller, value.priority)
+    data: dict[str, Any] = {"handler": AGENT_JOB, "prompt": value.prompt, "tools": tools_for(caller.trust, value.tools)}
+    for key in ("system", "model", "max_iterations", "deadline_s"):
+        if getattr(value, key) is not None:
+            data[key] = getattr(value, key)
+    options = JobOptions(queue=value.queue, priority=value.priority, idempotency_key=value.idempotency_key)
+    queue, submitter = _queue(ctx), submitter_of(caller)
+    await check_live_jobs(caller, queue, submitter)
+    return _summary(await queue.submit(AGENT_JOB, data, options, submitter=submitter))
+
+
+class RunIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    run_id: RunId
+
+
+class RunSummary(msgspec.Struct, kw_only=True):
+    run_id: str
+    handler: str
+    status: RunStatus
+    depth: int
+    parent_run_id: str | None
+    job_id: str | None
+    model: str | None
+    trust: str
+    scope: str | None  # the memory scope its tool calls are pinned to (None: its class's default)
+    input: Any
+    started_at: float
+    finished_at: float | None
+    result: Any
+    error: str | None
+    iterations: int
+    tokens: Tokens
+    cost: float | None
+    children: list[str]  # child run ids
+
+
+class RunTimeline(RunSummary, kw_only=True):
+    # One entry per model turn, tool call, inbox read, message, child, log line
+    # and the end; every entry has position, type and seq (see `gormes runs show`).
+    timeline: list[dict[str, Any]]
+
+
+async def _run_view(ctx: OperationContext, run_id: str) -> dict[str, Any]:
+    # The read model `gormes runs show` prints, folded from the run's own stream.
+    from gormes.actors.runs.timeline import run_view
+
+    return await run_view(_store(ctx), run_id, tree=False)
+
+
+async def run_get(ctx: OperationContext, value: RunIdInput) -> RunSummary:
+    await require_acts_for(ctx.caller, _store(ctx), value.run_id, "read")
+    return msgspec.convert(await _run_view(ctx, value.run_id), RunSummary)
+
+
+async def run_timeline(ctx: OperationContext, value: RunIdInput) -> RunTimeline:
+    await require_acts_for(ctx.caller, _store(ctx), value.run_id, "read")
+    return msgspec.convert(await _run_view(ctx, value.run_id), RunTimeline)
+
+
+class RunListInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """List runs, newest first, optionally of one job or with one status."""
+
+    job_id: str | None = None
+    status: RunStatus | None = None
+    limit: Limit = 50
+
+
+class RunRow(msgspec.Struct, kw_only=True):
+    run_id: str
+    parent_run_id: str | None
+    job_id: str | None
+    handler: str
+    status: str
+    depth: int
+    started_at: float
+    finished_at: float | None
+    iterations: int
+    tokens_input: int
+    tokens_output: int
+    error: str | None
+
+
+class RunList(msgspec.Struct, kw_only=True):
+    runs: list[RunRow]
+
+
+async def run_list(ctx: OperationContext, value: RunListInput) -> RunList:
+    from gormes.projections.runner import ProjectionRunner
+    from gormes.projections.runs import TABLE, runs
+
+    store = _store(ctx)
+    await ProjectionRunner(store, runs).catch_up()
+    columns = list(RunRow.__struct_fields__)
+    where, params = [], []
+    for column, wanted in (("job_id", value.job_id), ("status", value.status)):
+        if wanted is not None:
+            where.append(f"{column} = ?")
+            params.append(wanted)
+
+    def select(conn: Any) -> list[Any]:
+        own = own_runs_filter(conn, ctx.caller)  # a gateway lists only the runs that act for it
+        conditions, values = (where + [own[0]], params + own[1]) if own else (where, params)
+        sql = f"SELECT {', '.join(columns)} FROM {TABLE}" + (" WHERE " + " AND ".join(conditions) if conditions else "")
+        sql += " ORDER BY started_at DESC, run_id DESC LIMIT ?"
+        return conn.execute(sql, (*values, value.limit)).fetchall()
+
+    rows = await store.read_sql(select)
+    return RunList(runs=[msgspec.convert(dict(zip(columns, row)), RunRow) for row in rows])
+
+
+class RunSendInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Put a message in a running run's inbox; the agent reads it at its next turn."""
+
+    run_id: RunId
+    payload: Any
+
+
+class RunMessage(msgspec.Struct, kw_only=True):
+    message_id: str
+    run_id: str
+    sender: str
+
+
+async def run_send(ctx: OperationContext, value: RunSendInput) -> RunMessage:
+    from gormes.actors.runs.manager import send_message
+
+    await require_acts_for(ctx.caller, _store(ctx), value.run_id, "message")
+    sender = ctx.caller.sender
+    message_id = await send_message(_store(ctx), value.run_id, value.payload, sender=sender, clock=ctx.clock)
+    return RunMessage(message_id=message_id, run_id=value.run_id, sender=sender)
+
+
+# -- the specs --------------------------------------------------------------------
+
+
+def _spec(name: str, description: str, input_type: type, output_type: type, handler: Any, *,
+          writes: bool, audit_kind: str, checks: tuple[str, ...]) -> OperationSpec:
+    return OperationSpec(
+        name=name, description=description, input_type=input_type, output_type=output_type,
+        handler=handler, trust=STEERING, audit_kind=audit_kind, mutating=writes,
+        idempotent=not writes, prompt_visible=True, timeout=10.0, doctor_checks=checks,
+    )
+
+
+_QUEUE = ("job-queue",)
+
+SPECS = (
+    _spec("job.list", "List jobs, newest first (filter by status, queue, handler name).",
+          JobListInput, JobList, job_list, writes=False, audit_kind="job.read", checks=_QUEUE),
+    _spec("job.pause", "Pause a waiting, delayed or active job (its progress is kept).",
+          JobIdInput, JobSummary, job_pause, writes=True, audit_kind="job.write", checks=_QUEUE),
+    _spec("job.resume", "Resume a paused job: it waits to be claimed again.",
+          JobIdInput, JobSummary, job_resume, writes=True, audit_kind="job.write", checks=_QUEUE),
+    _spec("job.inbox", "Read every message in a job's inbox, read or not.",
+          JobIdInput, JobInbox, job_inbox, writes=False, audit_kind="job.read", checks=_QUEUE),
+    _spec("run.submit", "Start an agent run as a durable job; returns the job (its result names the run).",
+          RunSubmitInput, JobSummary, run_submit, writes=True, audit_kind="job.write", checks=_QUEUE),
+    _spec("run.get", "Get a run's status, result or error, tokens and cost by run id.",
+          RunIdInput, RunSummary, run_get, writes=False, audit_kind="run.read", checks=()),
+    _spec("run.list", "List runs, newest first (filter by job id or status).",
+          RunListInput, RunList, run_list, writes=False, audit_kind="run.read", checks=()),
+    _spec("run.timeline", "A run's timeline: model turns, tool calls, inbox, children, its end.",
+          RunIdInput, RunTimeline, run_timeline, writes=False, audit_kind="run.read", checks=()),
+    _spec("run.send", "Send a message to a running run's inbox; the agent reads it at its next turn.",
+          RunSendInput, RunMessage, run_send, writes=True, audit_kind="run.write", checks=()),
+)

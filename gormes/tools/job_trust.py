@@ -1,0 +1,142 @@
+"""Who may do what to a job through the operations (job.*, run.submit).
+
+A job records its `Submitter` (the caller's trust class, id and memory scope).
+Operators and the system (cron, the daemon) act on any job. A gateway or a child
+agent acts only on its own work: the jobs whose recorded submitter has its trust
+class and its memory scope (as a run acts for a caller, gormes/tools/run_trust.py:
+a gateway client and the runs acting for it are one owner; a job spawned by a
+running job records its parent's submitter). So:
+
+- it may read (job.get, job.list, job.inbox), attach children to (`parent_id`),
+  pause, resume or cancel only its own jobs;
+- it starts a run only through `run.submit`, never as a raw `agent` job, and it may
+  not choose the run's model, except one the operator lists in
+  `GORMES_GATEWAY_MODELS` (comma-separated model specs, compared as written);
+- it may not jump the queue (a negative priority), send job data over
+  `MAX_UNTRUSTED_DATA_BYTES` of JSON, or hold more than `GORMES_GATEWAY_MAX_LIVE_JOBS`
+  (1000 by default) jobs that are not finished (counted before the submit, so
+  concurrent submits may pass it by as many as they are).
+
+Every refusal is an `OperationDenied` (bad sizes an `InvalidOperationInput`),
+raised before anything is recorded, read from a path or sent to a provider; the
+executor audits it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from gormes.events.jobs import Submitter
+from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
+
+PRIVILEGED = frozenset({"operator", "system"})
+RUN_JOBS = frozenset({"agent"})  # job names whose handler starts a run
+GATEWAY_MODELS_ENV = "GORMES_GATEWAY_MODELS"
+MAX_UNTRUSTED_DATA_BYTES = 1024 * 1024
+MAX_LIVE_JOBS_ENV = "GORMES_GATEWAY_MAX_LIVE_JOBS"
+DEFAULT_MAX_LIVE_JOBS = 1000
+
+
+def privileged(caller: Caller) -> bool:
+    return caller.trust in PRIVILEGED
+
+
+def submitter_of(caller: Caller) -> Submitter:
+    """The Submitter a job records for `caller`: its trust class, id and memory scope
+    (a gateway or child agent's pinned scope, so work it submits is pinned there too;
+    for the classes that name theirs, their default, None meaning project:default)."""
+    from gormes.tools.memory import NAMES_ITS_SCOPE, bound_scope
+
+    scope = caller.scope if caller.trust in NAMES_ITS_SCOPE else bound_scope(caller, None)
+    return Submitter(trust=caller.trust, caller=caller.id, scope=scope)
+
+
+def owner_key(caller: Caller) -> tuple[str, str | None]:
+    """What a job's submitter must match for `caller` to own it: (trust, scope)."""
+    return caller.trust, submitter_of(caller).scope
+
+
+def owns(caller: Caller, submitter: Submitter | None) -> bool:
+    """Whether a job that recorded `submitter` is `caller`'s own work."""
+    return submitter is not None and (submitter.trust, submitter.scope) == owner_key(caller)
+
+
+def require_may_act_on(caller: Caller, job: Any, what: str) -> None:
+    """Refuse a gateway or child agent acting on a job that is not its own."""
+    if not privileged(caller) and not owns(caller, job.submitter):
+        raise OperationDenied(
+            f"a {caller.trust!r} caller may not {what} job {job.id}: it is another caller's"
+            " (only its submitter, an operator or the system may)"
+        )
+
+
+def check_job_submit(caller: Caller, name: str, data: Any, priority: int) -> None:
+    """job.submit's checks before the parent's (see `require_may_act_on`)."""
+    if privileged(caller):
+        return
+    if name in RUN_JOBS:
+        raise OperationDenied(
+            f"a {caller.trust!r} caller may not submit an {name!r} job directly: use run.submit"
+        )
+    check_priority(caller, priority)
+    size = len(msgspec.json.encode(data))
+    if size > MAX_UNTRUSTED_DATA_BYTES:
+        raise InvalidOperationInput(
+            f"job data is {size} bytes of JSON; a {caller.trust!r} caller may send at most"
+            f" {MAX_UNTRUSTED_DATA_BYTES}"
+        )
+
+
+def check_priority(caller: Caller, priority: int) -> None:
+    if not privileged(caller) and priority < 0:
+        raise OperationDenied(
+            f"a {caller.trust!r} caller may not jump the queue: priority must be >= 0, not {priority}"
+        )
+
+
+def max_live_jobs() -> int:
+    """The operator's cap on a gateway or child agent's unfinished jobs."""
+    from gormes.errors import UserError
+
+    text = os.environ.get(MAX_LIVE_JOBS_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_LIVE_JOBS
+    try:
+        cap = int(text)
+    except ValueError:
+        cap = -1
+    if cap < 0:
+        raise UserError(f"{MAX_LIVE_JOBS_ENV} must be a whole number >= 0, not {text!r}")
+    return cap
+
+
+async def check_live_jobs(caller: Caller, queue: Any, submitter: Submitter) -> None:
+    """Refuse a gateway or child agent that already holds its cap of unfinished jobs."""
+    if privileged(caller):
+        return
+    cap = max_live_jobs()
+    if await queue.live_count(submitter) >= cap:
+        raise OperationDenied(
+            f"a {caller.trust!r} caller may hold at most {cap} unfinished jobs ({MAX_LIVE_JOBS_ENV});"
+            " wait for some to finish"
+        )
+
+
+def allowed_models() -> frozenset[str]:
+    """The models the operator lets gateways and child agents choose."""
+    listed = os.environ.get(GATEWAY_MODELS_ENV, "")
+    return frozenset(spec.strip() for spec in listed.split(",") if spec.strip())
+
+
+def check_model(caller: Caller, model: str | None) -> None:
+    """Refuse a model a gateway or child agent may not choose. The refusal never
+    names the model: it must say nothing about whether a path exists."""
+    if model is None or privileged(caller) or model in allowed_models():
+        return
+    raise OperationDenied(
+        f"a {caller.trust!r} caller may not choose a run's model, except one the operator"
+        f" lists in {GATEWAY_MODELS_ENV}"
+    )

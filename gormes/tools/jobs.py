@@ -1,0 +1,193 @@
+"""Job operations over the durable queue: job.submit, job.get, job.send, job.cancel.
+
+They wrap `JobQueue` (gormes/actors/jobs/queue.py), which the executor hands over in
+the context; without one they are refused. What they return is a `JobSummary`:
+the job without its lock token, which only the holding worker may see. A message
+sent with job.send is signed by the caller (`Caller.sender`): "operator" for the
+operator, else the job the caller acts for, so the queue's rule (only an
+operator or the job's parent may write to its inbox) applies to models too.
+
+Each job records the caller that submitted it (`Submitter`); a gateway or child
+agent gets, reads and cancels only its own jobs, and may not submit an `agent` job
+(run.submit is the one route into a run): gormes/tools/job_trust.py.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from gormes.actors.jobs.rules import validate_options
+from gormes.actors.jobs.state import InvalidJob, JobNotFound
+from gormes.events.jobs import MAX_NAME_LENGTH, JobOptions, Submitter, Tokens
+from gormes.tools.job_trust import (
+    check_job_submit, check_live_jobs, owns, privileged, require_may_act_on, submitter_of,
+)
+from gormes.ops.spec import (
+    InvalidOperationInput, OperationContext, OperationDenied, OperationSpec, OperationUnavailable,
+)
+
+JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
+
+
+class JobSummary(msgspec.Struct, kw_only=True):
+    id: str
+    name: str
+    queue: str
+    status: str
+    priority: int
+    data: Any = None
+    result: Any = None
+    error: str | None = None
+    progress: Any = None
+    attempts_made: int = 0
+    max_attempts: int = 3
+    parent_id: str | None = None
+    depth: int = 0
+    live_children: int = 0
+    tokens: Tokens = Tokens()
+    created_at: int = 0
+    started_at: int | None = None
+    finished_at: int | None = None
+    submitter: Submitter | None = None  # who submitted it (None: not recorded)
+    coalesced: bool = False
+
+
+def _summary(job: Any) -> JobSummary:
+    return msgspec.convert(job, JobSummary, from_attributes=True)
+
+
+def _queue(ctx: OperationContext) -> Any:
+    if ctx.jobs is None:
+        raise OperationUnavailable("no job queue is configured: the job operations are off")
+    return ctx.jobs
+
+
+class JobSubmitInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Submit a durable job."""
+
+    name: Annotated[str, msgspec.Meta(
+        min_length=1, max_length=MAX_NAME_LENGTH, description="The job handler's name."
+    )]
+    data: Any = None
+    options: JobOptions | None = None
+
+
+def _in_range(options: JobOptions) -> JobOptions:
+    """Options out of range are bad input (the queue checks again on submit)."""
+    try:
+        return validate_options(options)
+    except InvalidJob as exc:
+        raise InvalidOperationInput(str(exc)) from None
+
+
+async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary:
+    """Submit as the caller (its Submitter is recorded); see gormes/tools/job_trust.py
+    for what a gateway or child agent may not submit."""
+    queue = _queue(ctx)
+    options = _in_range(value.options or JobOptions())
+    check_job_submit(ctx.caller, value.name, value.data, options.priority)
+    if options.parent_id is not None and not privileged(ctx.caller):
+        parent = await queue.get(options.parent_id)
+        if parent is not None:  # an unknown parent: the queue refuses it
+            require_may_act_on(ctx.caller, parent, "attach a child to")
+    submitter = submitter_of(ctx.caller)
+    await check_live_jobs(ctx.caller, queue, submitter)
+    job = await queue.submit(value.name, value.data, options, submitter=submitter)
+    if job.coalesced and not privileged(ctx.caller) and not owns(ctx.caller, job.submitter):
+        # max_waiting answers with the queue's newest waiting job: not another caller's.
+        raise OperationDenied(
+            f"queue {options.queue!r} is full (max_waiting {options.max_waiting}): nothing was submitted"
+        )
+    return _summary(job)
+
+
+async def _owned(ctx: OperationContext, job_id: str, what: str) -> Any:
+    """The job's queue, once the caller may `what` the job (see job_trust)."""
+    queue = _queue(ctx)
+    if not privileged(ctx.caller):
+        job = await queue.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id}")
+        require_may_act_on(ctx.caller, job, what)
+    return queue
+
+
+class JobGetInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Look a job up by id."""
+
+    id: JobId
+
+
+async def job_get(ctx: OperationContext, value: JobGetInput) -> JobSummary:
+    job = await _queue(ctx).get(value.id)
+    if job is None:
+        raise JobNotFound(f"no job {value.id}")
+    require_may_act_on(ctx.caller, job, "read")
+    return _summary(job)
+
+
+class JobSendInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Put a message in a running job's inbox."""
+
+    id: JobId
+    payload: Any
+
+
+class MessageSent(msgspec.Struct, kw_only=True):
+    id: str
+    job_id: str
+    sender: str
+    sent_at: int
+
+
+async def job_send(ctx: OperationContext, value: JobSendInput) -> MessageSent:
+    message = await _queue(ctx).send(value.id, value.payload, sender=ctx.caller.sender)
+    return MessageSent(id=message.id, job_id=message.job_id, sender=message.sender, sent_at=message.sent_at)
+
+
+class JobCancelInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Cancel a job and all its live descendants."""
+
+    id: JobId
+
+
+class JobCancelled(msgspec.Struct, kw_only=True):
+    cancelled: list[str]  # the job first, then the descendants cancelled with it
+
+
+async def job_cancel(ctx: OperationContext, value: JobCancelInput) -> JobCancelled:
+    queue = await _owned(ctx, value.id, "cancel")
+    return JobCancelled(cancelled=await queue.cancel(value.id))
+
+
+_EVERYONE = frozenset({"operator", "gateway", "child-agent", "system"})
+
+SPECS = (
+    OperationSpec(
+        name="job.submit", description="Submit a durable job to the queue; returns the job.",
+        input_type=JobSubmitInput, output_type=JobSummary, handler=job_submit, trust=_EVERYONE,
+        audit_kind="job.write", mutating=True, idempotent=False, prompt_visible=True,
+        timeout=10.0, doctor_checks=("job-queue",),
+    ),
+    OperationSpec(
+        name="job.get", description="Get a job's status, result or error by id.",
+        input_type=JobGetInput, output_type=JobSummary, handler=job_get, trust=_EVERYONE,
+        audit_kind="job.read", prompt_visible=True, timeout=10.0, doctor_checks=("job-queue",),
+    ),
+    OperationSpec(
+        name="job.send", description="Send a message to a job's inbox (you must be its parent).",
+        input_type=JobSendInput, output_type=MessageSent, handler=job_send, trust=_EVERYONE,
+        audit_kind="job.write", mutating=True, idempotent=False, prompt_visible=True,
+        timeout=10.0, doctor_checks=("job-queue",),
+    ),
+    OperationSpec(
+        # Not for child agents: a subagent must not cancel work it does not own.
+        name="job.cancel", description="Cancel a job and its live descendants.",
+        input_type=JobCancelInput, output_type=JobCancelled, handler=job_cancel,
+        trust=frozenset({"operator", "gateway", "system"}), audit_kind="job.write",
+        mutating=True, idempotent=False, prompt_visible=True, timeout=10.0,
+        doctor_checks=("job-queue",),
+    ),
+)

@@ -1,0 +1,179 @@
+"""memory.recall, memory.remember and memory.extract.
+
+Scopes and trust. The operator and system callers name the scope they work in
+(default `project:default`). Gateway callers and child agents are pinned to
+the caller's `scope` (a run carries its submitter's, decision 0016), else to
+their own chat, `chat:<caller id>`: asking for any other scope is denied, and
+so is cross-scope recall (gormes/recall/api.py: only the operator may widen).
+What a non-operator, non-system caller remembers is recorded `unreviewed`.
+
+memory.extract reads a whole run and calls a model: operator and system only,
+and not offered to models.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import msgspec
+
+from gormes.events.memory import Origin, is_valid_scope
+from gormes.memory.extractor import ExtractResult, extract_run
+from gormes.memory.writer import MemoryWriter, Source
+from gormes.ops.spec import (
+    Caller,
+    OperationContext,
+    OperationDenied,
+    OperationSpec,
+    OperationUnavailable,
+)
+from gormes.recall.api import (
+    CROSS_SCOPE_TRUST,
+    DEFAULT_K,
+    DEFAULT_SCOPE,
+    MAX_K,
+    RecallResult,
+    recall_in_store,
+)
+
+EVERYONE = frozenset({"operator", "gateway", "child-agent", "system"})
+NAMES_ITS_SCOPE = frozenset({"operator", "system"})
+
+Scope = Annotated[str, msgspec.Meta(description="chat:<id> or project:<id>; yours by default.")]
+
+
+def own_scope(caller_id: str) -> str:
+    """`chat:<caller id>`, made a valid scope when the id is not one as it stands (an
+    MCP client is `mcp:<the name it gives>`): characters a scope may not hold become
+    `-`, and it starts with a letter or digit and fits 200 characters. Two such ids
+    can meet in one scope; MCP client names are self-declared, so they were never a
+    boundary between clients (the trust class is)."""
+    own = f"chat:{caller_id}"
+    if is_valid_scope(own):
+        return own
+    safe = re.sub(r"[^A-Za-z0-9._@/-]", "-", caller_id)
+    if not safe[:1].isalnum():
+        safe = "x" + safe
+    return f"chat:{safe[:200]}"
+
+
+def bound_scope(caller: Caller, requested: str | None) -> str:
+    """The scope a caller works in; a pinned caller asking for another is denied.
+    The operator and system callers name theirs (default: `caller.scope`, else
+    project:default); the others are pinned to `caller.scope` (a run acting for a
+    gateway client: that client's), else to their own chat."""
+    if caller.trust in NAMES_ITS_SCOPE:
+        return requested or caller.scope or DEFAULT_SCOPE
+    own = caller.scope or own_scope(caller.id)
+    if requested is not None and requested != own:
+        raise OperationDenied(f"a {caller.trust!r} caller may only use its own scope {own!r}, not {requested!r}")
+    return own
+
+
+def _store(ctx: OperationContext):
+    if ctx.store is None:
+        raise OperationUnavailable("memory operations need an event store")
+    return ctx.store  # SQLite or PostgreSQL
+
+
+class RecallInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Recall what memory holds about a query."""
+
+    query: Annotated[str, msgspec.Meta(min_length=1, description="What to recall.")]
+    mode: Annotated[str, msgspec.Meta(description="lexical, graph, semantic or fused (default).")] = "fused"
+    k: Annotated[int, msgspec.Meta(ge=1, le=MAX_K)] = DEFAULT_K
+    scope: Scope | None = None
+    cross_scope: Annotated[bool, msgspec.Meta(description="Every scope (operator only).")] = False
+
+
+class Relation(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    subject: Annotated[str, msgspec.Meta(min_length=1)]
+    predicate: Annotated[str, msgspec.Meta(min_length=1, description="A verb phrase: works at, prefers.")]
+    object: Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class RememberInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Remember a fact and/or a relationship between two entities."""
+
+    fact: str | None = None
+    subject: Annotated[str, msgspec.Meta(description="The entity the fact is about.")] | None = None
+    relation: Relation | None = None
+    confidence: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 1.0
+    scope: Scope | None = None
+
+
+class RememberOutput(msgspec.Struct, kw_only=True):
+    scope: str
+    ids: list[str]
+    review_state: str
+
+
+class ExtractInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    run_id: Annotated[str, msgspec.Meta(min_length=1)]
+    model: Annotated[str, msgspec.Meta(description="Provider spec: scripted:PATH or openai:MODEL.")]
+    scope: Scope | None = None
+
+
+async def memory_recall(ctx: OperationContext, value: RecallInput) -> RecallResult:
+    scope = bound_scope(ctx.caller, value.scope)
+    if value.cross_scope and ctx.caller.trust not in CROSS_SCOPE_TRUST:
+        raise OperationDenied(f"a {ctx.caller.trust!r} caller may not recall across scopes")
+    return await recall_in_store(
+        _store(ctx), value.query, mode=value.mode, k=value.k, scope=scope, cross_scope=value.cross_scope,
+        trust=ctx.caller.trust,
+    )
+
+
+async def memory_remember(ctx: OperationContext, value: RememberInput) -> RememberOutput:
+    from gormes.memory.writer import MemoryInputError
+
+    if value.fact is None and value.relation is None:
+        raise MemoryInputError("memory.remember: give a fact, a relation, or both")
+    scope = bound_scope(ctx.caller, value.scope)
+    caller = ctx.caller
+    source = Source(origin=Origin(run_id=caller.run_id, artifact=None if caller.run_id else f"caller:{caller.id}"),
+                    kind="manual", trust=caller.trust, confidence=value.confidence)
+    writer = MemoryWriter(_store(ctx), clock=ctx.clock)
+    ids, state = [], ""
+    if value.relation is not None:
+        edge = await writer.relate(scope, value.relation.subject, value.relation.predicate, value.relation.object, source)
+        ids.append(edge.relationship_id)
+        state = edge.review_state
+    if value.fact is not None:
+        fact = await writer.add_fact(scope, value.fact, source, subject=value.subject)
+        ids.append(fact.fact_id)
+        state = fact.review_state
+    return RememberOutput(scope=scope, ids=ids, review_state=state)
+
+
+async def memory_extract(ctx: OperationContext, value: ExtractInput) -> ExtractResult:
+    from gormes.providers import open_provider
+
+    scope = bound_scope(ctx.caller, value.scope)
+    return await extract_run(_store(ctx), open_provider(value.model), value.run_id, scope, ctx.clock())
+
+
+SPECS = (
+    OperationSpec(
+        name="memory.recall",
+        description="Recall what memory holds about a query (facts and relationships), each with its score "
+        "per mode and why it was selected. Recall stays in your scope.",
+        input_type=RecallInput, output_type=RecallResult, handler=memory_recall, trust=EVERYONE,
+        audit_kind="memory.read", prompt_visible=True, timeout=30.0,
+    ),
+    OperationSpec(
+        name="memory.remember",
+        description="Remember a fact, or a relationship between two entities, in your scope. What remote "
+        "callers and subagents remember waits for a person's review before it counts elsewhere.",
+        input_type=RememberInput, output_type=RememberOutput, handler=memory_remember, trust=EVERYONE,
+        audit_kind="memory.write", mutating=True, idempotent=True, prompt_visible=True, timeout=10.0,
+    ),
+    OperationSpec(
+        name="memory.extract",
+        description="Extract entities, relationships and facts from a run's turns through a model, with provenance.",
+        input_type=ExtractInput, output_type=ExtractResult, handler=memory_extract,
+        trust=frozenset({"operator", "system"}), audit_kind="memory.write", mutating=True, idempotent=False,
+        timeout=120.0,
+    ),
+)

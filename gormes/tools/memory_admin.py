@@ -1,0 +1,156 @@
+"""The operator's memory commands: memory.add_fact, memory.add_entity,
+memory.relate, memory.review and memory.forget.
+
+Operator-only and never offered to models: what they record has `manual`
+provenance and the operator's trust (it counts at once, in every scope recall
+may see), and review and forget settle or remove anyone's memory. Models and
+remote callers have memory.remember (gormes/tools/memory.py), whose writes wait
+for review. `gormes memory add-fact|add-entity|relate|review|forget` call these,
+audited like every other operation (decision 0019).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from gormes.events.memory import (
+    MemoryEntityObserved,
+    MemoryFactRecorded,
+    MemoryForgotten,
+    MemoryRelationshipObserved,
+    MemoryRelationshipReviewed,
+    Origin,
+)
+from gormes.memory.writer import MemoryTarget, MemoryWriter, Source, find_target, require_facts
+from gormes.tools.memory import Scope, bound_scope
+from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
+
+OPERATOR = frozenset({"operator"})
+
+Text = Annotated[str, msgspec.Meta(min_length=1)]
+Confidence = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Artifact = Annotated[str, msgspec.Meta(min_length=1, description="The artifact it comes from.")]
+
+
+class AddFactInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Record a fact (trusted: the operator's own)."""
+
+    text: Text
+    subject: str | None = None
+    supersedes: list[Text] = []
+    artifact: Artifact | None = None
+    confidence: Confidence = 1.0
+    scope: Scope | None = None
+
+
+class AddEntityInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Record an entity."""
+
+    name: Text
+    kind: Text = "thing"
+    aliases: list[Text] = []
+    scope: Scope | None = None
+
+
+class RelateInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Record that `subject` `predicate` `object`."""
+
+    subject: Text
+    predicate: Text
+    object: Text
+    artifact: Artifact | None = None
+    confidence: Confidence = 1.0
+    scope: Scope | None = None
+
+
+class ReviewInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Promote or reject an unreviewed relationship or fact."""
+
+    id: Text
+    verdict: Literal["promoted", "rejected"]
+    note: str = ""
+
+
+class ForgetInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Forget a fact, relationship or entity (`scope`: the entity's, for entities)."""
+
+    id: Text
+    reason: str = ""
+    scope: Scope | None = None
+
+
+def _writer(ctx: OperationContext) -> MemoryWriter:
+    if ctx.store is None:
+        raise OperationUnavailable("memory operations need an event store")
+    return MemoryWriter(ctx.store, clock=ctx.clock)
+
+
+def _source(ctx: OperationContext, artifact: str | None, confidence: float) -> Source:
+    return Source(origin=Origin(artifact=artifact or ctx.caller.id), kind="manual", trust=ctx.caller.trust,
+                  confidence=confidence)
+
+
+async def _read_memory(ctx: OperationContext, read: Any) -> Any:
+    """`read(conn)` on the memory projection, caught up with the log first."""
+    from gormes.projections.memory import memory_projection, read_connection
+    from gormes.projections.runner import ProjectionRunner
+
+    store = ctx.store
+    await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
+    return await store.read_with(lambda log: read(read_connection(log)))
+
+
+async def _target(ctx: OperationContext, target_id: str, scope: str | None) -> MemoryTarget:
+    return await _read_memory(ctx, lambda conn: find_target(conn, target_id, scope))
+
+
+async def add_fact(ctx: OperationContext, value: AddFactInput) -> MemoryFactRecorded:
+    writer = _writer(ctx)
+    scope = bound_scope(ctx.caller, value.scope)
+    if value.supersedes:
+        await _read_memory(ctx, lambda conn: require_facts(conn, value.supersedes, scope))
+    return await writer.add_fact(scope, value.text, _source(ctx, value.artifact, value.confidence),
+                                 subject=value.subject, supersedes=value.supersedes)
+
+
+async def add_entity(ctx: OperationContext, value: AddEntityInput) -> MemoryEntityObserved:
+    return await _writer(ctx).add_entity(bound_scope(ctx.caller, value.scope), value.name,
+                                         _source(ctx, None, 1.0), kind=value.kind, aliases=value.aliases)
+
+
+async def relate(ctx: OperationContext, value: RelateInput) -> MemoryRelationshipObserved:
+    return await _writer(ctx).relate(bound_scope(ctx.caller, value.scope), value.subject, value.predicate,
+                                     value.object, _source(ctx, value.artifact, value.confidence))
+
+
+async def review(ctx: OperationContext, value: ReviewInput) -> MemoryRelationshipReviewed:
+    writer = _writer(ctx)
+    return await writer.review(await _target(ctx, value.id, None), value.verdict,
+                               reviewer=ctx.caller.trust, note=value.note)
+
+
+async def forget(ctx: OperationContext, value: ForgetInput) -> MemoryForgotten:
+    writer = _writer(ctx)
+    return await writer.forget(await _target(ctx, value.id, value.scope), reason=value.reason)
+
+
+def _spec(name: str, description: str, handler: Any, input_type: type, output_type: type) -> OperationSpec:
+    return OperationSpec(
+        name=name, description=description, input_type=input_type, output_type=output_type, handler=handler,
+        trust=OPERATOR, audit_kind="memory.write", mutating=True, idempotent=True, timeout=30.0,
+    )
+
+
+SPECS = (
+    _spec("memory.add_fact", "Record a trusted fact, optionally superseding facts of its scope.", add_fact,
+          AddFactInput, MemoryFactRecorded),
+    _spec("memory.add_entity", "Record a trusted entity.", add_entity, AddEntityInput, MemoryEntityObserved),
+    _spec("memory.relate", "Record a trusted relationship between two entities.", relate, RelateInput,
+          MemoryRelationshipObserved),
+    _spec("memory.review", "Promote or reject an unreviewed relationship or fact.", review, ReviewInput,
+          MemoryRelationshipReviewed),
+    _spec("memory.forget", "Forget a fact, relationship or entity (the log keeps it).", forget, ForgetInput,
+          MemoryForgotten),
+)

@@ -1,0 +1,54 @@
+"""Which runs a caller may read and steer (run.get, run.timeline, run.send, run.list).
+
+The operator and the system see and steer every run. Any other caller only the
+runs that act for it: `run.started` names the trust class and memory scope a
+run's tool calls are made with (decision 0016), and a run acts for a caller when
+both are the caller's own (a gateway client's agent runs, their subagents and
+resumed attempts). Otherwise a message from it would have a wider run act on its
+words, and a read would show what that run recalled in a scope it may not read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gormes.events.runs import RunStarted, run_stream
+from gormes.ops.spec import Caller, OperationDenied
+
+SEES_EVERY_RUN = frozenset({"operator", "system"})
+
+
+def acts_for(caller: Caller, started: RunStarted) -> bool:
+    """Whether the run that `started` begins acts for `caller` (see the module doc)."""
+    from gormes.tools.memory import bound_scope
+
+    if caller.trust in SEES_EVERY_RUN:
+        return True
+    return started.trust == caller.trust and started.scope == bound_scope(caller, None)
+
+
+async def require_acts_for(caller: Caller, store: Any, run_id: str, what: str) -> None:
+    """Refuse a caller that may not `what` run `run_id`; an unknown run is left to
+    the operation (it says so in its own words)."""
+    if caller.trust in SEES_EVERY_RUN:
+        return
+    records = await store.read_stream(run_stream(run_id))
+    if records and isinstance(records[0].event, RunStarted) and not acts_for(caller, records[0].event):
+        raise OperationDenied(
+            f"a {caller.trust!r} caller may not {what} run {run_id}: it acts for another caller"
+        )
+
+
+def own_runs_filter(conn: Any, caller: Caller) -> tuple[str, list[Any]] | None:
+    """A SQL condition on `run_id` keeping the runs that act for `caller`, with its
+    parameters; None for a caller that sees every run."""
+    from gormes.events.sql_fragments import json_text
+    from gormes.tools.memory import bound_scope
+
+    if caller.trust in SEES_EVERY_RUN:
+        return None
+    condition = (
+        "run_id IN (SELECT substr(stream, 5) FROM events WHERE type = 'run.started'"
+        f" AND {json_text(conn, '$.trust')} = ? AND {json_text(conn, '$.scope')} = ?)"
+    )
+    return condition, [caller.trust, bound_scope(caller, None)]
