@@ -6,7 +6,7 @@ executor, so each is audited like any other operation (decision 0019)."""
 
 from __future__ import annotations
 
-from gormes.tools import control, cron, fs, jobs, jobs_admin, knowledge, log_admin, memory_admin, shell, skills, skills_admin
+from gormes.tools import cron, fs, jobs, jobs_admin, knowledge, log_admin, memory_admin, runs, shell, skills, skills_admin
 from gormes.tools import memory as memory_ops
 from gormes.tools import run_admin
 from gormes.tools import time as time_ops
@@ -16,7 +16,7 @@ from gormes.ops.registry import Registry
 def default_registry() -> Registry:
     return Registry([
         *fs.SPECS, *time_ops.SPECS, *jobs.SPECS, *jobs_admin.SPECS, *shell.SPECS, *skills.SPECS,
-        *skills_admin.SPECS, *memory_ops.SPECS, *memory_admin.SPECS, *control.SPECS, *knowledge.SPECS,
+        *skills_admin.SPECS, *memory_ops.SPECS, *memory_admin.SPECS, *runs.SPECS, *knowledge.SPECS,
         *cron.SPECS,
         *log_admin.SPECS,
         *run_admin.SPECS,

@@ -1,4 +1,7 @@
-"""Job operations over the durable queue: job.submit, job.get, job.send, job.cancel.
+"""Job operations over the durable queue: job.submit, job.get, job.send, job.cancel,
+and the listing and steering a remote caller needs: job.list, job.pause,
+job.resume, job.inbox (open to operator, gateway and system; not to child agents:
+a subagent steers only its own work).
 
 They wrap `JobQueue` (gormes/actors/jobs/queue.py), which the executor hands over in
 the context; without one they are refused. What they return is a `JobSummary`:
@@ -14,21 +17,25 @@ agent gets, reads and cancels only its own jobs, and may not submit an `agent` j
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from gormes.actors.jobs.rules import validate_options
 from gormes.actors.jobs.state import InvalidJob, JobNotFound
-from gormes.events.jobs import MAX_NAME_LENGTH, JobOptions, Submitter, Tokens
+from gormes.events.jobs import MAX_NAME_LENGTH, STATUSES, JobOptions, Submitter, Tokens
 from gormes.tools.job_trust import (
-    check_job_submit, check_live_jobs, owns, privileged, require_may_act_on, submitter_of,
+    check_job_submit, check_live_jobs, owner_key, owns, privileged, require_may_act_on, submitter_of,
 )
 from gormes.ops.spec import (
     InvalidOperationInput, OperationContext, OperationDenied, OperationSpec, OperationUnavailable,
 )
 
 JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
+Limit = Annotated[int, msgspec.Meta(ge=1, le=500, description="At most this many, newest first.")]
+JobStatus = Literal[STATUSES]  # type: ignore[valid-type]
+
+STEERING = frozenset({"operator", "gateway", "system"})
 
 
 class JobSummary(msgspec.Struct, kw_only=True):
@@ -54,11 +61,11 @@ class JobSummary(msgspec.Struct, kw_only=True):
     coalesced: bool = False
 
 
-def _summary(job: Any) -> JobSummary:
+def summary(job: Any) -> JobSummary:
     return msgspec.convert(job, JobSummary, from_attributes=True)
 
 
-def _queue(ctx: OperationContext) -> Any:
+def queue_of(ctx: OperationContext) -> Any:
     if ctx.jobs is None:
         raise OperationUnavailable("no job queue is configured: the job operations are off")
     return ctx.jobs
@@ -85,7 +92,7 @@ def _in_range(options: JobOptions) -> JobOptions:
 async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary:
     """Submit as the caller (its Submitter is recorded); see gormes/tools/job_trust.py
     for what a gateway or child agent may not submit."""
-    queue = _queue(ctx)
+    queue = queue_of(ctx)
     options = _in_range(value.options or JobOptions())
     check_job_submit(ctx.caller, value.name, value.data, options.priority)
     if options.parent_id is not None and not privileged(ctx.caller):
@@ -100,12 +107,12 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
         raise OperationDenied(
             f"queue {options.queue!r} is full (max_waiting {options.max_waiting}): nothing was submitted"
         )
-    return _summary(job)
+    return summary(job)
 
 
 async def _owned(ctx: OperationContext, job_id: str, what: str) -> Any:
     """The job's queue, once the caller may `what` the job (see job_trust)."""
-    queue = _queue(ctx)
+    queue = queue_of(ctx)
     if not privileged(ctx.caller):
         job = await queue.get(job_id)
         if job is None:
@@ -121,11 +128,11 @@ class JobGetInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 async def job_get(ctx: OperationContext, value: JobGetInput) -> JobSummary:
-    job = await _queue(ctx).get(value.id)
+    job = await queue_of(ctx).get(value.id)
     if job is None:
         raise JobNotFound(f"no job {value.id}")
     require_may_act_on(ctx.caller, job, "read")
-    return _summary(job)
+    return summary(job)
 
 
 class JobSendInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -143,7 +150,7 @@ class MessageSent(msgspec.Struct, kw_only=True):
 
 
 async def job_send(ctx: OperationContext, value: JobSendInput) -> MessageSent:
-    message = await _queue(ctx).send(value.id, value.payload, sender=ctx.caller.sender)
+    message = await queue_of(ctx).send(value.id, value.payload, sender=ctx.caller.sender)
     return MessageSent(id=message.id, job_id=message.job_id, sender=message.sender, sent_at=message.sent_at)
 
 
@@ -162,6 +169,75 @@ async def job_cancel(ctx: OperationContext, value: JobCancelInput) -> JobCancell
     return JobCancelled(cancelled=await queue.cancel(value.id))
 
 
+# -- listing and steering (open to operator, gateway and system; not to child agents) --
+class JobListInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """List jobs, newest first, optionally by status, queue or handler name."""
+
+    status: JobStatus | None = None
+    queue: str | None = None
+    name: str | None = None
+    limit: Limit = 50
+
+
+class JobList(msgspec.Struct, kw_only=True):
+    jobs: list[JobSummary]
+
+
+async def job_list(ctx: OperationContext, value: JobListInput) -> JobList:
+    """Every job for an operator or the system; a caller's own jobs for the others."""
+    owner = None if privileged(ctx.caller) else owner_key(ctx.caller)
+    jobs = await queue_of(ctx).list(
+        status=value.status, queue=value.queue, name=value.name, limit=value.limit, owner=owner
+    )
+    return JobList(jobs=[summary(job) for job in jobs])
+
+
+class JobIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    id: JobId
+
+
+async def job_pause(ctx: OperationContext, value: JobIdInput) -> JobSummary:
+    return summary(await (await _owned(ctx, value.id, "pause")).pause(value.id))
+
+
+async def job_resume(ctx: OperationContext, value: JobIdInput) -> JobSummary:
+    return summary(await (await _owned(ctx, value.id, "resume")).resume(value.id))
+
+
+class InboxEntry(msgspec.Struct, kw_only=True):
+    id: str
+    sender: str
+    payload: Any
+    sent_at: int
+    read_at: int | None = None
+
+
+class JobInbox(msgspec.Struct, kw_only=True):
+    job_id: str
+    messages: list[InboxEntry]
+
+
+async def job_inbox(ctx: OperationContext, value: JobIdInput) -> JobInbox:
+    queue = await _owned(ctx, value.id, "read the inbox of")
+    if await queue.get(value.id) is None:
+        raise JobNotFound(f"no job {value.id}")
+    messages = await queue.inbox(value.id)
+    return JobInbox(
+        job_id=value.id,
+        messages=[msgspec.convert(m, InboxEntry, from_attributes=True) for m in messages],
+    )
+
+
+def _spec(name: str, description: str, input_type: type, output_type: type, handler: Any, *,
+          writes: bool, audit_kind: str, checks: tuple[str, ...]) -> OperationSpec:
+    return OperationSpec(
+        name=name, description=description, input_type=input_type, output_type=output_type,
+        handler=handler, trust=STEERING, audit_kind=audit_kind, mutating=writes,
+        idempotent=not writes, prompt_visible=True, timeout=10.0, doctor_checks=checks,
+    )
+
+
+_QUEUE = ("job-queue",)
 _EVERYONE = frozenset({"operator", "gateway", "child-agent", "system"})
 
 SPECS = (
@@ -190,4 +266,13 @@ SPECS = (
         mutating=True, idempotent=False, prompt_visible=True, timeout=10.0,
         doctor_checks=("job-queue",),
     ),
+    _spec("job.list", "List jobs, newest first (filter by status, queue, handler name).",
+          JobListInput, JobList, job_list, writes=False, audit_kind="job.read", checks=_QUEUE),
+    _spec("job.pause", "Pause a waiting, delayed or active job (its progress is kept).",
+          JobIdInput, JobSummary, job_pause, writes=True, audit_kind="job.write", checks=_QUEUE),
+    _spec("job.resume", "Resume a paused job: it waits to be claimed again.",
+          JobIdInput, JobSummary, job_resume, writes=True, audit_kind="job.write", checks=_QUEUE),
+    _spec("job.inbox", "Read every message in a job's inbox, read or not.",
+          JobIdInput, JobInbox, job_inbox, writes=False, audit_kind="job.read", checks=_QUEUE),
 )
+

@@ -3,8 +3,7 @@
 Operator-only and never offered to models: they act on any job, whoever owns it
 (`gormes jobs retry|replay|prune` call them, audited like every other operation;
 decision 0019). The operations callers of other classes may use too are in
-gormes/tools/jobs.py (submit, get, send, cancel) and gormes/tools/control.py (list,
-pause, resume, inbox).
+gormes/tools/jobs.py (submit, get, send, cancel, list, pause, resume, inbox).
 """
 
 from __future__ import annotations

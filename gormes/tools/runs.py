@@ -1,13 +1,13 @@
-"""Control operations: list and steer jobs, start and read agent runs.
+"""Run operations: start an agent run as a job, read, list and message runs.
 
-What a remote caller (an MCP client, a gateway) needs beyond job.submit/get/send/
-cancel (gormes/tools/jobs.py): job.list, job.pause, job.resume, job.inbox,
-run.submit, run.get, run.list, run.timeline and run.send.
+run.submit, run.get, run.list, run.timeline and run.send: what a remote caller (an
+MCP client, a gateway) needs to start and follow agent runs. The job side of
+steering (job.list, job.pause, job.resume, job.inbox) is in gormes/tools/jobs.py.
 
 Trust: every one is open to `operator`, `gateway` and `system`, and none to
 `child-agent`: a subagent steers only its own work (spawn, its inbox), never
-other jobs or runs. All are prompt-visible, so a gateway is offered them; a
-gateway's calls reach only its own jobs and runs (gormes/tools/job_trust.py,
+other runs. All are prompt-visible, so a gateway is offered them; a gateway's
+calls reach only its own jobs and runs (gormes/tools/job_trust.py,
 gormes/tools/run_trust.py).
 
 run.submit starts an agent run as a durable `agent` job (gormes/actors/agent_jobs/handler.py),
@@ -18,15 +18,11 @@ named means exactly that set. So a gateway caller cannot reach, through an agent
 what it may not call. Nor may it choose the model (but one the operator allows)
 or jump the queue: gormes/tools/job_trust.py.
 
-Reading and steering a job (job.list, job.inbox, job.pause, job.resume, and job.get
-and job.cancel in gormes/tools/jobs.py) is for its submitter, an operator or the
-system only: a gateway lists only its own jobs. Reading, listing and messaging
-a run (run.get, run.timeline, run.list, run.send) is for the caller it acts for,
-an operator or the system only: gormes/tools/run_trust.py.
-
-run.send writes to a run's own inbox (`run.message_sent`), signed with the caller's
-sender name; the agent reads it at its next turn. (job.send keeps the queue's rule:
-only an operator or the job's parent may write to a job's inbox.)
+Reading, listing and messaging a run (run.get, run.timeline, run.list, run.send)
+is for the caller it acts for, an operator or the system only:
+gormes/tools/run_trust.py. run.send writes to a run's own inbox
+(`run.message_sent`), signed with the caller's sender name; the agent reads it at
+its next turn.
 """
 
 from __future__ import annotations
@@ -35,28 +31,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gormes.actors.jobs.state import JobNotFound
-from gormes.events.jobs import (
-    MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, STATUSES, JobOptions, Tokens,
-)
-from gormes.tools.job_trust import (
-    check_live_jobs, check_model, check_priority, owner_key, privileged, submitter_of,
-)
-from gormes.tools.jobs import JobId, JobSummary, _owned, _queue, _summary
+from gormes.events.jobs import MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, JobOptions, Tokens
+from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec, OperationUnavailable
+from gormes.tools.job_trust import check_live_jobs, check_model, check_priority, submitter_of
+from gormes.tools.jobs import STEERING, JobSummary, Limit, queue_of, summary
 from gormes.tools.run_trust import own_runs_filter, require_acts_for
-from gormes.ops.spec import (
-    OperationContext,
-    OperationDenied,
-    OperationSpec,
-    OperationUnavailable,
-)
 
 RunId = Annotated[str, msgspec.Meta(min_length=1, description="The run's id.")]
-Limit = Annotated[int, msgspec.Meta(ge=1, le=500, description="At most this many, newest first.")]
-JobStatus = Literal[STATUSES]  # type: ignore[valid-type]
 RunStatus = Literal["running", "completed", "failed", "cancelled"]
 
-STEERING = frozenset({"operator", "gateway", "system"})
 AGENT_JOB = "agent"
 
 
@@ -64,70 +47,6 @@ def _store(ctx: OperationContext) -> Any:
     if ctx.store is None:
         raise OperationUnavailable("no event store is configured: the run operations are off")
     return ctx.store
-
-
-# -- jobs -------------------------------------------------------------------------
-
-
-class JobListInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """List jobs, newest first, optionally by status, queue or handler name."""
-
-    status: JobStatus | None = None
-    queue: str | None = None
-    name: str | None = None
-    limit: Limit = 50
-
-
-class JobList(msgspec.Struct, kw_only=True):
-    jobs: list[JobSummary]
-
-
-async def job_list(ctx: OperationContext, value: JobListInput) -> JobList:
-    """Every job for an operator or the system; a caller's own jobs for the others."""
-    owner = None if privileged(ctx.caller) else owner_key(ctx.caller)
-    jobs = await _queue(ctx).list(
-        status=value.status, queue=value.queue, name=value.name, limit=value.limit, owner=owner
-    )
-    return JobList(jobs=[_summary(job) for job in jobs])
-
-
-class JobIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    id: JobId
-
-
-async def job_pause(ctx: OperationContext, value: JobIdInput) -> JobSummary:
-    return _summary(await (await _owned(ctx, value.id, "pause")).pause(value.id))
-
-
-async def job_resume(ctx: OperationContext, value: JobIdInput) -> JobSummary:
-    return _summary(await (await _owned(ctx, value.id, "resume")).resume(value.id))
-
-
-class InboxEntry(msgspec.Struct, kw_only=True):
-    id: str
-    sender: str
-    payload: Any
-    sent_at: int
-    read_at: int | None = None
-
-
-class JobInbox(msgspec.Struct, kw_only=True):
-    job_id: str
-    messages: list[InboxEntry]
-
-
-async def job_inbox(ctx: OperationContext, value: JobIdInput) -> JobInbox:
-    queue = await _owned(ctx, value.id, "read the inbox of")
-    if await queue.get(value.id) is None:
-        raise JobNotFound(f"no job {value.id}")
-    messages = await queue.inbox(value.id)
-    return JobInbox(
-        job_id=value.id,
-        messages=[msgspec.convert(m, InboxEntry, from_attributes=True) for m in messages],
-    )
-
-
-# -- runs -------------------------------------------------------------------------
 
 
 MAX_PROMPT_LENGTH = 1_000_000  # characters, for the prompt and the system prompt alike
@@ -180,9 +99,9 @@ async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary
         if getattr(value, key) is not None:
             data[key] = getattr(value, key)
     options = JobOptions(queue=value.queue, priority=value.priority, idempotency_key=value.idempotency_key)
-    queue, submitter = _queue(ctx), submitter_of(caller)
+    queue, submitter = queue_of(ctx), submitter_of(caller)
     await check_live_jobs(caller, queue, submitter)
-    return _summary(await queue.submit(AGENT_JOB, data, options, submitter=submitter))
+    return summary(await queue.submit(AGENT_JOB, data, options, submitter=submitter))
 
 
 class RunIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -321,14 +240,6 @@ def _spec(name: str, description: str, input_type: type, output_type: type, hand
 _QUEUE = ("job-queue",)
 
 SPECS = (
-    _spec("job.list", "List jobs, newest first (filter by status, queue, handler name).",
-          JobListInput, JobList, job_list, writes=False, audit_kind="job.read", checks=_QUEUE),
-    _spec("job.pause", "Pause a waiting, delayed or active job (its progress is kept).",
-          JobIdInput, JobSummary, job_pause, writes=True, audit_kind="job.write", checks=_QUEUE),
-    _spec("job.resume", "Resume a paused job: it waits to be claimed again.",
-          JobIdInput, JobSummary, job_resume, writes=True, audit_kind="job.write", checks=_QUEUE),
-    _spec("job.inbox", "Read every message in a job's inbox, read or not.",
-          JobIdInput, JobInbox, job_inbox, writes=False, audit_kind="job.read", checks=_QUEUE),
     _spec("run.submit", "Start an agent run as a durable job; returns the job (its result names the run).",
           RunSubmitInput, JobSummary, run_submit, writes=True, audit_kind="job.write", checks=_QUEUE),
     _spec("run.get", "Get a run's status, result or error, tokens and cost by run id.",
