@@ -1,8 +1,10 @@
 """The demo `make demo` runs: several actors append, a follower tails, projections print.
 
-1. Three agent actors (a coordinator and two researchers spawned as its children)
-   record notes concurrently; each command is decided purely, appended with the
-   stream's expected version and folded into the actor's state.
+1. Three agent actors (a coordinator and two researchers it waits for) record
+   notes concurrently; each command goes through the actor runtime as the job
+   and cron actors' do: the actor's stream is folded, the pure `decide` makes
+   the events, and they are appended at the version read, in one transaction.
+   The coordinator records each researcher's end.
 2. A follower subscribed to the log prints every event as it commits, the way
    `gormes tail --follow` does.
 3. The `streams` projection is caught up and printed.
@@ -29,8 +31,8 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
-from gormes.actors import Behavior, ExitReason
-from gormes.actors.actor import ActorExit
+from gormes.actors.actor import Behavior
+from gormes.actors.runtime import ask
 from gormes.events.base import Event, UnknownEvent
 from gormes.events.notes import NoteAdded
 from gormes.events.store import EventStore
@@ -45,47 +47,45 @@ class Observe(msgspec.Struct, frozen=True):
     text: str
 
 
-class Agent(Behavior[int, Observe]):
-    """An agent that records what it observes; its state is how many notes it wrote."""
+class Finished(msgspec.Struct, frozen=True):
+    """One of the coordinator's researchers is done."""
 
-    kind = "agent"
+    stream: str
 
-    def initial(self) -> int:
-        return 0
 
-    def evolve(self, state: int, event: Event | UnknownEvent) -> int:
-        return state + 1 if isinstance(event, NoteAdded) else state
+def _count_notes(state: int, event: Event | UnknownEvent) -> int:
+    return state + 1 if isinstance(event, NoteAdded) else state
 
-    def decide(self, state: int, command: Observe) -> Sequence[Event]:
-        return [NoteAdded(text=f"#{state + 1}: {command.text}", author="agent")]
 
-    def on_child_exit(self, state: int, exit: ActorExit) -> Sequence[Event]:
-        outcome = "finished" if not exit.abnormal else f"ended abnormally ({exit.reason.value})"
-        return [NoteAdded(text=f"child {exit.address.stream} {outcome}", author="supervisor")]
+def _note(state: int, command: Observe | Finished) -> Sequence[Event]:
+    if isinstance(command, Finished):
+        return [NoteAdded(text=f"child {command.stream} finished", author="supervisor")]
+    return [NoteAdded(text=f"#{state + 1}: {command.text}", author="agent")]
+
+
+# An agent that records what it observes; its state is how many notes it wrote.
+AGENT: Behavior[int, Observe | Finished] = Behavior(
+    kind="agent", initial=0, evolve=_count_notes, decide=_note,
+)
 
 
 async def run_agents(store: EventStore, console: Console) -> None:
-    from gormes.actors import ActorRuntime
-
     rng = random.Random(7)
-    async with ActorRuntime.open(store) as runtime:
-        coordinator = await runtime.get(Agent(), "coordinator")
-        await coordinator.ask(Observe("plan: two researchers, one report"))
+    await ask(store, AGENT, "coordinator", Observe("plan: two researchers, one report"))
 
-        async def research(name: str) -> None:
-            child = await coordinator.spawn(Agent(), name)
-            for text in OBSERVATIONS[name]:
-                await trio.sleep(rng.uniform(0.005, 0.03))
-                await child.ask(Observe(text))
-            exit = await child.stop()
-            assert exit.reason is ExitReason.STOPPED
+    async def research(name: str) -> None:
+        for text in OBSERVATIONS[name]:
+            await trio.sleep(rng.uniform(0.005, 0.03))
+            await ask(store, AGENT, name, Observe(text))
+        await ask(store, AGENT, "coordinator", Finished(AGENT.stream(name)))
 
-        async with trio.open_nursery() as nursery:
-            for name in OBSERVATIONS:
-                nursery.start_soon(research, name)
-        await coordinator.ask(Observe("report written"))
-        state = await coordinator.state()
-        console.print(f"[bold]coordinator[/] wrote {state.value} notes (stream version {state.version})")
+    # One nursery for the researchers: if one fails, the other is cancelled and
+    # the failure ends the demo.
+    async with trio.open_nursery() as nursery:
+        for name in OBSERVATIONS:
+            nursery.start_soon(research, name)
+    _, state = await ask(store, AGENT, "coordinator", Observe("report written"))
+    console.print(f"[bold]coordinator[/] wrote {state.value} notes (stream version {state.version})")
 
 
 async def follow(store: EventStore, console: Console, after: int, until: trio.Event) -> None:

@@ -1,5 +1,5 @@
-"""Example behaviors for the actor tests: a bank account and a guardian that
-records its children's exits instead of failing with them."""
+"""An example actor for the actor-model tests: a bank account that refuses to
+go below zero."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import msgspec
 
-from gormes.actors import ActorExit, Behavior, CommandRejected
+from gormes.actors.actor import Behavior
+from gormes.errors import UserError
 from gormes.events import Event, UnknownEvent
 
 
@@ -21,11 +22,6 @@ class Withdrew(Event, tag="test.actor.withdrew"):
     amount: int
 
 
-class ChildLost(Event, tag="test.actor.child_lost"):
-    child: str
-    reason: str
-
-
 class Deposit(msgspec.Struct, frozen=True):
     op_id: str
     amount: int
@@ -36,58 +32,55 @@ class Withdraw(msgspec.Struct, frozen=True):
     amount: int
 
 
-class Explode(msgspec.Struct, frozen=True):
-    """A command the account's decide cannot handle: a bug, so the actor fails."""
-
-
-Command = Deposit | Withdraw | Explode
+Command = Deposit | Withdraw
 
 
 class AccountState(msgspec.Struct, frozen=True):
     balance: int = 0
     ops: tuple[str, ...] = ()
-    lost: tuple[tuple[str, str], ...] = ()
 
 
-class InsufficientFunds(CommandRejected):
+class InsufficientFunds(UserError):
     pass
 
 
-class Account(Behavior[AccountState, Command]):
-    kind = "test-account"
-
-    def initial(self) -> AccountState:
-        return AccountState()
-
-    def evolve(self, state: AccountState, event: Event | UnknownEvent) -> AccountState:
-        match event:
-            case Deposited(op_id=op_id, amount=amount):
-                return msgspec.structs.replace(
-                    state, balance=state.balance + amount, ops=(*state.ops, op_id)
-                )
-            case Withdrew(op_id=op_id, amount=amount):
-                return msgspec.structs.replace(
-                    state, balance=state.balance - amount, ops=(*state.ops, op_id)
-                )
-            case ChildLost(child=child, reason=reason):
-                return msgspec.structs.replace(state, lost=(*state.lost, (child, reason)))
-        return state
-
-    def decide(self, state: AccountState, command: Command) -> Sequence[Event]:
-        match command:
-            case Deposit(op_id=op_id, amount=amount):
-                return [Deposited(op_id=op_id, amount=amount)]
-            case Withdraw(op_id=op_id, amount=amount):
-                if amount > state.balance:
-                    raise InsufficientFunds(f"balance {state.balance} < {amount}")
-                return [Withdrew(op_id=op_id, amount=amount)]
-        raise RuntimeError(f"boom: {command!r}")
+def evolve(state: AccountState, event: Event | UnknownEvent) -> AccountState:
+    match event:
+        case Deposited(op_id=op_id, amount=amount):
+            return AccountState(state.balance + amount, (*state.ops, op_id))
+        case Withdrew(op_id=op_id, amount=amount):
+            return AccountState(state.balance - amount, (*state.ops, op_id))
+    return state
 
 
-class Guardian(Account):
-    """An account that, as a parent, records a lost child and carries on."""
+def decide(state: AccountState, command: Command) -> Sequence[Event]:
+    match command:
+        case Deposit(op_id=op_id, amount=amount):
+            return [Deposited(op_id=op_id, amount=amount)]
+        case Withdraw(op_id=op_id, amount=amount):
+            if amount > state.balance:
+                raise InsufficientFunds(f"balance {state.balance} < {amount}")
+            return [Withdrew(op_id=op_id, amount=amount)]
+    raise TypeError(f"not an account command: {command!r}")
 
-    kind = "test-guardian"
 
-    def on_child_exit(self, state: AccountState, exit: ActorExit) -> Sequence[Event]:
-        return [ChildLost(child=exit.address.stream, reason=exit.reason.value)]
+ACCOUNT: Behavior[AccountState, Command] = Behavior(
+    kind="test-account", initial=AccountState(), evolve=evolve, decide=decide,
+)
+
+
+class Ledger(msgspec.Struct, frozen=True):
+    """An account state that carries its own stream version, like a job's."""
+
+    balance: int = 0
+    version: int = 0
+
+
+def evolve_ledger(state: Ledger | None, event: Event | UnknownEvent) -> Ledger | None:
+    if isinstance(event, Deposited):
+        return Ledger((state.balance if state else 0) + event.amount, state.version if state else 0)
+    return state
+
+
+def decide_ledger(state: Ledger | None, command: Deposit) -> Sequence[Event]:
+    return [Deposited(op_id=command.op_id, amount=command.amount)]

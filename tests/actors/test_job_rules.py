@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from gormes.actors.jobs import rules as r
-from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobState, LockLost, evolve, fold
+from gormes.actors.actor import fold
+from gormes.actors.jobs.actor import JOB
+from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobState, LockLost, evolve
 from gormes.events.jobs import (
     Backoff, JobChildDone, JobChildrenSettled, JobCompleted,
     JobFailed, JobInboxRead, JobOptions, JobStalled, JobSubmitted, JobTimedOut,
@@ -23,7 +25,7 @@ def given(*commands: r.Command) -> JobState | None:
     for command in commands:
         new = r.decide(state, command)
         events.extend(new)
-        state = fold(events)
+        state = fold(JOB, events).value
     return state
 
 

@@ -13,7 +13,8 @@ import msgspec
 from pg_helpers import admin
 
 from gormes.actors.jobs.context import JobContext
-from gormes.actors.jobs.state import fold
+from gormes.actors.actor import fold
+from gormes.actors.jobs.actor import JOB
 from gormes.actors.jobs.queue import JobQueue, Submitter
 from gormes.events.codec import default_codec
 from gormes.events.jobs import JobOptions, JobSubmitted, job_stream
@@ -31,7 +32,7 @@ async def test_the_submitter_is_recorded_and_read_back_everywhere(store):
     assert [j.submitter for j in await queue.list()] == [GATEWAY]
     [record] = await store.read_stream(job_stream(job.id))
     assert record.event.submitter == GATEWAY
-    assert fold([record.event]).submitter == GATEWAY
+    assert fold(JOB, [record.event]).value.submitter == GATEWAY
     claimed = await queue.claim({"echo"}, worker_id="w1")
     assert claimed.submitter == GATEWAY
     assert JobContext(queue, claimed).submitter == GATEWAY

@@ -18,12 +18,13 @@ from gormes.actors.cron.rules import (
     decide,
     due_fire,
     fire_key,
-    fold,
     latest_fire,
     next_due,
     next_fire,
     parse_expression,
 )
+from gormes.actors.actor import fold
+from gormes.actors.cron.actor import CRON
 from gormes.events.cron import CronFired, CronScheduled
 
 
@@ -54,7 +55,7 @@ def test_bad_expressions_are_refused_with_a_reason(bad: str):
 
 
 def test_a_fresh_schedule_fires_only_after_it_was_added():
-    state = fold(added())
+    state = fold(CRON, added()).value
     assert state is not None and state.status == "active"
     # 10:00:00 is before the schedule existed: not due
     assert due_fire(state, T0) is None
@@ -65,48 +66,48 @@ def test_a_fresh_schedule_fires_only_after_it_was_added():
 def test_a_fire_is_decided_once():
     events = added()
     fire_at = ms("2024-03-01T10:15:00")
-    first = decide(fold(events), Fire(fire_at=fire_at, job_id="J1", at=fire_at + 5))
+    first = decide(fold(CRON, events).value, Fire(fire_at=fire_at, job_id="J1", at=fire_at + 5))
     assert [type(e) for e in first] == [CronFired]
     events += first
-    assert decide(fold(events), Fire(fire_at=fire_at, job_id="J2", at=fire_at + 9)) == []
-    assert due_fire(fold(events), fire_at + 60_000) is None
-    assert due_fire(fold(events), ms("2024-03-01T10:30:00")) == ms("2024-03-01T10:30:00")
+    assert decide(fold(CRON, events).value, Fire(fire_at=fire_at, job_id="J2", at=fire_at + 9)) == []
+    assert due_fire(fold(CRON, events).value, fire_at + 60_000) is None
+    assert due_fire(fold(CRON, events).value, ms("2024-03-01T10:30:00")) == ms("2024-03-01T10:30:00")
 
 
 def test_missed_fires_fire_once_for_the_latest():
-    state = fold(added())
+    state = fold(CRON, added()).value
     later = ms("2024-03-01T12:07:00")  # 10:15 .. 12:00 were all missed
     assert due_fire(state, later) == ms("2024-03-01T12:00:00")
     # an older missed time is refused as a fire
     assert decide(state, Fire(fire_at=ms("2024-03-01T10:15:00"), job_id="J", at=later)) == []
     events = added() + decide(state, Fire(fire_at=ms("2024-03-01T12:00:00"), job_id="J", at=later))
-    assert due_fire(fold(events), later) is None
+    assert due_fire(fold(CRON, events).value, later) is None
 
 
 def test_an_older_fire_time_cannot_be_fired_after_a_newer_one():
     events = added()
     newer = ms("2024-03-01T12:00:00")
-    events += decide(fold(events), Fire(fire_at=newer, job_id="J1", at=newer))
+    events += decide(fold(CRON, events).value, Fire(fire_at=newer, job_id="J1", at=newer))
     older = ms("2024-03-01T11:45:00")
-    assert decide(fold(events), Fire(fire_at=older, job_id="J2", at=newer)) == []
+    assert decide(fold(CRON, events).value, Fire(fire_at=older, job_id="J2", at=newer)) == []
 
 
 def test_a_time_that_is_no_fire_time_is_not_fired():
-    state = fold(added())
+    state = fold(CRON, added()).value
     odd = ms("2024-03-01T10:16:00")
     assert decide(state, Fire(fire_at=odd, job_id="J", at=odd + 1)) == []
 
 
 def test_pause_skips_fires_and_resume_counts_from_the_resume():
     events = added()
-    events += decide(fold(events), Pause("tidy", ms("2024-03-01T10:05:00")))
-    paused = fold(events)
+    events += decide(fold(CRON, events).value, Pause("tidy", ms("2024-03-01T10:05:00")))
+    paused = fold(CRON, events).value
     assert paused is not None and paused.status == "paused"
     assert due_fire(paused, ms("2024-03-01T11:00:00")) is None
     assert next_due(paused, ms("2024-03-01T11:00:00")) is None
     assert decide(paused, Pause("tidy", ms("2024-03-01T10:06:00"))) == []  # already paused
     events += decide(paused, Resume("tidy", ms("2024-03-01T11:10:00")))
-    resumed = fold(events)
+    resumed = fold(CRON, events).value
     assert resumed is not None and resumed.status == "active"
     # 10:15 .. 11:00 fell due while paused: skipped
     assert due_fire(resumed, ms("2024-03-01T11:10:00")) is None
@@ -117,15 +118,15 @@ def test_pause_skips_fires_and_resume_counts_from_the_resume():
 def test_remove_then_add_again_is_a_fresh_schedule():
     events = added()
     with pytest.raises(ScheduleExists):
-        decide(fold(events), Add(name="tidy", schedule="* * * * *", job="echo", at=T0))
-    events += decide(fold(events), Remove("tidy", T0 + 1000))
-    removed = fold(events)
+        decide(fold(CRON, events).value, Add(name="tidy", schedule="* * * * *", job="echo", at=T0))
+    events += decide(fold(CRON, events).value, Remove("tidy", T0 + 1000))
+    removed = fold(CRON, events).value
     assert removed is not None and not removed.live
     assert due_fire(removed, ms("2024-03-01T11:00:00")) is None
     with pytest.raises(ScheduleNotFound):
         decide(removed, Pause("tidy", T0 + 2000))
     events += decide(removed, Add(name="tidy", schedule="0 * * * *", job="echo", at=T0 + 3000))
-    again = fold(events)
+    again = fold(CRON, events).value
     assert again is not None and again.status == "active" and again.schedule == "0 * * * *"
     assert again.version == 3
 

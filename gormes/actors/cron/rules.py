@@ -1,5 +1,5 @@
-"""Cron schedules as pure rules: parse an expression, find fire times, fold a
-schedule's stream, decide commands. No clock, no I/O: every time is given.
+"""Cron schedules as pure rules: parse an expression, find fire times, evolve a
+schedule's state, decide commands. No clock, no I/O: every time is given.
 
 Expressions are five-field cron (minute hour day-of-month month day-of-week),
 evaluated in UTC by `cronsim`, plus the usual `@hourly`, `@daily`, `@weekly`,
@@ -11,7 +11,8 @@ fire times fires once, for the latest of them, not once per missed time. Fire
 times that fell due while a schedule was paused are skipped, as are those before
 it was added.
 
-The scheduler that acts on these rules lives in `cron_scheduler.py`.
+The cron actor made of them is `actor.py` (`CRON`); the scheduler that acts on
+them, `scheduler.py`.
 """
 
 from __future__ import annotations
@@ -158,15 +159,6 @@ def evolve(state: ScheduleState | None, event: Any) -> ScheduleState | None:
         return msgspec.structs.replace(
             state, last_fire_at=event.fire_at, last_job_id=event.job_id, fires=state.fires + 1
         )
-    return state
-
-
-def fold(events: list[Any]) -> ScheduleState | None:
-    state: ScheduleState | None = None
-    for event in events:
-        state = evolve(state, event)
-    if state is not None:
-        state = msgspec.structs.replace(state, version=len(events))
     return state
 
 

@@ -32,6 +32,8 @@ from typing import Any
 import msgspec
 import trio
 
+from gormes.actors.actor import State, fold
+from gormes.actors.cron.actor import CRON
 from gormes.actors.jobs import rules as job_rules
 from gormes.actors.cron.rules import (
     Add,
@@ -42,21 +44,19 @@ from gormes.actors.cron.rules import (
     Resume,
     ScheduleNotFound,
     ScheduleState,
-    decide,
     due_fire,
-    evolve,
     fire_key,
-    fold,
     next_due,
     parse_expression,
     validate_name,
 )
+from gormes.actors.runtime import ask, execute, load, read
 from gormes.actors.jobs.session import JobSession
 from gormes.actors.jobs.queue import JobQueue
 from gormes.events.audit_chain import seal
 from gormes.errors import GormesError
 from gormes.events.audit import OperationAudited, audit_stream
-from gormes.events.cron import CRON_STREAM_PREFIX, cron_stream
+from gormes.events.cron import CRON_STREAM_PREFIX
 from gormes.events.jobs import JobOptions, Submitter
 
 log = logging.getLogger("gormes.cron")
@@ -114,8 +114,7 @@ class CronBook:
         return await self._run(name, lambda at: Remove(name, at))
 
     async def get(self, name: str) -> ScheduleState:
-        records = await self.store.read_stream(cron_stream(name))
-        state = fold([r.event for r in records])
+        state = (await read(self.store, CRON, name)).value
         if state is None or not state.live:
             raise ScheduleNotFound(f"no schedule named {name!r}")
         return state
@@ -139,18 +138,9 @@ class CronBook:
 
     async def _run(self, name: str, make: Callable[[int], Command]) -> ScheduleState:
         at = int(self.clock() * 1000)
-
-        def run(tx: Any) -> ScheduleState:
-            stream = cron_stream(name)
-            state = fold([r.event for r in tx.read_stream(stream)])
-            events = decide(state, make(at))
-            if events:
-                tx.append(stream, events, state.version if state else 0)
-                state = fold([r.event for r in tx.read_stream(stream)])
-            assert state is not None
-            return state
-
-        return await self.store.transact(run)
+        _, state = await ask(self.store, CRON, name, make(at))
+        assert state.value is not None
+        return state.value
 
 
 class CronScheduler:
@@ -185,9 +175,11 @@ class CronScheduler:
             for r in records:
                 if r.stream.startswith(CRON_STREAM_PREFIX):
                     name = r.stream[len(CRON_STREAM_PREFIX):]
-                    state = evolve(self.states.get(name), r.event)
+                    # The state before this record is the one kept (what came between
+                    # on the stream, not cron.*, changes nothing), at the version before it.
+                    state = fold(CRON, [r.event], State(r.version - 1, self.states.get(name))).value
                     if state is not None:
-                        self.states[name] = msgspec.structs.replace(state, version=r.version)
+                        self.states[name] = state
                 self._seen = r.position
 
     async def tick(self) -> list[CronFireResult]:
@@ -218,8 +210,8 @@ class CronScheduler:
         queue, scheduler = self.queue, self.id
 
         def fire(tx: Any) -> CronFireResult | None:
-            stream = cron_stream(name)
-            state = fold([r.event for r in tx.read_stream(stream)])
+            current = load(tx, CRON, name)
+            state = current.value
             if state is None or due_fire(state, now) != fire_at:
                 return None
             options = JobOptions(queue=state.queue, idempotency_key=fire_key(name, fire_at))
@@ -228,11 +220,10 @@ class CronScheduler:
             # open a second one and the decision could no longer be atomic).
             job = queue._submit(JobSession(tx, now), state.job, state.data, options, None,
                                 submitter=Submitter(trust=TRUST, caller=caller))
-            events = decide(state, Fire(
+            execute(tx, CRON, name, Fire(
                 fire_at=fire_at, job_id=job.id, coalesced=job.coalesced, scheduler=scheduler,
                 at=now,
-            ))
-            tx.append(stream, events, state.version)
+            ), current)
             seal(tx, audit_stream(now), [OperationAudited(
                 operation="job.submit", audit_kind="job.write", caller=caller,
                 trust=TRUST, job_id=job.id, allowed=True, outcome="ok", duration_ms=0.0,

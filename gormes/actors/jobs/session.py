@@ -16,8 +16,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from gormes.actors.jobs.rules import AddTokens, Command, NotifyChildDone, decide, outcome_of
-from gormes.actors.jobs.state import JobState, evolve, fold
+from gormes.actors.actor import State, fold
+from gormes.actors.jobs.actor import JOB
+from gormes.actors.jobs.rules import AddTokens, Command, NotifyChildDone, outcome_of
+from gormes.actors.jobs.state import JobState
+from gormes.actors.runtime import execute, load
 from gormes.events.base import Event
 from gormes.events.jobs import Tokens, job_stream
 
@@ -55,16 +58,19 @@ class JobSession:
         self.tx = tx
         self.now = now
         self.ids = ids
-        self._states: dict[str, JobState | None] = {}
+        self._states: dict[str, State[JobState | None]] = {}
         self.appends = 0  # how many appends this session made (to tell if it wrote)
 
     # -- reading ---------------------------------------------------------------
 
     def state(self, job_id: str) -> JobState | None:
-        if job_id not in self._states:
-            records = self.tx.read_stream(job_stream(job_id))
-            self._states[job_id] = fold([r.event for r in records])
-        return self._states[job_id]
+        return self._state(job_id).value
+
+    def _state(self, job_id: str) -> State[JobState | None]:
+        known = self._states.get(job_id)
+        if known is None:
+            known = self._states[job_id] = load(self.tx, JOB, job_id)
+        return known
 
     def preload(self, job_ids: Sequence[str]) -> None:
         """Fold many jobs' streams with one read (what `state` would fold, one by one)."""
@@ -76,7 +82,7 @@ class JobSession:
             return
         streams = read_streams([job_stream(job_id) for job_id in missing])
         for job_id in missing:
-            self._states[job_id] = fold([r.event for r in streams[job_stream(job_id)]])
+            self._states[job_id] = fold(JOB, [r.event for r in streams[job_stream(job_id)]])
 
     def know(self, states: Iterable[JobState]) -> None:
         """Take states folded in an earlier transaction (a claim's) for jobs whose
@@ -86,7 +92,7 @@ class JobSession:
             if state.id not in self._states and (
                 self.tx.stream_version(job_stream(state.id)) == state.version
             ):
-                self._states[state.id] = state
+                self._states[state.id] = State(state.version, state)
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.tx.execute(sql, params).fetchall()
@@ -98,21 +104,17 @@ class JobSession:
 
     def run(self, job_id: str, command: Command) -> list[Event]:
         """Decide `command` for the job, append what was decided, follow up."""
-        before = self.state(job_id)
-        events = decide(before, command)
+        before = self._state(job_id)
+        events, after = execute(self.tx, JOB, job_id, command, before)
         if not events:
-            return events
-        self.tx.append(job_stream(job_id), events, before.version if before else 0)
+            return []
         self.appends += 1
-        after = before
-        for event in events:
-            after = evolve(after, event)
-        assert after is not None
-        after = _with_version(after, (before.version if before else 0) + len(events))
         self._states[job_id] = after
-        if after.terminal and (before is None or not before.terminal):
-            self._notify_parent(after)
-        return events
+        job = after.value
+        assert job is not None
+        if job.terminal and (before.value is None or not before.value.terminal):
+            self._notify_parent(job)
+        return list(events)
 
     def _notify_parent(self, child: JobState) -> None:
         parent_id = child.options.parent_id
@@ -130,9 +132,3 @@ class JobSession:
             outcome=outcome_of(child) or "failed", result=child.result, error=child.error,
             policy=child.options.on_child_fail,
         ))
-
-
-def _with_version(state: JobState, version: int) -> JobState:
-    import msgspec
-
-    return msgspec.structs.replace(state, version=version)

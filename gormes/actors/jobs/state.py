@@ -187,14 +187,3 @@ def evolve(state: JobState | None, event: Any) -> JobState:
         read = set(event.message_ids)
         return r(state, unread=tuple(m for m in state.unread if m not in read))
     return state  # an event type this code does not know changes nothing
-
-
-def fold(events: list[Any]) -> JobState | None:
-    state: JobState | None = None
-    version = 0
-    for event in events:
-        version += 1
-        state = evolve(state, event)
-    if state is not None:
-        state = msgspec.structs.replace(state, version=version)
-    return state

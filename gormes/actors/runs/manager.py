@@ -26,6 +26,7 @@ import msgspec
 import trio
 
 from gormes.actors.jobs.session import new_id
+from gormes.actors.runs.actor import RUN, RunNotFound, SendMessage
 from gormes.actors.runs.context import (
     DEFAULT_MAX_DEPTH,
     RunContext,
@@ -37,17 +38,16 @@ from gormes.actors.runs.context import (
 )
 from gormes.actors.runs.live import CHILD_TRUST, LiveRunContext, TokenSink, error_text
 from gormes.actors.runs.process import this_process
+from gormes.actors.runtime import ask
 from gormes.errors import UserError
 from gormes.events.base import Event
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
-    RUN_TERMINAL,
     TERMINAL_TYPES,
     ForkOrigin,
     RunCancelled,
     RunCompleted,
     RunFailed,
-    RunMessageSent,
     RunStarted,
     run_stream,
 )
@@ -65,10 +65,6 @@ __all__ = [
 ]
 
 DEADLINE_EXCEEDED = "deadline exceeded"
-
-
-class RunNotFound(UserError):
-    """No run with that id (or it has already ended, for a message)."""
 
 
 class RunOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -431,23 +427,9 @@ async def send_message(
     """Put a message in a run's inbox (`run.message_sent` on its stream) and return its
     id; the run reads it at its next `ctx.inbox()`. Refused for an unknown or ended run."""
     _require_json(payload, "message payload")
-    stream = run_stream(run_id)
     message_id = ids()
-
-    def send(tx: Any) -> str:
-        records = tx.read_stream(stream)
-        if not records or not isinstance(records[0].event, RunStarted):
-            raise RunNotFound(f"no run with id {run_id!r}")
-        if any(_terminal(r.event) for r in records):
-            raise RunNotFound(f"run {run_id} has ended: it reads no more messages")
-        tx.append(stream, [RunMessageSent(
-            message_id=message_id, sender=sender, payload=payload, sent_at=int(clock() * 1000),
-        )])
-        return message_id
-
-    return await store.transact(send)
-
-
-def _terminal(event: Any) -> bool:
-    tag = getattr(event, "type", "")
-    return tag.startswith("run.") and tag[4:] in RUN_TERMINAL
+    await ask(store, RUN, run_id, SendMessage(
+        run_id=run_id, message_id=message_id, sender=sender, payload=payload,
+        sent_at=int(clock() * 1000),
+    ))
+    return message_id
