@@ -1,8 +1,10 @@
 """`gormes skills check|list|route|promote|feedback|usage`.
 
-Skills are read from --skills-dir (env GORMES_SKILLS_DIR, default ./skills);
-routing evals, used by `check` as conflict probes, from --evals-dir (env
-GORMES_SKILL_EVALS_DIR, default ./evals/skills, skipped when that default is absent).
+Skills are read from --skills-dir (env GORMES_SKILLS_DIR, default ./skills, else
+the skills shipped with gormes); routing evals, used by `check` as conflict probes,
+from --evals-dir (env GORMES_SKILL_EVALS_DIR, default ./evals/skills, else the
+shipped evals beside the shipped skills, skipped when neither is there). `promote`
+rewrites files, so it reads ./skills (or the given directory), never the shipped copy.
 
 What records or rewrites (`promote`, `feedback`, `route --run`) runs the
 operator-only skills.* operations through the audited executor
@@ -13,22 +15,22 @@ from __future__ import annotations
 
 import datetime
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 import msgspec
 
 from gormes.skillbook import (
-    DEFAULT_EVALS_DIR,
     EVALS_DIR_ENV,
     SKILLS_DIR_ENV,
+    operator_evals_dir,
+    operator_skills_dir,
     skills_dir,
 )
 
 skills_dir_option = click.option(
     "--skills-dir", "skills_path", envvar=SKILLS_DIR_ENV, metavar="DIR",
-    help="Directory of NAME/SKILL.md folders (env GORMES_SKILLS_DIR; default ./skills).",
+    help="Directory of NAME/SKILL.md folders (env GORMES_SKILLS_DIR; default ./skills, else the shipped skills).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
@@ -41,7 +43,7 @@ def load_strict(path: str | None) -> list:
     """Every skill, or one clear error naming the first file that did not load."""
     from gormes.tools.skills_admin import load_strict as load_every_skill
 
-    return load_every_skill(skills_dir(path))
+    return load_every_skill(operator_skills_dir(path))
 
 
 @click.group()
@@ -52,7 +54,8 @@ def skills() -> None:
 @skills.command()
 @skills_dir_option
 @click.option("--evals-dir", "evals_path", envvar=EVALS_DIR_ENV, metavar="DIR",
-              help="Routing evals whose phrases are also conflict probes (default ./evals/skills).")
+              help="Routing evals whose phrases are also conflict probes (default ./evals/skills, "
+              "else the shipped evals with the shipped skills).")
 @json_option
 def check(skills_path: str | None, evals_path: str | None, as_json: bool) -> None:
     """Validate every skill; exit 1 if any rule is broken."""
@@ -60,8 +63,9 @@ def check(skills_path: str | None, evals_path: str | None, as_json: bool) -> Non
     from gormes.skillbook.loader import load_skills
     from gormes.skillbook.validator import check as run_check
 
-    loaded = load_skills(skills_dir(skills_path))
-    evals = Path(evals_path or DEFAULT_EVALS_DIR)
+    root = operator_skills_dir(skills_path)
+    loaded = load_skills(root)
+    evals = operator_evals_dir(evals_path, root)
     probes = [c.phrase for c in load_cases(evals)] if evals_path or evals.is_dir() else []
     report = run_check(loaded.skills, loaded.issues, probes=probes, today=datetime.date.today())
     if as_json:
@@ -119,7 +123,7 @@ def route_(obj: Any, phrase: str, skills_path: str | None, candidates: bool, run
 
         selected = operator_call(obj, "skills.select", {
             "run_id": run_id, "phrase": phrase, "include_candidates": candidates,
-            "skills_dir": str(skills_dir(skills_path)),
+            "skills_dir": str(operator_skills_dir(skills_path)),
         })
         result, positions = selected.route, selected.positions
     if as_json:

@@ -40,6 +40,7 @@ from typing import Literal
 import msgspec
 import yaml
 
+from gormes.data import shipped
 from gormes.errors import UserError
 from gormes.events.base import Event
 from gormes.events.memory import (
@@ -60,6 +61,7 @@ from gormes.events.memory import (
 )
 
 FIXTURE_SUFFIXES = (".yaml", ".yml", ".jsonl")
+DEFAULT_FIXTURES_DIR = "evals/recall"
 DEFAULT_EPOCH = 1_700_000_000.0
 EXTRACTOR_VERSION = "eval-fixture"
 
@@ -204,6 +206,15 @@ def parse_fixtures(text: str, source: str) -> list[Fixture]:
         check_fixture(fixture)
         fixtures.append(fixture)
     return fixtures
+
+
+def fixtures_dir(explicit: str | Path | None = None) -> Path:
+    """Where `gormes eval recall` reads fixtures: the explicit path, else
+    `evals/recall/` here when it exists, else the fixtures shipped with gormes."""
+    if explicit:
+        return Path(explicit)
+    here = Path(DEFAULT_FIXTURES_DIR)
+    return here if here.is_dir() else shipped(*DEFAULT_FIXTURES_DIR.split("/"))
 
 
 def load_fixtures(root: Path) -> list[Fixture]:
