@@ -58,20 +58,3 @@ def read_pages(
         return pages
 
     return trio.run(read)
-
-
-def append_one(url: str, stream: str, event: object, expected_version: int | None):
-    """Append one event; returns (the result, the event as recorded)."""
-    import trio
-
-    from gormes.events.open import open_store
-
-    async def append():
-        async with open_store(url) as store:
-            result = await store.append(stream, [event], expected_version)
-            recorded = await store.read_with(
-                lambda log: log.read_all(result.first_position - 1, 1)
-            )
-        return result, recorded
-
-    return trio.run(append)

@@ -80,9 +80,6 @@ class Codec:
             raise UnknownEventType(f"event class {cls.__qualname__} is not registered")
         return tag, cls.schema_version, self._encoder.encode(event).decode()
 
-    def encode_json(self, obj: Any) -> bytes:
-        return self._encoder.encode(obj)
-
     # -- decoding -----------------------------------------------------------
 
     def decode(self, tag: str, schema_version: int, data: str | bytes) -> Any:

@@ -147,11 +147,6 @@ def open_failures(conn: sqlite3.Connection, name: str) -> tuple[int, str | None]
     return len(rows), (rows[0][0] if rows else None)
 
 
-def has_tracking_row(conn: sqlite3.Connection, name: str) -> bool:
-    row = conn.execute("SELECT 1 FROM tracking WHERE projection = ?", (name,)).fetchone()
-    return row is not None
-
-
 def read_status(
     conn: sqlite3.Connection, projections: Sequence[tuple[str, int]]
 ) -> list[ProjectionStatus]:

@@ -33,7 +33,6 @@ files) and turns one into the memory events that seed it (`seed_events`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -374,7 +373,3 @@ def _target(items: dict[str, SeededItem], key: str, where: str) -> SeededItem:
     if key not in items:
         raise FixtureError(f"{where}: review or forget names unknown key {key!r}")
     return items[key]
-
-
-def query_count(fixtures: Sequence[Fixture]) -> int:
-    return sum(len(f.queries) for f in fixtures)
