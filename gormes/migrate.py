@@ -38,9 +38,9 @@ from gormes.events.postgres_schema import (
     redact,
 )
 from gormes.events.sqlite_log import SQLiteLog
+from gormes.events.store import EventLog
 
 BATCH = 5000
-_COLUMNS = "position, stream, version, type, type_version, data, recorded_at"
 
 Row = tuple[int, str, int, str, int, str, float]
 
@@ -84,25 +84,13 @@ def _text(data: str | bytes) -> str:
     return data if isinstance(data, str) else data.decode("utf-8", "surrogateescape")
 
 
-def sqlite_pages(log: SQLiteLog, after: int, upto: int, size: int = BATCH) -> Iterator[list[Row]]:
-    while after < upto:
-        rows = log.conn.execute(
-            f"SELECT {_COLUMNS} FROM events WHERE position > ? AND position <= ? "
-            "ORDER BY position LIMIT ?",
-            (after, upto, size),
-        ).fetchall()
-        if not rows:
-            return
-        yield [(*r[:5], _text(r[5]), r[6]) for r in rows]
-        after = rows[-1][0]
-
-
-def postgres_pages(log: PostgresLog, after: int, upto: int, size: int = BATCH) -> Iterator[list[Row]]:
+def row_pages(log: EventLog, after: int, upto: int, size: int = BATCH) -> Iterator[list[Row]]:
+    """The log's stored rows in (after, upto], a page at a time, data as text."""
     while after < upto:
         rows = log.select_rows(after, size, upto=upto)
         if not rows:
             return
-        yield rows
+        yield [(*r[:5], _text(r[5]), r[6]) for r in rows]
         after = rows[-1][0]
 
 
@@ -159,14 +147,14 @@ class Migration:
         )
         if self.target_head > self.source_head:
             raise refuse
-        theirs = summarize(postgres_pages(self.target, 0, self.target_head))
-        ours = summarize(sqlite_pages(self.source, 0, self.target_head))
+        theirs = summarize(row_pages(self.target, 0, self.target_head))
+        ours = summarize(row_pages(self.source, 0, self.target_head))
         if theirs != ours:
             raise refuse
 
     def copy(self, progress: Callable[[int], Any] | None = None, batch: int = BATCH) -> int:
         """Copy the source's events after the target's head; returns how many."""
-        for rows in sqlite_pages(self.source, self.target_head, self.source_head, batch):
+        for rows in row_pages(self.source, self.target_head, self.source_head, batch):
             self._write(rows)
             self.copied += len(rows)
             if progress is not None:
@@ -195,8 +183,8 @@ class Migration:
 
     def verify(self) -> MigrationReport:
         """Count and hash both sides up to the source's head; raise if they differ."""
-        ours = summarize(sqlite_pages(self.source, 0, self.source_head))
-        theirs = summarize(postgres_pages(self.target, 0, self.source_head))
+        ours = summarize(row_pages(self.source, 0, self.source_head))
+        theirs = summarize(row_pages(self.target, 0, self.source_head))
         if ours != theirs:
             raise StoreError(
                 f"verification failed: the source has {ours.events} events "

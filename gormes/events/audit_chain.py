@@ -93,8 +93,8 @@ class _Heads:
         self.pending: dict[str, Head] = {}
 
     def known(self, tx: Any, stream: str, version: int) -> Head | None:
-        batch = getattr(tx, "_batch", None)  # the group commit `tx` runs in (None: unknown store)
-        if batch is None or batch is not self.batch:
+        batch = tx.commit_group
+        if batch is not self.batch:
             self.batch, self.pending = batch, {}
         for head in (self.pending.get(stream), self.committed.get(stream)):
             if head is not None and head[0] == version:

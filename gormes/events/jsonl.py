@@ -25,11 +25,11 @@ import msgspec
 from gormes.errors import ConcurrencyError, UserError
 from gormes.events.base import Event, Recorded, UnknownEvent
 from gormes.events.codec import Codec, default_codec
-from gormes.events.sqlite_log import SQLiteLog, WriteBatch
-from gormes.events.store import AppendRequest
+from gormes.events.sql_fragments import is_glob
+from gormes.events.sqlite_log import SQLiteLog
+from gormes.events.store import AppendRequest, EventLog
 
 PAGE = 2000
-_COLUMNS = "position, stream, version, type, type_version, data, recorded_at"
 
 
 class StoredJSONCodec(Codec):
@@ -93,17 +93,8 @@ def open_for_reading(target: Any) -> Any:
     return SQLiteLog(target, readonly=True, create=False, codec=STORED_JSON)
 
 
-def _pattern_clause(column: str, patterns: Sequence[str], params: list[Any]) -> str:
-    clauses = []
-    for pattern in patterns:
-        glob = any(c in pattern for c in "*?[")
-        clauses.append(f"{column} GLOB ?" if glob else f"{column} = ?")
-        params.append(pattern)
-    return "(" + " OR ".join(clauses) + ")"
-
-
 def select(
-    log: SQLiteLog,
+    log: EventLog,
     after: int = 0,
     *,
     types: Sequence[str] = (),
@@ -112,37 +103,14 @@ def select(
     upto: int | None = None,
 ) -> list[Recorded]:
     """Events after `after` (up to `upto`), filtered by type and stream
-    (exact names or GLOB patterns such as `job.*`), in position order. On
-    PostgreSQL the log's own `select_rows` (GLOBs as anchored regexes)."""
-    decode = STORED_JSON.decode
-    if hasattr(log, "select_rows"):
-        rows = log.select_rows(after, limit, types or None, streams=streams or None, upto=upto)
-        return [
-            Recorded(pos, stream, version, type_, decode(type_, tv, data), at)
-            for pos, stream, version, type_, tv, data, at in rows
-        ]
-    sql = f"SELECT {_COLUMNS} FROM events WHERE position > ?"
-    params: list[Any] = [after]
-    if upto is not None:
-        sql += " AND position <= ?"
-        params.append(upto)
-    if types:
-        sql += " AND " + _pattern_clause("type", types, params)
-    if streams:
-        sql += " AND " + _pattern_clause("stream", streams, params)
-    sql += " ORDER BY position"
-    if limit is not None:
-        sql += " LIMIT ?"
-        params.append(limit)
-    rows = log.conn.execute(sql, params).fetchall()
-    return [
-        Recorded(pos, stream, version, type_, decode(type_, tv, data), at)
-        for pos, stream, version, type_, tv, data, at in rows
-    ]
+    (exact names or GLOB patterns such as `job.*`), in position order, with
+    their data as stored (`STORED_JSON`), on either database."""
+    rows = log.select_rows(after, limit, types or None, streams=streams or None, upto=upto)
+    return STORED_JSON.decode_rows(rows, Recorded)
 
 
 def pages(
-    log: SQLiteLog,
+    log: EventLog,
     after: int = 0,
     *,
     types: Sequence[str] = (),
@@ -195,7 +163,7 @@ def stream_matcher(patterns: Sequence[str]) -> Callable[[str], bool]:
         return lambda stream: True
     import sqlite3
 
-    exact = [p for p in patterns if not any(c in p for c in "*?[")]
+    exact = [p for p in patterns if not is_glob(p)]
     globs = [p for p in patterns if p not in exact]
     known: dict[str, bool] = {}
 
@@ -219,14 +187,14 @@ def stream_matcher(patterns: Sequence[str]) -> Callable[[str], bool]:
     return matches
 
 
-def count(log: SQLiteLog, after: int = 0, upto: int | None = None) -> int:
+def count(log: EventLog, after: int = 0, upto: int | None = None) -> int:
     """How many positions lie in (after, upto]: the work an export will scan."""
     head = log.head() if upto is None else upto
     return max(0, head - after)
 
 
 def export(
-    log: SQLiteLog,
+    log: EventLog,
     out: IO[bytes],
     after: int = 0,
     *,
@@ -313,16 +281,7 @@ def import_lines(
     """Append every parsed line in one transaction: all of them or none."""
     if not lines:
         return ImportResult(0, 0, 0)
-    log.begin()
-    try:
-        batch = WriteBatch(log)
-        result = append_lines(batch.append, lines, check_versions=check_versions)
-        batch.finish()
-    except BaseException:
-        log.rollback()
-        raise
-    log.commit(batch.versions)
-    return result
+    return log.write_now(lambda batch: append_lines(batch.append, lines, check_versions=check_versions))
 
 
 def import_lines_in(tx: Any, lines: Sequence[ParsedLine], *, check_versions: bool = True) -> ImportResult:

@@ -25,18 +25,16 @@ listening connection is down.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import msgspec
 import psycopg
 import trio
 
-from gormes.errors import StoreError, StoreReadOnly, UserError
-from gormes.events.base import Event, Recorded
+from gormes.errors import StoreError, StoreReadOnly
 from gormes.events.codec import Codec, default_codec
-from gormes.events.postgres_log import InlineApply, PostgresLog, PostgresWriteBatch, pipeline
+from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch, pipeline
 from gormes.events.postgres_schema import (
     APPLICATION,
     channel_name,
@@ -47,10 +45,11 @@ from gormes.events.postgres_schema import (
     redact,
     url_application_name,
 )
-from gormes.events.postgres_sql import POSTGRES, PortableConnection
+from gormes.events.postgres_sql import POSTGRES
 from gormes.events.sqlite_schema import DURABILITY, default_durability
-from gormes.events.store import AppendRequest, AppendResult
-from gormes.events.store_base import GroupCommitCalls, LogReads, _Batch, _Request
+from gormes.events.store import InlineApply
+from gormes.events.store_base import Changes, GroupCommitCalls, LogReads, _Request
+from gormes.events.transaction import BatchTransaction
 
 T = TypeVar("T")
 
@@ -73,85 +72,36 @@ def translate_error(exc: psycopg.Error, where: str) -> StoreError:
     return StoreError(f"database error on {where}: {first_line(exc)}")
 
 
-class PostgresTransaction:
-    """The `Transaction` handed to `transact` functions.
+class PostgresTransaction(BatchTransaction):
+    """The `Transaction` handed to `transact` functions (see `BatchTransaction`).
 
     `execute` (and `conn.execute`) take the SQL both stores share, with SQLite's
     `?` placeholders (see gormes/events/postgres_sql.py); `pg` is the psycopg
     connection itself, for PostgreSQL's own SQL (`%s` placeholders).
     """
 
-    dialect = POSTGRES
-
-    def __init__(self, batch: PostgresWriteBatch) -> None:
-        self._batch = batch
-        self.now = batch.now
-
-    @property
-    def conn(self) -> PortableConnection:
-        self._batch.send_pending()  # the savepoint first: what runs here is undone with it
-        return self._batch.log.sql
+    _batch: PostgresWriteBatch
 
     @property
     def pg(self) -> psycopg.Connection:
         self._batch.send_pending()
         return self._batch.log.conn
 
-    def stream_version(self, stream: str) -> int:
-        return self._batch.version(stream)
 
-    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
-        log = self._batch.log
-        records = self._batch.flush(lambda: log.read_stream(stream, after_version))
-        if after_version == 0:  # the whole stream: its version, for the next append
-            self._batch.learn_version(stream, records[-1].version if records else 0)
-        return records
-
-    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
-        """Several whole streams in one query (see `PostgresLog.read_streams`)."""
-        log = self._batch.log
-        found = self._batch.flush(lambda: log.read_streams(streams))
-        for stream, records in found.items():
-            self._batch.learn_version(stream, records[-1].version if records else 0)
-        return found
-
-    def append(
-        self, stream: str, events: Sequence[Event], expected_version: int | None = None
-    ) -> AppendResult:
-        return self._batch.append([AppendRequest(stream, events, expected_version)])[0]
-
-    def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        return self._batch.append(requests)
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
-        conn = self._batch.log.sql
-        return self._batch.flush(lambda: conn.execute(sql, params))
-
-
-class _Changes:
-    """Wakes followers: the writer and the LISTEN task bump, waiters poll as a fallback."""
+class _Changes(Changes):
+    """The writer and the LISTEN task bump; a poll, the fallback while the
+    listening connection is down, compares the head with the last one seen."""
 
     def __init__(self, store: PostgresEventStore, poll_interval: float, head: int) -> None:
-        self.generation = 0
-        self._event = trio.Event()
+        super().__init__(poll_interval)
         self._store = store
-        self._poll_interval = poll_interval
         self._known_head = head
 
-    def bump(self) -> None:
-        self.generation += 1
-        self._event.set()
-        self._event = trio.Event()
-
-    async def wait(self, seen_generation: int) -> None:
-        while self.generation == seen_generation:
-            with trio.move_on_after(self._poll_interval):
-                await self._event.wait()
-            if self.generation == seen_generation:
-                head = await self._store.head()
-                if head != self._known_head:
-                    self._known_head = head
-                    self.bump()
+    async def poll(self) -> None:
+        head = await self._store.head()
+        if head != self._known_head:
+            self._known_head = head
+            self.bump()
 
 
 class PostgresEventStore(GroupCommitCalls, LogReads):
@@ -185,12 +135,8 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         self.channel = channel_name(schema)
         self._writer_log: PostgresLog | None = None if readonly else writer
         self._readers: list[PostgresLog] = [writer] if readonly else []
-        self._batch = _Batch()
-        self._work = trio.Event()
+        self._init_group_commit()
         self._changes = _Changes(self, poll_interval, head)
-        self._closed = False
-        self._writer_done = trio.Event()
-        self.batches_committed = 0
         self.writer_reconnects = 0
         # Inline projections (the job ledger, see gormes/projections/ledger.py): run
         # in every write transaction on the rows it inserts, before COMMIT.
@@ -238,27 +184,8 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         )
         if not readonly:
             await trio.to_thread.run_sync(store._configure_writer, log)
-        body_error: BaseException | None = None
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(store._listen)
-                if not readonly:
-                    nursery.start_soon(store._writer)
-                try:
-                    yield store
-                except BaseException as exc:  # noqa: BLE001 - re-raised below
-                    body_error = exc
-                finally:
-                    await store.aclose()
-                    try:
-                        if not readonly:
-                            await store._writer_done.wait()  # queued writes still commit
-                    finally:
-                        nursery.cancel_scope.cancel()  # the LISTEN task
-        finally:
-            store._close_connections()
-        if body_error is not None:
-            raise body_error
+        async with store._running(store._listen):
+            yield store
 
     def _close_connections(self) -> None:
         for log in self._readers:
@@ -307,28 +234,12 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         """
         return await self._submit("transact", fn)
 
-    async def _writer(self) -> None:
+    async def _commit_batch(self, requests: list[_Request]) -> None:
         try:
-            while True:
-                if not self._closed:  # once closed, only what is queued is left to commit
-                    await self._work.wait()
-                self._work = trio.Event()
-                batch = self._batch
-                if not batch.requests:
-                    if self._closed:
-                        return
-                    continue
-                self._batch = _Batch()
-                try:
-                    await self._commit_durably(batch.requests)
-                except StoreError as exc:
-                    for req in batch.requests:
-                        req.result, req.error = None, exc
-                self.batches_committed += 1
-                batch.done.set()
-                self._changes.bump()
-        finally:
-            self._writer_done.set()
+            await self._commit_durably(requests)
+        except StoreError as exc:
+            for req in requests:
+                req.result, req.error = None, exc
 
     async def _commit_durably(self, requests: list[_Request]) -> None:
         while True:
@@ -372,17 +283,7 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         try:
             xid, head = log.begin_write()
             wb = PostgresWriteBatch(log, head, self.inline)
-            wb.prefetch_versions(
-                r.stream for req in batch if req.kind == "append" for r in req.payload
-            )
-            for req in batch:
-                if req.kind == "append":
-                    try:
-                        req.result = wb.append(req.payload)
-                    except (StoreError, UserError, msgspec.EncodeError, TypeError) as exc:
-                        req.error = exc  # a conflict, or events that cannot be encoded
-                else:
-                    self._run_transact(wb, req)
+            wb.run(batch, self._run_transact)
             conn = log.conn
 
             def notify_and_commit() -> None:

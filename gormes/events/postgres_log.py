@@ -15,34 +15,28 @@ one is visible: a reader's snapshot always holds a prefix of positions. Unlike a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
 
-from gormes.errors import ConcurrencyError
-from gormes.events.base import Recorded
+from gormes.events import log_sql
 from gormes.events.codec import Codec, default_codec
-from gormes.events.postgres_schema import glob_regex, is_connection_lost
-from gormes.events.postgres_sql import PortableConnection
-from gormes.events.store import AppendRequest, AppendResult
+from gormes.events.log_base import LogBase
+from gormes.events.postgres_schema import is_connection_lost
+from gormes.events.postgres_sql import POSTGRES, PortableConnection
+from gormes.events.store import InlineApply
+from gormes.events.write_batch import WriteBatchBase
 
-COLUMNS = "position, stream, version, type, type_version, data, recorded_at"
+# The rows go in as one array per column: one statement, however many rows.
 _INSERT = (
     "INSERT INTO events(position, stream, version, type, type_version, data, recorded_at) "
     "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::text[], "
     "%s::int[], %s::text[], %s::float8[])"
 )
 
-_HEAD = "SELECT coalesce(max(position), 0) FROM events"
-
 T = TypeVar("T")
-
-Row = tuple[int, str, int, str, int, str, float]
-# An inline projection (the job ledger): called with the transaction's connection
-# (a PortableConnection) and the records just inserted, inside the write transaction.
-InlineApply = Callable[[PortableConnection, list[Recorded]], None]
 
 
 @contextmanager
@@ -116,21 +110,10 @@ class PipelinedConnection:
         return getattr(self._conn, name)
 
 
-def pattern_clause(column: str, patterns: Sequence[str], params: list[Any]) -> str:
-    """`column` equal to one of the names, or matching one of the GLOB patterns."""
-    clauses = []
-    for pattern in patterns:
-        if any(c in pattern for c in "*?["):
-            clauses.append(f"{column} ~ %s")
-            params.append(glob_regex(pattern))
-        else:
-            clauses.append(f"{column} = %s")
-            params.append(pattern)
-    return "(" + " OR ".join(clauses) + ")"
-
-
-class PostgresLog:
+class PostgresLog(LogBase):
     """Blocking reads (and, for the writer, writes) through one connection."""
+
+    dialect = POSTGRES
 
     def __init__(
         self,
@@ -148,100 +131,13 @@ class PostgresLog:
     def close(self) -> None:
         self.conn.close()
 
-    # -- reads --------------------------------------------------------------
+    # -- reads (LogBase's, on `sql`) ----------------------------------------
 
-    def head(self) -> int:
-        return self.conn.execute(_HEAD).fetchone()[0]
+    SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
-    def count(self) -> int:
-        return self.conn.execute("SELECT count(*) FROM events").fetchone()[0]
-
-    def stream_version(self, stream: str) -> int:
-        return self.conn.execute(
-            "SELECT coalesce(max(version), 0) FROM events WHERE stream = %s", (stream,)
-        ).fetchone()[0]
-
-    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
-        rows = self.conn.execute(
-            f"SELECT {COLUMNS} FROM events WHERE stream = %s AND version > %s ORDER BY version",
-            (stream, after_version),
-        ).fetchall()
-        return self.decode(rows)
-
-    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
-        """Several whole streams in one query: {stream: its events in version order}
-        (an empty list for a stream with no events)."""
-        wanted = list(dict.fromkeys(streams))
-        out: dict[str, list[Recorded]] = {stream: [] for stream in wanted}
-        if not wanted:
-            return out
-        rows = self.conn.execute(
-            f"SELECT {COLUMNS} FROM events WHERE stream = ANY(%s) ORDER BY stream, version",
-            (wanted,),
-        ).fetchall()
-        for record in self.decode(rows):
-            out[record.stream].append(record)
-        return out
-
-    def select_rows(
-        self,
-        after: int = 0,
-        limit: int | None = None,
-        types: Sequence[str] | None = None,
-        *,
-        streams: Sequence[str] | None = None,
-        upto: int | None = None,
-    ) -> list[Row]:
-        sql = f"SELECT {COLUMNS} FROM events WHERE position > %s"
-        params: list[Any] = [after]
-        if upto is not None:
-            sql += " AND position <= %s"
-            params.append(upto)
-        if types:
-            sql += " AND " + pattern_clause("type", types, params)
-        if streams:
-            sql += " AND " + pattern_clause("stream", streams, params)
-        sql += " ORDER BY position"
-        if limit is not None:
-            sql += " LIMIT %s"
-            params.append(limit)
-        return self.conn.execute(sql, params).fetchall()
-
-    def read_all(
-        self,
-        after_position: int = 0,
-        limit: int | None = None,
-        types: Sequence[str] | None = None,
-        *,
-        streams: Sequence[str] | None = None,
-        upto: int | None = None,
-    ) -> list[Recorded]:
-        return self.decode(
-            self.select_rows(after_position, limit, types, streams=streams, upto=upto)
-        )
-
-    def read_page(
-        self, after_position: int, limit: int, types: Sequence[str] | None = None
-    ) -> tuple[list[Recorded], int, int]:
-        """(events, scanned up to, head), all from one snapshot (see SQLiteLog.read_page)."""
-        conn = self.conn
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        try:
-            head = self.head()
-            upto = min(head, after_position + limit) if types else head
-            rows = self.select_rows(after_position, limit, types, upto=upto)
-        finally:
-            if not conn.closed:
-                conn.execute("COMMIT")
-        scanned = rows[-1][0] if len(rows) == limit else max(upto, after_position)
-        return self.decode(rows), scanned, head
-
-    def decode(self, rows: Iterable[Row]) -> list[Recorded]:
-        decode = self.codec.decode
-        return [
-            Recorded(pos, stream, version, type_, decode(type_, tv, data), at)
-            for pos, stream, version, type_, tv, data, at in rows
-        ]
+    def _end_snapshot(self) -> None:
+        if not self.conn.closed:
+            self.conn.execute("COMMIT")
 
     # -- writes -------------------------------------------------------------
 
@@ -257,7 +153,7 @@ class PostgresLog:
             conn.execute("BEGIN")
             xid = conn.execute("SELECT pg_current_xact_id()::text")
             conn.execute("LOCK TABLE events IN EXCLUSIVE MODE")
-            head = conn.execute(_HEAD)
+            head = conn.execute(log_sql.HEAD)
         return int(xid.fetchone()[0]), head.fetchone()[0]
 
     def xact_status(self, xid: int) -> str | None:
@@ -265,86 +161,21 @@ class PostgresLog:
         return self.conn.execute("SELECT pg_xact_status(%s::text::xid8)", (str(xid),)).fetchone()[0]
 
 
-class PostgresWriteBatch:
-    """The writes of one transaction: many callers' appends, checked and inserted.
+class PostgresWriteBatch(WriteBatchBase):
+    """The writes of one PostgreSQL transaction (see `WriteBatchBase`).
 
-    Versions are read under the table lock (no other writer can move them), once
-    per stream per batch, and kept current as rows are staged.
+    Versions are read under the table lock (no other writer can move them).
+    Statements whose answer nobody reads (SAVEPOINT, RELEASE) are held back and
+    sent ahead of the next statement, in the same round trip (`defer`).
     """
+
+    log: PostgresLog
 
     def __init__(
         self, log: PostgresLog, head: int, inline: Sequence[InlineApply] = ()
     ) -> None:
-        self.log = log
-        self.now = log.clock()
-        self.inline = inline
-        self._versions: dict[str, int] = {}
-        self._rows: list[Row] = []
-        self._events: list[Any] = []  # the event of each staged row (None: decode it)
-        self._next_position = head + 1
-        # Statements whose answer nobody reads (SAVEPOINT, RELEASE): sent ahead of
-        # the next statement, in the same round trip (see `defer`).
+        super().__init__(log, head, inline=inline)
         self._pending: list[str] = []
-
-    @property
-    def versions(self) -> dict[str, int]:
-        return self._versions
-
-    def version(self, stream: str) -> int:
-        v = self._versions.get(stream)
-        if v is None:
-            v = self._versions[stream] = self.log.stream_version(stream)
-        return v
-
-    def learn_version(self, stream: str, version: int) -> None:
-        """A version just read in this transaction (after `flush`, under the table
-        lock, so it is current): spares `version` its lookup."""
-        self._versions.setdefault(stream, version)
-
-    def prefetch_versions(self, streams: Iterable[str]) -> None:
-        missing = sorted({s for s in streams if s not in self._versions})
-        if not missing:
-            return
-        for s in missing:
-            self._versions[s] = 0
-        rows = self.log.conn.execute(
-            "SELECT stream, max(version) FROM events WHERE stream = ANY(%s) GROUP BY stream",
-            (missing,),
-        )
-        self._versions.update(rows)
-
-    def append(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        """Check every request's expected version, then stage all or none of them."""
-        staged: dict[str, int] = {}
-        for req in requests:
-            actual = staged.get(req.stream)
-            if actual is None:
-                actual = self.version(req.stream)
-            if req.expected_version is not None and req.expected_version != actual:
-                raise ConcurrencyError(req.stream, req.expected_version, actual)
-            staged[req.stream] = actual + len(req.events)
-        encode = self.log.codec.encode
-        # every event encoded before any is staged: one that cannot be fails the call alone
-        encoded = [[encode(event) for event in req.events] for req in requests]
-        results = []
-        for req, coded in zip(requests, encoded):
-            version = self._versions[req.stream]
-            first = self._next_position
-            for event, (type_, tv, data) in zip(req.events, coded):
-                version += 1
-                self._rows.append((self._next_position, req.stream, version, type_, tv, data, self.now))
-                self._events.append(event)
-                self._next_position += 1
-            self._versions[req.stream] = version
-            results.append(AppendResult(req.stream, first, self._next_position - 1, version))
-        return results
-
-    def append_rows(self, rows: Sequence[Row]) -> None:
-        """Stage stored rows as they are (a migration), at the positions they carry."""
-        self._rows.extend(rows)
-        self._events.extend([None] * len(rows))
-        if rows:
-            self._next_position = rows[-1][0] + 1
 
     def defer(self, sql: str) -> None:
         """Send `sql` (no parameters, no answer read) ahead of the next statement:
@@ -384,26 +215,10 @@ class PostgresWriteBatch:
                 columns = list(zip(*self._rows))
                 conn.execute(_INSERT, [list(c) for c in columns])
                 if self.inline:
-                    decode = self.log.codec.decode
-                    records = [
-                        Recorded(pos, stream, version, type_,
-                                 decode(type_, tv, data) if event is None else event, at)
-                        for (pos, stream, version, type_, tv, data, at), event
-                        in zip(self._rows, self._events)
-                    ]
+                    records = self.staged_records()
                     sql = PipelinedConnection(self.log.sql, pipe)
                     for apply in self.inline:
                         apply(sql, records)
-                self._rows.clear()
-                self._events.clear()
+                self.clear_staged()
             result = None if then is None else then()
         return result
-
-    def mark(self) -> tuple[dict[str, int], int]:
-        """A point to return to if a savepoint is rolled back (call after `flush`)."""
-        return dict(self._versions), self._next_position
-
-    def restore(self, mark: tuple[dict[str, int], int]) -> None:
-        self._versions, self._next_position = dict(mark[0]), mark[1]
-        self._rows.clear()
-        self._events.clear()

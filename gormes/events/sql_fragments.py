@@ -10,12 +10,18 @@ runs it on PostgreSQL); only these fragments are picked by `dialect_of(conn)`:
     text_order(conn, "stream")            # compared byte by byte (COLLATE "C" on PostgreSQL)
 
 Paths are constants of the code (`$.a.b`, keys of letters, digits and `_`);
-GLOB patterns too. Neither is ever user text.
+GLOB patterns too. Neither is ever user text. The two fragments that take what
+the caller names (event types, stream names) take it as parameters instead:
+
+    matching(conn, "type", ["job.*", "note.added"], params)  # = ? / GLOB ? or ~ ?
+    one_of(conn, "stream", names, params)                    # json_each(?) / = ANY(?)
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from gormes.events.postgres_sql import POSTGRES, dialect_of
@@ -76,3 +82,40 @@ def text_order(conn: Any, column: str) -> str:
     """`column` to compare (`<`, `>=`) byte by byte, as SQLite's BINARY collation
     does; a PostgreSQL database's own collation may order `-` or case otherwise."""
     return f'{column} COLLATE "C"' if _postgres(conn) else column
+
+
+GLOB_CHARS = "*?["
+
+
+def is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in GLOB_CHARS)
+
+
+def matching(conn: Any, column: str, patterns: Sequence[str], params: list[Any]) -> str:
+    """`column` equal to one of the names or matching one of the GLOB patterns
+    (SQLite's GLOB semantics on both, as `glob`), each a parameter added to `params`."""
+    postgres = _postgres(conn)
+    if postgres:
+        from gormes.events.postgres_schema import glob_regex
+    clauses = []
+    for pattern in patterns:
+        if not is_glob(pattern):
+            clauses.append(f"{column} = ?")
+            params.append(pattern)
+        elif postgres:
+            clauses.append(f"{column} ~ ?")
+            params.append(glob_regex(pattern))
+        else:
+            clauses.append(f"{column} GLOB ?")
+            params.append(pattern)
+    return "(" + " OR ".join(clauses) + ")"
+
+
+def one_of(conn: Any, column: str, values: Sequence[str], params: list[Any]) -> str:
+    """`column` is one of `values`, passed as one parameter however many there are
+    (a JSON array read by json_each on SQLite, a text array on PostgreSQL)."""
+    if _postgres(conn):
+        params.append(list(values))
+        return f"{column} = ANY(?)"
+    params.append(json.dumps(list(values)))
+    return f"{column} IN (SELECT value FROM json_each(?))"

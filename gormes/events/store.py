@@ -7,7 +7,7 @@ events from 1. `expected_version` is the version the caller last saw: `NO_STREAM
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import msgspec
@@ -18,6 +18,12 @@ ANY: None = None
 NO_STREAM = 0
 
 T = TypeVar("T")
+
+PAGE = 1000  # events per page of a subscription
+
+# An inline projection (the job ledger): called with the write transaction's
+# connection (`?` SQL) and the records just inserted, before COMMIT.
+InlineApply = Callable[[Any, list[Recorded]], None]
 
 
 class AppendRequest(msgspec.Struct, frozen=True):
@@ -53,6 +59,58 @@ class Transaction(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run SQL on the transaction's connection (projection tables, inline ledgers)."""
         ...
+
+
+class EventLog(Protocol):
+    """One blocking connection to the log: what `EventStore.read_with` hands its
+    function, in a worker thread (an `SQLiteLog` or a `PostgresLog`)."""
+
+    dialect: str
+
+    @property
+    def sql(self) -> Any:
+        """The connection SQLite-style SQL (`?` placeholders) runs on, either database."""
+        ...
+
+    def head(self) -> int: ...
+
+    def count(self) -> int: ...
+
+    def stream_version(self, stream: str) -> int: ...
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]: ...
+
+    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]: ...
+
+    def select_rows(
+        self,
+        after: int = 0,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+        *,
+        streams: Sequence[str] | None = None,
+        upto: int | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """The stored rows `read_all` decodes: (position, stream, version, type,
+        type_version, data, recorded_at)."""
+        ...
+
+    def read_all(
+        self,
+        after_position: int = 0,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+        *,
+        streams: Sequence[str] | None = None,
+        upto: int | None = None,
+    ) -> list[Recorded]:
+        """Events after `after_position` (up to `upto`), of these types and streams
+        (names or GLOB patterns), in position order."""
+        ...
+
+    def read_page(
+        self, after_position: int, limit: int, types: Sequence[str] | None = None
+    ) -> tuple[list[Recorded], int, int]: ...
 
 
 @runtime_checkable

@@ -1,14 +1,17 @@
-"""What the SQLite and PostgreSQL stores share: the writer's request batches, the
-read methods built on `read_with`, and the subscription that follows the log.
+"""What the SQLite and PostgreSQL stores share: the writer's request batches and
+its loop, the read methods built on `read_with`, the wake-ups of followers, and
+the subscription that follows the log.
 
+A store mixing in `GroupCommitCalls` provides `_commit_batch(requests)` (commit
+one batch, setting each request's result or error) and `_close_connections()`.
 A store mixing in `LogReads` provides `read_with(fn)` (run `fn(log)` on a read
-connection in a worker thread) and `_changes` (with `generation`, `wait(gen)`,
-woken when the log grows).
+connection in a worker thread) and `_changes` (a `Changes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import trio
@@ -24,11 +27,9 @@ from trio.lowlevel import (
 
 from gormes.errors import StoreClosed, StoreReadOnly
 from gormes.events.base import Event, Recorded
-from gormes.events.store import AppendRequest, AppendResult
+from gormes.events.store import PAGE, AppendRequest, AppendResult, InlineApply
 
 T = TypeVar("T")
-
-PAGE = 1000
 
 
 class _Request:
@@ -79,17 +80,87 @@ class _Batch:
 
 
 class GroupCommitCalls:
-    """The callers' side of group commit: each request joins the batch that is
-    filling up and waits for that batch's commit. The store's writer task swaps
-    `_batch` for a new one, commits the old one and calls its `done.set()`."""
+    """Group commit: each request joins the batch that is filling up and waits for
+    that batch's commit. The writer task swaps `_batch` for a new one, commits the
+    old one (`_commit_batch`, the backend's) and wakes its callers."""
 
     readonly: bool
-    _closed: bool
-    _batch: _Batch
-    _work: trio.Event
+    inline: list[InlineApply]  # run in every write transaction (see `add_inline`)
+    _changes: Changes
+
+    def _init_group_commit(self) -> None:
+        self._batch = _Batch()  # filling up while the previous one commits
+        self._work = trio.Event()
+        self._closed = False
+        self._writer_done = trio.Event()
+        self.batches_committed = 0
 
     def _read_only_error(self) -> StoreReadOnly:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    async def _commit_batch(self, requests: list[_Request]) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def add_inline(self, apply: InlineApply) -> None:
+        """Run `apply(conn, records)` in every write transaction from now on, on the
+        rows it inserts, before COMMIT (an inline projection: the job ledger).
+        Adding the same `apply` again changes nothing. Call it inside a transact
+        function, after catching the projection up there, so that no write falls
+        between the two."""
+        if apply not in self.inline:
+            self.inline.append(apply)
+
+    def _close_connections(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @asynccontextmanager
+    async def _running(self, *background: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+        """The store's tasks (`background`, then the writer unless read-only) for
+        the time of the body; at its end the queued writes still commit, then the
+        tasks stop and the connections close. The body's exception is re-raised
+        outside the nursery, so that it reaches the caller as itself, not wrapped
+        in an ExceptionGroup."""
+        body_error: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                for task in background:
+                    nursery.start_soon(task)
+                if not self.readonly:
+                    nursery.start_soon(self._writer)
+                try:
+                    yield
+                except BaseException as exc:  # noqa: BLE001 - re-raised below
+                    body_error = exc
+                finally:
+                    await self.aclose()
+                    try:
+                        if not self.readonly:
+                            await self._writer_done.wait()  # queued writes still commit
+                    finally:
+                        nursery.cancel_scope.cancel()  # the background tasks
+        finally:
+            self._close_connections()
+        if body_error is not None:
+            raise body_error
+
+    async def _writer(self) -> None:
+        try:
+            while True:
+                if not self._closed:  # once closed, only what is queued is left to commit
+                    await self._work.wait()
+                self._work = trio.Event()
+                batch = self._batch
+                if not batch.requests:
+                    if self._closed:
+                        return
+                    continue
+                self._batch = _Batch()
+                await self._commit_batch(batch.requests)
+                self.batches_committed += 1
+                batch.done.set()
+                self._changes.bump()
+        finally:
+            self._writer_done.set()
 
     async def aclose(self) -> None:
         """Stop taking writes; requests already queued are still committed (the
@@ -130,15 +201,43 @@ class GroupCommitCalls:
 
 def sql_connection(log: Any) -> Any:
     """The connection `?` SQL runs on, of a store's read connection `log` (what
-    `read_with` hands its function): the sqlite3 connection, or on PostgreSQL the
-    PostgresLog's PortableConnection."""
-    return getattr(log, "sql", None) or log.conn
+    `read_with` hands its function): `log.sql` (see `LogBase`)."""
+    return log.sql
+
+
+class Changes:
+    """Wakes followers when the log grows, in this process or any other.
+
+    The writer calls `bump()` after each commit; a waiter that hears nothing for
+    `poll_interval` seconds asks the backend's `poll` whether another process (or
+    host) wrote, which bumps if so.
+    """
+
+    def __init__(self, poll_interval: float) -> None:
+        self.generation = 0
+        self._event = trio.Event()
+        self._poll_interval = poll_interval
+
+    def bump(self) -> None:
+        self.generation += 1
+        self._event.set()
+        self._event = trio.Event()
+
+    async def poll(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def wait(self, seen_generation: int) -> None:
+        while self.generation == seen_generation:
+            with trio.move_on_after(self._poll_interval):
+                await self._event.wait()
+            if self.generation == seen_generation:
+                await self.poll()
 
 
 class LogReads:
     """Reads and subscriptions over `read_with` and `_changes` (see the module doc)."""
 
-    _changes: Any
+    _changes: Changes
 
     async def read_with(self, fn: Callable[[Any], T]) -> T:  # pragma: no cover - abstract
         raise NotImplementedError

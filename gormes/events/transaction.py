@@ -1,0 +1,67 @@
+"""The `Transaction` a store hands to `transact` functions, on either backend.
+
+It runs in the writer's thread, inside the writer's batch (`WriteBatchBase`):
+appends are staged in the batch, and any read or SQL first flushes what is
+staged, so it sees every earlier write of the transaction. `conn` and `execute`
+take SQLite-style SQL (`?` placeholders) on both databases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gormes.events.base import Event, Recorded
+from gormes.events.store import AppendRequest, AppendResult
+from gormes.events.write_batch import WriteBatchBase
+
+
+class BatchTransaction:
+    """The `Transaction` protocol over one write batch."""
+
+    def __init__(self, batch: WriteBatchBase) -> None:
+        self._batch = batch
+        self.now = batch.now
+        self.dialect: str = batch.log.dialect
+
+    @property
+    def commit_group(self) -> object:
+        """The group commit this transaction is part of (the same object for every
+        transaction committed with it): what may be cached until it commits."""
+        return self._batch
+
+    @property
+    def conn(self) -> Any:
+        """The connection, for SQL that need not see the rows staged just before."""
+        self._batch.send_pending()  # a savepoint first: what runs here is undone with it
+        return self._batch.log.sql
+
+    def stream_version(self, stream: str) -> int:
+        return self._batch.version(stream)
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+        log = self._batch.log
+        records = self._batch.flush(lambda: log.read_stream(stream, after_version))
+        if after_version == 0:  # the whole stream: its version, for the next append
+            self._batch.learn_version(stream, records[-1].version if records else 0)
+        return records
+
+    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
+        """Several whole streams in one query (see `LogBase.read_streams`)."""
+        log = self._batch.log
+        found = self._batch.flush(lambda: log.read_streams(streams))
+        for stream, records in found.items():
+            self._batch.learn_version(stream, records[-1].version if records else 0)
+        return found
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> AppendResult:
+        return self._batch.append([AppendRequest(stream, events, expected_version)])[0]
+
+    def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        return self._batch.append(requests)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        conn = self._batch.log.sql
+        return self._batch.flush(lambda: conn.execute(sql, params))
