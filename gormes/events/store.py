@@ -3,6 +3,14 @@
 Positions are global, gap-free and in commit order; versions count a stream's
 events from 1. `expected_version` is the version the caller last saw: `NO_STREAM`
 (0) for a new stream, `ANY` to skip the check.
+
+Everything a caller needs of a store is here, the same on both backends, so that
+no caller has to know which one it holds: `EventStore` (async, the store),
+`Transaction` (what a `transact` function is handed) and `EventLog` (one
+blocking connection, what a `read_with` function is handed). SQL that callers
+run (`read_sql`, `Transaction.execute`, `EventLog.sql`) is SQLite-style, with
+`?` placeholders, on both; `dialect` says which fragments of
+`gormes.events.sql_fragments` it takes where the two differ.
 """
 
 from __future__ import annotations
@@ -48,13 +56,36 @@ class Transaction(Protocol):
     the same transaction, and nothing is visible to others until it commits.
     """
 
+    now: float  # the recorded_at of what this transaction appends
+    dialect: str
+
+    @property
+    def conn(self) -> Any:
+        """The transaction's connection (`?` SQL), for SQL that need not see the
+        events appended just before in the same transaction (`execute` does)."""
+        ...
+
+    @property
+    def commit_group(self) -> object:
+        """The group commit this transaction is part of: the same object for every
+        transaction committed together, and a new one for the next group."""
+        ...
+
     def stream_version(self, stream: str) -> int: ...
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]: ...
 
+    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
+        """Several whole streams, each in version order (empty for one without events)."""
+        ...
+
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = ANY
     ) -> AppendResult: ...
+
+    def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        """Several streams' appends, all or none."""
+        ...
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run SQL on the transaction's connection (projection tables, inline ledgers)."""
@@ -115,6 +146,9 @@ class EventLog(Protocol):
 
 @runtime_checkable
 class EventStore(Protocol):
+    dialect: str  # "sqlite" or "postgres"
+    readonly: bool  # opened read-only: every write raises StoreReadOnly
+
     async def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = ANY
     ) -> AppendResult: ...
@@ -134,8 +168,42 @@ class EventStore(Protocol):
 
     async def head(self) -> int: ...
 
+    async def stream_version(self, stream: str) -> int: ...
+
+    async def read_page(
+        self, after_position: int, limit: int = PAGE, types: Sequence[str] | None = None
+    ) -> tuple[list[Recorded], int, int]:
+        """(events, scanned up to, head), all from one snapshot: with a type filter
+        `scanned` moves a follower past the events it filtered out, and
+        `scanned == head` says it has caught up."""
+        ...
+
+    async def read_with(self, fn: Callable[[EventLog], T]) -> T:
+        """`fn(log)` in a worker thread on a read connection of the store; `fn`
+        must only read (it may run again on a new connection if one is lost)."""
+        ...
+
+    async def read_sql(self, fn: Callable[[Any], T]) -> T:
+        """`read_with`, handing `fn` the connection `?` SQL runs on (`log.sql`)."""
+        ...
+
+    @property
+    def generation(self) -> int:
+        """A counter that moves whenever the log may have grown (in this process
+        or another): read it before a read, then `wait_for_change(it)`."""
+        ...
+
+    async def wait_for_change(self, generation: int) -> None:
+        """Return once `generation` has moved past the one given."""
+        ...
+
     def subscribe(
         self, after: int = 0, types: Sequence[str] | None = None
     ) -> AsyncIterator[Recorded]: ...
+
+    def add_inline(self, apply: InlineApply) -> None:
+        """Run `apply(conn, records)` in every write transaction from now on, on
+        the rows it inserts, before COMMIT; adding it again changes nothing."""
+        ...
 
     async def aclose(self) -> None: ...

@@ -50,7 +50,7 @@ from gormes.projections.schema import schema_of, supports
 if TYPE_CHECKING:
     import sqlite_utils
 
-    from gormes.events.sqlite import SQLiteEventStore, SQLiteTransaction
+    from gormes.events.store import EventStore, Transaction
 
 BATCH = 1000
 
@@ -78,7 +78,7 @@ class ProjectionRunner:
     """Keeps one projection's tables in step with the log of one store."""
 
     def __init__(
-        self, store: SQLiteEventStore, projection: Projection, *, batch_size: int = BATCH
+        self, store: EventStore, projection: Projection, *, batch_size: int = BATCH
     ) -> None:
         from gormes.events.catalog import load_all
 
@@ -106,7 +106,7 @@ class ProjectionRunner:
         """Create or migrate the tables; start over from 0 if the version changed."""
         projection = self.projection
 
-        def prepare(tx: SQLiteTransaction) -> int:
+        def prepare(tx: Transaction) -> int:
             conn = tx.conn
             bookkeeping.ensure_tables(conn)
             built = bookkeeping.built_version(conn, projection.name)
@@ -152,7 +152,7 @@ class ProjectionRunner:
         """Drop the tables, reset tracking, set up afresh and apply the log from 0."""
         projection = self.projection
 
-        def reset(tx: SQLiteTransaction) -> None:
+        def reset(tx: Transaction) -> None:
             bookkeeping.ensure_tables(tx.conn)
             _reset(tx, projection)
 
@@ -204,7 +204,7 @@ class ProjectionRunner:
         self._moved_to(position)
         return position
 
-    def _apply_batch(self, tx: SQLiteTransaction, page: _Page) -> int:
+    def _apply_batch(self, tx: Transaction, page: _Page) -> int:
         """In the writer thread: apply and advance tracking, in one transaction."""
         conn, name, scanned = tx.conn, self.projection.name, page.scanned
         current = bookkeeping.tracked_position(conn, name)
@@ -262,7 +262,7 @@ def _setup(conn: Any, projection: Projection) -> None:
         projection.setup(_database(conn))
 
 
-def _reset(tx: SQLiteTransaction, projection: Projection) -> None:
+def _reset(tx: Transaction, projection: Projection) -> None:
     conn = tx.conn
     if dialect_of(conn) == POSTGRES:
         for table in projection.tables:

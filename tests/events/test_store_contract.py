@@ -36,6 +36,7 @@ from test_store import (  # noqa: F401 - collected here, run on both backends
 
 from gormes.errors import ConcurrencyError, StoreReadOnly
 from gormes.events.open import open_store
+from gormes.events.store import AppendRequest, EventStore
 
 
 class Backend:
@@ -250,6 +251,172 @@ async def test_closing_while_a_commit_runs_still_commits_what_queued_behind_it(b
     assert "held" in outcomes and len(outcomes) == 2
     async with backend.open() as store:
         assert [r.event.text for r in await store.read_stream("late")] == ["queued"]
+
+
+# -- what callers use beyond appending and reading (the protocol's other members) --
+
+
+async def test_a_store_is_an_event_store_that_names_its_dialect(backend):
+    async with backend.open() as store:
+        assert isinstance(store, EventStore)
+        assert (store.dialect, store.readonly) == (backend.name, False)
+    async with backend.open(readonly=True) as store:
+        assert isinstance(store, EventStore)
+        assert (store.dialect, store.readonly) == (backend.name, True)
+
+
+async def test_stream_version_counts_a_stream_s_events(store):
+    assert await store.stream_version("a") == 0
+    await store.append("a", [note("1"), note("2")], 0)
+    await store.append("b", [note("3")], 0)
+    assert (await store.stream_version("a"), await store.stream_version("b")) == (2, 1)
+
+
+async def test_read_page_says_how_far_it_scanned_and_where_the_head_is(store):
+    for i in range(3):
+        await store.append("a", [note(str(i))])
+    records, scanned, head = await store.read_page(0, 2)
+    assert ([r.position for r in records], scanned, head) == ([1, 2], 2, 3)
+    # a filter that matches nothing still moves a follower past what it scanned
+    assert await store.read_page(1, 10, types=["no.such.*"]) == ([], 3, 3)
+    assert await store.read_page(3, 10) == ([], 3, 3)
+
+
+async def test_read_with_hands_a_log_with_the_same_reads_on_both(store):
+    await store.append("run-a", [note("1"), note("2")], 0)
+    await store.append("job-1", [note("3")], 0)
+    await store.append("run-b", [note("4")], 0)
+
+    def read(log: Any) -> dict[str, Any]:
+        return {
+            "dialect": log.dialect,
+            "head": log.head(),
+            "count": log.count(),
+            "version": log.stream_version("run-a"),
+            "stream": [r.event.text for r in log.read_stream("run-a", after_version=1)],
+            "streams": {s: [r.version for r in rs] for s, rs in log.read_streams(["run-b", "run-a", "none"]).items()},
+            "runs": [r.position for r in log.read_all(streams=["run-*"])],
+            "upto": [r.position for r in log.read_all(1, streams=["run-*", "job-1"], upto=3)],
+            "rows": [row[:5] for row in log.select_rows(2, 1)],
+            "page": [r.position for r in log.read_page(0, 10, types=["note.added"])[0]],
+            "sql": log.sql.execute("SELECT count(*) FROM events WHERE stream = ?", ("run-a",)).fetchone()[0],
+        }
+
+    assert await store.read_with(read) == {
+        "dialect": store.dialect, "head": 4, "count": 4, "version": 2, "stream": ["2"],
+        "streams": {"run-b": [1], "run-a": [1, 2], "none": []},
+        "runs": [1, 2, 4], "upto": [2, 3], "rows": [(3, "job-1", 1, "note.added", 1)],
+        "page": [1, 2, 3, 4], "sql": 2,
+    }
+
+
+async def test_read_sql_runs_question_mark_sql_on_either_database(store):
+    await store.append("a", [note("1"), note("2")], 0)
+    await store.append("b", [note("3")], 0)
+    rows = await store.read_sql(lambda conn: conn.execute(
+        "SELECT stream, version FROM events WHERE stream = ? AND version >= ? ORDER BY version",
+        ("a", 1)).fetchall())
+    assert [tuple(r) for r in rows] == [("a", 1), ("a", 2)]
+
+
+async def test_the_generation_moves_for_writes_of_this_store_and_of_another(store, backend):
+    with trio.fail_after(30):  # a hang guard, not a timing assertion
+        seen = store.generation
+        await store.append("a", [note("1")])
+        await store.wait_for_change(seen)
+        assert store.generation != seen
+
+        async with backend.open() as other:
+            seen = store.generation
+            waited = trio.Event()
+
+            async def wait() -> None:
+                await store.wait_for_change(seen)
+                waited.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait)
+                await other.append("b", [note("2")])
+                await waited.wait()
+    assert await store.head() == 2
+
+
+async def test_an_inline_apply_runs_in_each_write_transaction_once_however_often_added(store, backend):
+    await store.transact(lambda tx: tx.execute(backend.scratch_table_sql))
+    applied: list[list[tuple[int, str]]] = []
+
+    def apply(conn: Any, records: list[Any]) -> None:
+        conn.execute("INSERT INTO scratch(a) VALUES (?)", (len(records),))
+        applied.append([(r.position, r.event.text) for r in records])
+
+    def add(tx: Any) -> None:
+        store.add_inline(apply)
+
+    await store.transact(add)
+    await store.transact(add)  # a second time changes nothing
+    await store.append("a", [note("1"), note("2")], 0)
+
+    def fail_after_appending(tx: Any) -> None:
+        tx.append("a", [note("undone")], 2)
+        tx.execute("SELECT 1")  # flushes the row, so that the inline apply runs here
+        raise RuntimeError("undone")
+
+    with pytest.raises(RuntimeError, match="undone"):
+        await store.transact(fail_after_appending)
+    await store.append("b", [note("3")], 0)
+    rows = await store.read_sql(lambda conn: conn.execute("SELECT a FROM scratch").fetchall())
+    assert sorted(r[0] for r in rows) == [1, 2]  # the failed transaction's row went with it
+    assert [a for a in applied if a != [(3, "undone")]] == [[(1, "1"), (2, "2")], [(3, "3")]]
+
+
+async def test_a_transaction_offers_the_same_members_on_both(store):
+    def work(tx: Any) -> dict[str, Any]:
+        tx.append_many([AppendRequest("a", [note("1")], 0), AppendRequest("b", [note("2"), note("3")], 0)])
+        streams = tx.read_streams(["b", "a", "none"])
+        appended = tx.append("a", [note("4")], 1)  # the version read_streams found
+        return {
+            "dialect": tx.dialect,
+            "now": tx.now,
+            "streams": {s: [r.event.text for r in rs] for s, rs in streams.items()},
+            "version": tx.stream_version("a"),
+            "conn": tx.conn.execute("SELECT count(*) FROM events WHERE stream = ?", ("b",)).fetchone()[0],
+            "appended": (appended.first_position, appended.version),
+        }
+
+    got = await store.transact(work)
+    assert isinstance(got.pop("now"), float)
+    assert got == {"dialect": store.dialect, "streams": {"b": ["2", "3"], "a": ["1"], "none": []},
+                   "version": 2, "conn": 2, "appended": (4, 2)}
+    recorded = await store.read_all()
+    assert len({r.recorded_at for r in recorded}) == 1  # the transaction's one `now`
+
+
+async def test_transactions_committed_together_share_their_commit_group(store):
+    import threading
+
+    import trio.testing
+
+    started, release = threading.Event(), threading.Event()
+    groups: list[object] = []
+
+    def hold(tx: Any) -> None:
+        groups.append(tx.commit_group)
+        started.set()
+        release.wait()
+
+    def note_group(tx: Any) -> None:
+        groups.append(tx.commit_group)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.transact, hold)
+            await trio.to_thread.run_sync(started.wait)  # the writer is in its thread
+            nursery.start_soon(store.transact, note_group)
+            nursery.start_soon(store.transact, note_group)
+            await trio.testing.wait_all_tasks_blocked()  # both queued behind it
+            release.set()
+    assert len(groups) == 3
+    assert groups[1] is groups[2] and groups[0] is not groups[1]
 
 
 # -- Postgres only ------------------------------------------------------------
