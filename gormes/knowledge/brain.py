@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from gormes.knowledge import MARKDOWN_SUFFIX, KnowledgeHit
-from gormes.tools.contained import Root
+from gormes.contained import Root
 from gormes.ops.spec import InvalidOperationInput, PathOutsideWorkspace
 
 COMMAND_ENV = "GORMES_GBRAIN"
@@ -178,7 +178,7 @@ def trace_to_file(named: str, root: Path) -> str | None:
     """The path, relative to `root`, of the markdown file a brain result names
     (a path relative to the root, an absolute path under it, or a slug without
     `.md`); None when no such regular file lies inside the root. Looked up
-    through gormes/tools/contained.py: a link pointing out traces to nothing."""
+    through gormes/contained.py: a link pointing out traces to nothing."""
     options = [named]
     if not named.endswith(MARKDOWN_SUFFIX):
         options.append(named + MARKDOWN_SUFFIX)

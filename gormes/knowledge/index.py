@@ -3,7 +3,7 @@
 The index is derived: `refresh` brings it in line with the files (new, changed
 and removed files, found by size and mtime), and a missing or damaged index file
 is rebuilt from the files. Nothing is ever only in the index. The files are read
-through gormes/tools/contained.py, as the fs tools read the workspace: nothing a
+through gormes/contained.py, as the fs tools read the workspace: nothing a
 symlink points to outside the root is ever read or indexed.
 
     docs(path TEXT PRIMARY KEY, title, body, size, mtime_ns)   + docs_fts(title, body)
@@ -20,7 +20,7 @@ import msgspec
 import sqlite_utils
 
 from gormes.knowledge import MARKDOWN_SUFFIX, KnowledgeHit, KnowledgeRootUnreadable
-from gormes.tools.contained import Entry, Root, open_entry, read_capped, walk_tree
+from gormes.contained import Entry, Root, open_entry, read_capped, walk_tree
 from gormes.ops.spec import InvalidOperationInput, PathOutsideWorkspace
 
 STOPWORDS = frozenset(
@@ -77,7 +77,7 @@ def check_root(root: Path) -> None:
 
 def markdown_files(root: Path) -> tuple[list[MarkdownFile], list[str]]:
     """Every `*.md` under root, skipping hidden directories below it, read
-    through gormes/tools/contained.py: a symlink is read only when it leads to a
+    through gormes/contained.py: a symlink is read only when it leads to a
     regular file inside the root (and not into a hidden directory); one pointing
     out is never read. Also the files that could not be read (relative paths)."""
     found: list[MarkdownFile] = []

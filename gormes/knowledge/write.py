@@ -25,7 +25,7 @@ from gormes.knowledge import (
 from gormes.knowledge import brain as gbrain
 from gormes.knowledge.brain import BrainConfig, BrainHealth
 from gormes.knowledge.index import MAX_FILE_BYTES, KnowledgeIndex
-from gormes.tools.contained import Root, replace_file
+from gormes.contained import Root, replace_file
 
 
 class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,7 +53,7 @@ def check_relative(relative: str) -> PurePosixPath:
 
 def write_markdown(root: Path, relative: str, text: str, append: bool) -> tuple[str, int, bool]:
     """Write (or append to) the file atomically and durably, through
-    gormes/tools/contained.py: a symlink on the way is followed only while it stays
+    gormes/contained.py: a symlink on the way is followed only while it stays
     inside the root (one pointing out is refused, never written through or read),
     and the name is replaced, never written into. Returns (the file's real path
     relative to the root, bytes, created)."""

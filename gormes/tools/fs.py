@@ -1,6 +1,6 @@
 """Read-only file tools inside the workspace root: fs.read, fs.list, fs.grep.
 
-Every path is walked from a descriptor of the root by gormes/tools/contained.py,
+Every path is walked from a descriptor of the root by gormes/contained.py,
 one component at a time without following links: `..` above the root, an
 absolute path elsewhere and a symlink pointing out are all refused with
 `PathOutsideWorkspace`, and no rename or swap racing the walk can lead it out. A
@@ -23,7 +23,7 @@ import msgspec
 import re2
 import trio
 
-from gormes.tools.contained import Root, entries, open_entry, read_capped, walk_tree
+from gormes.contained import Root, entries, open_entry, read_capped, walk_tree
 from gormes.ops.spec import (
     InvalidOperationInput, OperationContext, OperationSpec, OperationUnavailable,
     PathOutsideWorkspace,

@@ -5,7 +5,7 @@ our own index (see gormes/knowledge/). Every hit cites its markdown file; a hit
 that cannot be traced to one says `trusted: false`. Write puts markdown on disk
 first, then re-indexes. The root is the one given to `knowledge_operations`,
 else $GORMES_KNOWLEDGE_ROOT, else `.writ/` in the workspace. Both read and write
-the root through gormes/tools/contained.py, as the fs tools read the workspace: a
+the root through gormes/contained.py, as the fs tools read the workspace: a
 link pointing out of the root is never read, indexed or written through.
 """
 

@@ -1,6 +1,8 @@
 """Open paths beneath a root so that no symlink and no race leads out of it.
 
-The one containment routine of the fs tools and the knowledge root. A path is
+The one containment routine of the fs tools (gormes/tools/fs.py) and the
+knowledge root (gormes/knowledge/), below both so that neither reaches into the
+other. A path is
 walked one component at a time from a descriptor of the root: every directory is
 opened with `O_NOFOLLOW | O_DIRECTORY` relative to its parent's descriptor (the
 `*at()` calls, `dir_fd=`), and every file with `O_NOFOLLOW`, so what was checked
