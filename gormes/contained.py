@@ -2,12 +2,12 @@
 
 The one containment routine of the fs tools (gormes/tools/fs.py) and the
 knowledge root (gormes/knowledge/), below both so that neither reaches into the
-other. A path is
-walked one component at a time from a descriptor of the root: every directory is
-opened with `O_NOFOLLOW | O_DIRECTORY` relative to its parent's descriptor (the
-`*at()` calls, `dir_fd=`), and every file with `O_NOFOLLOW`, so what was checked
-is what is opened, whatever is renamed or swapped meanwhile: a directory swapped
-for a symlink is simply a symlink met on the walk.
+other. A path is walked one component at a time from a descriptor of the root:
+every directory is opened with `O_NOFOLLOW | O_DIRECTORY` relative to its
+parent's descriptor (the `*at()` calls, `dir_fd=`), and every file with
+`O_NOFOLLOW`, so what was checked is what is opened, whatever is renamed or
+swapped meanwhile: a directory swapped for a symlink is simply a symlink met on
+the walk.
 
     ..        is taken against the directories walked so far; above the root it
               is refused (`PathOutsideWorkspace`)
