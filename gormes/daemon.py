@@ -35,9 +35,9 @@ from typing import Any
 import msgspec
 import trio
 
+from gormes.actors.agent_jobs import install as agent_jobs
 from gormes.actors.cron.scheduler import CronScheduler
 from gormes.actors.jobs.governor import Governor, GovernorPolicy
-from gormes.actors.agent_jobs.cut_off import GoneProcessRuns
 from gormes.actors.jobs.handlers import (
     HandlerImportError,
     HandlerRegistry,
@@ -46,6 +46,7 @@ from gormes.actors.jobs.handlers import (
 )
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import Worker, WorkerConfig, new_worker_id
+from gormes.actors.runs.cut_off import GoneProcessRuns
 from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
 from gormes.events.sqlite import SQLiteEventStore
@@ -104,7 +105,8 @@ def load_settings(path: Path | None, overrides: Mapping[str, Any]) -> DaemonSett
 
 
 class HandlerLoader:
-    """Loads `--import` specs into a registry, and loads them again on reload."""
+    """Loads `--import` specs into a registry, and loads them again on reload; the
+    `agent` job handler is installed in each (unless a module registers its own)."""
 
     def __init__(self) -> None:
         self._builtin = default_registry.copy()
@@ -123,6 +125,7 @@ class HandlerLoader:
             handler = default_registry.get(name)
             assert handler is not None
             fresh.register(name, handler)
+        agent_jobs.install(fresh)
         return fresh
 
 
@@ -228,7 +231,7 @@ class Daemon:
 
     async def _end_runs_of_gone_processes(self, store: Any) -> None:
         """Runs outside a job whose process on this host is gone (killed) have no
-        end: record them as cut off (gormes/actors/agent_jobs/cut_off.py)."""
+        end: record them as cut off (gormes/actors/runs/cut_off.py)."""
         sweep = GoneProcessRuns(store)
         while True:
             try:
@@ -259,7 +262,8 @@ class Daemon:
         )
         worker_log = logging.getLogger("gormes.worker")
         worker = Worker(self.queue, self.handlers, config, governor=governor,
-                        log=lambda line: worker_log.warning("%s: %s", config.worker_id, line))
+                        log=lambda line: worker_log.warning("%s: %s", config.worker_id, line),
+                        sweeps=agent_jobs.sweeps(self.queue, config))
         await nursery.start(worker.run)
         self.workers.append(worker)
         log.info("worker %s: handlers %s; concurrency %d; queues %s", worker.id,

@@ -46,6 +46,7 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
     import gc
 
     gc.set_threshold(*GC_THRESHOLD)  # (before the imports below: see `_tune_gc`)
+    from gormes.actors.agent_jobs.install import install as install_agent_jobs
     from gormes.actors.jobs.handlers import default_registry, import_handlers
     from gormes.errors import UserError
 
@@ -79,12 +80,15 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     import trio
 
-    trio.run(_serve, obj.target, config, default_registry.copy(), governor, floor)
+    registry = default_registry.copy()
+    install_agent_jobs(registry)
+    trio.run(_serve, obj.target, config, registry, governor, floor)
 
 
 async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor: int) -> None:
     import trio
 
+    from gormes.actors.agent_jobs.install import sweeps
     from gormes.actors.jobs.governor import Governor, GovernorPolicy
     from gormes.actors.jobs.queue import JobQueue
     from gormes.actors.jobs.worker import Worker
@@ -103,7 +107,8 @@ async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor:
                 Governor(GovernorPolicy(floor=floor, ceiling=config.concurrency))
                 if use_governor else None
             )
-            worker = Worker(queue, registry, config, store=store, governor=governor)
+            worker = Worker(queue, registry, config, store=store, governor=governor,
+                            sweeps=sweeps(queue, config))
             names = ", ".join(registry.names())
             click.echo(f"gormes worker {worker.id}: handlers {names}; "
                        f"concurrency {config.concurrency}", err=True)

@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from agent_worker import agent_worker
 from mcp_helpers import CLIENT_NAME, call_ok, call_refused, gormes_mcp
 
-import gormes.actors.agent_jobs.handler  # noqa: F401  (registers the "agent" job handler)
-from gormes.actors.jobs.handlers import default_registry as job_handlers
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.runs.context import RunContext, RunHandlerRegistry
 from gormes.actors.runs.manager import RunManager
-from gormes.actors.jobs.worker import Worker, WorkerConfig
+from gormes.actors.jobs.worker import WorkerConfig
 from gormes.tools.memory import own_scope
 
 TERMINAL = ("completed", "failed", "dead", "cancelled")
@@ -67,7 +66,7 @@ async def test_an_agent_run_submitted_over_mcp_runs_on_a_worker_and_is_read_back
         {"text": "It is now."},
     ]}]}))
     queue = await JobQueue.open(store)
-    worker = Worker(queue, job_handlers.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    worker = agent_worker(queue, WorkerConfig(concurrency=1), store=store, log=lambda _: None)
     # A gateway may choose only a model the operator allows (gormes/tools/job_trust.py).
     async with gormes_mcp(db_path, env={"GORMES_GATEWAY_MODELS": f"scripted:{script}"}) as client:
         job = await call_ok(client, "run__submit", prompt="What time is it?", model=f"scripted:{script}",

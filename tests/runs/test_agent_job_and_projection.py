@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+from agent_worker import agent_worker
 from run_helpers import run_events, wait_until
 
-import gormes.actors.agent_jobs.handler  # noqa: F401  (registers the "agent" job handler)
-from gormes.actors.jobs.handlers import default_registry
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.runs.manager import RunManager
-from gormes.actors.jobs.worker import Worker, WorkerConfig
+from gormes.actors.jobs.worker import WorkerConfig
 from gormes.events.jobs import Tokens
 from gormes.events.runs import RunChildFinished, RunLlmTurn, RunStarted
 from gormes.projections.runner import ProjectionRunner
@@ -33,7 +32,7 @@ async def test_an_agent_job_runs_on_a_worker_and_its_tokens_roll_up(store, scrip
     queue = await JobQueue.open(store)
     parent = await queue.submit("echo", {"parent": True})
     job = await queue.submit("agent", {"prompt": "summarize", "model": model}, {"parent_id": parent.id})
-    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=2), store=store, log=lambda _: None)
+    worker = agent_worker(queue, WorkerConfig(concurrency=2), store=store, log=lambda _: None)
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
 

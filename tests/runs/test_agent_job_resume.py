@@ -10,17 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from agent_worker import agent_worker
 from run_helpers import run_events, wait_until
 
-import gormes.actors.agent_jobs.handler  # noqa: F401  (registers the "agent" job handler)
-from gormes.actors.agent_jobs.handler import agent_job, last_attempt_run
-from gormes.actors.jobs.handlers import default_registry
+from gormes.actors.agent_jobs.attempts import last_attempt_run
+from gormes.actors.agent_jobs.handler import agent_job
 from gormes.actors.jobs.context import JobContext
 from gormes.providers.scripted import ScriptedProvider
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.runs.replay import replay
 from gormes.actors.runs.recorded import DatabaseRuns
-from gormes.actors.jobs.worker import Worker, WorkerConfig
+from gormes.actors.jobs.worker import WorkerConfig
 from gormes.events.jobs import JobTranscribed, Tokens, job_stream
 from gormes.events.runs import (
     RunCancelled,
@@ -214,7 +214,7 @@ async def _pause_while_held_then_resume(
 async def _worker_until_ended(store: Any, queue: JobQueue, job_id: str) -> AsyncIterator[None]:
     """A one-slot worker runs while the body steers the job; leaving waits until the
     job has ended, then stops the worker."""
-    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    worker = agent_worker(queue, WorkerConfig(concurrency=1), store=store, log=lambda _: None)
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
         yield

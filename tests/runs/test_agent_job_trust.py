@@ -7,15 +7,16 @@ from typing import Any
 
 import msgspec
 import trio
+from agent_worker import agent_worker
 from run_helpers import run_events
 
 import gormes.actors.agent_jobs.handler as agent_job
-from gormes.actors.jobs.handlers import default_registry
+from gormes.actors.agent_jobs.attempts import last_attempt_run
 from gormes.providers.scripted import ScriptedProvider
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.runs.replay import replay
 from gormes.actors.runs.recorded import DatabaseRuns
-from gormes.actors.jobs.worker import Worker, WorkerConfig
+from gormes.actors.jobs.worker import WorkerConfig
 from gormes.events.jobs import Submitter, job_stream
 from gormes.events.runs import RunCancelled, RunLlmTurn, RunStarted
 from gormes.tools.builtin import default_registry as default_ops
@@ -69,14 +70,14 @@ async def test_a_system_attempt_of_the_old_code_resumes_narrowed_even_when_its_t
     monkeypatch.setattr(agent_job, "run_identity", lambda job_id, submitter: agent_job.ActsFor(
         trust="system", scope=None))
     queue = await JobQueue.open(store)
-    worker = Worker(queue, default_registry.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    worker = agent_worker(queue, WorkerConfig(concurrency=1), store=store, log=lambda _: None)
     job = await queue.submit("agent", {"prompt": "work", "model": model})
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
         await held.wait()
         await queue.pause(job.id)
         await _until(queue, job.id, "paused")
-        first = agent_job.last_attempt_run(await store.read_stream(job_stream(job.id)))
+        first = last_attempt_run(await store.read_stream(job_stream(job.id)))
         while not isinstance((await run_events(store, first))[-1], RunCancelled):
             await trio.sleep(0.01)
         monkeypatch.setattr(agent_job, "run_identity", real_identity)  # the upgrade

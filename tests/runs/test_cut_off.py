@@ -7,7 +7,8 @@ from __future__ import annotations
 from pg_helpers import backend, backend_store  # noqa: F401 (fixture)
 from run_helpers import run_events
 
-from gormes.actors.agent_jobs.cut_off import cut_off_reason, end_cut_off_runs
+from gormes.actors.agent_jobs.cut_off import cut_off_reason
+from gormes.actors.runs.cut_off import end_cut_off_runs
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
     RecordedReply,
@@ -181,17 +182,16 @@ async def test_the_sweep_pages_through_many_ended_jobs(backend, db_path) -> None
 async def test_a_worker_sweeps_the_runs_of_ended_agent_jobs(store) -> None:
     import trio
 
-    from gormes.actors.jobs.handlers import default_registry
-    from gormes.actors.jobs.queue import JobQueue
-    from gormes.actors.jobs.worker import Worker, WorkerConfig
+    from agent_worker import agent_worker
 
-    import gormes.actors.agent_jobs.handler  # noqa: F401  (registers the "agent" job handler)
+    from gormes.actors.jobs.queue import JobQueue
+    from gormes.actors.jobs.worker import WorkerConfig
 
     queue = await JobQueue.open(store)
     job = await _attempt_cut_off(queue, "r-swept")
     await queue.cancel(job.id)
     config = WorkerConfig(concurrency=1, stall_interval_ms=20, lease_ms=100, abort_grace_ms=20)
-    worker = Worker(queue, default_registry.copy(), config, store=store, log=lambda _: None)
+    worker = agent_worker(queue, config, store=store, log=lambda _: None)
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
         with trio.fail_after(10):

@@ -12,7 +12,7 @@ import msgspec
 from pg_helpers import backend, backend_store  # noqa: F401 (fixture)
 from run_helpers import run_events
 
-from gormes.actors.agent_jobs.cut_off import GoneProcessRuns
+from gormes.actors.runs.cut_off import GoneProcessRuns
 from gormes.actors.runs.process import gone_reason, process_state, this_process
 from gormes.events.codec import default_codec
 from gormes.events.runs import RunCancelled, RunChildSpawned, RunCompleted, RunStarted, run_stream

@@ -19,14 +19,14 @@ from typing import Any
 
 import msgspec
 import trio
+from agent_worker import agent_worker
 from cli_helpers import run_gormes
 from mcp_helpers import CLIENT_NAME, call_ok, call_refused, gormes_mcp
 
-from gormes.actors.agent_jobs.handler import last_attempt_run  # (and registers the "agent" job handler)
-from gormes.actors.jobs.handlers import default_registry as job_handlers
+from gormes.actors.agent_jobs.attempts import last_attempt_run
 from gormes.providers.scripted import ScriptedProvider
 from gormes.actors.jobs.queue import JobQueue
-from gormes.actors.jobs.worker import Worker, WorkerConfig
+from gormes.actors.jobs.worker import WorkerConfig
 from gormes.events.jobs import job_stream
 from gormes.events.memory import MemoryFactRecorded, Origin
 from gormes.events.runs import RunCancelled, RunStarted, RunToolCalled, run_stream
@@ -117,7 +117,7 @@ def assert_records_intact(db: Path | str) -> None:
 async def worker_beside(store: Any) -> AsyncIterator[JobQueue]:
     """A real one-slot worker on `store`, in this process, for the body's life."""
     queue = await JobQueue.open(store)
-    worker = Worker(queue, job_handlers.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    worker = agent_worker(queue, WorkerConfig(concurrency=1), store=store, log=lambda _: None)
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
         try:

@@ -1,59 +1,32 @@
 """Ending the runs of an agent job's attempt that was lost.
 
-A run records its own end. When the worker running an attempt dies (SIGKILL, a
-power cut, a lease it lost without learning of it), the run and its subagents stop
-with no end event, and would read as `running` for ever (`gormes runs list`, the
-`runs` projection). The job's next attempt knows better: it holds the job's lease
-now, so the earlier attempt is over. Before it continues (or restarts) the earlier
-run, it records `run.cancelled` on that run and on each of its descendants left
-with no end, saying why.
+When the worker running an attempt dies (SIGKILL, a power cut, a lease it lost
+without learning of it), the run and its subagents stop with no end event. The
+job's next attempt knows better: it holds the job's lease now, so the earlier
+attempt is over. Before it continues (or restarts) the earlier run, it records
+`run.cancelled` on that run and on each of its descendants left with no end,
+saying why (`cut_off_reason`, with gormes/actors/runs/cut_off.py's
+`end_cut_off_runs`).
 
 An agent job can also END while no attempt runs it: cancelled while waiting for
 its next attempt, or while its worker was dead; dead after its last stall. No
-next attempt comes then, so workers sweep for such jobs (`EndedJobRuns`): once
-an ended job has been over for longer than a live worker takes to end its runs
-itself, its last attempt's runs left with no end are recorded as cut off.
-
-Each end is appended at the version of the stream as it was read: a run that is in
-fact still being written at that moment makes the append conflict, and that run
-and its subagents are left alone. A worker that was only frozen (SIGSTOP, a paused
-VM) and wakes up finds its lease lost and aborts the handler; the run then sees
-this end and records no second one (`RunManager._finish`), though an observation
-that was under way when it froze may still land after it.
+next attempt comes then, so workers sweep for such jobs (`EndedJobRuns`, handed
+to each worker with the `agent` handler: install.py): once an ended job has been
+over for longer than a live worker takes to end its runs itself, its last
+attempt's runs left with no end are recorded as cut off.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gormes.errors import ConcurrencyError
-from gormes.events.jobs import Tokens, job_stream
-from gormes.events.runs import TERMINAL_TYPES, RunCancelled, RunChildSpawned, run_stream, tokens_of
+from gormes.actors.agent_jobs.attempts import last_attempt_run
+from gormes.actors.runs.cut_off import end_cut_off_runs
+from gormes.events.jobs import job_stream
 
 
 def cut_off_reason(job_id: str) -> str:
     return f"cut off: the worker running job {job_id}'s attempt was lost; the job's next attempt took over"
-
-
-async def end_cut_off_runs(store: Any, run_id: str, reason: str) -> list[str]:
-    """Record `run.cancelled` (with `reason`) on `run_id` and its descendants, each
-    only if its stream has no end; returns the runs ended, parents first."""
-    ended: list[str] = []
-    pending = [run_id]
-    while pending:
-        current = pending.pop(0)
-        records = await store.read_stream(run_stream(current))
-        if not records or any(isinstance(r.event, TERMINAL_TYPES) for r in records):
-            continue
-        tokens = sum((tokens_of(r.event) for r in records), Tokens())
-        try:
-            await store.append(run_stream(current), [RunCancelled(reason=reason, tokens=tokens)],
-                               expected_version=records[-1].version)
-        except ConcurrencyError:
-            continue  # still being written: not cut off after all
-        ended.append(current)
-        pending.extend(r.event.child_run_id for r in records if isinstance(r.event, RunChildSpawned))
-    return ended
 
 
 def ended_job_reason(job_id: str, status: str) -> str:
@@ -77,8 +50,6 @@ class EndedJobRuns:
 
     async def sweep(self) -> list[str]:
         """The runs it recorded as cut off."""
-        from gormes.actors.agent_jobs.handler import last_attempt_run
-
         now = self._queue._now()
         until = now - self._grace_ms
         after = self._after or (now - self._window_ms, "")
@@ -99,38 +70,4 @@ class EndedJobRuns:
             self._after = (rows[-1][2], rows[-1][0])
         else:
             self._after = (until, "")
-        return ended
-
-
-class GoneProcessRuns:
-    """The daemon's sweep: runs outside a job (`gormes run`, `fork`, `runs resume`,
-    `RunManager` in a script) that have no end and whose process, on this host, is
-    gone (killed: nothing could record their end) are recorded as cut off, with
-    their subagents. It reads the `runs` projection, which the daemon keeps current;
-    a process that cannot be checked from here (another host or container) is left
-    to the operator (`gormes runs resume RUN --force`)."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-
-    async def sweep(self) -> list[str]:
-        """The runs it recorded as cut off."""
-        from gormes.actors.runs.process import gone_reason, process_state, recorded_processes, this_process
-        from gormes.projections.bookkeeping import _has_table
-
-        here = this_process()
-
-        def candidates(conn: Any) -> dict[str, Any]:
-            if not _has_table(conn, "runs"):
-                return {}
-            ids = [row[0] for row in conn.execute(
-                "SELECT run_id FROM runs WHERE status IN ('running', 'suspended') AND job_id IS NULL "
-                "AND parent_run_id IS NULL AND host = ?", (here.host,),
-            ).fetchall()]
-            return recorded_processes(conn, ids)
-
-        ended: list[str] = []
-        for run_id, process in (await self._store.read_sql(candidates)).items():
-            if process is not None and process_state(process, here) == "gone":
-                ended += await end_cut_off_runs(self._store, run_id, gone_reason(process))
         return ended

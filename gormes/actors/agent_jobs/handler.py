@@ -24,7 +24,7 @@ data cannot say otherwise: only the submitter recorded by the queue counts.
 Each attempt is a run of its own, named in the job's log (a transcript entry with
 `data={"agent_run": RUN_ID, ...}`) before it starts. Each attempt first gives the
 job any tokens the earlier attempts' runs used that never reached it (a pause
-between a turn and its count; see `agent_tokens`). An attempt that is paused,
+between a turn and its count; see `tokens.py`). An attempt that is paused,
 loses its lease or is shut down ends its run as `run.cancelled` with the job's
 abort reason. The next attempt looks at the run the previous one named
 (decision 0011):
@@ -50,10 +50,21 @@ from typing import Any
 
 import msgspec
 
-from gormes.actors.jobs.handlers import UnrecoverableError, job
+from gormes.actors.agent_jobs.attempts import AGENT_RUN, attempt_runs, last_attempt_run
+from gormes.actors.agent_jobs.cut_off import cut_off_reason
+from gormes.actors.agent_jobs.tokens import missed_tokens
 from gormes.actors.jobs.context import JobContext
-from gormes.events.jobs import JobTranscribed, Submitter, Tokens, job_stream
+from gormes.actors.jobs.handlers import UnrecoverableError
+from gormes.actors.runs.continuation import resume_run
+from gormes.actors.runs.cut_off import end_cut_off_runs
+from gormes.actors.runs.manager import RunManager
+from gormes.actors.runs.recorded import split_run
+from gormes.errors import UserError
+from gormes.events.jobs import Submitter, Tokens, job_stream
 from gormes.events.runs import RunCompleted, run_stream
+from gormes.ops.executor import Executor
+from gormes.tools.builtin import default_registry
+from gormes.tools.memory import NAMES_ITS_SCOPE, own_scope
 
 WORKSPACE_ENV = "GORMES_WORKSPACE"
 RUN_OPTIONS = ("model", "tools", "max_iterations", "deadline_s")
@@ -72,8 +83,6 @@ def run_identity(job_id: str, submitter: Submitter | None) -> ActsFor:
     """The job's submitter's trust class and memory scope; for a pinned class with no
     recorded scope, the submitter's own chat. With no submitter: UNATTRIBUTED_TRUST,
     pinned to the job's own chat (`chat:job-<id>`, the same for every attempt)."""
-    from gormes.tools.memory import NAMES_ITS_SCOPE, own_scope
-
     if submitter is None:
         return ActsFor(trust=UNATTRIBUTED_TRUST, scope=own_scope(f"job-{job_id}"))
     if submitter.trust in NAMES_ITS_SCOPE:
@@ -106,36 +115,12 @@ def parse_job_data(data: Any) -> tuple[AgentJobData, Any]:
     return options, {k: v for k, v in data.items() if k not in ("handler", "deadline_s")}
 
 
-def _executor(store: Any) -> Any:
-    from gormes.tools.builtin import default_registry
-    from gormes.ops.executor import Executor
-
+def _executor(store: Any) -> Executor:
     return Executor(default_registry(), store, workspace=os.environ.get(WORKSPACE_ENV) or None)
-
-
-AGENT_RUN = "agent_run"  # the key of the transcript entry naming an attempt's run
-
-
-def attempt_runs(job_records: list[Any]) -> list[str]:
-    """The runs the job's attempts named in its log, oldest first."""
-    runs = []
-    for record in job_records:
-        e = record.event
-        if isinstance(e, JobTranscribed) and isinstance(e.entry.data, dict) and AGENT_RUN in e.entry.data:
-            runs.append(str(e.entry.data[AGENT_RUN]))
-    return runs
-
-
-def last_attempt_run(job_records: list[Any]) -> str | None:
-    """The run the latest attempt named in the job's log, if any."""
-    runs = attempt_runs(job_records)
-    return runs[-1] if runs else None
 
 
 async def _earlier_run(store: Any, run_id: str | None) -> Any:
     """The RecordedRun of the previous attempt, or None (none, or it never started)."""
-    from gormes.actors.runs.recorded import split_run
-
     if run_id is None:
         return None
     records = await store.read_stream(run_stream(run_id))
@@ -144,8 +129,7 @@ async def _earlier_run(store: Any, run_id: str | None) -> Any:
 
 async def _count_missed_tokens(ctx: JobContext, store: Any, job_records: list[Any]) -> None:
     """Give the job what earlier attempts' runs used and it was never given (a pause
-    between a turn and its count; see `agent_tokens`)."""
-    from gormes.actors.agent_jobs.tokens import missed_tokens
+    between a turn and its count; see `tokens.py`)."""
 
     async def read_run(run_id: str) -> list[Any]:
         return await store.read_stream(run_stream(run_id))
@@ -159,20 +143,14 @@ async def _count_missed_tokens(ctx: JobContext, store: Any, job_records: list[An
 
 async def _end_cut_off(ctx: JobContext, store: Any, run_id: str) -> None:
     """The earlier attempt's run has no end: its worker was lost (see `cut_off`)."""
-    from gormes.actors.agent_jobs.cut_off import cut_off_reason, end_cut_off_runs
-
     ended = await end_cut_off_runs(store, run_id, cut_off_reason(ctx.id))
     if ended:
         await ctx.log(f"run {run_id} was cut off with its attempt: recorded as cancelled",
                       data={"cut_off_runs": ended})
 
 
-@job("agent")
 async def agent_job(ctx: JobContext, data: Any) -> Any:
-    from gormes.actors.runs.continuation import resume_run
-    from gormes.actors.runs.manager import RunManager
-    from gormes.errors import UserError
-
+    """The `agent` job handler (install.py puts it in a worker's registry)."""
     options, run_input = parse_job_data(data)
     store = ctx._queue.store
     job_records = await store.read_stream(job_stream(ctx.id))

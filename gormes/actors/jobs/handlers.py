@@ -12,8 +12,10 @@ A handler is an async function `(ctx, data) -> result`; `ctx` is the job's
 
 Raising `UnrecoverableError` sends the job straight to `dead`; any other
 exception is a failure that is retried by the job's backoff until its attempts
-run out. Built in: `echo`, `sleep` and `agent` (an agent run as a job). Modules of
-handlers are loaded by `gormes worker --import`.
+run out. Built in: `echo` and `sleep`. The `agent` handler (an agent run as a job)
+sits above the jobs, with the runs it drives: whoever wires a worker installs it
+(gormes/actors/agent_jobs/install.py). Modules of handlers are loaded by
+`gormes worker --import`.
 """
 
 from __future__ import annotations
@@ -110,18 +112,6 @@ async def sleep(ctx: JobContext, data: Any) -> dict[str, int]:
         raise UnrecoverableError(f'sleep wants {{"ms": N}} with N >= 0, got {data!r}')
     await trio.sleep(ms / 1000)
     return {"slept_ms": int(ms)}
-
-
-@job("agent")
-async def agent(ctx: JobContext, data: Any) -> Any:
-    """Run an agent as a durable job (gormes/actors/agent_jobs/handler.py).
-
-    Registered here so that every worker runs `agent` jobs (what `run.submit` and
-    MCP's `run__submit` queue) without an `--import`; the agent machinery itself
-    is imported on the first such job, keeping a worker's start-up light."""
-    from gormes.actors.agent_jobs.handler import agent_job
-
-    return await agent_job(ctx, data)
 
 
 # -- loading handler modules --------------------------------------------------

@@ -38,10 +38,11 @@ a busy worker commits once per round of jobs, not once to record and once to cla
 An idle worker waits for the log to grow (`store.wait_for_change`: in-process
 wake-up, or `PRAGMA data_version` every few ms across processes), so a new job is
 picked up within milliseconds. Sweeps run on intervals: stalled leases, due
-delayed jobs, wall-clock timeouts, stranded parents, and (with the `agent`
-handler) the runs of agent jobs that ended with no attempt running them
-(`cut_off.EndedJobRuns`). A heartbeat row in
-`worker_heartbeats` says which workers are alive (see `heartbeat.py`).
+delayed jobs, wall-clock timeouts, stranded parents, and the `sweeps` the worker
+is handed by whoever wires it (the CLI and the daemon hand it the agent jobs'
+cut-off sweep with the `agent` handler: gormes/actors/agent_jobs/install.py). A
+heartbeat row in `worker_heartbeats` says which workers are alive (see
+`heartbeat.py`).
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ import os
 import socket
 import sys
 import traceback
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple
 
 import msgspec
 import trio
@@ -107,6 +108,14 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"concurrency must be 1..10000, got {self.concurrency}")
         if self.lease_ms < 2:
             raise ValueError(f"lease must be at least 2 ms, got {self.lease_ms}")
+
+
+class Sweep(NamedTuple):
+    """A task the worker runs every `interval_ms` beside its own sweeps; a failure
+    is logged and the next round runs as usual."""
+
+    interval_ms: int
+    run: Callable[[], Awaitable[Any]]
 
 
 class Outcome(msgspec.Struct):
@@ -217,11 +226,12 @@ class Worker:
         store: Any = None,
         governor: Governor | None = None,
         log: Callable[[str], None] | None = None,
+        sweeps: Sequence[Sweep] = (),
     ) -> None:
         self.queue = queue
         self.store = store if store is not None else queue.store  # type: ignore[attr-defined]
         self.registry = registry
-        self._ended_job_runs: Any = None  # cut_off.EndedJobRuns, made at its first sweep
+        self.sweeps = tuple(sweeps)
         self.config = config or WorkerConfig()
         self.governor = governor
         self.id = self.config.worker_id
@@ -286,8 +296,8 @@ class Worker:
                 services.start_soon(self._every, self.config.timeout_sweep_interval_ms, self.queue.sweep_timeouts)
                 services.start_soon(self._every, self.config.unblock_interval_ms, self.queue.unblock_parents)
                 services.start_soon(self._every, self.config.heartbeat_interval_ms, heartbeat.beat)
-                if "agent" in self.registry.names():
-                    services.start_soon(self._every, self.config.stall_interval_ms, self._end_runs_of_ended_jobs)
+                for sweep in self.sweeps:
+                    services.start_soon(self._every, sweep.interval_ms, sweep.run)
                 services.start_soon(
                     keep_leases, self.active, self.config.lease_ms / 2000, self._renew_lease
                 )
@@ -691,18 +701,6 @@ class Worker:
 
     async def _sweep_stalled(self) -> Any:
         return await self.queue.sweep_stalled(grace_ms=self.config.stall_grace_ms)
-
-    async def _end_runs_of_ended_jobs(self) -> Any:
-        """Agent jobs that ended with no attempt running them leave their runs with
-        no end: record those as cut off (gormes/actors/agent_jobs/cut_off.py)."""
-        if self._ended_job_runs is None:
-            from gormes.actors.agent_jobs.cut_off import EndedJobRuns
-
-            # A live worker records its runs' ends itself within a lease (its renewal
-            # fails at the latest) and the abort grace.
-            grace = self.config.lease_ms + self.config.abort_grace_ms
-            self._ended_job_runs = EndedJobRuns(self.queue, grace_ms=grace)
-        return await self._ended_job_runs.sweep()
 
     async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[Any]]) -> None:
         while True:

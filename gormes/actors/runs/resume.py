@@ -32,11 +32,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gormes.actors.agent_jobs.cut_off import end_cut_off_runs
 from gormes.actors.runs.continuation import ResumedRun, ResumeRefused, resume_run
-from gormes.actors.runs.recorded import split_run
+from gormes.actors.runs.cut_off import end_cut_off_runs
 from gormes.actors.runs.process import describe, gone_reason, process_state
+from gormes.actors.runs.recorded import split_run
 from gormes.events.runs import run_stream
+from gormes.events.sql_fragments import json_text
 
 FORCED_REASON = "cut off: its process declared gone by the operator (gormes runs resume --force)"
 
@@ -86,7 +87,6 @@ async def resume_from_outside(
 
 async def resumed_by(store: Any, run_id: str) -> str | None:
     """The run that continues `run_id` (its `run.started` names it in `resumed_from`), if any."""
-    from gormes.events.sql_fragments import json_text
 
     def find(conn: Any) -> str | None:
         row = conn.execute(

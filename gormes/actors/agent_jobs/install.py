@@ -1,0 +1,50 @@
+"""What a worker needs to run agent jobs: the `agent` handler and the cut-off sweep.
+
+The job worker sits below the runs an agent job drives, so it does not know agent
+jobs: whoever wires a worker (`gormes worker`, the daemon) hands it both.
+
+    registry = default_registry.copy()
+    install(registry)
+    worker = Worker(queue, registry, config, sweeps=sweeps(queue, config))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gormes.actors.agent_jobs.cut_off import EndedJobRuns
+from gormes.actors.jobs.context import JobContext
+from gormes.actors.jobs.handlers import HandlerRegistry
+from gormes.actors.jobs.worker import Sweep, WorkerConfig
+
+AGENT = "agent"
+
+
+async def agent(ctx: JobContext, data: Any) -> Any:
+    """Run an agent as a durable job (gormes/actors/agent_jobs/handler.py)."""
+    # Lazy for start-up time: the agent machinery (runs, providers, the built-in
+    # tools) is loaded by the first agent job, not by every worker that may run one.
+    from gormes.actors.agent_jobs.handler import agent_job
+
+    return await agent_job(ctx, data)
+
+
+def install(registry: HandlerRegistry) -> None:
+    """Register the `agent` job handler (what `run.submit` and MCP's `run__submit`
+    queue) in `registry`, unless it has one of that name already: a user's own
+    `@gormes.job("agent")` is kept."""
+    if AGENT not in registry:
+        registry.register(AGENT, agent)
+
+
+def sweeps(queue: Any, config: WorkerConfig) -> list[Sweep]:
+    """The worker's sweep for agent jobs that ended with no attempt running them
+    (gormes/actors/agent_jobs/cut_off.py), as often as it sweeps stalled leases."""
+    # A live worker records its runs' ends itself within a lease (its renewal fails
+    # at the latest) and the abort grace.
+    ended = EndedJobRuns(queue, grace_ms=config.lease_ms + config.abort_grace_ms)
+
+    async def end_runs_of_ended_jobs() -> list[str]:
+        return await ended.sweep()
+
+    return [Sweep(config.stall_interval_ms, end_runs_of_ended_jobs)]
