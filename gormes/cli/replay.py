@@ -32,9 +32,10 @@ def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no
     """
     import trio
 
-    from gormes.actors.runs.replay import replay as replay_run
     from gormes.actors.runs.recorded import DatabaseRuns, FileRuns
+    from gormes.actors.runs.replay import replay as replay_run
     from gormes.errors import UserError
+    from gormes.tools.builtin import default_registry
 
     load_handlers(imports)
     if file is not None:
@@ -45,7 +46,9 @@ def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no
             raise UserError("give the RUN to replay (or --file FILE)")
         source = DatabaseRuns(obj.target)
     try:
-        report = trio.run(lambda: replay_run(source, run_id, children=not no_children, until=until))
+        # The built-in operations: the tool schemas the recorded runs were offered.
+        report = trio.run(lambda: replay_run(source, run_id, registry=default_registry(),
+                                             children=not no_children, until=until))
     finally:
         if isinstance(source, DatabaseRuns):
             source.close()

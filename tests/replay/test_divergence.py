@@ -5,8 +5,9 @@ from __future__ import annotations
 import changed_handlers as changed
 from replay_helpers import MANIFEST, fixture_lines, fixture_path
 
-from gormes.actors.runs.replay import replay
 from gormes.actors.runs.recorded import FileRuns
+from gormes.actors.runs.replay import replay
+from gormes.tools.builtin import default_registry
 
 
 def root(name: str) -> str:
@@ -22,7 +23,7 @@ def first(name: str, kind: str, stream: str | None = None, **data) -> dict:
 
 
 async def replay_with(name: str, handler: str, fn, **options):
-    return await replay(FileRuns(fixture_path(name)), root(name),
+    return await replay(FileRuns(fixture_path(name)), root(name), registry=default_registry(),
                         handlers=changed.registry_with(handler, fn), **options)
 
 

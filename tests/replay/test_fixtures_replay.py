@@ -7,8 +7,9 @@ from collections import Counter
 import pytest
 from replay_helpers import MANIFEST, fixture_lines, fixture_path
 
-from gormes.actors.runs.replay import replay
 from gormes.actors.runs.recorded import FileRuns
+from gormes.actors.runs.replay import replay
+from gormes.tools.builtin import default_registry
 
 CASES = [(name, r) for name, entry in MANIFEST.items() for r in entry["replays"]]
 
@@ -20,7 +21,7 @@ def test_the_manifest_holds_the_six_required_recordings() -> None:
 
 @pytest.mark.parametrize(("name", "expected"), CASES, ids=[f"{n}:{r['run_id']}" for n, r in CASES])
 async def test_a_fixture_replays_exactly(name: str, expected: dict) -> None:
-    report = await replay(FileRuns(fixture_path(name)), expected["run_id"])
+    report = await replay(FileRuns(fixture_path(name)), expected["run_id"], registry=default_registry())
     assert report.first_divergence is None
     assert report.tree_exact
     assert report.total_events == expected["events"]

@@ -1,11 +1,14 @@
 """Exact replay: run a recorded run's handler again against its recording.
 
     with DatabaseRuns(db_path) as source:
-        report = await replay(source, run_id)          # children replayed too
+        report = await replay(source, run_id, registry=default_registry())  # children too
     report.tree_exact, report.total_events, report.first_divergence
 
-The handler is looked up by the name recorded in `run.started` in the run-handler
-registry and called with the recorded input and a `ReplayContext`
+`registry` is the operation registry the recorded run's tools came from (the
+caller's: the built-in one, gormes/tools/builtin.py, for what gormes records), so
+its tool schemas are what the recording's model requests named. The handler is
+looked up by the name recorded in `run.started` in the run-handler registry and
+called with the recorded input and a `ReplayContext`
 (gormes/actors/runs/replay_context.py), which serves the recorded observations in seq
 order, compares each request with the record, and never performs a side effect.
 At the end the handler's result (or failure) must equal the recorded
@@ -58,40 +61,22 @@ if TYPE_CHECKING:
 
 __all__ = ["Divergence", "Replayer", "RunReplay", "replay"]
 
-DEFAULT_REGISTRY: Any = object()
-
-
-_default_ops_registry: Registry | None = None
-
-
-def default_ops_registry() -> Registry:
-    """The built-in operation registry, built once per process for replay (which
-    only reads it: a run's tool schemas and operation names)."""
-    global _default_ops_registry
-    if _default_ops_registry is None:
-        from gormes.tools.builtin import default_registry
-
-        _default_ops_registry = default_registry()
-    return _default_ops_registry
-
 
 async def replay(
     source: RunSource,
     run_id: str,
     *,
+    registry: Registry | None,
     children: bool = True,
     until: int | None = None,
-    registry: Registry | None = DEFAULT_REGISTRY,
     handlers: RunHandlerRegistry = run_handlers,
 ) -> RunReplay:
     """Replay one run (and its children) against its recording; see the module doc.
 
-    `registry` is the operation registry the run's tool schemas come from (the
-    built-in one by default; None: no tools, as a run without an executor)."""
+    `registry` is the operation registry the run's tool schemas come from (None:
+    no tools, as a run without an executor)."""
     source = CheckedTree(source, run_id, children=children)
     recorded = source.load(run_id)
-    if registry is DEFAULT_REGISTRY:
-        registry = default_ops_registry()
     async with trio.open_nursery() as tree:
         replayer = Replayer(source, tree, children=children, until=until, registry=registry, handlers=handlers)
         await replayer.replay_run(recorded)
