@@ -46,7 +46,6 @@ from gormes.ops.spec import (
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.queue import JobQueue
-    from gormes.tools.run_admin import RunStarter
 
 RawInput = bytes | bytearray | memoryview | str | dict | msgspec.Struct | None
 
@@ -79,11 +78,12 @@ class Executor:
         jobs: JobQueue | None = None,
         clock: Callable[[], float] = time.time,
         shell_enabled: bool | None = None,
-        runs: RunStarter | None = None,
+        runs: object | None = None,
     ) -> None:
         """`store` receives the audit events; `shell_enabled` None reads the
         environment (GORMES_SHELL_ENABLED=1) once, here; `runs`: what the run
-        operations start runs with (the operator's foreground commands)."""
+        operations start runs with (the operator's foreground commands: a
+        gormes/tools/run_admin.py `RunStarter`), carried to them untouched."""
         self.registry = registry
         self.store = store
         self.workspace = None if workspace is None else Path(workspace)

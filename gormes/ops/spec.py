@@ -25,7 +25,6 @@ from gormes.errors import GormesError, UserError
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.queue import JobQueue
-    from gormes.tools.run_admin import RunStarter
 
 TrustClass = Literal["operator", "gateway", "child-agent", "system"]
 TRUST_CLASSES: tuple[str, ...] = ("operator", "gateway", "child-agent", "system")
@@ -126,7 +125,8 @@ class OperationContext:
     store: Any = None
     # The caller's runs (a gormes/tools/run_admin.py `RunStarter`: its RunManager and
     # where a fork or resume is driven); the run operations refuse to run without one.
-    runs: RunStarter | None = None
+    # The kernel only carries it: what it is, is the run operations' business.
+    runs: object | None = None
 
 
 Handler = Callable[[OperationContext, Any], Awaitable[Any]]

@@ -86,7 +86,7 @@ class RunStarter:
 
 
 def run_starter(ctx: OperationContext) -> RunStarter:
-    if ctx.runs is None:
+    if not isinstance(ctx.runs, RunStarter):
         raise OperationUnavailable("no run manager is configured here: the run operations are off")
     return ctx.runs
 
