@@ -386,8 +386,6 @@ def run_handler(
 
 
 def _load_builtins() -> None:
-    try:
-        import gormes.actors.runs.agent  # noqa: F401  (registers "agent")
-    except ModuleNotFoundError as exc:  # the agent loop is not built yet
-        if exc.name != "gormes.actors.runs.agent":
-            raise
+    # agent.py registers the built-in "agent" here when imported, and imports this
+    # module to do so: it is loaded on the first lookup, not at this module's import.
+    import gormes.actors.runs.agent  # noqa: F401
