@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gormes.actors.jobs.handlers import HandlerRegistry, default_registry
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.jobs.worker import Worker, WorkerConfig
 from gormes.events.jobs import Backoff, JobOptions
 from gormes.events.store import EventStore
 
@@ -53,9 +55,6 @@ def demo_registry() -> HandlerRegistry:
 
 
 async def drain_demo_jobs(store: EventStore, console: Console) -> None:
-    from gormes.actors.jobs.queue import JobQueue
-    from gormes.actors.jobs.worker import Worker, WorkerConfig
-
     queue = await JobQueue.open(store)
     parent = await queue.submit(
         "summarize", {"urls": ["https://a.example", "https://b.example", "https://c.example"]}, JobOptions()

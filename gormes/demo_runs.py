@@ -16,8 +16,14 @@ from pathlib import Path
 import trio
 from rich.console import Console
 
+from gormes.actors.runs.manager import RunManager
+from gormes.actors.runs.recorded import DatabaseRuns
+from gormes.actors.runs.replay import replay
+from gormes.actors.runs.timeline import format_view, run_view
 from gormes.events.runs import RunChildSpawned, RunToolCalled, run_stream
 from gormes.events.store import EventStore
+from gormes.ops.executor import Executor
+from gormes.tools.builtin import default_registry
 
 PROMPT = "Role: coordinator. Summarize how gormes records and explains its design."
 STEER = "Operator: also note how the version cache stays correct (data_version)."
@@ -50,11 +56,6 @@ async def _steer_scout_mid_run(store: EventStore, runs, parent_id: str) -> str:
 
 
 async def run_agent_demo(store: EventStore, console: Console) -> str:
-    from gormes.actors.runs.manager import RunManager
-    from gormes.actors.runs.timeline import format_view, run_view
-    from gormes.tools.builtin import default_registry
-    from gormes.ops.executor import Executor
-
     workspace = demo_workspace()
     executor = Executor(default_registry(), store, workspace=workspace)
     async with RunManager.open(store, executor=executor) as runs:
@@ -71,10 +72,6 @@ async def run_agent_demo(store: EventStore, console: Console) -> str:
 
 async def replay_agent_demo(db: Path, run_id: str, console: Console) -> None:
     """Rerun the recorded run, children included, with no side effects."""
-    from gormes.actors.runs.recorded import DatabaseRuns
-    from gormes.actors.runs.replay import replay
-    from gormes.tools.builtin import default_registry
-
     with DatabaseRuns(db) as source:
         report = await replay(source, run_id, registry=default_registry())
     runs = sum(1 for _ in report.walk())

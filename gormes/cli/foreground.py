@@ -59,6 +59,7 @@ async def foreground_runs(target: Any, workspace: str | None) -> AsyncIterator[t
     runs on a RunManager on the store at `target`; the runs use the built-in
     operations (fs tools rooted at `workspace`), and each SIGINT or SIGTERM while
     the block runs cancels them all."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
     from gormes.actors.runs.manager import RunManager

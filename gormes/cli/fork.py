@@ -10,12 +10,11 @@ import click
 import msgspec
 
 from gormes.cli.foreground import drive_runs, exit_code, import_option, start_and_wait, workspace_option
+from gormes.errors import UserError
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
     """KEY=VALUE; VALUE is JSON when it parses as JSON, else the text itself."""
-    from gormes.errors import UserError
-
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise UserError(f"--set wants KEY=VALUE, got {text!r}")
@@ -45,8 +44,8 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
     audited (operation run.fork, as the operator); the new run keeps RUN's trust
     class and memory scope.
     """
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli.replay import load_handlers
-    from gormes.errors import UserError
     from gormes.events.catalog import load_all
     from gormes.events.open import is_postgres_url
 

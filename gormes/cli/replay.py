@@ -30,6 +30,7 @@ def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no
     Prints `exact: N events reproduced` (exit 0) or the first divergence: the
     log position, what was recorded and what the code asked for (exit 1).
     """
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
     from gormes.actors.runs.recorded import DatabaseRuns, FileRuns
@@ -61,6 +62,7 @@ def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no
 
 def load_handlers(imports: tuple[str, ...]) -> None:
     """Built-in run handlers first, so an imported module may replace one."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.actors.jobs.handlers import import_handlers
     from gormes.actors.runs.context import run_handlers
 

@@ -69,6 +69,7 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
     if floor > concurrency:
         raise UserError(f"--min-concurrency {floor} is above --concurrency {concurrency}")
 
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.actors.jobs.worker import WorkerConfig
 
     config = WorkerConfig(
@@ -86,6 +87,7 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
 
 
 async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor: int) -> None:
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
     from gormes.actors.agent_jobs.install import sweeps

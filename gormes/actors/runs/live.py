@@ -37,7 +37,8 @@ from gormes.actors.runs.context import (
     ToolCallFailed,
     UnknownRunHandler,
 )
-from gormes.errors import UserError
+from gormes.errors import GormesError, UserError
+from gormes.events.audit_chain import append_sealed
 from gormes.events.base import Event
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
@@ -63,6 +64,8 @@ from gormes.events.runs import (
     tokens_of,
 )
 from gormes.events.store import AppendRequest
+from gormes.ops.executor import refusal_request
+from gormes.ops.spec import Caller, OperationDenied
 
 if TYPE_CHECKING:
     from gormes.actors.runs.child_resumption import ChildResumption
@@ -70,7 +73,6 @@ if TYPE_CHECKING:
     from gormes.providers.base import Provider
     from gormes.actors.runs.manager import LiveRun, RunManager
     from gormes.ops.registry import Registry
-    from gormes.ops.spec import Caller
 
 TokenSink = Callable[[Tokens], Awaitable[None]]
 
@@ -117,8 +119,6 @@ def tool_specs(registry: Registry | None, trust: str, allowed: tuple[str, ...] |
 
 def error_text(exc: BaseException) -> str:
     """One line for the log: our own errors as they read, others with their type."""
-    from gormes.errors import GormesError
-
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if isinstance(exc, GormesError) and text:
         return text
@@ -255,8 +255,6 @@ class LiveRunContext(RunIdentity, RunContext):
     def _caller(self) -> Caller:
         """Who the run's tool calls come from (fixed for the run's life)."""
         if self._as_caller is None:
-            from gormes.ops.spec import Caller
-
             self._as_caller = Caller(trust=self.trust, id=self._stream, run_id=self.run_id, job_id=self._run.job_id,
                                      scope=self._run.memory_scope)
         return self._as_caller
@@ -318,8 +316,6 @@ class LiveRunContext(RunIdentity, RunContext):
                 operation, args_text, args_hash, "denied",
                 f"{operation} is not allowed for this run (allowed: {offered})", "ToolNotAllowed", 0,
             )
-        from gormes.events.audit_chain import append_sealed
-        from gormes.ops.spec import OperationDenied
 
         caller = self._caller()
         started = trio.current_time()
@@ -377,9 +373,6 @@ class LiveRunContext(RunIdentity, RunContext):
     ) -> Any:
         """A call refused before the executor would run it: its `run.tool_called`
         and its audit event (a trust decision like any other), in one transaction."""
-        from gormes.events.audit_chain import append_sealed
-        from gormes.ops.executor import refusal_request
-
         executor = self._manager.executor
         if executor is not None:
             audit = executor.refusal(

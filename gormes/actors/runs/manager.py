@@ -53,6 +53,7 @@ from gormes.events.runs import (
 )
 from gormes.events.store import NO_STREAM
 from gormes.ops.spec import narrower
+from gormes.providers import open_provider
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.context import JobContext
@@ -217,8 +218,6 @@ class RunManager:
         provider = self._providers.get(spec)
         if provider is None:
             if self._open_provider is None:
-                from gormes.providers import open_provider
-
                 self._open_provider = open_provider
             provider = self._providers[spec] = self._open_provider(spec)
         return provider

@@ -31,6 +31,7 @@ from gormes.errors import InvalidEventData, UnknownEventType, UserError
 from gormes.events.base import Recorded, UnknownEvent
 from gormes.events.catalog import load_all
 from gormes.events.codec import default_codec
+from gormes.events.open import is_postgres_url
 from gormes.events.run_export import UnknownRun, run_stream_name
 from gormes.events.runs import (
     OBSERVATION_TYPES,
@@ -42,6 +43,7 @@ from gormes.events.runs import (
     RunSuspended,
     RunToolCalled,
 )
+from gormes.events.sqlite_log import SQLiteLog
 
 __all__ = [
     "DatabaseRuns",
@@ -154,15 +156,12 @@ class DatabaseRuns:
     an SQLite file, or a PostgreSQL URL."""
 
     def __init__(self, path: str | Path) -> None:
-        from gormes.events.open import is_postgres_url
-
         load_all()
         if is_postgres_url(path):
             self._log: Any = _postgres_log(str(path))
             self._sql: Any = self._log.sql  # runs the `?` SQL below
             self._sqlite = False
             return
-        from gormes.events.sqlite_log import SQLiteLog
 
         path = Path(path)
         if not path.exists():
@@ -229,6 +228,7 @@ def _sqlite_run_rows(conn: Any, stream: str) -> list[tuple[Any, ...]]:
 
 def _postgres_log(url: str) -> Any:
     """A PostgresLog on an existing gormes schema (nothing is created)."""
+    # Lazy for start-up time: psycopg is loaded only for a PostgreSQL URL.
     from gormes.events.postgres_log import PostgresLog
     from gormes.events.postgres_schema import connect, prepare
 
