@@ -98,7 +98,7 @@ class WriteBatchBase:
         Streams already known (written in this batch, or cached) are left to
         `version`, which finds them without a query."""
         versions, cache = self._versions, self._cache
-        missing = sorted({s for s in streams if s not in cache and s not in versions})
+        missing = list({s for s in streams if s not in cache and s not in versions})
         conn = self.log.sql
         for i in range(0, len(missing), PREFETCH_CHUNK):
             chunk = missing[i : i + PREFETCH_CHUNK]
