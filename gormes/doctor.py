@@ -25,6 +25,10 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from gormes.actors.runs.context import run_handlers as registered_run_handlers
+from gormes.events.catalog import load_all
+from gormes.events.codec import default_codec
+from gormes.events.open import is_postgres_url
 from gormes.health import (
     Check,
     DoctorContext,
@@ -46,6 +50,7 @@ from gormes.health import (
     store,
     workers,
 )
+from gormes.tools.builtin import default_registry
 
 if TYPE_CHECKING:
     from gormes.ops.spec import OperationSpec
@@ -116,20 +121,13 @@ def run_doctor(
     """Run the checks against the database at `path` (an SQLite file, or a
     PostgreSQL URL); the defaults are the real registries, clock and filesystem
     (tests inject their own)."""
-    from gormes.events.catalog import load_all
-    from gormes.events.codec import default_codec
-    from gormes.events.open import is_postgres_url
-
     load_all()
     if operations_ is None:
-        from gormes.tools.builtin import default_registry
-
         operations_ = default_registry().list()
     if run_handlers is None:
-        from gormes.actors.runs.context import run_handlers as registered
-
-        run_handlers = registered
+        run_handlers = registered_run_handlers
     if is_postgres_url(path):
+        # Lazy for start-up time: psycopg is loaded only for a PostgreSQL URL.
         from gormes.events.postgres_schema import redact
 
         backend, database, file = "postgres", redact(str(path)), None

@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from gormes.events.sql_fragments import glob
+from gormes.projections.bookkeeping import _has_table
+
 if TYPE_CHECKING:
     from gormes.events.codec import Codec
     from gormes.ops.spec import OperationSpec
@@ -118,14 +121,10 @@ class Check:
 
 
 def has_table(conn: sqlite3.Connection, name: str) -> bool:
-    from gormes.projections.bookkeeping import _has_table
-
     return _has_table(conn, name)
 
 
 def count_events(conn: sqlite3.Connection, type_glob: str) -> int:
-    from gormes.events.sql_fragments import glob
-
     return conn.execute(f"SELECT count(*) FROM events WHERE {glob(conn, 'type', type_glob)}").fetchone()[0]
 
 

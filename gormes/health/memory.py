@@ -65,6 +65,7 @@ def not_installed(ctx: DoctorContext) -> Verdict | None:
 def check_semantic(ctx: DoctorContext) -> Verdict:
     if (absent := not_installed(ctx)) is not None:
         return absent
+    # Imported once the module is known to be there: a gormes without it still checks the rest.
     from gormes.recall.semantic import SWITCH_ENV, semantic_status
 
     status = semantic_status()

@@ -33,6 +33,7 @@ CONNECT = "check the URL, that the server runs, and that it accepts this user (p
 def open_database(url: str) -> tuple[Any | None, Verdict]:
     """A read-only `PortableConnection` and the `store.schema` verdict; no
     connection when the schema is not one the other checks can read."""
+    # Lazy for start-up time: psycopg is loaded only for a PostgreSQL URL.
     import psycopg
 
     from gormes.errors import NotAGormesDatabase, SchemaTooNew, StoreError

@@ -34,6 +34,7 @@ def not_installed(ctx: DoctorContext) -> Verdict | None:
 
 def probes() -> list[str]:
     """The routing eval phrases `gormes skills check` also uses as conflict probes."""
+    # Imported on use, as in check_skills: a gormes without the skills module still runs.
     from gormes.skillbook import DEFAULT_EVALS_DIR, EVALS_DIR_ENV
     from gormes.skillbook.evals import load_cases
 
@@ -45,6 +46,7 @@ def probes() -> list[str]:
 def check_skills(ctx: DoctorContext) -> Verdict:
     if (absent := not_installed(ctx)) is not None:
         return absent
+    # Imported once the module is known to be there: a gormes without it still checks the rest.
     from gormes.errors import UserError
     from gormes.skillbook import skills_dir
     from gormes.skillbook.loader import load_skills

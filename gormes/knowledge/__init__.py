@@ -24,6 +24,7 @@ from pathlib import Path
 import msgspec
 
 from gormes.errors import UserError
+from gormes.events.sqlite_schema import default_db_path
 from gormes.ops.spec import InvalidOperationInput
 
 ROOT_ENV = "GORMES_KNOWLEDGE_ROOT"
@@ -83,7 +84,6 @@ def default_index_path(root: Path) -> Path:
     from_env = os.environ.get(INDEX_ENV)
     if from_env:
         return Path(from_env)
-    from gormes.events.sqlite_schema import default_db_path
 
     key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
     return default_db_path().parent / "knowledge" / f"{key}.db"

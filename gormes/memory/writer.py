@@ -37,6 +37,7 @@ from gormes.events.memory import (
     memory_stream,
     relationship_id,
 )
+from gormes.projections.memory import ENTITIES, FACTS, RELATIONSHIPS
 
 if TYPE_CHECKING:
     from gormes.events.base import Event
@@ -142,8 +143,6 @@ class MemoryTarget(msgspec.Struct, frozen=True, kw_only=True):
 def find_target(conn: sqlite3.Connection, target_id: str, scope: str | None = None) -> MemoryTarget:
     """Look an id up in the memory projection (facts and relationships by id,
     entities by id within `scope`); `MemoryInputError` if it is not there."""
-    from gormes.projections.memory import ENTITIES, FACTS, RELATIONSHIPS
-
     for table, key, kind in ((RELATIONSHIPS, "relationship_id", "relationship"), (FACTS, "fact_id", "fact")):
         try:
             row = conn.execute(f"SELECT scope, review_state FROM {table} WHERE {key} = ?", (target_id,)).fetchone()
@@ -165,8 +164,6 @@ def require_facts(conn: sqlite3.Connection, fact_ids: Sequence[str], scope: str)
     """Refuse (`MemoryInputError`) a fact id that is not a fact of `scope` in the
     memory projection: a fact may only supersede facts that exist, in its own scope
     (superseding marks the old fact stale wherever it is)."""
-    from gormes.projections.memory import FACTS
-
     for wanted in fact_ids:
         try:
             row = conn.execute(f"SELECT scope FROM {FACTS} WHERE fact_id = ?", (wanted,)).fetchone()

@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 
+from gormes.errors import UserError
 from gormes.events.jobs import Submitter
 from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
 
@@ -99,8 +100,6 @@ def check_priority(caller: Caller, priority: int) -> None:
 
 def max_live_jobs() -> int:
     """The operator's cap on a gateway or child agent's unfinished jobs."""
-    from gormes.errors import UserError
-
     text = os.environ.get(MAX_LIVE_JOBS_ENV, "").strip()
     if not text:
         return DEFAULT_MAX_LIVE_JOBS

@@ -107,6 +107,7 @@ class EventsImported(msgspec.Struct, kw_only=True):
 
 
 def _checked_records(records: list[ImportRecord]) -> list[Any]:
+    # Lazy for start-up time: loaded on first use, not with the registry.
     from gormes.events.jsonl import ParsedLine
 
     if not records:
@@ -123,6 +124,7 @@ def _checked_records(records: list[ImportRecord]) -> list[Any]:
 
 
 async def events_import(ctx: OperationContext, value: EventsImportInput) -> EventsImported:
+    # Lazy for start-up time: loaded on first use, not with the registry.
     from gormes.events import jsonl
 
     lines = _checked_records(value.records)

@@ -20,7 +20,7 @@ import msgspec
 
 from gormes.events.memory import Origin, is_valid_scope
 from gormes.memory.extractor import ExtractResult, extract_run
-from gormes.memory.writer import MemoryWriter, Source
+from gormes.memory.writer import MemoryInputError, MemoryWriter, Source
 from gormes.ops.spec import (
     Caller,
     OperationContext,
@@ -28,6 +28,7 @@ from gormes.ops.spec import (
     OperationSpec,
     OperationUnavailable,
 )
+from gormes.providers import open_provider
 from gormes.recall.api import (
     CROSS_SCOPE_TRUST,
     DEFAULT_K,
@@ -126,8 +127,6 @@ async def memory_recall(ctx: OperationContext, value: RecallInput) -> RecallResu
 
 
 async def memory_remember(ctx: OperationContext, value: RememberInput) -> RememberOutput:
-    from gormes.memory.writer import MemoryInputError
-
     if value.fact is None and value.relation is None:
         raise MemoryInputError("memory.remember: give a fact, a relation, or both")
     scope = bound_scope(ctx.caller, value.scope)
@@ -148,8 +147,6 @@ async def memory_remember(ctx: OperationContext, value: RememberInput) -> Rememb
 
 
 async def memory_extract(ctx: OperationContext, value: ExtractInput) -> ExtractResult:
-    from gormes.providers import open_provider
-
     scope = bound_scope(ctx.caller, value.scope)
     return await extract_run(_store(ctx), open_provider(value.model), value.run_id, scope, ctx.clock())
 

@@ -136,6 +136,7 @@ async def run_start(ctx: OperationContext, value: RunStartInput) -> StartedRun:
 
 
 async def run_fork(ctx: OperationContext, value: RunForkInput) -> StartedRun:
+    # Lazy for start-up time: loaded on first use, not with the registry.
     from gormes.actors.runs.continuation import fork_run
 
     starter = run_starter(ctx)
@@ -147,6 +148,7 @@ async def run_fork(ctx: OperationContext, value: RunForkInput) -> StartedRun:
 
 
 async def run_resume(ctx: OperationContext, value: RunResumeInput) -> StartedRun:
+    # Lazy for start-up time: loaded on first use, not with the registry.
     from gormes.actors.runs.resume import resume_from_outside
 
     starter = run_starter(ctx)

@@ -180,6 +180,7 @@ class RunList(msgspec.Struct, kw_only=True):
 
 
 async def run_list(ctx: OperationContext, value: RunListInput) -> RunList:
+    # Lazy for start-up time: loaded on first use, not with the registry.
     from gormes.projections.runner import ProjectionRunner
     from gormes.projections.runs import TABLE, runs
 
@@ -217,6 +218,7 @@ class RunMessage(msgspec.Struct, kw_only=True):
 
 
 async def run_send(ctx: OperationContext, value: RunSendInput) -> RunMessage:
+    # Lazy for start-up time: loaded on first use, not with the registry.
     from gormes.actors.runs.manager import send_message
 
     await require_acts_for(ctx.caller, _store(ctx), value.run_id, "message")
