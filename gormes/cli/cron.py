@@ -4,9 +4,9 @@ Expressions are five-field cron in UTC (or @hourly, @daily, ...). The daemon
 enqueues each fire once, as trust class `system`; a fire missed while no daemon
 ran is made up once, for the most recent missed time only.
 
-add, pause, resume and remove run the operator-only cron.* operations through
-the audited executor (gormes/tools/cron.py; decision 0019); list reads the
-`schedules` projection.
+add, pause, resume and remove are each one operator-only cron.* operation, run
+through the audited executor (gormes/tools/cron.py; decision 0019), their options
+derived from its input (gormes/cli/derive.py); list reads the `schedules` projection.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
+
+from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
+from gormes.tools import cron as cron_ops
 
 
 def _run(db: Any, work: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
@@ -58,33 +61,14 @@ def cron() -> None:
     """Schedules that submit jobs on cron expressions (UTC), fired by `gormes daemon`."""
 
 
-@cron.command()
-@click.argument("name")
-@click.option("--schedule", required=True, metavar="CRON",
-              help='Five fields, UTC: "*/15 * * * *"; or @hourly, @daily, @weekly, @monthly, @yearly.')
-@click.option("--job", "job_name", required=True, metavar="JOBNAME", help="The job handler's name.")
-@click.option("--data", metavar="JSON", help="The data each job gets (JSON).")
-@click.option("--queue", default="default", show_default=True, metavar="Q")
+@operation_command(cron, "add", spec_named(cron_ops.SPECS, "cron.add"), arguments=("name",), shown={
+    "schedule": Shown(metavar="CRON"), "job": Shown(metavar="JOBNAME"), "data": Shown(metavar="JSON"),
+    "queue": Shown(metavar="Q"),
+})
 @json_option
-@click.pass_obj
-def add(obj: Any, name: str, schedule: str, job_name: str, data: str | None, queue: str, as_json: bool) -> None:
+def add(call: OperatorCall, as_json: bool) -> None:
     """Add schedule NAME."""
-    import msgspec
-
-    from gormes.actors.cron.rules import InvalidSchedule, parse_expression, validate_name
-
-    validate_name(name)
-    parse_expression(schedule)  # before the database is touched
-    value = None
-    if data is not None:
-        try:
-            value = msgspec.json.decode(data)
-        except msgspec.DecodeError as exc:
-            raise InvalidSchedule(f"--data is not JSON: {exc}") from None
-    from gormes.cli.ops import operator_call
-
-    added = operator_call(obj, "cron.add", {"name": name, "schedule": schedule, "job": job_name,
-                                           "data": value, "queue": queue})
+    added = call.run()
     if as_json:
         _echo_json(added)
         return
@@ -124,23 +108,19 @@ def list_(obj: Any, as_json: bool) -> None:
     )
 
 
-def _simple(verb: str, past: str, doc: str) -> click.Command:
-    @click.argument("name")
+def _steer(verb: str, past: str, doc: str) -> None:
     @json_option
-    @click.pass_obj
-    def command(obj: Any, name: str, as_json: bool) -> None:
-        from gormes.cli.ops import operator_call
-
-        state = operator_call(obj, f"cron.{verb}", {"name": name})
+    def command(call: OperatorCall, as_json: bool) -> None:
+        state = call.run()
         if as_json:
             _echo_json(state)
         else:
             click.echo(f"{past} {state.name} (now {state.status})")
 
     command.__doc__ = doc
-    return cron.command(name=verb)(command)
+    operation_command(cron, verb, spec_named(cron_ops.SPECS, f"cron.{verb}"), arguments=("name",))(command)
 
 
-_simple("pause", "paused", "Pause schedule NAME: nothing fires until it is resumed.")
-_simple("resume", "resumed", "Resume schedule NAME; fires that fell due while paused are skipped.")
-_simple("remove", "removed", "Remove schedule NAME (its history stays in the log).")
+_steer("pause", "paused", "Pause schedule NAME: nothing fires until it is resumed.")
+_steer("resume", "resumed", "Resume schedule NAME; fires that fell due while paused are skipped.")
+_steer("remove", "removed", "Remove schedule NAME (its history stays in the log).")

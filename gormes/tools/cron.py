@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from gormes.actors.cron.rules import ScheduleState, next_due
+from gormes.actors.cron.rules import ScheduleState, next_due, parse_expression, validate_name
 from gormes.actors.cron.scheduler import CronBook
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 
@@ -39,10 +39,18 @@ class CronAddInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Add a schedule that submits job `job` on a five-field cron expression (UTC)."""
 
     name: ScheduleName
-    schedule: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    schedule: Annotated[str, msgspec.Meta(
+        min_length=1, max_length=200,
+        description='Five fields, UTC: "*/15 * * * *"; or @hourly, @daily, @weekly, @monthly, @yearly.')]
     job: Annotated[str, msgspec.Meta(min_length=1, description="The job handler's name.")]
-    data: Any = None
-    queue: str = "default"
+    data: Annotated[Any, msgspec.Meta(description="The data each job gets (JSON).")] = None
+    queue: Annotated[str, msgspec.Meta(description="The queue its jobs go to.")] = "default"
+
+    # Checked as the input is decoded, by every door and before anything is opened
+    # (`gormes cron add` refuses a bad expression writing nothing); CronBook.add checks again.
+    def __post_init__(self) -> None:
+        validate_name(self.name)
+        parse_expression(self.schedule)
 
 
 class CronNameInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
