@@ -16,11 +16,16 @@ import sqlite3
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from gormes.out_file import write_under
-from gormes.projections.memory import ENTITIES, FACTS, RELATIONSHIPS
+from gormes.projections.memory import ENTITIES, FACTS, RELATIONSHIPS, memory_projection, read_connection
+from gormes.projections.runner import ProjectionRunner
+
+if TYPE_CHECKING:
+    from gormes.events.store import EventStore
 
 USER_PAGE = "USER.md"
 ENTITY_DIR = "entities"
@@ -198,3 +203,10 @@ def write_mirror(pages: dict[str, str], out: Path) -> MirrorResult:
 
 def mirror(conn: sqlite3.Connection, out: Path) -> MirrorResult:
     return write_mirror(render_pages(*read_memory(conn)), out)
+
+
+async def mirror_store(store: EventStore, out: Path) -> MirrorResult:
+    """`mirror` of what a store's memory holds: its `memory` projection is caught up
+    with the log first (`gormes memory mirror`)."""
+    await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
+    return await store.read_with(lambda log: mirror(read_connection(log), out))

@@ -24,34 +24,40 @@ from gormes.events.memory import (
     Origin,
 )
 from gormes.memory.writer import MemoryTarget, MemoryWriter, Source, find_target, require_facts
-from gormes.tools.memory import Scope, bound_scope
+from gormes.recall.api import DEFAULT_SCOPE
+from gormes.tools.memory import bound_scope
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 
 OPERATOR = frozenset({"operator"})
 
 Text = Annotated[str, msgspec.Meta(min_length=1)]
-Confidence = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-Artifact = Annotated[str, msgspec.Meta(min_length=1, description="The artifact it comes from.")]
+Confidence = Annotated[float, msgspec.Meta(ge=0.0, le=1.0, description="How sure it is, 0 to 1.")]
+Artifact = Annotated[str, msgspec.Meta(min_length=1,
+                                        description="The artifact it comes from (default: the caller's id).")]
+Why = Annotated[str, msgspec.Meta(description="Why.")]
+EntityScope = Annotated[str, msgspec.Meta(description="The entity's scope (entities only).")]
+# The operator names its scope (gormes/tools/memory.py `bound_scope`).
+OwnScope = Annotated[str, msgspec.Meta(description=f"chat:<id> or project:<id>; default {DEFAULT_SCOPE}.")]
 
 
 class AddFactInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Record a fact (trusted: the operator's own)."""
 
     text: Text
-    subject: str | None = None
-    supersedes: list[Text] = []
+    subject: Annotated[str, msgspec.Meta(description="The entity the fact is about.")] | None = None
+    supersedes: Annotated[list[Text], msgspec.Meta(description="A fact this one replaces.")] = []
     artifact: Artifact | None = None
     confidence: Confidence = 1.0
-    scope: Scope | None = None
+    scope: OwnScope | None = None
 
 
 class AddEntityInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Record an entity."""
 
     name: Text
-    kind: Text = "thing"
-    aliases: list[Text] = []
-    scope: Scope | None = None
+    kind: Annotated[str, msgspec.Meta(min_length=1, description="person, project, place, tool...")] = "thing"
+    aliases: Annotated[list[Text], msgspec.Meta(description="Another name.")] = []
+    scope: OwnScope | None = None
 
 
 class RelateInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -62,23 +68,24 @@ class RelateInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     object: Text
     artifact: Artifact | None = None
     confidence: Confidence = 1.0
-    scope: Scope | None = None
+    scope: OwnScope | None = None
 
 
 class ReviewInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Promote or reject an unreviewed relationship or fact."""
 
     id: Text
-    verdict: Literal["promoted", "rejected"]
-    note: str = ""
+    verdict: Annotated[Literal["promoted", "rejected"], msgspec.Meta(
+        description="promoted: it counts in every scope recall may see; rejected: it no longer counts anywhere.")]
+    note: Why = ""
 
 
 class ForgetInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Forget a fact, relationship or entity (`scope`: the entity's, for entities)."""
 
     id: Text
-    reason: str = ""
-    scope: Scope | None = None
+    reason: Why = ""
+    scope: EntityScope | None = None
 
 
 def _writer(ctx: OperationContext) -> MemoryWriter:
