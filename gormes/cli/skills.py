@@ -8,7 +8,8 @@ rewrites files, so it reads ./skills (or the given directory), never the shipped
 
 What records or rewrites (`promote`, `feedback`, `route --run`) runs the
 operator-only skills.* operations through the audited executor
-(gormes/tools/skills_admin.py; decision 0019).
+(gormes/tools/skills_admin.py; decision 0019); `promote` and `feedback` are each
+one operation, their options derived from its input (gormes/cli/derive.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import click
 import msgspec
 
+from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
 from gormes.skillbook import (
     EVALS_DIR_ENV,
     SKILLS_DIR_ENV,
@@ -27,6 +29,7 @@ from gormes.skillbook import (
     operator_skills_dir,
     skills_dir,
 )
+from gormes.tools import skills_admin
 
 skills_dir_option = click.option(
     "--skills-dir", "skills_path", envvar=SKILLS_DIR_ENV, metavar="DIR",
@@ -143,34 +146,28 @@ def route_(obj: Any, phrase: str, skills_path: str | None, candidates: bool, run
         click.echo(f"recorded skill.selected at position {position} for run {run_id}")
 
 
-@skills.command()
-@click.argument("name")
-@skills_dir_option
-@json_option
-@click.pass_obj
-def promote(obj: Any, name: str, skills_path: str | None, as_json: bool) -> None:
-    """Move NAME one status up, only if its evidence holds; records an event and rewrites its front matter."""
-    from gormes.cli.ops import operator_call
+# promote rewrites the skill, so it has no shipped copy to fall back on: ./skills by default.
+SKILLS_DIR = Shown(metavar="DIR", envvar=SKILLS_DIR_ENV, help="Directory of NAME/SKILL.md folders; default ./skills.")
 
-    result = operator_call(obj, "skills.promote", {"name": name, "skills_dir": str(skills_dir(skills_path))})
+
+@operation_command(skills, "promote", spec_named(skills_admin.SPECS, "skills.promote"), arguments=("name",),
+                   shown={"skills_dir": SKILLS_DIR})
+@json_option
+def promote(call: OperatorCall, as_json: bool) -> None:
+    """Move NAME one status up, only if its evidence holds; records an event and rewrites its front matter."""
+    result = call.run()
     if as_json:
         _echo_json(result)
         return
     click.echo(f"{result.skill}: {result.from_status} -> {result.to_status} ({result.file}; event at position {result.position})")
 
 
-@skills.command()
-@click.argument("run_id")
-@click.argument("name")
-@click.argument("verdict", type=click.Choice(["good", "bad"]))
-@click.option("--note", default="", help="What went well or badly.")
+@operation_command(skills, "feedback", spec_named(skills_admin.SPECS, "skills.feedback"),
+                   arguments=("run_id", "skill", "verdict"))
 @json_option
-@click.pass_obj
-def feedback(obj: Any, run_id: str, name: str, verdict: str, note: str, as_json: bool) -> None:
-    """Say how skill NAME served run RUN_ID (good or bad)."""
-    from gormes.cli.ops import operator_call
-
-    recorded = operator_call(obj, "skills.feedback", {"run_id": run_id, "skill": name, "verdict": verdict, "note": note})
+def feedback(call: OperatorCall, as_json: bool) -> None:
+    """Say how skill SKILL served run RUN_ID (good or bad)."""
+    recorded = call.run()
     if as_json:
         _echo_json(recorded)
         return

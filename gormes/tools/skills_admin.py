@@ -50,7 +50,7 @@ class FeedbackInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     run_id: Name
     skill: Name
     verdict: Literal["good", "bad"]
-    note: str = ""
+    note: Annotated[str, msgspec.Meta(description="What went well or badly.")] = ""
 
 
 class FeedbackRecorded(msgspec.Struct, kw_only=True):
