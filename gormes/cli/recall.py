@@ -1,7 +1,8 @@
 """`gormes recall QUERY`: what memory holds about a query, with scores and reasons.
 
-It runs the `memory.recall` operation as the operator (audited like any call),
-after bringing the memory projection up to date.
+It runs the `memory.recall` operation as the operator through the audited door
+(gormes/cli/ops.py; audited like any call), which brings the memory projection up
+to date first.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 import click
 
-from gormes.recall.api import DEFAULT_K, DEFAULT_SCOPE, MODES
+from gormes.recall.api import DEFAULT_K, DEFAULT_SCOPE, MAX_K, MODES
 
 SCOPE_ENV = "GORMES_SCOPE"
 
@@ -18,7 +19,7 @@ SCOPE_ENV = "GORMES_SCOPE"
 @click.command()
 @click.argument("query")
 @click.option("--mode", type=click.Choice(MODES), default="fused", show_default=True, help="How to rank.")
-@click.option("--k", type=click.IntRange(1, 1000), default=DEFAULT_K, show_default=True, help="How many results.")
+@click.option("--k", type=click.IntRange(1, MAX_K), default=DEFAULT_K, show_default=True, help="How many results.")
 @click.option("--scope", envvar=SCOPE_ENV, default=DEFAULT_SCOPE, show_default=True, metavar="SCOPE",
               help="chat:<id> or project:<id> to recall in (env GORMES_SCOPE).")
 @click.option("--cross-scope", is_flag=True, help="Recall across every scope (trusted and promoted items of others).")
@@ -27,23 +28,15 @@ SCOPE_ENV = "GORMES_SCOPE"
 def recall(obj: Any, query: str, mode: str, k: int, scope: str, cross_scope: bool, as_json: bool) -> None:
     """Recall memory for QUERY: facts and relationships, each with its score per mode and why."""
     import msgspec
-    import trio
 
-    from gormes.events.open import open_store
-    from gormes.tools.builtin import default_registry
-    from gormes.ops.executor import Executor
-    from gormes.ops.spec import Caller
-    from gormes.recall.api import RecallResult, check_request
+    from gormes.cli.ops import operator_call
+    from gormes.recall.api import check_request
 
+    # The operation checks the request too; checked here first, a bad one (an empty
+    # query: what the input type's own check would name less plainly) opens nothing.
     check_request(query, mode=mode, k=k, scope=scope, cross_scope=cross_scope, trust="operator")
-
-    async def main() -> RecallResult:
-        async with open_store(obj.target) as store:  # an SQLite file or a PostgreSQL URL
-            executor = Executor(default_registry(), store)
-            args = {"query": query, "mode": mode, "k": k, "scope": scope, "cross_scope": cross_scope}
-            return await executor.call("memory.recall", args, Caller(trust="operator", id="cli"))
-
-    result = trio.run(main)
+    args = {"query": query, "mode": mode, "k": k, "scope": scope, "cross_scope": cross_scope}
+    result = operator_call(obj, "memory.recall", args, jobs=False)
     if as_json:
         click.echo(msgspec.json.encode(result).decode())
         return
