@@ -8,22 +8,24 @@ same state and rebuilding the ledger gives the same rows.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
 from gormes.events.base import Event
 
+# Each vocabulary is written once, as the Literal the events are typed with; the
+# tuples are read off it (the CLI's choices and the dashboard import these).
 Status = Literal[
     "waiting", "delayed", "active", "paused", "waiting-children",
     "completed", "failed", "dead", "cancelled",
 ]
+STATUSES: tuple[str, ...] = get_args(Status)
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "dead", "cancelled"})
-STATUSES: tuple[str, ...] = (
-    "waiting", "delayed", "active", "paused", "waiting-children",
-    "completed", "failed", "dead", "cancelled",
-)
 ChildPolicy = Literal["fail_parent", "remove_dep", "ignore", "continue"]
+POLICIES: tuple[str, ...] = get_args(ChildPolicy)
+BackoffKind = Literal["exponential", "fixed"]
+BACKOFF_KINDS: tuple[str, ...] = get_args(BackoffKind)
 ChildOutcome = Literal["complete", "failed", "dead", "cancelled", "timeout"]
 TranscriptKind = Literal["log", "tool_call", "llm_turn", "error"]
 
@@ -46,7 +48,7 @@ class Backoff(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Retry delay: exponential is `2^(n-1) x delay_ms`, fixed is `delay_ms`; +-jitter
     (never more than MAX_DELAY_MS)."""
 
-    kind: Literal["exponential", "fixed"] = "exponential"
+    kind: BackoffKind = "exponential"
     delay_ms: int = 1000
     jitter: float = 0.2
 

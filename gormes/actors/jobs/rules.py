@@ -14,9 +14,10 @@ from typing import Any
 import msgspec
 
 from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobState, LockLost
+from gormes.actors.jobs.vocabulary import OPTION_BOUNDS, option_value
 from gormes.events.base import Event
 from gormes.events.jobs import (
-    MAX_ATTEMPTS, MAX_CHILDREN, MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_WAITING, PRIORITY_RANGE,
+    MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH,
     Backoff, ChildOutcome, ChildPolicy, JobAwaitingChildren, JobCancelled, JobChildAdded,
     JobChildDone, JobChildrenSettled, JobClaimed, JobCompleted, JobFailed, JobInboxRead,
     JobLeaseRenewed, JobMessageSent, JobOptions, JobPaused, JobProgressed, JobPromoted,
@@ -25,7 +26,6 @@ from gormes.events.jobs import (
 )
 
 FAILING_OUTCOMES = frozenset({"failed", "dead", "timeout"})
-MAX_STALLED_RANGE = (1, 100)
 
 
 class Command(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,14 +164,11 @@ def parse_options(options: JobOptions | Mapping[str, Any] | None) -> JobOptions:
 
 
 def validate_options(options: JobOptions) -> JobOptions:
-    """Refuse values out of range (the bounds in gormes/events/jobs.py); clamp
-    max_stalled to 1..100."""
+    """Refuse values out of range (`vocabulary.OPTION_BOUNDS`); clamp the ones
+    whose range clamps (max_stalled to 1..100)."""
     def need(ok: bool, message: str) -> None:
         if not ok:
             raise InvalidJob(f"invalid job options: {message}")
-
-    def within(value: int | None, low: int, high: int, name: str) -> None:
-        need(value is None or low <= value <= high, f"{name} must be between {low} and {high}")
 
     def short(text: str | None, most: int, name: str) -> None:
         need(text is None or len(text) <= most, f"{name} must be at most {most} characters")
@@ -179,24 +176,21 @@ def validate_options(options: JobOptions) -> JobOptions:
     need(bool(options.queue.strip()), "queue must not be empty")
     short(options.queue, MAX_NAME_LENGTH, "queue")
     short(options.parent_id, MAX_NAME_LENGTH, "parent_id")
-    within(options.priority, *PRIORITY_RANGE, "priority")
-    within(options.delay_ms, 0, MAX_DELAY_MS, "delay_ms")
-    within(options.max_attempts, 1, MAX_ATTEMPTS, "max_attempts")
-    b = options.backoff
-    within(b.delay_ms, 0, MAX_DELAY_MS, "backoff delay_ms")
-    need(0.0 <= b.jitter <= 1.0, "backoff jitter must be between 0 and 1")
-    within(options.timeout_ms, 1, MAX_DELAY_MS, "timeout_ms")
-    within(options.max_children, 0, MAX_CHILDREN, "max_children")
-    within(options.max_waiting, 1, MAX_WAITING, "max_waiting")
+    for field, bounds in OPTION_BOUNDS.items():
+        if not bounds.clamped:
+            name = field.replace(".", " ")
+            need(bounds.holds(option_value(options, field)),
+                 f"{name} must be between {bounds.low} and {bounds.high}")
     need(
         options.idempotency_key is None or bool(options.idempotency_key.strip()),
         "idempotency_key must not be empty",
     )
     short(options.idempotency_key, MAX_KEY_LENGTH, "idempotency_key")
-    low, high = MAX_STALLED_RANGE
-    clamped = min(max(options.max_stalled, low), high)
-    if clamped != options.max_stalled:
-        options = msgspec.structs.replace(options, max_stalled=clamped)
+    for field, bounds in OPTION_BOUNDS.items():
+        if bounds.clamped:  # a top-level field (max_stalled)
+            value = option_value(options, field)
+            if bounds.clamp(value) != value:
+                options = msgspec.structs.replace(options, **{field: bounds.clamp(value)})
     return options
 
 

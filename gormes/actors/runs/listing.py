@@ -7,9 +7,11 @@ first, filtered, each run with no end marked with what became of its process.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
-RUN_STATUSES = ("running", "suspended", "completed", "failed", "cancelled")
+from gormes.events.runs import RunStatus
+
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)  # the Literal run events are typed with
 
 
 async def list_runs(store: Any, **filters: Any) -> list[dict[str, Any]]:

@@ -21,14 +21,14 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from gormes.events.runs import RunProcess
+from gormes.events.runs import RUN_TERMINAL, RunProcess, RunStatus
 
 ProcessState = Literal["alive", "gone", "elsewhere"]
 
 # A run in these has no end yet: its process is what could still record one.
-OPEN_STATUSES = ("running", "suspended")
+OPEN_STATUSES: tuple[str, ...] = tuple(s for s in get_args(RunStatus) if s not in RUN_TERMINAL)
 
 # psutil's start times come from the boot time plus clock ticks: equal within a boot
 # to well under this, while a reused pid starts later by at least the time it took
