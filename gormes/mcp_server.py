@@ -20,7 +20,7 @@ result with `isError: true` and one line naming the error.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 import msgspec
@@ -30,6 +30,9 @@ from mcp.server.stdio import stdio_server
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry, wire_name
 from gormes.ops.spec import TRUST_CLASSES, Caller, OperationSpec
+
+if TYPE_CHECKING:
+    from gormes.events.store import EventStore
 
 SERVER_NAME = "gormes"
 DEFAULT_TRUST = "gateway"
@@ -99,7 +102,7 @@ def build_server(executor: Executor, trust: str) -> Server[Any]:
 
 
 async def serve_stdio(
-    store: Any, *, registry: Registry, trust: str = DEFAULT_TRUST, workspace: Path | None = None
+    store: EventStore, *, registry: Registry, trust: str = DEFAULT_TRUST, workspace: Path | None = None
 ) -> None:
     """Serve over stdin/stdout until the client closes the connection."""
     from gormes.actors.jobs.queue import JobQueue

@@ -24,6 +24,7 @@ from gormes.ops.spec import TRUST_CLASSES
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.queue import JobQueue
+    from gormes.events.store import EventStore
     from gormes.ops.executor import Executor
     from gormes.tools.run_admin import RunStarter
 
@@ -70,7 +71,7 @@ def operator_session(
 
 
 def operator_door(
-    store: Any, queue: JobQueue | None = None, *, workspace: Path | str | None = None,
+    store: EventStore, queue: JobQueue | None = None, *, workspace: Path | str | None = None,
     runs: RunStarter | None = None,
 ) -> OperatorDoor:
     """The operator's door on an open store: `queue` (None: the job operations are

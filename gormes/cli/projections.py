@@ -30,8 +30,8 @@ def status(obj, as_json: bool) -> None:
 
         async def read() -> list:
             async with open_store(obj.url, readonly=True) as store:
-                return await store.read_with(
-                    lambda log: read_status(log.sql, [(p.name, p.version) for p in known])
+                return await store.read_sql(
+                    lambda conn: read_status(conn, [(p.name, p.version) for p in known])
                 )
 
         statuses = trio.run(read)

@@ -34,7 +34,7 @@ from gormes.events.base import UnknownEvent
 from gormes.events.codec import Codec
 from gormes.events.postgres_sql import iter_rows
 from gormes.events.sql_fragments import text_order
-from gormes.events.store import AppendRequest, AppendResult
+from gormes.events.store import AppendRequest, AppendResult, EventStore, Transaction
 
 GENESIS = "0" * 64  # the `prev` of a day's first sealed record
 
@@ -92,7 +92,7 @@ class _Heads:
         self.batch: object | None = None
         self.pending: dict[str, Head] = {}
 
-    def known(self, tx: Any, stream: str, version: int) -> Head | None:
+    def known(self, tx: Transaction, stream: str, version: int) -> Head | None:
         batch = tx.commit_group
         if batch is not self.batch:
             self.batch, self.pending = batch, {}
@@ -114,7 +114,7 @@ _heads: weakref.WeakKeyDictionary[Any, _Heads] = weakref.WeakKeyDictionary()
 
 
 def seal(
-    tx: Any, stream: str, events: Sequence[Any], known: Head | None = None
+    tx: Transaction, stream: str, events: Sequence[Any], known: Head | None = None
 ) -> tuple[AppendResult, Head]:
     """Seal `events` (OperationAudited) onto `stream` inside transaction `tx`,
     chained to the stream's last record; returns the append and the new head.
@@ -133,7 +133,7 @@ def seal(
     return result, (result.version, prev)
 
 
-def _prev_of(tx: Any, stream: str, version: int, known: Head | None) -> str:
+def _prev_of(tx: Transaction, stream: str, version: int, known: Head | None) -> str:
     if version == 0:
         return GENESIS
     if known is not None and known[0] == version:
@@ -145,7 +145,7 @@ def _prev_of(tx: Any, stream: str, version: int, known: Head | None) -> str:
 
 
 async def append_sealed(
-    store: Any, audit: AppendRequest, also: Iterable[AppendRequest] = ()
+    store: EventStore, audit: AppendRequest, also: Iterable[AppendRequest] = ()
 ) -> list[AppendResult]:
     """Seal and append the audit request, and append `also` (a run's record of the
     same call), in one transaction. Returns the audit's result, then `also`'s."""
@@ -156,7 +156,7 @@ async def append_sealed(
     others = list(also)
     stream = audit.stream
 
-    def write(tx: Any) -> tuple[list[AppendResult], Head]:
+    def write(tx: Transaction) -> tuple[list[AppendResult], Head]:
         result, head = seal(tx, stream, audit.events, heads.known(tx, stream, tx.stream_version(stream)))
         results = [result, *(tx.append(r.stream, r.events, r.expected_version) for r in others)]
         heads.sealed(stream, head)

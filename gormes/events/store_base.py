@@ -199,12 +199,6 @@ class GroupCommitCalls:
         return await wait_task_rescheduled(req.abandon)
 
 
-def sql_connection(log: Any) -> Any:
-    """The connection `?` SQL runs on, of a store's read connection `log` (what
-    `read_with` hands its function): `log.sql` (see `LogBase`)."""
-    return log.sql
-
-
 class Changes:
     """Wakes followers when the log grows, in this process or any other.
 
@@ -244,8 +238,8 @@ class LogReads:
 
     async def read_sql(self, fn: Callable[[Any], T]) -> T:
         """`read_with`, handing `fn` the connection `?` SQL runs on on either
-        database (`sql_connection`)."""
-        return await self.read_with(lambda log: fn(sql_connection(log)))
+        database (`log.sql`, see `LogBase`)."""
+        return await self.read_with(lambda log: fn(log.sql))
 
     async def head(self) -> int:
         return await self.read_with(lambda r: r.head())

@@ -28,6 +28,7 @@ from gormes.memory.writer import Source, entity_event, fact_events, relationship
 
 if TYPE_CHECKING:
     from gormes.events.base import Event, Recorded
+    from gormes.events.store import EventStore
 
 EXTRACTOR_VERSION = "memory-extractor/1"
 UNTRUSTED = "gateway"
@@ -160,7 +161,7 @@ class ExtractResult(msgspec.Struct, frozen=True, kw_only=True):
     unreviewed: int  # relationships and facts held for review (untrusted text)
 
 
-async def extract_run(store: Any, provider: Provider, run_id: str, scope: str, now: float) -> ExtractResult:
+async def extract_run(store: EventStore, provider: Provider, run_id: str, scope: str, now: float) -> ExtractResult:
     """Read run `run_id`, ask `provider` for observations, append them to `memory-<scope>`."""
     from gormes.events.memory import (
         MemoryFactRecorded,

@@ -21,12 +21,15 @@ import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from gormes.projections import bookkeeping
 from gormes.projections.runner import Progress, Projection, ProjectionRunner
+
+if TYPE_CHECKING:
+    from gormes.events.store import EventStore, Transaction
 
 ProgressFor = Callable[[Projection], Progress | None]
 EXAMPLES = 5
@@ -83,12 +86,12 @@ async def rebuild(
     that runs on SQLite only is refused with a `ProjectionError` before anything
     is written."""
     from gormes.events.open import open_store
-    from gormes.events.postgres_sql import POSTGRES, dialect_of
+    from gormes.events.postgres_sql import POSTGRES
     from gormes.projections import ledger
 
     results = []
     async with open_store(db) as store:
-        postgres = dialect_of(store) == POSTGRES
+        postgres = store.dialect == POSTGRES
         runners = {
             p.name: ProjectionRunner(store, p)
             for p in projections if not (postgres and p.name == ledger.NAME)
@@ -216,6 +219,7 @@ def _snapshot_postgres(
     """In one REPEATABLE READ transaction: each projection's (built version, tracked
     position), its live tables copied into `scratch` as `live__<table>`, and the
     log copied into `scratch`'s events table."""
+    from gormes.events.log_sql import COLUMNS
     from gormes.events.postgres_sql import PortableConnection
 
     found: dict[str, tuple[int | None, int]] = {}
@@ -229,18 +233,17 @@ def _snapshot_postgres(
                 if _pg_columns(conn, live, table):
                     conn.execute(f"CREATE TABLE {_quote(scratch)}.{_quote(_LIVE_PREFIX + table)} AS "
                                  f"SELECT * FROM {_quote(live)}.{_quote(table)}")
-        columns = "position, stream, version, type, type_version, data, recorded_at"
-        conn.execute(f"INSERT INTO {_quote(scratch)}.events({columns}) "
-                     f"SELECT {columns} FROM {_quote(live)}.events")
+        conn.execute(f"INSERT INTO {_quote(scratch)}.events({COLUMNS}) "
+                     f"SELECT {COLUMNS} FROM {_quote(live)}.events")
     return found
 
 
-async def _rebuild_ledger_postgres(store: Any, position: int) -> None:
+async def _rebuild_ledger_postgres(store: EventStore, position: int) -> None:
     """The job ledger, folded afresh from the log up to `position` (it is kept
     inline with appends on the live schema, so it has no runner of its own)."""
     from gormes.projections import ledger, ledger_postgres
 
-    def run(tx: Any) -> None:
+    def run(tx: Transaction) -> None:
         ledger_postgres.set_up(tx.conn, ledger.NAME, ledger.VERSION)
         tx.execute("SELECT 1")
         ledger.reset(tx.conn)

@@ -49,6 +49,8 @@ from gormes.projections.schema import Index, Schema, Table
 if TYPE_CHECKING:
     import sqlite_utils
 
+    from gormes.events.store import EventLog
+
 ENTITIES = "memory_entities"
 RELATIONSHIPS = "memory_relationships"
 FACTS = "memory_facts"
@@ -174,12 +176,11 @@ def upserts(dialect: str) -> tuple[str, str, str]:
 
 _aliases_encoder = msgspec.json.Encoder()
 
-def read_connection(log: object) -> sqlite3.Connection:
+def read_connection(log: EventLog) -> sqlite3.Connection:
     """What memory's readers (recall, mirror, find_target) take from a store's
-    `read_with` log: the PortableConnection on PostgreSQL (`?` SQL), else sqlite3."""
-    from gormes.events.store_base import sql_connection
-
-    return sql_connection(log)  # type: ignore[no-any-return]
+    `read_with` log: `log.sql`, the connection `?` SQL runs on (a PortableConnection
+    on PostgreSQL); `store.read_sql` hands it over directly."""
+    return log.sql  # type: ignore[no-any-return]
 
 
 def _provenance_values(p: Provenance) -> tuple[object, ...]:

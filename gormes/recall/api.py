@@ -41,7 +41,7 @@ import msgspec
 from gormes.errors import UserError
 
 if TYPE_CHECKING:
-    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.events.store import EventStore
 
 Mode = Literal["lexical", "graph", "semantic", "fused"]
 MODES: tuple[str, ...] = ("lexical", "graph", "semantic", "fused")
@@ -207,7 +207,7 @@ def recall(
 
 
 async def recall_in_store(
-    store: SQLiteEventStore,
+    store: EventStore,
     query: str,
     *,
     mode: Mode | str = "fused",
@@ -219,14 +219,14 @@ async def recall_in_store(
 ) -> RecallResult:
     """`recall` over a store: brings the `memory` projection up to the log's head
     first (read-your-writes), then reads in a worker thread."""
-    from gormes.projections.memory import memory_projection, read_connection
+    from gormes.projections.memory import memory_projection
     from gormes.projections.runner import ProjectionRunner
 
     check_request(query, mode=mode, k=k, scope=scope, cross_scope=cross_scope, trust=trust)
     await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
-    return await store.read_with(  # PostgreSQL: the log's PortableConnection (`?` SQL)
-        lambda log: recall(read_connection(log), query, mode=mode, k=k, scope=scope, cross_scope=cross_scope,
-                           trust=trust, now=now)
+    return await store.read_sql(
+        lambda conn: recall(conn, query, mode=mode, k=k, scope=scope, cross_scope=cross_scope,
+                            trust=trust, now=now)
     )
 
 

@@ -12,7 +12,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import yaml
@@ -22,6 +22,9 @@ from gormes.skillbook.errors import PromotionRefused, UnknownSkill
 from gormes.skillbook.loader import load_skills
 from gormes.skillbook.model import LADDER, FrontMatter, Skill
 from gormes.skillbook.validator import check, status_problem
+
+if TYPE_CHECKING:
+    from gormes.events.store import EventStore
 
 
 class PromotionPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,7 +85,7 @@ def evidence_notes(meta: FrontMatter) -> tuple[EvidenceNote, ...]:
     )
 
 
-async def promote(root: Path, name: str, store: Any, today: datetime.date) -> PromotionResult:
+async def promote(root: Path, name: str, store: EventStore, today: datetime.date) -> PromotionResult:
     """Check the skills, plan the promotion, then write the file and the event.
 
     The new file is written beside the old one first and renamed over it only once

@@ -5,7 +5,7 @@ projection (gormes/projections/skill_usage.py) joins them with the run's outcome
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -18,6 +18,9 @@ from gormes.events.skills import (
 )
 from gormes.skillbook.errors import SkillsError
 from gormes.skillbook.resolver import Match
+
+if TYPE_CHECKING:
+    from gormes.events.store import EventStore
 
 
 class UnknownRun(SkillsError):
@@ -38,7 +41,7 @@ class UsageRow(msgspec.Struct, frozen=True, kw_only=True):
     feedback_note: str | None
 
 
-async def require_run(store: Any, run_id: str) -> None:
+async def require_run(store: EventStore, run_id: str) -> None:
     if not await store.read_stream(run_stream(run_id)):
         raise UnknownRun(f"no run {run_id!r} in this database")
 
@@ -49,7 +52,7 @@ def selection_event(run_id: str, match: Match, phrase: str | None) -> SkillSelec
     )
 
 
-async def record_selections(store: Any, run_id: str, matches: list[Match], phrase: str | None) -> list[int]:
+async def record_selections(store: EventStore, run_id: str, matches: list[Match], phrase: str | None) -> list[int]:
     """Append one `skill.selected` per match (each on its skill's stream); their positions."""
     positions = []
     for match in matches:
@@ -58,7 +61,7 @@ async def record_selections(store: Any, run_id: str, matches: list[Match], phras
     return positions
 
 
-async def record_feedback(store: Any, run_id: str, skill: str, verdict: FeedbackVerdict, note: str = "") -> int:
+async def record_feedback(store: EventStore, run_id: str, skill: str, verdict: FeedbackVerdict, note: str = "") -> int:
     await require_run(store, run_id)
     appended = await store.append(
         skill_stream(skill), [SkillFeedback(run_id=run_id, skill=skill, verdict=verdict, note=note)]
@@ -66,7 +69,7 @@ async def record_feedback(store: Any, run_id: str, skill: str, verdict: Feedback
     return appended.last_position
 
 
-async def read_usage(store: Any, skill: str | None = None) -> list[UsageRow]:
+async def read_usage(store: EventStore, skill: str | None = None) -> list[UsageRow]:
     """The `skill_usage` rows, brought up to date with the log first."""
     from gormes.projections.runner import ProjectionRunner
     from gormes.projections.skill_usage import TABLE, skill_usage

@@ -10,10 +10,13 @@ words, and a read would show what that run recalled in a scope it may not read.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gormes.events.runs import RunStarted, run_stream
 from gormes.ops.spec import Caller, OperationDenied
+
+if TYPE_CHECKING:
+    from gormes.events.store import EventStore
 
 SEES_EVERY_RUN = frozenset({"operator", "system"})
 
@@ -27,7 +30,7 @@ def acts_for(caller: Caller, started: RunStarted) -> bool:
     return started.trust == caller.trust and started.scope == bound_scope(caller, None)
 
 
-async def require_acts_for(caller: Caller, store: Any, run_id: str, what: str) -> None:
+async def require_acts_for(caller: Caller, store: EventStore, run_id: str, what: str) -> None:
     """Refuse a caller that may not `what` run `run_id`; an unknown run is left to
     the operation (it says so in its own words)."""
     if caller.trust in SEES_EVERY_RUN:
