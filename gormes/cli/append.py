@@ -28,6 +28,7 @@ from gormes.cli.params import POSITION
 def append(obj, stream: str, type_: str, data: str, expected_version: int | None,
            as_json: bool) -> None:
     """Append one event of TYPE to STREAM (see `gormes types` for the types)."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli import output
     from gormes.cli.ops import operator_session
     from gormes.errors import UserError
@@ -60,6 +61,7 @@ def append(obj, stream: str, type_: str, data: str, expected_version: int | None
 def check_well_formed(data: str, type_: str) -> None:
     """Refuse text that is not JSON before the database is opened. Text nested
     too deep is left to events.append, which refuses it unread (and audits it)."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import msgspec
 
     from gormes.events.json_nesting import nesting_depth_over

@@ -24,6 +24,7 @@ def audit() -> None:
 def export(obj: Any, since: str | None, until: str | None, kinds: tuple[str, ...], out_path: str | None) -> None:
     """Write audit events as JSON lines (schema: docs/audit.md), from an SQLite
     file or a PostgreSQL schema (read in one READ ONLY transaction)."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import time
 
     from gormes.audit_export import AuditExport, make_filter, read_audit, write_lines
@@ -61,6 +62,7 @@ def verify(obj: Any, since: str | None, as_json: bool) -> int:
     """Recompute every day's audit hash chain and report the first break of each
     day: exit 0 when every chain is intact, 1 when one is broken. Anchor the heads
     that --json prints elsewhere to catch a cut-off tail too."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from datetime import date
 
     import msgspec
@@ -100,10 +102,12 @@ def _open(obj: Any) -> Any:
     """A read-only connection that runs the export's `?` SQL: sqlite3's, or a
     PortableConnection on a read-only PostgreSQL session."""
     if obj.url is not None:
+        # Lazy for start-up time: loaded when the command runs, not for its --help.
         from gormes.events.postgres_schema import connect_read_only
         from gormes.events.postgres_sql import PortableConnection
 
         return PortableConnection(connect_read_only(obj.url, application_name="gormes audit"))
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.events.sqlite_log import SQLiteLog
 
     return SQLiteLog(obj.db, readonly=True, create=False).conn

@@ -49,6 +49,7 @@ def daemon(ctx: click.Context, config_path: Path | None, log_format: str, **opti
     WATCHDOG=1, STOPPING=1, RELOADING=1. SIGHUP reloads settings and handler
     modules; SIGTERM drains (a second SIGTERM releases in-flight jobs at once).
     """
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.daemon import Daemon, HandlerLoader, load_settings
     from gormes.logging_setup import setup_logging
     from gormes.systemd import Notifier

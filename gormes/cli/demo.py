@@ -13,6 +13,7 @@ def demo(obj) -> None:
     Writes to the database given by --db (`make demo` uses a fresh .demo/gormes.db;
     a PostgreSQL URL works too).
     """
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
     from gormes.demo import main

@@ -21,6 +21,7 @@ MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 @click.pass_obj
 def doctor(obj: Any, as_json: bool, offline: bool, imports: tuple[str, ...]) -> None:
     """Check the database, projections, queue, workers, operations, replay and disk."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import msgspec
 
     from gormes.actors.jobs.handlers import import_handlers

@@ -31,6 +31,7 @@ def eval_() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def skills(skills_path: str | None, evals_path: str | None, as_json: bool) -> None:
     """Route every eval phrase and report accuracy and confusion pairs; exit 1 below 100%."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli.skills import load_strict
     from gormes.skillbook.errors import EvalFileError
     from gormes.skillbook.evals import load_cases, run_evals
@@ -69,6 +70,7 @@ def recall(obj: Any, fixtures_path: str | None, modes: str, k: int, as_json: boo
 
     The scratch database is a temp SQLite file; with `--db postgresql://...`, a
     scratch schema in that PostgreSQL database (dropped afterwards)."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
     from gormes.events.catalog import load_all

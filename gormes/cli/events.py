@@ -28,6 +28,7 @@ def events(obj, streams: tuple[str, ...], types: tuple[str, ...], after: int,
     version, type, schema_version, recorded_at (Unix seconds) and data (the
     event's fields as stored). Without it, a table.
     """
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli import output
     from gormes.cli.postgres_log import database_url, read_pages
     from gormes.events import jsonl
@@ -58,6 +59,7 @@ def events(obj, streams: tuple[str, ...], types: tuple[str, ...], after: int,
               help="One JSON object per line: type, schema_version, class, fields.")
 def types(as_json: bool) -> None:
     """List the event types this gormes knows, with their fields."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import msgspec
 
     from gormes.cli import output

@@ -30,6 +30,7 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
     is reported by number. A line's 'version', when present,
     must follow its stream's current version, so an export is not imported twice.
     """
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli import output
     from gormes.events.json_nesting import checked_lines
     from gormes.errors import UserError
@@ -48,6 +49,7 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
             raise UserError(f"cannot read {source}: {exc.strerror}") from None
     if not parsed:
         raise UserError(f"{source} holds no events")
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli.ops import operator_call
     from gormes.tools.log_admin import EventsImportInput, ImportRecord
 
@@ -66,6 +68,7 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
 
 def _read_run(target, run_id: str, children: bool):
     """The run's records from the PostgreSQL store `target` names, read-only."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
     from gormes.events import run_export
@@ -100,6 +103,7 @@ def export(obj, run_id: str | None, children: bool, after: int, types: tuple[str
     terminal, a progress bar on stderr shows how far a large export has got. With RUN: that run's events only (its
     subagents' too with --children), for `gormes import` or `gormes replay --file`.
     """
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.events import jsonl
 
     if run_id is not None or children:
@@ -120,6 +124,7 @@ def export(obj, run_id: str | None, children: bool, after: int, types: tuple[str
 
 
 def _export_run(obj, run_id, children, after, types, streams, out) -> None:
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.errors import UserError
     from gormes.events import jsonl, run_export
 
@@ -144,6 +149,7 @@ def _export_run(obj, run_id, children, after, types, streams, out) -> None:
 
 
 def _export_to_file(log, path: Path, after, types, streams, head, on_page) -> None:
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.events import jsonl
 
     with out_file.replacing(path) as out:

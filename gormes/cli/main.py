@@ -72,6 +72,7 @@ class Config:
     """What every command gets from the global options."""
 
     def __init__(self, db: str | None) -> None:
+        # Lazy for start-up time: `gormes --help` loads click and this module only.
         from gormes.events.sqlite_schema import default_db_path
 
         # A postgresql:// URL is kept as given (a Path would fold its `//`).
@@ -85,6 +86,7 @@ class Config:
         With a PostgreSQL URL this refuses in one line: taken for a path, the URL
         would become a new SQLite file under a directory named `postgresql:`."""
         if self.url is not None:
+            # Lazy for start-up time: `gormes --help` loads click and this module only.
             from gormes.errors import UserError
 
             ctx = click.get_current_context(silent=True)
@@ -144,6 +146,7 @@ def _error_line(exc: BaseException) -> tuple[str, int] | None:
     decoded is bad input, exit 2. psycopg is looked up by module, not imported."""
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return _error_line(exc.exceptions[0])
+    # Lazy for start-up time: `gormes --help` loads click and this module only.
     from gormes.errors import GormesError
 
     if isinstance(exc, GormesError):
@@ -163,6 +166,7 @@ def _error_line(exc: BaseException) -> tuple[str, int] | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Lazy for start-up time: `gormes --help` loads click and this module only.
     from gormes.errors import GormesError
     from gormes.printable import guard_standard_streams
 

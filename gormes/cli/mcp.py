@@ -23,6 +23,7 @@ from gormes.ops.spec import TRUST_CLASSES
 @click.pass_obj
 def mcp(obj: Any, trust: str, workspace: str | None) -> None:
     """Serve the prompt-visible operations as MCP tools over stdin/stdout."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import anyio
 
     from gormes.events.open import open_store

@@ -26,6 +26,7 @@ def migrate(source: str, target: str, batch: int, as_json: bool) -> None:
     of the source, in which case the copy continues after them. Projections are
     not copied: they rebuild from the log.
     """
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import msgspec
 
     from gormes.errors import UserError

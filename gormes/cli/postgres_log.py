@@ -32,6 +32,7 @@ def read_pages(
     limit: int | None = None,
 ) -> list[list]:
     """Pages of stored events (data kept as stored text), as of the head when read."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
     from gormes.events.jsonl import STORED_JSON

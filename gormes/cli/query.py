@@ -113,6 +113,7 @@ class Stopper:
 
     def error(self) -> BaseException | None:
         """What the statement's "interrupted" error means, if this stopped it."""
+        # Lazy for start-up time: loaded when the command runs, not for its --help.
         from gormes.errors import QueryTimedOut
 
         if self.interrupted:
@@ -143,6 +144,7 @@ def stoppable(conn: sqlite3.Connection, timeout: float) -> Iterator[Stopper]:
 
 def open_read_only(path: Path) -> tuple[sqlite3.Connection, ReadOnlyGuard]:
     """Open an existing gormes database so that nothing can write through it."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.errors import StoreError
     from gormes.events.sqlite_schema import check_file, read_only_uri, translate_error
 
@@ -162,6 +164,7 @@ def open_read_only(path: Path) -> tuple[sqlite3.Connection, ReadOnlyGuard]:
 
 def run(conn: sqlite3.Connection, guard: ReadOnlyGuard, sql: str, stopper: Stopper | None = None):
     """(column names, cursor over the rows) of one read-only statement."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.errors import ReadOnlyQuery, UserError
 
     try:
@@ -184,6 +187,7 @@ def run(conn: sqlite3.Connection, guard: ReadOnlyGuard, sql: str, stopper: Stopp
 def parse_timeout(ctx: click.Context, param: click.Parameter, value: str) -> float:
     """`--timeout SECONDS`: a finite number of seconds above 0, at most
     PostgreSQL's limit; anything else is one line (exit 2)."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.errors import UserError
 
     try:
@@ -226,6 +230,7 @@ def query(obj, sql: str, as_json: bool, timeout: float) -> None:
 
 
 def _query_sqlite(path: Path, sql: str, as_json: bool, timeout: float) -> None:
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli import output
     from gormes.errors import UserError
 

@@ -52,6 +52,7 @@ _PLAIN = (str, int, float, bool, bytes, list, dict, type(None))
 def open_read_only(url: str) -> psycopg.Connection:
     """A session logged in as a reader of `url`'s existing gormes schema, every
     transaction of it READ ONLY (nothing is created but the reader role)."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.events import postgres_reader as reader
     from gormes.events.postgres_schema import connect, prepare, redact
 
@@ -73,6 +74,7 @@ def open_read_only(url: str) -> psycopg.Connection:
 
 
 def _reader_session(url: str, schema: str) -> psycopg.Connection:
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from psycopg import sql
 
     from gormes.errors import StoreError
@@ -109,6 +111,7 @@ def run(
     once, in a READ ONLY transaction bounded by `timeout` seconds and rolled back
     when the block ends. Rows are streamed (`stream_rows`), so a result larger
     than memory can be written out."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.events.postgres_sql import stream_rows
 
     limit = f"{max(1, round(timeout * 1000))}ms"
@@ -166,6 +169,7 @@ def _translated(timeout: float) -> Iterator[None]:
     """psycopg's errors as one line: a refused write or server action
     (`ReadOnlyQuery`, exit 2), the time limit (`QueryTimedOut`, exit 1), or a
     failed query."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.events.postgres_schema import first_line
 
     try:

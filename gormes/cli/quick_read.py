@@ -24,6 +24,7 @@ T = TypeVar("T")
 def read_current_ledger(obj: Any, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
     """(True, fn(conn)) when the job ledger can be read quickly (see the module doc),
     else (False, None)."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.projections import ledger
 
     return read_current(obj, ledger.NAME, ledger.VERSION, fn)
@@ -35,6 +36,7 @@ def read_current(obj: Any, name: str, version: int,
     head in the SQLite file (see the module doc), else (False, None)."""
     if obj.url is not None:
         return False, None
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.errors import GormesError
     from gormes.events.sqlite_schema import check_file
     from gormes.projections import bookkeeping

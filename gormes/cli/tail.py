@@ -34,6 +34,7 @@ def tail(obj, follow: bool, streams: tuple[str, ...], types: tuple[str, ...],
     Without --json each line is: position, time, stream and version, type, data.
     With --follow, SIGINT or SIGTERM ends it with exit status 0.
     """
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli.postgres_log import database_url, read_pages
     from gormes.events import jsonl
 
@@ -83,6 +84,7 @@ def _follow(db, after: int, types: tuple[str, ...], streams: tuple[str, ...],
 
 async def _follow_until_signalled(db, after: int, types: tuple[str, ...],
                                   streams: tuple[str, ...], keep, as_json: bool) -> None:
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
     from gormes.events.jsonl import STORED_JSON, stream_matcher
