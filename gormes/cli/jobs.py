@@ -7,6 +7,9 @@ send, prune) runs its operation through the audited executor as the operator
 table or line for people, `--json` for scripts. Bad input (malformed JSON, an
 option out of range, an unknown job id) is one line on stderr and a non-zero
 exit; nothing recorded is changed, and a refusal by an operation is audited.
+A number out of its range reaches the operation (its refusal is audited): the
+ranges are the library's (`gormes.actors.jobs.vocabulary`), shown in the help.
+Costs are priced with the one pricing table (gormes/cli/pricing.py).
 """
 
 from __future__ import annotations
@@ -19,15 +22,14 @@ from typing import Any, TypeVar
 import click
 import msgspec
 
+from gormes.actors.jobs.vocabulary import OPTION_BOUNDS
+from gormes.cli.pricing import pricing_option, pricing_table
 from gormes.errors import UserError
+from gormes.events.jobs import BACKOFF_KINDS, POLICIES, STATUSES, TERMINAL
 from gormes.printable import printable
 
 T = TypeVar("T")
-
-STATUSES = ("waiting", "delayed", "active", "paused", "waiting-children",
-            "completed", "failed", "dead", "cancelled")
-POLICIES = ("fail_parent", "remove_dep", "ignore", "continue")
-TERMINAL = frozenset({"completed", "failed", "dead", "cancelled"})
+LIST_LIMIT = (1, 100_000)  # `jobs list` and `runs list --limit`
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
@@ -98,7 +100,7 @@ WHOLE = WholeNumber()
 def operator_session(obj: Any, work: Callable[[Any], Awaitable[T]]) -> T:
     """gormes/cli/ops.py's door, imported only by the commands that change state
     (it loads the executor, which the quick reads of `jobs list` and `get` skip)."""
-    from gormes.cli.ops import operator_session as door
+    from gormes.cli.ops import operator_session as door  # lazy: see above
 
     return door(obj, work)
 
@@ -112,10 +114,11 @@ async def full_job(door: Any, summary: Any) -> Any:
 def run_queue(target: str | Path, fn: Callable[[Any], Awaitable[T]]) -> T:
     """Open the store (an SQLite path or a PostgreSQL URL) and the queue, run
     `fn(queue)` in trio, close both."""
+    # lazy: trio and the store are start-up time the quick reads do without
     import trio
 
-    from gormes.actors.jobs.queue import JobQueue
-    from gormes.events.open import open_store
+    from gormes.actors.jobs.queue import JobQueue  # lazy, as trio
+    from gormes.events.open import open_store  # lazy, as trio
 
     async def main() -> T:
         async with open_store(target) as store:
@@ -129,42 +132,44 @@ def emit_json(value: Any) -> None:
     click.echo(msgspec.json.encode(value).decode())
 
 
-def job_json(job: Any, pricing: dict[str, float] | None) -> dict[str, Any]:
-    """The job as a JSON object, with `cost` computed now from the pricing table."""
+def job_json(job: Any, cost: float | None = None) -> dict[str, Any]:
+    """The job as a JSON object, with its `cost` (gormes.actors.agent_jobs.costs)."""
     data = msgspec.to_builtins(job)
-    data["cost"] = cost_of(job.tokens, pricing)
+    data["cost"] = cost
     return data
 
 
-def load_pricing(path: str | None) -> dict[str, float] | None:
-    """USD per million tokens: {"input": 3.0, "output": 15.0, "cache_read": 0.3}."""
-    if path is None:
-        return None
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise MalformedInput(f"cannot read pricing table {path}: {exc.strerror}") from None
-    try:
-        table = msgspec.json.decode(raw, type=dict[str, float])
-    except msgspec.DecodeError as exc:
-        raise MalformedInput(f"pricing table {path} is not JSON of per-million prices: {exc}") from None
-    return table
+def priced_jobs(conn: Any, jobs: list[Any], table: Any) -> list[dict[str, Any]]:
+    """`job_json` of each job, its cost read on `conn` and priced with `table`."""
+    from gormes.actors.agent_jobs.costs import job_costs  # lazy: only what prints a cost needs it
+
+    costs = job_costs(conn, [job.id for job in jobs], table)
+    return [job_json(job, costs.get(job.id)) for job in jobs]
 
 
-def cost_of(tokens: Any, pricing: dict[str, float] | None) -> float | None:
-    if pricing is None:
-        return None
-    total = (
-        tokens.input * pricing.get("input", 0.0)
-        + tokens.output * pricing.get("output", 0.0)
-        + tokens.cache_read * pricing.get("cache_read", 0.0)
-    )
-    return round(total / 1_000_000, 6)
+def read_jobs(obj: Any, select: Callable[[Any], T], table: Any = None) -> tuple[T, Any]:
+    """(select(conn), and given a pricing `table` the jobs it found as `job_json`
+    objects with their cost, else None), read from the ledger straight from a current
+    SQLite file (gormes/cli/quick_read.py), else through the queue, which catches the
+    ledger up first; the costs are read in the same snapshot as the jobs."""
+    from gormes.cli.quick_read import read_current_ledger
+
+    def both(conn: Any) -> tuple[T, Any]:
+        found = select(conn)
+        if table is None:
+            return found, None
+        listed = found if isinstance(found, list) else [found] if found is not None else []
+        return found, priced_jobs(conn, listed, table)
+
+    quick, answer = read_current_ledger(obj, both)
+    if quick:
+        return answer  # type: ignore[return-value]
+    return run_queue(obj.target, lambda q: q.store.read_sql(both))
 
 
 def _require(job: Any, job_id: str) -> Any:
     if job is None:
-        from gormes.actors.jobs.state import JobNotFound
+        from gormes.actors.jobs.state import JobNotFound  # lazy: start-up time, for an error
 
         raise JobNotFound(f"no job with id {job_id!r}")
     return job
@@ -176,11 +181,11 @@ def _row(job: Any) -> str:
                      f"p{job.priority:<3} attempts {job.attempts_made}/{job.max_attempts}{error}")
 
 
-pricing_option = click.option(
-    "--pricing", envvar="GORMES_PRICING", metavar="FILE",
-    help="JSON table of USD per million tokens {input, output, cache_read}; "
-         "adds `cost` (env GORMES_PRICING).",
-)
+def _bounds(field: str, default: Any) -> str:
+    """The help's range of a job option: the library's (the operation checks it)."""
+    bounds = OPTION_BOUNDS[field]
+    clamped = " (clamped)" if bounds.clamped else ""
+    return f"{bounds}{clamped}, default {default}."
 
 
 @click.group()
@@ -192,17 +197,18 @@ def jobs() -> None:
 @click.argument("name")
 @click.option("--data", metavar="JSON", help="The job's data (JSON).")
 @click.option("--queue", metavar="Q", help="Queue name (default: default).")
-@click.option("--priority", type=WHOLE, help="Lower runs first (default 0).")
-@click.option("--delay", type=WHOLE, metavar="MS", help="Start after this many ms.")
-@click.option("--max-attempts", type=WHOLE, metavar="N", help="Default 3.")
-@click.option("--backoff", type=click.Choice(["exponential", "fixed"]), help="Retry delay shape.")
-@click.option("--backoff-delay", type=WHOLE, metavar="MS", help="Default 1000.")
-@click.option("--backoff-jitter", type=float, metavar="F", help="0..1, default 0.2.")
-@click.option("--timeout", type=WHOLE, metavar="MS", help="Kill the handler after this.")
-@click.option("--max-stalled", type=WHOLE, metavar="N", help="1..100, default 5.")
+@click.option("--priority", type=WHOLE, help="Lower runs first: " + _bounds("priority", 0))
+@click.option("--delay", type=WHOLE, metavar="MS", help="Start after this many ms: " + _bounds("delay_ms", 0))
+@click.option("--max-attempts", type=WHOLE, metavar="N", help=_bounds("max_attempts", 3))
+@click.option("--backoff", type=click.Choice(BACKOFF_KINDS), help="Retry delay shape.")
+@click.option("--backoff-delay", type=WHOLE, metavar="MS", help=_bounds("backoff.delay_ms", 1000))
+@click.option("--backoff-jitter", type=float, metavar="F", help=_bounds("backoff.jitter", 0.2))
+@click.option("--timeout", type=WHOLE, metavar="MS",
+              help="Kill the handler after this: " + _bounds("timeout_ms", "none"))
+@click.option("--max-stalled", type=WHOLE, metavar="N", help=_bounds("max_stalled", 5))
 @click.option("--parent", metavar="ID", help="Make this a child of job ID.")
 @click.option("--on-child-fail", type=click.Choice(POLICIES), help="What a failure of this child does to its parent.")
-@click.option("--max-children", type=WHOLE, metavar="N")
+@click.option("--max-children", type=WHOLE, metavar="N", help="Live children at most: " + _bounds("max_children", "none"))
 @click.option("--idempotency-key", metavar="K")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.pass_obj
@@ -212,13 +218,6 @@ def submit(obj: Any, name: str, data: str | None, queue: str | None, priority: i
            max_stalled: int | None, parent: str | None, on_child_fail: str | None,
            max_children: int | None, idempotency_key: str | None, as_json: bool) -> None:
     """Submit a job NAME; prints its id."""
-    for flag, value, low, high in (
-        ("--delay", delay, 0, None), ("--max-attempts", max_attempts, 1, None),
-        ("--backoff-delay", backoff_delay, 0, None), ("--backoff-jitter", backoff_jitter, 0, 1),
-        ("--timeout", timeout, 1, None), ("--max-stalled", max_stalled, 1, 100),
-        ("--max-children", max_children, 1, None),
-    ):
-        check_range(flag, value, low, high)
     payload = parse_json(data, "--data")
     options: dict[str, Any] = {}
     for key, value in (("queue", queue), ("priority", priority), ("delay_ms", delay),
@@ -234,7 +233,7 @@ def submit(obj: Any, name: str, data: str | None, queue: str | None, priority: i
         options["backoff"] = shape
     async def go(door: Any) -> Any:
         job = await door.call("job.submit", {"name": name, "data": payload, "options": options})
-        return job_json(await full_job(door, job), None) if as_json else job.id
+        return job_json(await full_job(door, job)) if as_json else job.id
 
     shown = operator_session(obj, go)
     emit_json(shown) if as_json else click.echo(shown)
@@ -244,23 +243,20 @@ def submit(obj: Any, name: str, data: str | None, queue: str | None, priority: i
 @click.option("--status", type=click.Choice(STATUSES))
 @click.option("--queue", metavar="Q")
 @click.option("--name", metavar="N")
-@click.option("--limit", type=int, default=100, show_default=True, help="1..100000.")
+@click.option("--limit", type=int, default=100, show_default=True, help="%d..%d." % LIST_LIMIT)
 @pricing_option
-@click.option("--json", "as_json", is_flag=True, help="A JSON array of jobs.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array of jobs, each with its cost.")
 @click.pass_obj
 def list_(obj: Any, status: str | None, queue: str | None, name: str | None, limit: int,
           pricing: str | None, as_json: bool) -> None:
     """List jobs, newest first."""
-    check_range("--limit", limit, 1, 100_000)
-    prices = load_pricing(pricing)
-    from gormes.actors.jobs.views import select_jobs
-    from gormes.cli.quick_read import read_current_ledger
+    check_range("--limit", limit, *LIST_LIMIT)
+    table = pricing_table(pricing) if as_json else None  # the rows for people show no cost
+    from gormes.actors.jobs.views import select_jobs  # lazy: start-up time of the other commands
 
-    quick, found = read_current_ledger(obj, lambda conn: select_jobs(conn, status, queue, name, limit))
-    if not quick:
-        found = run_queue(obj.target, lambda q: q.list(status=status, queue=queue, name=name, limit=limit))
+    found, priced = read_jobs(obj, lambda conn: select_jobs(conn, status, queue, name, limit), table)
     if as_json:
-        emit_json([job_json(job, prices) for job in found])
+        emit_json(priced)
     else:
         for job in found:
             click.echo(_row(job))
@@ -272,17 +268,16 @@ def list_(obj: Any, status: str | None, queue: str | None, name: str | None, lim
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
-    """Show one job."""
-    prices = load_pricing(pricing)
-    from gormes.actors.jobs.views import select_job
-    from gormes.cli.quick_read import read_current_ledger
+    """Show one job, with its cost."""
+    table = pricing_table(pricing)
+    from gormes.actors.jobs.views import select_job  # lazy: start-up time of the other commands
 
-    quick, found = read_current_ledger(obj, lambda conn: select_job(conn, job_id))
-    job = _require(found if quick else run_queue(obj.target, lambda q: q.get(job_id)), job_id)
+    found, priced = read_jobs(obj, lambda conn: select_job(conn, job_id), table)
+    _require(found, job_id)
+    data = priced[0]
     if as_json:
-        emit_json(job_json(job, prices))
+        emit_json(data)
         return
-    data = job_json(job, prices)
     for key in ("id", "name", "queue", "status", "priority", "data", "result", "error",
                 "attempts_made", "attempts_started", "stalled_counter", "max_attempts",
                 "max_stalled", "parent_id", "depth", "progress", "tokens", "cost",
@@ -312,7 +307,7 @@ def _steer(verb: str, help_text: str) -> click.Command:
             result = await door.call(f"job.{verb}", {"id": job_id})
             if verb == "cancel":  # the ids cancelled: the job and its live descendants
                 return result.cancelled
-            return job_json(await full_job(door, result), None) if as_json else f"{result.id} {result.status}"
+            return job_json(await full_job(door, result)) if as_json else f"{result.id} {result.status}"
 
         shown = operator_session(obj, go)
         if as_json:
@@ -342,7 +337,7 @@ def replay(obj: Any, job_id: str, data: str | None, as_json: bool) -> None:
 
     async def go(door: Any) -> Any:
         job = await door.call("job.replay", {"id": job_id, "data": overrides})
-        return job_json(await full_job(door, job), None) if as_json else job.id
+        return job_json(await full_job(door, job)) if as_json else job.id
 
     shown = operator_session(obj, go)
     emit_json(shown) if as_json else click.echo(shown)
@@ -385,11 +380,17 @@ def inbox(obj: Any, job_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def stats(obj: Any, pricing: str | None, as_json: bool) -> None:
-    """Counts by status and queue, and token totals."""
-    prices = load_pricing(pricing)
-    result = run_queue(obj.target, lambda q: q.stats())
+    """Counts by status and queue, token totals, and what the jobs' model turns cost."""
+    table = pricing_table(pricing)
+    from gormes.actors.agent_jobs.costs import ledger_cost  # lazy: only what prints a cost needs it
+    from gormes.providers.pricing import format_cost  # lazy, as the costs
+
+    async def read(q: Any) -> tuple[Any, float | None]:
+        return await q.stats(), await q.store.read_sql(lambda conn: ledger_cost(conn, table))
+
+    result, cost = run_queue(obj.target, read)
     data = msgspec.to_builtins(result)
-    data["cost"] = cost_of(result.tokens, prices)
+    data["cost"] = cost
     if as_json:
         emit_json(data)
         return
@@ -399,6 +400,7 @@ def stats(obj: Any, pricing: str | None, as_json: bool) -> None:
             click.echo(f"  {status:<17} {result.by_status[status]}")
     t = result.tokens
     click.echo(f"tokens input {t.input} output {t.output} cache_read {t.cache_read}")
+    click.echo(f"cost {format_cost(cost)}")
 
 
 @jobs.command()

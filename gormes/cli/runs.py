@@ -1,6 +1,6 @@
 """`gormes run` (start a run in this process and wait for it) and
-`gormes runs list|show` (read recorded runs), `gormes runs resume` (continue an
-interrupted run)."""
+`gormes runs list|show` (read recorded runs, priced with the one pricing table:
+gormes/cli/pricing.py), `gormes runs resume` (continue an interrupted run)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from gormes.actors.runs.listing import RUN_STATUSES
 from gormes.cli.foreground import (
     drive_runs, echo_outcome, exit_code, import_option, start_and_wait, workspace_option,
 )
+from gormes.cli.jobs import LIST_LIMIT, check_range
+from gormes.cli.pricing import pricing_option, pricing_table
 from gormes.errors import UserError
 
 
@@ -77,31 +79,42 @@ def runs() -> None:
 @click.option("--job", "job_id", metavar="ID", help="Only the runs of this job (its attempts' and their subagents').")
 @click.option("--handler", metavar="NAME", help="Only runs of this handler.")
 @click.option("--top-level", is_flag=True, help="No subagents: only runs without a parent.")
-@click.option("--limit", type=int, default=100, show_default=True, help="1..100000.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON array of run rows.")
+@click.option("--limit", type=int, default=100, show_default=True, help="%d..%d." % LIST_LIMIT)
+@pricing_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of run rows, each with its cost.")
 @click.pass_obj
 def list_(obj: Any, status: str | None, job_id: str | None, handler: str | None, top_level: bool,
-          limit: int, as_json: bool) -> None:
+          limit: int, pricing: str | None, as_json: bool) -> None:
     """Runs, newest first (from the `runs` projection, caught up first).
 
     A run with no end (running or suspended) also shows whether its process is
     alive: "gone" means it was cut off (killed) with no end recorded."""
 
-    from gormes.actors.runs.listing import list_runs, select_runs
-    from gormes.cli.jobs import check_range
+    # lazy, each: start-up time (`gormes run` and the other commands need none of these)
+    from gormes.actors.runs.listing import list_runs, select_runs  # lazy
     from gormes.cli.quick_read import read_current
-    from gormes.events.open import open_store
-    from gormes.projections.runs import runs as projection
+    from gormes.events.open import open_store  # lazy
+    from gormes.projections.runs import runs as projection  # lazy
 
-    check_range("--limit", limit, 1, 100_000)
+    check_range("--limit", limit, *LIST_LIMIT)
+    table = pricing_table(pricing) if as_json else None  # the lines for people show no cost
     filters = {"status": status, "job_id": job_id, "handler": handler, "top_level": top_level, "limit": limit}
+
+    def priced(conn: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if table is None:
+            return rows
+        from gormes.actors.runs.costs import run_costs  # lazy: only the JSON rows have a cost
+
+        costs = run_costs(conn, [r["run_id"] for r in rows], table)
+        return [{**r, "cost": costs.get(r["run_id"])} for r in rows]
 
     async def main() -> list[dict[str, Any]]:
         async with open_store(obj.target) as store:
-            return await list_runs(store, **filters)
+            rows = await list_runs(store, **filters)
+            return await store.read_sql(lambda conn: priced(conn, rows))
 
     quick, rows = read_current(obj, projection.name, projection.version,
-                               lambda conn: select_runs(conn, **filters))
+                               lambda conn: priced(conn, select_runs(conn, **filters)))
     if not quick:
         import trio
 
@@ -123,18 +136,21 @@ def list_(obj: Any, status: str | None, job_id: str | None, handler: str | None,
 @runs.command()
 @click.argument("run_id")
 @click.option("--tree", is_flag=True, help="Show the children's runs too, as a tree.")
+@pricing_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_obj
-def show(obj: Any, run_id: str, tree: bool, as_json: bool) -> None:
+def show(obj: Any, run_id: str, tree: bool, pricing: str | None, as_json: bool) -> None:
     """A run's timeline: model turns, tool calls, inbox, children, tokens and cost."""
+    table = pricing_table(pricing)
     import trio
 
-    from gormes.actors.runs.timeline import format_view, run_view
-    from gormes.events.open import open_store
+    # lazy, each: start-up time of the other commands
+    from gormes.actors.runs.timeline import format_view, run_view  # lazy
+    from gormes.events.open import open_store  # lazy
 
     async def main() -> dict[str, Any]:
         async with open_store(obj.target, readonly=True) as store:
-            return await run_view(store, run_id, tree=tree)
+            return await run_view(store, run_id, tree=tree, table=table)
 
     view = trio.run(main)
     if as_json:

@@ -1,7 +1,7 @@
 """The live loop of `gormes top`: follow the log, re-read the snapshot, draw, obey keys.
 
-    await run_live(db_path)          # stdin and stdout must be a terminal
-    await run_live("postgresql://...")  # or a PostgreSQL URL
+    await run_live(db_path, pricing=load_table())   # stdin and stdout must be a terminal
+    await run_live("postgresql://...", pricing=...)  # or a PostgreSQL URL
 
 Three trio tasks share one `TopApp`:
 - `follow`: a subscription on the log from its head; every event marks the view
@@ -34,11 +34,16 @@ import trio
 from rich.console import Console
 from rich.live import Live
 
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.runs.timeline import format_view, run_view
 from gormes.dashboard.keys import Action, UiState, decode_keys, handle_key, sync_rows
 from gormes.dashboard.model import Snapshot
 from gormes.dashboard.read import read_snapshot
 from gormes.dashboard.render import render_dashboard, render_timeline
 from gormes.errors import GormesError, UserError
+from gormes.events.open import open_store
+from gormes.projections.runner import ProjectionRunner
+from gormes.projections.runs import runs
 
 DEFAULT_FPS = 10.0
 TICK_S = 1.0
@@ -57,10 +62,6 @@ def cbreak(fd: int) -> Iterator[None]:
 
 async def open_views(store: Any) -> tuple[Any, Any]:
     """The queue (ledger installed) and the runs projection's runner, caught up."""
-    from gormes.actors.jobs.queue import JobQueue
-    from gormes.projections.runner import ProjectionRunner
-    from gormes.projections.runs import runs
-
     queue = await JobQueue.open(store)
     runner = ProjectionRunner(store, runs)
     await runner.catch_up()
@@ -105,10 +106,8 @@ class TopApp:
             await self.load_timeline(self.ui.timeline)
 
     async def load_timeline(self, run_id: str) -> None:
-        from gormes.actors.runs.timeline import format_view, run_view
-
         try:
-            self.timeline_lines = format_view(await run_view(self.store, run_id, tree=False))
+            self.timeline_lines = format_view(await run_view(self.store, run_id, tree=False, table=self.pricing))
         except GormesError as exc:
             self.timeline_lines = [f"cannot show run {run_id}: {exc}"]
 
@@ -156,9 +155,9 @@ class TopApp:
             await self.load_timeline(action.run_id)
             return
         # Imported here: `gormes top --once` loads this module and never steers.
-        from gormes.tools.builtin import default_registry
-        from gormes.ops.executor import Executor
-        from gormes.ops.spec import Caller
+        from gormes.tools.builtin import default_registry  # lazy: see above
+        from gormes.ops.executor import Executor  # lazy: see above
+        from gormes.ops.spec import Caller  # lazy: see above
 
         executor = Executor(default_registry(), self.store, jobs=self.queue)
         try:
@@ -190,12 +189,10 @@ def require_terminal() -> int:
     return fd
 
 
-async def run_live(db: Path | str, *, fps: float = DEFAULT_FPS, console: Console | None = None) -> None:
-    from gormes.providers.pricing import default_table
-    from gormes.events.open import open_store
-
+async def run_live(db: Path | str, *, pricing: Any, fps: float = DEFAULT_FPS,
+                   console: Console | None = None) -> None:
+    """The live view of `db`, its costs priced with `pricing` (a PricingTable)."""
     fd = require_terminal()
-    pricing = default_table()
     async with open_store(db) as store:
         queue, runner = await open_views(store)
         console = console or Console()

@@ -2,21 +2,20 @@
 
 Everything here is pure: the Structs, and the functions that assemble them from
 rows already read out of the projection tables (`gormes/dashboard/read.py` does
-the reading). Cost is computed at read time from each model turn's usage and the
-pricing table, never stored; a model without a price makes the cost unknown
-(`None`), never $0.
+the reading). Cost is computed at read time, as every command computes it
+(`gormes.actors.runs.costs` for a run, `gormes.actors.agent_jobs.costs` for a job),
+never stored; a model without a price makes the cost unknown (`None`), never $0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
-from gormes.events.jobs import STATUSES, Tokens
+from gormes.events.jobs import STATUSES, TERMINAL, Tokens
 
-TERMINAL = frozenset({"completed", "failed", "dead", "cancelled"})
 BREAKER_ERROR = "circuit breaker: memory pressure"  # as gormes/actors/jobs/governor.py records it
 STALE_AFTER_S = 20.0  # a heartbeat older than this (default interval 5 s) is not a live worker
 PROGRESS_WIDTH = 40
@@ -43,7 +42,7 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     max_attempts: int = 0
     progress: str | None = None  # compact JSON, cut to PROGRESS_WIDTH
     tokens: Tokens = Tokens()
-    cost: float | None = None  # its runs' model turns; None: no run, or a model without a price
+    cost: float | None = None  # its runs' model turns; None: none, or a model without a price
     worker_id: str | None = None
     run_id: str | None = None  # the job's top-level run, when it runs an agent
     last_tool: str | None = None
@@ -115,14 +114,6 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
         return msgspec.structs.replace(self, selected=job_id)
 
 
-class TurnUsage(msgspec.Struct, frozen=True):
-    """The summed usage of one run's model turns on one model."""
-
-    run_id: str
-    model: str
-    tokens: Tokens
-
-
 # -- assembling (pure) ------------------------------------------------------------
 
 _encode = msgspec.json.Encoder()
@@ -145,29 +136,6 @@ def count_statuses(rows: Iterable[tuple[str, str, int]]) -> tuple[dict[str, int]
         counts[status] = counts.get(status, 0) + n
     queues = tuple(QueueCounts(queue=q, counts=c) for q, c in sorted(per_queue.items()))
     return by_status, queues
-
-
-def run_costs(turns: Iterable[TurnUsage], pricing: Any) -> dict[str, float | None]:
-    """Each run's own cost: the sum over its models; None if any model has no price.
-
-    `pricing` is a `PricingTable` (anything with `cost(model, usage)`)."""
-    from gormes.providers.base import Usage
-
-    costs: dict[str, float | None] = {}
-    for t in turns:
-        usage = Usage(input=t.tokens.input, output=t.tokens.output, cache_read=t.tokens.cache_read)
-        dollars = pricing.cost(t.model, usage)
-        known = costs.get(t.run_id, 0.0)
-        costs[t.run_id] = None if dollars is None or known is None else known + dollars
-    return costs
-
-
-def job_cost(job_id: str, runs_of_job: Sequence[str], costs: dict[str, float | None]) -> float | None:
-    """A job's cost: the sum of its runs' own costs (subagents share the job's id)."""
-    priced = [costs[r] for r in runs_of_job if r in costs]
-    if not priced or any(c is None for c in priced):
-        return None
-    return sum(c for c in priced if c is not None)
 
 
 def order_jobs(jobs: Iterable[JobRow]) -> tuple[JobRow, ...]:

@@ -1,13 +1,14 @@
 """Reading one `Snapshot` out of the projection tables, in one read transaction.
 
-    snapshot = await read_snapshot(store)          # either store
+    snapshot = await read_snapshot(store, pricing=load_table())   # either store
 
 The SQL is shared by SQLite and PostgreSQL (JSON access through
 `gormes.events.sql_fragments`; on PostgreSQL one REPEATABLE READ snapshot).
 Tables: `jobs` (the ledger), `runs` (the runs projection; `gormes top` catches it
-up before reading), `worker_heartbeats`, and the `events` table only for the
-model turns of the runs shown (by stream, so by index), to price them. A table
-that does not exist yet reads as empty.
+up before reading), `worker_heartbeats`, and the `events` table by stream (so by
+index) for the model turns of the runs and jobs shown, to price them as every
+command does (`gormes.actors.runs.costs`, `gormes.actors.agent_jobs.costs`). A
+table that does not exist yet reads as empty.
 """
 
 from __future__ import annotations
@@ -18,23 +19,23 @@ from typing import Any
 
 import msgspec
 
-from gormes.actors.runs.process import process_state, recorded_processes
+from gormes.actors.agent_jobs.costs import job_costs
+from gormes.actors.runs.costs import run_costs
+from gormes.actors.runs.process import OPEN_STATUSES, process_state, recorded_processes
 from gormes.dashboard.model import (
     BREAKER_ERROR,
     JobRow,
     RunRow,
     Snapshot,
-    TurnUsage,
     count_statuses,
-    job_cost,
     order_jobs,
     preview,
-    run_costs,
     worker_row,
 )
-from gormes.events.jobs import Tokens
+from gormes.events.jobs import TERMINAL, Tokens
 from gormes.events.postgres_sql import POSTGRES, dialect_of
-from gormes.events.sql_fragments import json_number, json_text, json_value
+from gormes.events.sql_fragments import json_value
+from gormes.providers.pricing import PricingTable
 
 JOBS_LIMIT = 200  # live jobs are all shown up to this; terminal ones fill the rest
 RECENT_DONE = 50
@@ -67,49 +68,34 @@ def _json(text: str | None) -> Any:
         return text
 
 
+_TERMINAL = tuple(sorted(TERMINAL))
+
+
+def _marks(values: tuple[str, ...] | list[str]) -> str:
+    return ",".join("?" * len(values))
+
+
 def _jobs(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
     live = conn.execute(
-        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status NOT IN ('completed', 'failed', 'dead',"
-        " 'cancelled') ORDER BY created_at DESC, id DESC LIMIT ?", (JOBS_LIMIT,),
+        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status NOT IN ({_marks(_TERMINAL)})"
+        " ORDER BY created_at DESC, id DESC LIMIT ?", (*_TERMINAL, JOBS_LIMIT),
     ).fetchall()
     done = conn.execute(
-        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status IN ('completed', 'failed', 'dead',"
-        " 'cancelled') ORDER BY finished_at DESC, id DESC LIMIT ?", (RECENT_DONE,),
+        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status IN ({_marks(_TERMINAL)})"
+        " ORDER BY finished_at DESC, id DESC LIMIT ?", (*_TERMINAL, RECENT_DONE),
     ).fetchall()
     return live + done
 
 
 def _runs(conn: sqlite3.Connection, job_ids: list[str]) -> list[tuple[Any, ...]]:
-    """Active runs, and every run of the jobs shown (to give the jobs their run and cost)."""
-    marks = ",".join("?" * len(job_ids))
-    where = "status IN ('running', 'suspended')"
+    """Active runs, and every run of the jobs shown (to give the jobs their run)."""
+    where = f"status IN ({_marks(OPEN_STATUSES)})"
     if job_ids:
-        where += f" OR job_id IN ({marks})"
+        where += f" OR job_id IN ({_marks(job_ids)})"
     return conn.execute(
-        f"SELECT {_RUN_COLUMNS} FROM runs WHERE {where} ORDER BY started_at, run_id", job_ids
+        f"SELECT {_RUN_COLUMNS} FROM runs WHERE {where} ORDER BY started_at, run_id",
+        (*OPEN_STATUSES, *job_ids),
     ).fetchall()
-
-
-def _turns(conn: sqlite3.Connection, run_ids: list[str]) -> list[TurnUsage]:
-    turns: list[TurnUsage] = []
-    for start in range(0, len(run_ids), 500):
-        chunk = [f"run-{r}" for r in run_ids[start:start + 500]]
-        rows = conn.execute(
-            f"SELECT substr(stream, 5), {json_text(conn, '$.model')},"
-            f" {_total(conn, '$.usage.input')}, {_total(conn, '$.usage.output')},"
-            f" {_total(conn, '$.usage.cache_read')} FROM events"
-            f" WHERE stream IN ({','.join('?' * len(chunk))}) AND type = 'run.llm_turn'"
-            " GROUP BY 1, 2", chunk,
-        ).fetchall()
-        turns += [
-            TurnUsage(run_id, model or "", Tokens(input=int(i), output=int(o), cache_read=int(c)))
-            for run_id, model, i, o, c in rows
-        ]
-    return turns
-
-
-def _total(conn: Any, path: str) -> str:
-    return f"coalesce(sum({json_number(conn, path)}), 0)"
 
 
 def _progress(conn: sqlite3.Connection, run_ids: list[str]) -> dict[str, Any]:
@@ -125,7 +111,7 @@ def _progress(conn: sqlite3.Connection, run_ids: list[str]) -> dict[str, Any]:
     return found
 
 
-def snapshot_from(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapshot:
+def snapshot_from(conn: sqlite3.Connection, now: float, pricing: PricingTable) -> Snapshot:
     """Read everything the dashboard shows (blocking; one read transaction)."""
     postgres = dialect_of(conn) == POSTGRES
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if postgres else "BEGIN")
@@ -135,7 +121,7 @@ def snapshot_from(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapsho
         conn.execute("COMMIT")
 
 
-def _snapshot(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapshot:
+def _snapshot(conn: sqlite3.Connection, now: float, pricing: PricingTable) -> Snapshot:
     tables = _tables(conn)
     head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
     counts: list[tuple[str, str, int]] = []
@@ -159,19 +145,16 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapshot:
             " GROUP BY worker_id"
         ).fetchall())
     run_rows = _runs(conn, [r[0] for r in job_rows]) if "runs" in tables else []
-    run_ids = [r[0] for r in run_rows]
-    costs = run_costs(_turns(conn, run_ids), pricing)
-    active_runs = [r for r in run_rows if r[2] in ("running", "suspended")]
+    active_runs = [r for r in run_rows if r[2] in OPEN_STATUSES]
+    costs = run_costs(conn, [r[0] for r in active_runs], pricing)
+    costs_of_jobs = job_costs(conn, [r[0] for r in job_rows], pricing)
     progress = _progress(conn, [r[0] for r in active_runs])
     processes = recorded_processes(conn, [r[0] for r in active_runs])
 
-    runs_of_job: dict[str, list[str]] = {}
     top_run: dict[str, tuple[Any, ...]] = {}
     for r in run_rows:
-        if r[5] is not None:
-            runs_of_job.setdefault(r[5], []).append(r[0])
-            if r[6] is None:
-                top_run[r[5]] = r  # the latest top-level run of the job (ordered by start)
+        if r[5] is not None and r[6] is None:
+            top_run[r[5]] = r  # the latest top-level run of the job (ordered by start)
 
     jobs = []
     for (job_id, name, queue, status, priority, made, max_attempts, job_progress, ti, to, tc,
@@ -182,7 +165,7 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: Any) -> Snapshot:
             attempts_made=made or 0, max_attempts=max_attempts or 0,
             progress=preview(_json(job_progress)),
             tokens=Tokens(input=ti or 0, output=to or 0, cache_read=tc or 0),
-            cost=job_cost(job_id, runs_of_job.get(job_id, []), costs),
+            cost=costs_of_jobs.get(job_id),
             worker_id=worker_id, run_id=run[0] if run else None,
             last_tool=run[12] if run else None, error=error,
             created_at=created_at or 0, updated_at=updated_at or 0,
@@ -219,13 +202,8 @@ def _workers(conn: sqlite3.Connection, now: float, active: dict[str, int]) -> li
     ]
 
 
-async def read_snapshot(store: Any, *, pricing: Any = None, now: float | None = None) -> Snapshot:
-    """A Snapshot from `store` (SQLite or PostgreSQL), priced with `pricing` (default: the
-    shipped table plus GORMES_PRICING)."""
-    if pricing is None:
-        from gormes.providers.pricing import default_table
-
-        pricing = default_table()
+async def read_snapshot(store: Any, *, pricing: PricingTable, now: float | None = None) -> Snapshot:
+    """A Snapshot from `store` (SQLite or PostgreSQL), priced with `pricing`."""
     when = time.time() if now is None else now
     # PostgreSQL's log runs this `?` SQL through its PortableConnection (`sql`)
     return await store.read_with(

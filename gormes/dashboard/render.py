@@ -23,6 +23,7 @@ from gormes.dashboard.keys import UiState
 from gormes.dashboard.model import JobRow, RunRow, Snapshot, WorkerRow
 from gormes.events.jobs import STATUSES, Tokens
 from gormes.printable import printable
+from gormes.providers import pricing
 
 MARKER = ">"
 STATUS_STYLE = {
@@ -37,13 +38,10 @@ FIXED_LINES = 12  # header, titles, table headers, footer: what the job rows mus
 
 
 def format_cost(dollars: float | None, *, priced: bool = True) -> str:
+    """As the other commands show a cost, but short: "?" for an unknown price."""
     if not priced:
         return "-"
-    if dollars is None:
-        return "?"
-    if dollars == 0:
-        return "$0"
-    return f"${dollars:.4f}" if dollars >= 0.0001 else f"${dollars:.2g}"
+    return "?" if dollars is None else pricing.format_cost(dollars)
 
 
 def format_tokens(tokens: Tokens) -> str:

@@ -1,8 +1,23 @@
-"""What a model turn cost, computed when it is read, never stored.
+"""What model turns cost, computed when they are read, never stored.
 
-Prices come from `gormes/data/pricing.toml` (shipped), merged with the TOML file
-that `GORMES_PRICING` names, if any (its entries win). A model with no entry has an
-unknown price: `cost` returns None and `format_cost` says "unknown price", never $0.
+One format, read by one loader. A pricing table is TOML, one table per model:
+
+    [models."gpt-4o*"]   # a model name, or a pattern with `*` wildcards
+    input = 2.50         # US dollars per 1M prompt tokens
+    output = 10.0        # per 1M completion tokens
+    cache_read = 1.25    # per 1M prompt tokens served from the cache (default: input)
+
+`load_table(path)` is the table every command prices with (`gormes jobs list/get/
+stats`, `runs list/show`, `top`, the `run.get` operation): the shipped one
+(`gormes/data/pricing.toml`) extended by the file `path` names (`--pricing`), else
+by the file `GORMES_PRICING` names, if any; that file's entries win. A file that is
+not this format is one `PricingError` line naming the file and the format; that
+includes the flat JSON `{"input": ..., "output": ...}` the jobs commands once read:
+it priced every model alike, which no entry of a per-model table means (write
+`[models."*"]` for a price of every model the table does not list).
+
+A model with no entry has an unknown price: `cost` returns None and `format_cost`
+says "unknown price", never $0.
 
     cost("gpt-4o-mini-2024-07-18", Usage(input=1200, output=300, cache_read=1000))
 """
@@ -13,17 +28,19 @@ import fnmatch
 import functools
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
 import msgspec
 
-from gormes.providers.base import Usage
 from gormes.errors import UserError
+from gormes.events.jobs import Tokens
+from gormes.providers.base import Usage
 
 PRICING_ENV = "GORMES_PRICING"
+FORMAT = '[models."NAME"] tables with input, output and optional cache_read (US dollars per 1M tokens)'
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
@@ -75,7 +92,7 @@ class PricingTable:
                     return price
         return None
 
-    def cost(self, model: str, usage: Usage) -> float | None:
+    def cost(self, model: str, usage: Usage | Tokens) -> float | None:
         """US dollars for one turn's usage, or None when the model's price is unknown."""
         price = self.price(model)
         if price is None:
@@ -85,21 +102,44 @@ class PricingTable:
         dollars = (usage.input - cached) * price.input + cached * cache_price + usage.output * price.output
         return dollars / 1_000_000
 
+    def total(self, turns: Iterable[tuple[str, Usage | Tokens]]) -> float | None:
+        """US dollars for (model, usage) turns, or None when a model's price is unknown.
+
+        The usage is summed per model first and the models priced in name order, so
+        the same turns give the same float whichever command reads them, in whatever
+        order (0.0 for no turns)."""
+        per_model: dict[str, Tokens] = {}
+        for model, usage in turns:
+            used = Tokens(input=usage.input, output=usage.output, cache_read=usage.cache_read)
+            per_model[model] = per_model.get(model, Tokens()) + used
+        dollars = 0.0
+        for model in sorted(per_model):
+            one = self.cost(model, per_model[model])
+            if one is None:
+                return None
+            dollars += one
+        return dollars
+
 
 def _read(path: Path) -> dict[str, Price]:
     try:
-        with path.open("rb") as file:
-            data = tomllib.load(file)
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise PricingError(f"pricing table {path}: no such file") from None
     except OSError as exc:
         raise PricingError(f"pricing table {path}: cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PricingError(f"pricing table {path}: not UTF-8 text; expected TOML: {FORMAT}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise PricingError(f"pricing table {path}: not valid TOML: {exc}") from None
+        if raw.lstrip()[:1] == b"{":  # the flat JSON the jobs commands once read
+            raise PricingError(f"pricing table {path}: this is JSON; the format is TOML: {FORMAT}") from None
+        raise PricingError(f"pricing table {path}: not valid TOML: {exc}; expected {FORMAT}") from None
     try:
         return msgspec.convert(data, PricingFile).models
     except msgspec.ValidationError as exc:
-        raise PricingError(f"pricing table {path}: {' '.join(str(exc).split())}") from None
+        raise PricingError(f"pricing table {path}: {' '.join(str(exc).split())}; expected {FORMAT}") from None
 
 
 @functools.cache
@@ -108,18 +148,19 @@ def shipped_table() -> PricingTable:
         return PricingTable.load(path)
 
 
-def default_table(env: Mapping[str, str] | None = None) -> PricingTable:
-    """The shipped table, extended by the file `GORMES_PRICING` names (read on each call)."""
+def load_table(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> PricingTable:
+    """The table to price with: the shipped one, extended by the file `path` names
+    (`--pricing`), else by the file `GORMES_PRICING` names (read on each call), if any."""
     env = os.environ if env is None else env
-    override = env.get(PRICING_ENV)
-    if not override:
+    extra = path if path is not None else env.get(PRICING_ENV) or None
+    if extra is None:
         return shipped_table()
-    return shipped_table().merged(PricingTable.load(override))
+    return shipped_table().merged(PricingTable.load(extra))
 
 
-def cost(model: str, usage: Usage, table: PricingTable | None = None) -> float | None:
+def cost(model: str, usage: Usage | Tokens, table: PricingTable | None = None) -> float | None:
     """US dollars for `usage` on `model`, or None when the price is unknown."""
-    return (table or default_table()).cost(model, usage)
+    return (table or load_table()).cost(model, usage)
 
 
 def format_cost(dollars: float | None) -> str:

@@ -119,7 +119,7 @@ def test_worker_stops_on_sigterm_and_releases_what_is_still_running(jobs_db: Pat
 @pytest.mark.parametrize("args, says", [
     (("jobs", "get", "NOPE"), "no job"),
     (("jobs", "submit", "echo", "--data", "{bad"), "malformed JSON"),
-    (("jobs", "submit", "echo", "--max-stalled", "101"), "--max-stalled must be 1..100"),
+    (("jobs", "submit", "echo", "--max-stalled", "1.5"), "--max-stalled must be a whole number"),
     (("jobs", "prune", "--older-than", "soon"), "not a duration"),
     (("worker", "--import", "no_such_handlers_module"), "cannot import handlers"),
     (("worker", "--concurrency", "0"), "--concurrency must be"),
@@ -136,6 +136,10 @@ def test_bad_input_is_one_clear_line_and_changes_nothing(jobs_db: Path, args, sa
     (("jobs", "cancel", "NOPE"), "NOPE"),
     (("jobs", "submit", "   "), "name"),
     (("jobs", "retry", "NOPE"), "NOPE"),
+    # a number out of its range is the operation's to refuse (gormes/actors/jobs/vocabulary.py)
+    (("jobs", "submit", "echo", "--delay", "-1"), "delay_ms must be between 0 and"),
+    (("jobs", "submit", "echo", "--backoff-jitter", "2"), "backoff jitter must be between 0 and 1"),
+    (("jobs", "submit", "echo", "--max-attempts", "0"), "max_attempts must be between 1 and 1000"),
 ])
 def test_a_refused_operation_is_one_line_and_only_its_audit_record_is_written(jobs_db: Path, args, says):
     # These reach the operation (decision 0019), so the refusal is audited: the
@@ -148,6 +152,11 @@ def test_a_refused_operation_is_one_line_and_only_its_audit_record_is_written(jo
     assert after[: len(before)] == before
     assert [(e[1], json.loads(e[2])["caller"], json.loads(e[2])["allowed"]) for e in after[len(before):]] == [
         ("audit.operation", "cli", True)]
+
+
+def test_max_stalled_is_clamped_into_its_range_as_on_every_door(jobs_db: Path):
+    job_id = ok(jobs_db, "jobs", "submit", "echo", "--max-stalled", "101")
+    assert get(jobs_db, job_id)["max_stalled"] == 100
 
 
 def _events(db: Path) -> list[tuple]:

@@ -13,9 +13,11 @@ from gormes.actors.jobs.queue import JobQueue
 from gormes.dashboard.app import open_views
 from gormes.dashboard.model import BREAKER_ERROR
 from gormes.dashboard.read import read_snapshot
-from gormes.events.jobs import Tokens
+from gormes.actors.agent_jobs.attempts import AGENT_RUN
+from gormes.events.jobs import Tokens, TranscriptEntry
 from gormes.events.runs import (
     RecordedReply,
+    RunChildSpawned,
     RunCompleted,
     RunLlmTurn,
     RunProgressed,
@@ -61,10 +63,13 @@ async def populated(store):
     agent = await queue.claim({"agent"}, worker_id="w-live")
     await queue.progress(agent.id, agent.lock_token, {"turn": 2})
     await queue.add_tokens(agent.id, agent.lock_token, input=3500, output=1200)
+    # the attempt names its run in the job's log, as the agent job handler does
+    await queue.log(agent.id, agent.lock_token, TranscriptEntry(text="run R1", data={AGENT_RUN: "R1"}))
 
     await record_run(store, "R1", turn(1, "gpt-test", 1000, 500), tool(2, "fs.read"),
                      RunProgressed(seq=3, progress={"phase": "reading"}),
-                     turn(4, "gpt-test", 2000, 500), tool(5, "fs.grep"), job_id=agent.id)
+                     turn(4, "gpt-test", 2000, 500), tool(5, "fs.grep"),
+                     RunChildSpawned(seq=6, child_run_id="R2", handler="agent"), job_id=agent.id)
     await record_run(store, "R2", turn(1, "mystery-model", 500, 200), tool(2, "time.now"),
                      job_id=agent.id, parent="R1", depth=1, model="mystery-model")
     await record_run(store, "R0", turn(1, "gpt-test", 10, 10), RunCompleted(result="done"))

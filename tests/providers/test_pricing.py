@@ -8,8 +8,8 @@ from gormes.providers.pricing import (
     PricingError,
     PricingTable,
     cost,
-    default_table,
     format_cost,
+    load_table,
     shipped_table,
 )
 from gormes.errors import UserError
@@ -57,11 +57,31 @@ def test_the_shipped_table_loads_and_prices_known_models():
 def test_gormes_pricing_extends_and_overrides_the_shipped_table(tmp_path):
     path = tmp_path / "prices.toml"
     path.write_text('[models."gpt-4o*"]\ninput = 1.0\noutput = 2.0\n\n[models."my-local-llm"]\ninput = 0\noutput = 0\n')
-    table = default_table({"GORMES_PRICING": str(path)})
+    table = load_table(env={"GORMES_PRICING": str(path)})
     assert table.price("gpt-4o-2024-08-06") == Price(input=1.0, output=2.0)
     assert table.cost("my-local-llm", Usage(input=5, output=5)) == 0.0
     assert table.price("gpt-4o-mini").input == 0.15
-    assert default_table({}) is shipped_table()
+    assert load_table(env={}) is shipped_table()
+    assert load_table(env={"GORMES_PRICING": ""}) is shipped_table()
+
+
+def test_a_path_given_wins_over_gormes_pricing(tmp_path):
+    given, env = tmp_path / "given.toml", tmp_path / "env.toml"
+    given.write_text('[models."m"]\ninput = 1\noutput = 1\n')
+    env.write_text('[models."m"]\ninput = 9\noutput = 9\n')
+    assert load_table(given, env={"GORMES_PRICING": str(env)}).price("m") == Price(input=1, output=1)
+    with pytest.raises(PricingError, match="no such file"):  # the path is read, not the env's file
+        load_table(tmp_path / "missing.toml", env={"GORMES_PRICING": str(env)})
+
+
+def test_total_sums_per_model_so_any_order_gives_the_same_float():
+    turns = [("gpt-4o", Usage(input=1234, output=56)), ("gpt-4o-mini", Usage(input=7, output=8)),
+             ("gpt-4o", Usage(input=91, output=11, cache_read=50))]
+    total = TABLE.total(turns)
+    assert total == TABLE.total(list(reversed(turns)))
+    assert total == pytest.approx(sum(TABLE.cost(m, u) for m, u in turns))
+    assert TABLE.total([]) == 0.0
+    assert TABLE.total([*turns, ("llama-3-70b", Usage(input=1, output=1))]) is None
 
 
 @pytest.mark.parametrize(
@@ -72,14 +92,21 @@ def test_gormes_pricing_extends_and_overrides_the_shipped_table(tmp_path):
         ('[models."x"]\ninput = 1\n', "missing required field `output`"),
         ('[models."x"]\ninput = -1\noutput = 1\n', "Expected `float` >= 0"),
         ('[model."x"]\ninput = 1\noutput = 1\n', "unknown field `model`"),
+        ('input = 3.0\noutput = 15.0\n', "unknown field `input`"),  # a flat table
+        ('{"input": 3.0, "output": 15.0, "cache_read": 0.3}', "this is JSON; the format is TOML"),
+        (b"\xff\xfe[models]", "not UTF-8"),
     ],
 )
 def test_a_bad_pricing_table_is_one_clear_line(tmp_path, content, problem):
     path = tmp_path / "prices.toml"
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
         path.write_text(content)
     with pytest.raises(PricingError) as caught:
         PricingTable.load(path)
     message = str(caught.value)
     assert isinstance(caught.value, UserError) and "\n" not in message
     assert message.startswith(f"pricing table {path}: ") and problem in message
+    if content is not None:  # what is wrong with it, and what the format is
+        assert '[models."NAME"] tables with input, output' in message

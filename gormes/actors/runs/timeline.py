@@ -1,7 +1,10 @@
 """What `gormes runs show` prints: a run folded from its stream, children as a tree.
 
-Cost is computed here, at read time, from the providers' pricing table; it is
-never stored. A model without a price gives `cost: null`.
+Cost is computed here, at read time, from a pricing table (the one
+`gormes.providers.pricing.load_table` gives unless the caller passes its own); it
+is never stored. Each turn is priced, and the run's `cost` is its turns priced
+together (`PricingTable.total`, as `gormes.actors.runs.costs` prices them for the
+other commands). A model without a price gives `cost: null`.
 """
 
 from __future__ import annotations
@@ -32,17 +35,9 @@ from gormes.events.runs import (
     RunToolCalled,
     run_stream,
 )
+from gormes.providers.pricing import PricingTable, format_cost, load_table
 
 PREVIEW = 120
-
-
-def _cost(model: str, usage: Tokens) -> float | None:
-    try:
-        from gormes.providers.base import Usage
-        from gormes.providers.pricing import cost
-    except ImportError:  # pragma: no cover - pricing ships with the providers
-        return None
-    return cost(model, Usage(input=usage.input, output=usage.output, cache_read=usage.cache_read))
 
 
 def _preview(value: Any) -> str:
@@ -50,12 +45,12 @@ def _preview(value: Any) -> str:
     return text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
 
 
-def _entry(r: Any) -> dict[str, Any] | None:
+def _entry(r: Any, table: PricingTable) -> dict[str, Any] | None:
     e = r.event
     base: dict[str, Any] = {"position": r.position, "type": r.type, "seq": getattr(e, "seq", None)}
     if isinstance(e, RunLlmTurn):
         calls = [c.name for c in e.reply.tool_calls]
-        base.update(model=e.model, tokens=msgspec.to_builtins(e.usage), cost=_cost(e.model, e.usage),
+        base.update(model=e.model, tokens=msgspec.to_builtins(e.usage), cost=table.cost(e.model, e.usage),
                     tool_calls=calls, text=_preview(e.reply.content), duration_ms=e.duration_ms)
     elif isinstance(e, RunLlmFailed):
         base.update(error=e.error, retryable=e.retryable)
@@ -90,7 +85,19 @@ def _entry(r: Any) -> dict[str, Any] | None:
     return base
 
 
-async def run_view(store: Any, run_id: str, *, tree: bool) -> dict[str, Any]:
+async def run_view(store: Any, run_id: str, *, tree: bool, table: PricingTable | None = None) -> dict[str, Any]:
+    """The run as `gormes runs show --json` prints it, priced with `table`; with
+    `tree`, its children's views in it, each view with a `tree_cost`: the price of
+    every model turn in its tree (None when one has no price)."""
+    view, _ = await _view(store, run_id, tree, load_table() if table is None else table)
+    return view
+
+
+Turns = list[tuple[str, Tokens]]  # (model, usage) of model turns
+
+
+async def _view(store: Any, run_id: str, tree: bool, table: PricingTable) -> tuple[dict[str, Any], Turns]:
+    """(the view, the model turns of its tree: its own, and with `tree` its children's)."""
     records = await store.read_stream(run_stream(run_id))
     if not records or not isinstance(records[0].event, RunStarted):
         raise UserError(f"no run with id {run_id!r}")
@@ -105,19 +112,18 @@ async def run_view(store: Any, run_id: str, *, tree: bool) -> dict[str, Any]:
         "forked_from": msgspec.to_builtins(s.forked_from),
         "resumed_from": msgspec.to_builtins(s.resumed_from),
     }
-    own_cost: float | None = 0.0
+    turns: Turns = []
     tokens = Tokens()
     children: list[str] = []
     for r in records[1:]:
         e = r.event
-        entry = _entry(r)
+        entry = _entry(r, table)
         if entry is not None:
             view["timeline"].append(entry)
         if isinstance(e, RunLlmTurn):
             view["iterations"] += 1
             tokens = tokens + e.usage
-            c = entry["cost"] if entry else None
-            own_cost = None if own_cost is None or c is None else own_cost + c
+            turns.append((e.model, e.usage))
         elif isinstance(e, RunTokensAdded):
             tokens = tokens + Tokens(input=e.input, output=e.output, cache_read=e.cache_read)
         elif isinstance(e, RunChildFinished):
@@ -130,27 +136,23 @@ async def run_view(store: Any, run_id: str, *, tree: bool) -> dict[str, Any]:
             view["result"] = e.result if isinstance(e, RunCompleted) else None
             view["error"] = e.error if isinstance(e, RunFailed) else e.reason if isinstance(e, RunCancelled) else None
     view["tokens"] = msgspec.to_builtins(tokens)
-    view["cost"] = own_cost if view["iterations"] else None
+    view["cost"] = table.total(turns) if turns else None
     # The process that drives it; while the run has no end, whether that process is
     # still there ("gone": killed, so no end can come: gormes/actors/runs/process.py).
     view["process"] = None if s.process is None else {
         "host": s.process.host, "pid": s.process.pid,
         "state": process_state(s.process) if view["finished_at"] is None else None,
     }
-    view["children"] = [await run_view(store, c, tree=True) for c in children] if tree else children
-    if tree:
-        view["tree_cost"] = _tree_cost(view)
-    return view
-
-
-def _tree_cost(view: dict[str, Any]) -> float | None:
-    total = view["cost"] or 0.0
-    unknown = view["cost"] is None and view["iterations"] > 0
-    for child in view["children"]:
-        c = _tree_cost(child)
-        unknown = unknown or c is None
-        total += c or 0.0
-    return None if unknown else round(total, 8)
+    if not tree:
+        view["children"] = children
+        return view, turns
+    view["children"], in_tree = [], list(turns)
+    for child in children:
+        child_view, child_turns = await _view(store, child, True, table)
+        view["children"].append(child_view)
+        in_tree += child_turns
+    view["tree_cost"] = table.total(in_tree)  # 0.0 for a tree with no model turn
+    return view, in_tree
 
 
 _PROCESS_STATES = {
@@ -161,8 +163,6 @@ _PROCESS_STATES = {
 
 
 def format_view(view: dict[str, Any], indent: str = "") -> list[str]:
-    from gormes.providers.pricing import format_cost
-
     t = view["tokens"]
     head = (f"{indent}{view['run_id']}  {view['handler']}  {view['status']}  depth {view['depth']}  "
             f"turns {view['iterations']}  tokens in {t['input']} out {t['output']} cache {t['cache_read']}  "
