@@ -17,17 +17,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
+import trio
 
+from gormes.actors.cron.rules import next_due
+from gormes.actors.cron.scheduler import CronBook
 from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
+from gormes.events.open import open_store
 from gormes.tools import cron as cron_ops
 
 
 def _run(db: Any, work: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
-    import trio
-
-    from gormes.actors.cron.scheduler import CronBook
-    from gormes.events.open import open_store
-
     async def main() -> Any:
         async with open_store(db) as store:
             return await work(CronBook(store))
@@ -51,8 +50,6 @@ def _iso(ms: int | None) -> str | None:
 
 
 def _next_fire(state: Any) -> int | None:
-    from gormes.actors.cron.rules import next_due
-
     return next_due(state, int(time.time() * 1000))
 
 

@@ -92,7 +92,7 @@ class OperatorCall:
     value: Any
 
     def run(self, **door_options: Any) -> Any:
-        from gormes.cli.ops import operator_call
+        from gormes.cli.ops import operator_call  # lazy: the executor and registry load only to run one
 
         return operator_call(self.obj, self.spec.name, self.value, **door_options)
 

@@ -15,8 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+import trio
 
 from gormes.cli.derive import OperatorCall, Shown, ValueFlag, operation_command, spec_named
+from gormes.events.open import open_store
+from gormes.memory.mirror import mirror_store
 from gormes.tools import memory_admin
 
 SCOPE_ENV = "GORMES_SCOPE"
@@ -29,10 +32,6 @@ SOURCE = Shown(metavar="PATH", aliases=("--source",))  # --source: the name READ
 
 def _write(obj: Any, fn: Any) -> Any:
     """Run `fn(store)` against the database, in trio."""
-    import trio
-
-    from gormes.events.open import open_store
-
     async def main() -> Any:
         async with open_store(obj.target) as store:  # an SQLite file or a PostgreSQL URL
             return await fn(store)
@@ -111,7 +110,5 @@ def forget(call: OperatorCall, as_json: bool) -> None:
 @click.pass_obj
 def mirror(obj: Any, out: Path, as_json: bool) -> None:
     """Write USER.md and one page per entity with its relationships and provenance."""
-    from gormes.memory.mirror import mirror_store
-
     result = _write(obj, lambda store: mirror_store(store, out))
     _echo(result, as_json, f"{result.pages} pages in {result.out}: {result.written} written, {result.removed} removed")

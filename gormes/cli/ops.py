@@ -7,7 +7,10 @@ one operation as the operator through the same audited executor that agents use.
 `operator_session` and `operator_call` are that door for every other command
 that changes state (`jobs cancel`, `cron add`, `memory forget`, `skills
 promote`, ...): each call is checked, validated and audited as
-`Caller(trust="operator", id="cli")` (decision 0019). The commands that drive
+`Caller(trust="operator", id="cli")` (decision 0019). Those commands import this
+module only when they run one, so the executor and the registry it loads are not
+paid for by a quick read. A command that is exactly one operation gets its
+options and its input from gormes/cli/derive.py. The commands that drive
 runs in the foreground (`run`, `fork`, `runs resume`) open theirs with
 `operator_door` beside their RunManager (gormes/cli/foreground.py).
 """
@@ -19,13 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+import trio
 
-from gormes.ops.spec import TRUST_CLASSES
+from gormes.actors.jobs.queue import JobQueue
+from gormes.events.open import open_store
+from gormes.ops.executor import Executor
+from gormes.ops.spec import TRUST_CLASSES, Caller
+from gormes.tools.builtin import default_registry
 
 if TYPE_CHECKING:
-    from gormes.actors.jobs.queue import JobQueue
     from gormes.events.store import EventStore
-    from gormes.ops.executor import Executor
     from gormes.tools.run_admin import RunStarter
 
 T = TypeVar("T")
@@ -44,8 +50,6 @@ class OperatorDoor:
 
     async def call(self, name: str, value: Any) -> Any:
         """Run operation `name` as the operator; its typed output."""
-        from gormes.ops.spec import Caller
-
         return await self.executor.call(name, value, Caller(trust="operator", id=CLI_CALLER_ID))
 
 
@@ -57,11 +61,6 @@ def operator_session(
     `work(door)` in trio, close both. `workspace`: the fs operations' root; `jobs`
     False opens no queue (which sets up the ledger: not for a log write alone, so
     that a read-only database is refused by the write itself)."""
-    import trio
-
-    from gormes.actors.jobs.queue import JobQueue
-    from gormes.events.open import open_store
-
     async def main() -> T:
         async with open_store(obj.target) as store:
             queue = await JobQueue.open(store) if jobs else None
@@ -77,9 +76,6 @@ def operator_door(
     """The operator's door on an open store: `queue` (None: the job operations are
     off), `workspace` (the fs operations' root) and `runs` (None: the run
     operations are off)."""
-    from gormes.tools.builtin import default_registry
-    from gormes.ops.executor import Executor
-
     return OperatorDoor(Executor(default_registry(), store, workspace=workspace, jobs=queue, runs=runs), queue)
 
 
@@ -102,8 +98,6 @@ def ops() -> None:
 def list_(trust: str | None, prompt_visible: bool, as_json: bool) -> None:
     """List the registered operations."""
     import msgspec
-
-    from gormes.tools.builtin import default_registry
 
     specs = default_registry().list(trust=trust, prompt_visible=True if prompt_visible else None)
     infos = [spec.info() for spec in specs]
@@ -142,8 +136,6 @@ def _print_table(infos: list[Any]) -> None:
 def schema(trust: str, as_json: bool) -> None:
     """Print the model tool schemas a trust class would be given (JSON)."""
     import msgspec
-
-    from gormes.tools.builtin import default_registry
 
     tools = default_registry().tool_schemas(trust)
     click.echo(msgspec.json.format(msgspec.json.encode(tools), indent=2).decode())

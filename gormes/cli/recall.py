@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from gormes.recall.api import DEFAULT_K, DEFAULT_SCOPE, MAX_K, MODES
+from gormes.printable import printable
+from gormes.recall.api import DEFAULT_K, DEFAULT_SCOPE, MAX_K, MODES, check_request
 
 SCOPE_ENV = "GORMES_SCOPE"
 
@@ -30,7 +31,6 @@ def recall(obj: Any, query: str, mode: str, k: int, scope: str, cross_scope: boo
     import msgspec
 
     from gormes.cli.ops import operator_call
-    from gormes.recall.api import check_request
 
     # The operation checks the request too; checked here first, a bad one (an empty
     # query: what the input type's own check would name less plainly) opens nothing.
@@ -47,8 +47,6 @@ def print_result(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
-
-    from gormes.printable import printable
 
     console = Console(soft_wrap=True)
     for note in result.notes:

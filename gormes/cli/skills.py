@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 import msgspec
+import trio
 
 from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
 from gormes.skillbook import (
@@ -29,6 +30,12 @@ from gormes.skillbook import (
     operator_skills_dir,
     skills_dir,
 )
+from gormes.events.open import open_store
+from gormes.skillbook.evals import load_cases
+from gormes.skillbook.loader import load_skills
+from gormes.skillbook.resolver import route
+from gormes.skillbook.usage import read_usage
+from gormes.skillbook.validator import check as run_check
 from gormes.tools import skills_admin
 
 skills_dir_option = click.option(
@@ -44,9 +51,7 @@ def _echo_json(value: Any) -> None:
 
 def load_strict(path: str | None) -> list:
     """Every skill, or one clear error naming the first file that did not load."""
-    from gormes.tools.skills_admin import load_strict as load_every_skill
-
-    return load_every_skill(operator_skills_dir(path))
+    return skills_admin.load_strict(operator_skills_dir(path))
 
 
 @click.group()
@@ -62,10 +67,6 @@ def skills() -> None:
 @json_option
 def check(skills_path: str | None, evals_path: str | None, as_json: bool) -> None:
     """Validate every skill; exit 1 if any rule is broken."""
-    from gormes.skillbook.evals import load_cases
-    from gormes.skillbook.loader import load_skills
-    from gormes.skillbook.validator import check as run_check
-
     root = operator_skills_dir(skills_path)
     loaded = load_skills(root)
     evals = operator_evals_dir(evals_path, root)
@@ -116,8 +117,6 @@ def list_(skills_path: str | None, as_json: bool) -> None:
 @click.pass_obj
 def route_(obj: Any, phrase: str, skills_path: str | None, candidates: bool, run_id: str | None, as_json: bool) -> None:
     """Which skill answers PHRASE, with scores and why."""
-    from gormes.skillbook.resolver import route
-
     positions: list[int] = []
     if run_id is None:
         result = route(load_strict(skills_path), phrase, include_candidates=candidates)
@@ -180,11 +179,6 @@ def feedback(call: OperatorCall, as_json: bool) -> None:
 @click.pass_obj
 def usage(obj: Any, name: str | None, as_json: bool) -> None:
     """Each selection of a skill with its run's outcome and feedback (the skill_usage projection)."""
-    import trio
-
-    from gormes.events.open import open_store
-    from gormes.skillbook.usage import read_usage
-
     async def main() -> list:
         async with open_store(obj.target) as store:
             return await read_usage(store, name)
