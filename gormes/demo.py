@@ -33,9 +33,15 @@ from rich.table import Table
 
 from gormes.actors.actor import Behavior
 from gormes.actors.runtime import ask
+from gormes.demo_jobs import drain_demo_jobs
+from gormes.demo_runs import replay_agent_demo, run_agent_demo
 from gormes.events.base import Event, UnknownEvent
+from gormes.events.catalog import load_all
 from gormes.events.notes import NoteAdded
+from gormes.events.open import is_postgres_url, open_store
 from gormes.events.store import EventStore
+from gormes.projections.runner import ProjectionRunner
+from gormes.projections.streams import StreamsProjection
 
 OBSERVATIONS = {
     "scout": ["queue depth is 3", "token budget 40% used", "found 2 candidate sources"],
@@ -107,9 +113,6 @@ async def follow(store: EventStore, console: Console, after: int, until: trio.Ev
 
 
 async def print_streams(store: EventStore, console: Console) -> None:
-    from gormes.projections.runner import ProjectionRunner
-    from gormes.projections.streams import StreamsProjection
-
     runner = ProjectionRunner(store, StreamsProjection())
     position = await runner.catch_up()
     rows = await store.transact(
@@ -126,17 +129,8 @@ async def print_streams(store: EventStore, console: Console) -> None:
     console.print(table)
 
 
-async def run_jobs(store: EventStore, console: Console) -> None:
-    from gormes.demo_jobs import drain_demo_jobs
-
-    await drain_demo_jobs(store, console)
-
-
 async def main(db: str | Path, console: Console | None = None) -> None:
     """`db`: an SQLite path or a PostgreSQL URL (an empty schema, or one gormes owns)."""
-    from gormes.events.catalog import load_all
-    from gormes.events.open import is_postgres_url, open_store
-
     load_all()
     console = console or Console()
     shown = str(db)
@@ -158,11 +152,9 @@ async def main(db: str | Path, console: Console | None = None) -> None:
         await print_streams(store, console)
         console.print()
         console.print("[bold]4.[/] durable jobs, drained by a worker:")
-        await run_jobs(store, console)
+        await drain_demo_jobs(store, console)
         console.print()
         console.print("[bold]5.[/] an agent run: a coordinator and two subagents using real tools:")
-        from gormes.demo_runs import replay_agent_demo, run_agent_demo
-
         run_id = await run_agent_demo(store, console)
         head = await store.head()
     console.print()
