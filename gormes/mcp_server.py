@@ -27,6 +27,7 @@ import msgspec
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
+from gormes.actors.jobs.queue import JobQueue
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry, wire_name
 from gormes.ops.spec import TRUST_CLASSES, Caller, OperationSpec
@@ -105,8 +106,6 @@ async def serve_stdio(
     store: EventStore, *, registry: Registry, trust: str = DEFAULT_TRUST, workspace: Path | None = None
 ) -> None:
     """Serve over stdin/stdout until the client closes the connection."""
-    from gormes.actors.jobs.queue import JobQueue
-
     served = served_registry(registry, trust)
     executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store))
     server = build_server(executor, trust)

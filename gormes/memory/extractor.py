@@ -23,8 +23,14 @@ import msgspec
 from gormes.providers.base import Message, ModelRequest, Provider
 from gormes.errors import UserError
 from gormes.events.memory import TRUSTED_SOURCES, Origin
+from gormes.events.memory import (
+    MemoryFactRecorded,
+    MemoryRelationshipObserved,
+    memory_stream,
+)
 from gormes.events.runs import RunInboxRead, RunLlmTurn, RunStarted
-from gormes.memory.writer import Source, entity_event, fact_events, relationship_events
+from gormes.events.runs import run_stream
+from gormes.memory.writer import Source, check_scope, entity_event, fact_events, relationship_events
 
 if TYPE_CHECKING:
     from gormes.events.base import Event, Recorded
@@ -163,14 +169,6 @@ class ExtractResult(msgspec.Struct, frozen=True, kw_only=True):
 
 async def extract_run(store: EventStore, provider: Provider, run_id: str, scope: str, now: float) -> ExtractResult:
     """Read run `run_id`, ask `provider` for observations, append them to `memory-<scope>`."""
-    from gormes.events.memory import (
-        MemoryFactRecorded,
-        MemoryRelationshipObserved,
-        memory_stream,
-    )
-    from gormes.events.runs import run_stream
-    from gormes.memory.writer import check_scope
-
     check_scope(scope)
     records = await store.read_stream(run_stream(run_id))
     if not records:

@@ -43,6 +43,7 @@ import trio
 
 from gormes.errors import GormesError, ProjectionError
 from gormes.events.base import Recorded
+from gormes.events.catalog import load_all
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.projections import bookkeeping
 from gormes.projections.schema import schema_of, supports
@@ -80,8 +81,6 @@ class ProjectionRunner:
     def __init__(
         self, store: EventStore, projection: Projection, *, batch_size: int = BATCH
     ) -> None:
-        from gormes.events.catalog import load_all
-
         load_all()
         if not supports(projection, store):
             raise ProjectionError(

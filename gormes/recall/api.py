@@ -39,6 +39,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from gormes.errors import UserError
+from gormes.events.memory import is_valid_scope
+from gormes.projections.memory import memory_projection
+from gormes.projections.runner import ProjectionRunner
 
 if TYPE_CHECKING:
     from gormes.events.store import EventStore
@@ -154,7 +157,6 @@ class RecallResult(msgspec.Struct, frozen=True, kw_only=True):
 
 def check_request(query: str, *, mode: str, k: int, scope: str, cross_scope: bool, trust: str) -> str:
     """Validate a request; the query with its whitespace normalised."""
-    from gormes.events.memory import is_valid_scope
     from gormes.recall.lexical import query_terms
 
     text = " ".join(query.split())
@@ -219,9 +221,6 @@ async def recall_in_store(
 ) -> RecallResult:
     """`recall` over a store: brings the `memory` projection up to the log's head
     first (read-your-writes), then reads in a worker thread."""
-    from gormes.projections.memory import memory_projection
-    from gormes.projections.runner import ProjectionRunner
-
     check_request(query, mode=mode, k=k, scope=scope, cross_scope=cross_scope, trust=trust)
     await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
     return await store.read_sql(

@@ -16,6 +16,8 @@ from gormes.events.skills import (
     SkillSelected,
     skill_stream,
 )
+from gormes.projections.runner import ProjectionRunner
+from gormes.projections.skill_usage import TABLE, skill_usage
 from gormes.skillbook.errors import SkillsError
 from gormes.skillbook.resolver import Match
 
@@ -71,9 +73,6 @@ async def record_feedback(store: EventStore, run_id: str, skill: str, verdict: F
 
 async def read_usage(store: EventStore, skill: str | None = None) -> list[UsageRow]:
     """The `skill_usage` rows, brought up to date with the log first."""
-    from gormes.projections.runner import ProjectionRunner
-    from gormes.projections.skill_usage import TABLE, skill_usage
-
     await ProjectionRunner(store, skill_usage).catch_up()
     columns = ", ".join(UsageRow.__struct_fields__)
     sql = f"SELECT {columns} FROM {TABLE}" + (" WHERE skill = ?" if skill else "") + " ORDER BY position"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gormes.events.runs import RunStarted, run_stream
+from gormes.events.sql_fragments import json_text
 from gormes.ops.spec import Caller, OperationDenied
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ async def require_acts_for(caller: Caller, store: EventStore, run_id: str, what:
 def own_runs_filter(conn: Any, caller: Caller) -> tuple[str, list[Any]] | None:
     """A SQL condition on `run_id` keeping the runs that act for `caller`, with its
     parameters; None for a caller that sees every run."""
-    from gormes.events.sql_fragments import json_text
     from gormes.tools.memory import bound_scope
 
     if caller.trust in SEES_EVERY_RUN:

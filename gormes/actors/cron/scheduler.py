@@ -58,6 +58,8 @@ from gormes.errors import GormesError
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.cron import CRON_STREAM_PREFIX
 from gormes.events.jobs import JobOptions, Submitter
+from gormes.projections.cron import read_rows, schedules
+from gormes.projections.runner import ProjectionRunner
 
 log = logging.getLogger("gormes.cron")
 
@@ -121,9 +123,6 @@ class CronBook:
 
     async def list(self) -> builtins.list[ScheduleState]:
         """Every live schedule by name, from the `schedules` projection (caught up first)."""
-        from gormes.projections.cron import read_rows, schedules
-        from gormes.projections.runner import ProjectionRunner
-
         await ProjectionRunner(self.store, schedules).catch_up()
         rows = await self.store.read_with(lambda log: read_rows(log.conn))
         return [

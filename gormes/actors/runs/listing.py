@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from gormes.events.runs import RunStatus
+from gormes.projections.runner import ProjectionRunner
+from gormes.projections.runs import COLUMNS, TABLE
+from gormes.projections.runs import runs as projection
 
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)  # the Literal run events are typed with
 
 
 async def list_runs(store: Any, **filters: Any) -> list[dict[str, Any]]:
     """`select_runs(**filters)` on `store`, its `runs` projection caught up first."""
-    from gormes.projections.runner import ProjectionRunner
-    from gormes.projections.runs import runs as projection
-
     await ProjectionRunner(store, projection).catch_up()
     return await store.read_sql(lambda conn: select_runs(conn, **filters))
 
@@ -36,7 +36,6 @@ def select_runs(
     "gone" or "elsewhere" for a run with no end, else None), newest first, at most
     `limit`; `conn` runs `?` SQL on SQLite or PostgreSQL."""
     from gormes.actors.runs.process import OPEN_STATUSES, process_state, recorded_processes
-    from gormes.projections.runs import COLUMNS, TABLE
 
     where, params = [], []
     for column, value in (("status", status), ("job_id", job_id), ("handler", handler)):

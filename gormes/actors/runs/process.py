@@ -23,7 +23,9 @@ import socket
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from gormes.events.codec import default_codec
 from gormes.events.runs import RUN_TERMINAL, RunProcess, RunStatus
+from gormes.events.runs import RunStarted
 
 ProcessState = Literal["alive", "gone", "elsewhere"]
 
@@ -106,9 +108,6 @@ def _pid_namespace() -> str:
 def recorded_processes(conn: Any, run_ids: list[str]) -> dict[str, RunProcess | None]:
     """Each run's process as its `run.started` recorded it (`conn`: a connection to
     the log, SQLite or PostgreSQL); a run that is not in the log is left out."""
-    from gormes.events.codec import default_codec
-    from gormes.events.runs import RunStarted
-
     found: dict[str, RunProcess | None] = {}
     for start in range(0, len(run_ids), 500):
         chunk = run_ids[start:start + 500]
