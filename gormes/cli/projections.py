@@ -15,10 +15,12 @@ def projections() -> None:
 @click.pass_obj
 def status(obj, as_json: bool) -> None:
     """Each projection's version, tracked position, lag and failed batches."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.projections import registry
     from gormes.projections.bookkeeping import read_status
 
     if obj.url is not None:
+        # Lazy for start-up time: loaded when the command runs, not for its --help.
         import trio
 
         from gormes.events.open import open_store
@@ -36,6 +38,7 @@ def status(obj, as_json: bool) -> None:
 
         statuses = trio.run(read)
     else:
+        # Lazy for start-up time: loaded when the command runs, not for its --help.
         from gormes.events.sqlite_log import SQLiteLog
 
         skipped = []
@@ -74,6 +77,7 @@ def status(obj, as_json: bool) -> None:
 @click.pass_context
 def rebuild(ctx: click.Context, names: tuple[str, ...], check: bool, as_json: bool) -> None:
     """Rebuild projections (all, or those NAMES) from the start of the log."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import sys
 
     import trio
@@ -103,6 +107,7 @@ def rebuild(ctx: click.Context, names: tuple[str, ...], check: bool, as_json: bo
 
 def _on_postgres(selected: list, explicit: bool) -> list:
     """The projections that run on PostgreSQL; one named that does not is an error."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.errors import UserError
     from gormes.projections.schema import schema_of
 

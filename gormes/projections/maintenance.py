@@ -25,6 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from gormes.errors import StoreError
+from gormes.events.log_sql import COLUMNS
+from gormes.events.open import open_store
+from gormes.events.postgres_sql import POSTGRES, PortableConnection
+from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.sqlite_schema import check_file
 from gormes.projections import bookkeeping
 from gormes.projections.runner import Progress, Projection, ProjectionRunner
 
@@ -85,8 +91,6 @@ async def rebuild(
     rebuilt by `ledger.rebuild` (one transaction, its own DDL), and a projection
     that runs on SQLite only is refused with a `ProjectionError` before anything
     is written."""
-    from gormes.events.open import open_store
-    from gormes.events.postgres_sql import POSTGRES
     from gormes.projections import ledger
 
     results = []
@@ -112,9 +116,6 @@ async def check(
     progress_for: ProgressFor = _no_progress,
 ) -> list[CheckResult]:
     """Rebuild each projection in a scratch copy and report how the live tables differ."""
-    from gormes.events.sqlite import SQLiteEventStore
-    from gormes.events.sqlite_schema import check_file
-
     db = Path(db)
     check_file(db)  # a clear error for a missing or foreign file, before copying it
     with tempfile.TemporaryDirectory(prefix="gormes-check-") as scratch:
@@ -166,10 +167,10 @@ async def check_postgres(
 ) -> list[CheckResult]:
     """`check` on PostgreSQL: the scratch copy is a schema of its own on the same
     server, dropped afterwards whatever happens; the live schema is only read."""
+    # Lazy for start-up time: psycopg is loaded only for a PostgreSQL URL.
     import psycopg
     from psycopg import sql
 
-    from gormes.errors import StoreError
     from gormes.events.postgres import PostgresEventStore
     from gormes.events.postgres_schema import connect, first_line, prepare
     from gormes.projections import ledger
@@ -219,9 +220,6 @@ def _snapshot_postgres(
     """In one REPEATABLE READ transaction: each projection's (built version, tracked
     position), its live tables copied into `scratch` as `live__<table>`, and the
     log copied into `scratch`'s events table."""
-    from gormes.events.log_sql import COLUMNS
-    from gormes.events.postgres_sql import PortableConnection
-
     found: dict[str, tuple[int | None, int]] = {}
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")

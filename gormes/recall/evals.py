@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from gormes.events.sqlite import SQLiteEventStore
 from gormes.events.store import AppendRequest
 from gormes.recall.api import (
     MODES,
@@ -128,11 +129,10 @@ async def run_recall_evals(
 @asynccontextmanager
 async def _scratch_store(target: str | Path) -> AsyncIterator[Any]:
     if isinstance(target, Path):
-        from gormes.events.sqlite import SQLiteEventStore
-
         async with SQLiteEventStore.open(target, durability="normal") as store:
             yield store
         return
+    # Lazy for start-up time: psycopg is loaded only for a PostgreSQL URL.
     import psycopg
 
     from gormes.events.postgres import PostgresEventStore
