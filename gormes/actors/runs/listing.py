@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from gormes.events.runs import RunStatus
-from gormes.projections.runner import ProjectionRunner
 from gormes.projections.runs import COLUMNS, TABLE
 from gormes.projections.runs import runs as projection
 
@@ -19,6 +18,10 @@ RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)  # the Literal run events ar
 
 async def list_runs(store: Any, **filters: Any) -> list[dict[str, Any]]:
     """`select_runs(**filters)` on `store`, its `runs` projection caught up first."""
+    # lazy: the runner imports trio, which `gormes runs list`'s quick read (select_runs
+    # on a current file, no event loop) must not load
+    from gormes.projections.runner import ProjectionRunner
+
     await ProjectionRunner(store, projection).catch_up()
     return await store.read_sql(lambda conn: select_runs(conn, **filters))
 
