@@ -6,6 +6,12 @@ the same write lock that appends the claim. `inline_apply` also keeps the
 `tracking` row, and first applies any events it missed (written by a process
 without the ledger installed), so the ledger never skips an event.
 
+What each event does to its job's row is not written here: the UPDATEs are
+compiled from the job state machine's table (gormes/events/job_machine.py, the
+one `evolve` folds) by gormes/projections/ledger_sql.py; what the table does not
+say (a job's first row, removals, the live-children count, the inbox and the
+transcript) is the code below.
+
 `LEDGER` also has the shape of the projection runner's `Projection` (name,
 version, tables, setup, apply), so `ProjectionRunner(store, LEDGER).rebuild()`
 rebuilds it and maintenance can check it. `apply` is deterministic in the records
@@ -24,34 +30,26 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import msgspec
-
 from gormes.events.base import Recorded
 from gormes.events.codec import default_codec
-from gormes.events.postgres_sql import POSTGRES, dialect_of
+from gormes.events.job_machine import ALWAYS, Transition, transition_of
 from gormes.events.jobs import (
-    JobAwaitingChildren, JobCancelled, JobChildAdded, JobChildDone, JobChildrenSettled,
-    JobClaimed, JobCompleted, JobFailed, JobInboxRead, JobLeaseRenewed, JobMessageSent,
-    JobPaused, JobProgressed, JobPromoted, JobPruned, JobReleased, JobResumed, JobRetried,
-    JobStalled, JobSubmitted, JobTimedOut, JobTokensAdded, JobTranscribed,
+    JobChildAdded, JobChildDone, JobInboxRead, JobMessageSent, JobSubmitted, JobTranscribed,
 )
+from gormes.events.postgres_sql import POSTGRES, dialect_of
+from gormes.projections.ledger_sql import Spelling, Write, compile_writes, encode_json
 
 NAME = "ledger"
 # 2: jobs.submitter (who submitted the job, JSON). A version-1 ledger is migrated
 # by adding the column: its rows stay exact, as no version-1 event has a submitter.
 VERSION = 2
 TRANSCRIPT_CAP = 200  # entries kept per job in the ledger; the log keeps all
-STALLED_ERROR = "max stalled count exceeded"
 
-_json = msgspec.json.Encoder()
-
-
-def _enc(value: Any) -> str | None:
-    return None if value is None else _json.encode(value).decode()
+_enc = encode_json
 
 
 def submitter_json(submitter: Any) -> str:
@@ -218,6 +216,12 @@ def setup_file(path: str | Path) -> None:
 
 
 # -- applying events -------------------------------------------------------------
+#
+# Each event's UPDATE of its job's row is compiled from the job state machine's
+# table (gormes/events/job_machine.py, the one `evolve` folds) by
+# gormes/projections/ledger_sql.py. Written here, beyond the table: a submitted
+# job's first row, a removal's deletes, the live-children count (the state keeps
+# the set), the inbox and the transcript.
 
 
 def _delete_job(conn: Any, job_id: str) -> None:
@@ -226,52 +230,42 @@ def _delete_job(conn: Any, job_id: str) -> None:
     conn.execute("DELETE FROM transcript WHERE job_id = ?", (job_id,))
 
 
-_UNLOCK = "lock_token = NULL, lock_until = NULL, lease_ms = NULL, worker_id = NULL"
-_REQUEUE = "status = CASE WHEN status = 'waiting-children' THEN status ELSE 'waiting' END"
-
-
 class Dialect(NamedTuple):
     """The few pieces of ledger SQL that SQLite and PostgreSQL spell differently;
     everything else is one text (run on PostgreSQL through a PortableConnection,
     gormes/events/postgres_sql.py)."""
 
+    name: str
     option: str  # the option named by the parameter, true when set (one row per job)
     option_key: str  # how the parameter names it ({key})
-    not_option_remove_on_complete: str  # a WHERE term over the jobs row
     live_children_less_one: str  # live_children - 1, never below 0
     job_types: str  # the event types the ledger folds
-    # JobCompleted as one statement that reads back nothing (None: the UPDATE,
-    # then the option when it updated no row): the PostgreSQL store sends the
-    # ledger's statements in a pipeline, where reading a rowcount is a round trip.
-    # Parameters: job id, result, finished_at, updated_at, version.
-    complete: str | None = None
+    spelling: Spelling  # how a removal on an option is written (ledger_sql.py)
 
 
 SQLITE_DIALECT = Dialect(
+    name="sqlite",
     option="SELECT json_extract(options, ?) FROM jobs WHERE id = ?",
     option_key="$.{key}",
-    not_option_remove_on_complete="NOT coalesce(json_extract(options, '$.remove_on_complete'), 0)",
     live_children_less_one="max(live_children - 1, 0)",
     job_types="type GLOB 'job.*'",
+    spelling=Spelling(
+        not_option="NOT coalesce(json_extract(options, '$.{key}'), 0)",
+        option_test="coalesce(json_extract(options, '$.{key}'), 0)",
+        fused_removal=False,
+    ),
 )
 POSTGRES_DIALECT = Dialect(
+    name="postgres",
     option="SELECT coalesce((options::jsonb ->> CAST(? AS text))::boolean, false)"
     " FROM jobs WHERE id = ?",
     option_key="{key}",
-    not_option_remove_on_complete=(
-        "NOT coalesce((options::jsonb ->> 'remove_on_complete')::boolean, false)"
-    ),
     live_children_less_one="greatest(live_children - 1, 0)",
     job_types="type LIKE 'job.%'",
-    complete=(
-        "WITH j AS (SELECT id, coalesce((options::jsonb ->> 'remove_on_complete')::boolean,"
-        " false) AS remove FROM jobs WHERE id = ?),"
-        " u AS (UPDATE jobs SET status = 'completed', result = ?, finished_at = ?,"
-        f" attempts_made = attempts_made + 1, {_UNLOCK}, updated_at = ?, version = ?"
-        " FROM j WHERE jobs.id = j.id AND NOT j.remove),"
-        " i AS (DELETE FROM inbox USING j WHERE inbox.job_id = j.id AND j.remove),"
-        " t AS (DELETE FROM transcript USING j WHERE transcript.job_id = j.id AND j.remove)"
-        " DELETE FROM jobs USING j WHERE jobs.id = j.id AND j.remove"
+    spelling=Spelling(
+        not_option="NOT coalesce((options::jsonb ->> '{key}')::boolean, false)",
+        option_test="coalesce((options::jsonb ->> '{key}')::boolean, false)",
+        fused_removal=True,
     ),
 )
 
@@ -280,143 +274,109 @@ def dialect(conn: Any) -> Dialect:
     return POSTGRES_DIALECT if dialect_of(conn) == POSTGRES else SQLITE_DIALECT
 
 
-def apply_one(conn: Any, rec: Recorded, d: Dialect | None = None) -> None:  # noqa: C901 - one dispatch
+def _compiled(d: Dialect) -> dict[Transition, Write | None]:
+    extras = {
+        JobChildAdded: "live_children = live_children + 1",
+        JobChildDone: f"live_children = {d.live_children_less_one}",
+    }
+    return compile_writes(_jobs_columns(), d.spelling, extras)
+
+
+_WRITES = {d.name: _compiled(d) for d in (SQLITE_DIALECT, POSTGRES_DIALECT)}
+
+
+def _insert_job(conn: Any, rec: Recorded, e: JobSubmitted, t: Transition) -> None:
+    o = e.options
+    conn.execute(
+        "INSERT INTO jobs(id, name, queue, status, priority, data, max_attempts, max_stalled,"
+        " timeout_ms, parent_id, depth, created_at, delay_until, idempotency_key, options,"
+        " version, updated_at, submitter) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            e.job_id, e.name, o.queue, t.to, o.priority, _enc(e.data), o.max_attempts,
+            o.max_stalled, o.timeout_ms, o.parent_id, e.depth, e.created_at, e.delay_until,
+            o.idempotency_key, _enc(o), rec.version, e.created_at, _enc(e.submitter),
+        ),
+    )
+
+
+def _transcribe(conn: Any, rec: Recorded, e: JobTranscribed) -> None:
+    job_id = rec.stream[4:]
+    conn.execute(
+        "INSERT INTO transcript(job_id, seq, kind, text, data, at) VALUES (?,?,?,?,?,?)",
+        (job_id, rec.version, e.entry.kind, e.entry.text, _enc(e.entry.data), e.at),
+    )
+    conn.execute(
+        "DELETE FROM transcript WHERE job_id = ? AND seq <= coalesce((SELECT seq FROM"
+        " transcript WHERE job_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?), -1)",
+        (job_id, job_id, TRANSCRIPT_CAP),
+    )
+
+
+_INBOX = "INSERT INTO inbox(id, job_id, sender, payload, sent_at) VALUES (?,?,?,?,?)"
+
+
+def _message_sent(conn: Any, rec: Recorded, e: JobMessageSent) -> None:
+    conn.execute(_INBOX, (e.message_id, rec.stream[4:], e.sender, _enc(e.payload), e.at))
+
+
+def _child_done(conn: Any, rec: Recorded, e: JobChildDone) -> None:
+    payload = {
+        "type": "child_done", "child_id": e.child_id, "outcome": e.outcome,
+        "result": e.result, "error": e.error,
+    }
+    conn.execute(_INBOX, (e.message_id, rec.stream[4:], f"child:{e.child_id}", _enc(payload), e.at))
+
+
+def _inbox_read(conn: Any, rec: Recorded, e: JobInboxRead) -> None:
+    marks = ",".join("?" * len(e.message_ids))
+    conn.execute(
+        f"UPDATE inbox SET read_at = ? WHERE job_id = ? AND read_at IS NULL AND id IN ({marks})",
+        (e.at, rec.stream[4:], *e.message_ids),
+    )
+
+
+# The inbox and the transcript: rows of their own tables, written before the
+# event's UPDATE of the job's row (if it makes one).
+_BEYOND_THE_TABLE: dict[type, Callable[[Any, Recorded, Any], None]] = {
+    JobTranscribed: _transcribe, JobMessageSent: _message_sent, JobChildDone: _child_done,
+    JobInboxRead: _inbox_read,
+}
+
+
+def apply_one(conn: Any, rec: Recorded, d: Dialect | None = None) -> None:
     """Fold one `job-*` event into the ledger. `conn` is an sqlite3 connection or a
     PortableConnection (PostgreSQL); `d` its dialect (looked up when not given)."""
     e = rec.event
-    job_id = rec.stream[4:]
-    x = conn.execute
-    d = d or dialect(conn)
-
-    def update(sets: str, *params: Any) -> None:
-        x(f"UPDATE jobs SET {sets}, version = ? WHERE id = ?", (*params, rec.version, job_id))
-
+    t = transition_of(e)
+    if t is None:
+        return
     if isinstance(e, JobSubmitted):
-        o = e.options
-        x(
-            "INSERT INTO jobs(id, name, queue, status, priority, data, max_attempts, max_stalled,"
-            " timeout_ms, parent_id, depth, created_at, delay_until, idempotency_key, options,"
-            " version, updated_at, submitter) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                e.job_id, e.name, o.queue, "delayed" if e.delay_until is not None else "waiting",
-                o.priority, _enc(e.data), o.max_attempts, o.max_stalled, o.timeout_ms,
-                o.parent_id, e.depth, e.created_at, e.delay_until, o.idempotency_key,
-                _enc(o), rec.version, e.created_at, _enc(e.submitter),
-            ),
-        )
-    elif isinstance(e, JobClaimed):
-        x(_CLAIMED, _claimed_params(rec, e))
-    elif isinstance(e, JobLeaseRenewed):
-        update("lock_until = ?", e.lock_until)
-    elif isinstance(e, JobCompleted) and d.complete is not None:
-        x(d.complete, (job_id, _enc(e.result), e.at, e.at, rec.version))
-    elif isinstance(e, JobCompleted):
-        # One statement in the common case: the row is updated unless the job asked
-        # to be removed on completion; only then is the option read again.
-        updated = x(_completed_sql(d), _completed_params(rec, e)).rowcount
-        if not updated and _option(conn, job_id, "remove_on_complete"):
+        _insert_job(conn, rec, e, t)
+        return
+    if t.removes == ALWAYS:
+        _delete_job(conn, rec.stream[4:])
+        return
+    beyond = _BEYOND_THE_TABLE.get(type(e))
+    if beyond is not None:
+        beyond(conn, rec, e)
+    write = _WRITES[(d or dialect(conn)).name][t]
+    if write is not None:
+        _write(conn, write, [rec], write.params(rec))
+
+
+def _write(conn: Any, write: Write, recs: list[Recorded], params: Any) -> None:
+    """Run `write` for `recs` (one, or a run with `executemany`); when it may have
+    left a row to remove, delete the rows of each job whose option says so."""
+    if len(recs) == 1:
+        cur = conn.execute(write.sql, params)
+    else:
+        cur = conn.executemany(write.sql, params)
+    if write.removes is None or write.fused or cur.rowcount == len(recs):
+        return
+    for rec in recs:
+        job_id = rec.stream[4:]
+        if _option(conn, job_id, write.removes):
             _delete_job(conn, job_id)
-    elif isinstance(e, JobAwaitingChildren):
-        update(f"status = 'waiting-children', {_UNLOCK}, updated_at = ?", e.at)
-    elif isinstance(e, JobFailed):
-        if e.status != "delayed" and _option(conn, job_id, "remove_on_fail"):
-            _delete_job(conn, job_id)
-            return
-        update(
-            f"status = ?, error = ?, attempts_made = attempts_made + ?, delay_until = ?,"
-            f" finished_at = ?, {_UNLOCK}, updated_at = ?",
-            e.status, e.error, 1 if e.attempt_consumed else 0, e.delay_until,
-            None if e.status == "delayed" else e.at, e.at,
-        )
-    elif isinstance(e, JobStalled):
-        if e.dead:
-            if _option(conn, job_id, "remove_on_fail"):
-                _delete_job(conn, job_id)
-                return
-            update(
-                f"status = 'dead', error = ?, finished_at = ?, stalled_counter = stalled_counter + 1,"
-                f" attempts_made = attempts_made + 1, {_UNLOCK}, updated_at = ?",
-                STALLED_ERROR, e.at, e.at,
-            )
-        else:
-            update(f"{_REQUEUE}, stalled_counter = stalled_counter + 1, {_UNLOCK}, updated_at = ?", e.at)
-    elif isinstance(e, JobTimedOut):
-        if _option(conn, job_id, "remove_on_fail"):
-            _delete_job(conn, job_id)
-            return
-        update(
-            f"status = 'dead', error = ?, finished_at = ?, attempts_made = attempts_made + 1,"
-            f" {_UNLOCK}, updated_at = ?", e.error, e.at, e.at,
-        )
-    elif isinstance(e, JobReleased):
-        update(f"{_REQUEUE}, {_UNLOCK}, updated_at = ?", e.at)
-    elif isinstance(e, JobPromoted):
-        update("status = 'waiting', delay_until = NULL, updated_at = ?", e.at)
-    elif isinstance(e, JobPaused):
-        update(f"status = 'paused', {_UNLOCK}, updated_at = ?", e.at)
-    elif isinstance(e, JobResumed):
-        update("status = 'waiting', updated_at = ?", e.at)
-    elif isinstance(e, JobCancelled):
-        update(f"status = 'cancelled', error = ?, finished_at = ?, {_UNLOCK}, updated_at = ?",
-               e.reason, e.at, e.at)
-    elif isinstance(e, JobRetried):
-        update(
-            f"status = 'waiting', attempts_made = 0, error = NULL, started_at = NULL,"
-            f" stalled_counter = 0, finished_at = NULL, result = NULL, delay_until = NULL,"
-            f" {_UNLOCK}, updated_at = ?", e.at,
-        )
-    elif isinstance(e, JobPruned):
-        _delete_job(conn, job_id)
-    elif isinstance(e, JobProgressed):
-        update("progress = ?, updated_at = ?", _enc(e.progress), e.at)
-    elif isinstance(e, JobTokensAdded):
-        t = e.tokens
-        update(
-            "tokens_input = tokens_input + ?, tokens_output = tokens_output + ?,"
-            " tokens_cache_read = tokens_cache_read + ?", t.input, t.output, t.cache_read,
-        )
-    elif isinstance(e, JobTranscribed):
-        x(
-            "INSERT INTO transcript(job_id, seq, kind, text, data, at) VALUES (?,?,?,?,?,?)",
-            (job_id, rec.version, e.entry.kind, e.entry.text, _enc(e.entry.data), e.at),
-        )
-        x(
-            "DELETE FROM transcript WHERE job_id = ? AND seq <= coalesce((SELECT seq FROM"
-            " transcript WHERE job_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?), -1)",
-            (job_id, job_id, TRANSCRIPT_CAP),
-        )
-    elif isinstance(e, JobChildAdded):
-        update(
-            "live_children = live_children + 1, status = CASE WHEN status IN"
-            " ('waiting', 'delayed', 'active') THEN 'waiting-children' ELSE status END,"
-            " updated_at = ?", e.at,
-        )
-    elif isinstance(e, JobMessageSent):
-        x(
-            "INSERT INTO inbox(id, job_id, sender, payload, sent_at) VALUES (?,?,?,?,?)",
-            (e.message_id, job_id, e.sender, _enc(e.payload), e.at),
-        )
-    elif isinstance(e, JobChildDone):
-        payload = {
-            "type": "child_done", "child_id": e.child_id, "outcome": e.outcome,
-            "result": e.result, "error": e.error,
-        }
-        x(
-            "INSERT INTO inbox(id, job_id, sender, payload, sent_at) VALUES (?,?,?,?,?)",
-            (e.message_id, job_id, f"child:{e.child_id}", _enc(payload), e.at),
-        )
-        update(f"live_children = {d.live_children_less_one}, updated_at = ?", e.at)
-    elif isinstance(e, JobChildrenSettled):
-        update(
-            "status = CASE WHEN lock_token IS NOT NULL THEN 'active' ELSE 'waiting' END,"
-            " updated_at = ?", e.at,
-        )
-    elif isinstance(e, JobInboxRead):
-        marks = ",".join("?" * len(e.message_ids))
-        x(
-            f"UPDATE inbox SET read_at = ? WHERE job_id = ? AND read_at IS NULL AND id IN ({marks})",
-            (e.at, job_id, *e.message_ids),
-        )
 
 
 def _option(conn: Any, job_id: str, key: str) -> bool:
@@ -425,83 +385,49 @@ def _option(conn: Any, job_id: str, key: str) -> bool:
     return bool(row and row[0])
 
 
-_CLAIMED = (
-    "UPDATE jobs SET status = 'active', attempts_started = attempts_started + 1,"
-    " started_at = coalesce(started_at, ?), claimed_at = ?, lock_token = ?,"
-    " lock_until = ?, lease_ms = ?, worker_id = ?, delay_until = NULL, updated_at = ?,"
-    " version = ? WHERE id = ?"
-)
-
-
-def _claimed_params(rec: Recorded, e: JobClaimed) -> tuple[Any, ...]:
-    return (
-        e.at, e.at, e.lock_token, e.lock_until, e.lease_ms, e.worker_id, e.at,
-        rec.version, rec.stream[4:],
-    )
-
-
-def _completed_sql(d: Dialect) -> str:
-    return (
-        f"UPDATE jobs SET status = 'completed', result = ?, finished_at = ?,"
-        f" attempts_made = attempts_made + 1, {_UNLOCK}, updated_at = ?, version = ?"
-        f" WHERE id = ? AND {d.not_option_remove_on_complete}"
-    )
-
-
-def _completed_params(rec: Recorded, e: JobCompleted) -> tuple[Any, ...]:
-    return (_enc(e.result), e.at, e.at, rec.version, rec.stream[4:])
-
-
-_SQLITE_COMPLETED = _completed_sql(SQLITE_DIALECT)
+# The writes a run of events may share one `executemany` (the event is its UPDATE
+# and nothing else), on SQLite.
+_RUNNABLE = {
+    t: w for t, w in _WRITES[SQLITE_DIALECT.name].items()
+    if w is not None and t.event is not JobSubmitted and t.event not in _BEYOND_THE_TABLE
+}
 
 
 def apply(conn: Any, records: Sequence[Recorded]) -> None:
     """Fold a batch of events into the ledger (ignores everything but `job-*`).
 
-    On SQLite a run of claims, or of completions, one after the other (a worker's
-    round) is written with one `executemany` each: the same statements, in the
-    same order, as `apply_one` would run for them one by one."""
+    On SQLite a run of events of one transition, one after the other (a worker's
+    round of claims, or of completions), is written with one `executemany`: the
+    same statements, in the same order, as `apply_one` would run for them one by one."""
     d = dialect(conn)
     if d is not SQLITE_DIALECT:
         for rec in records:
             if rec.type.startswith("job.") and rec.stream.startswith("job-"):
                 apply_one(conn, rec, d)
         return
-    run_type: type | None = None
-    run: list[tuple[Any, ...]] = []
+    run_write: Write | None = None
+    run: list[Recorded] = []
     for rec in records:
         if not (rec.type.startswith("job.") and rec.stream.startswith("job-")):
             continue
-        e = rec.event
-        kind = type(e)
-        if kind is not run_type and run:
-            _apply_run(conn, run_type, run)
+        write = _RUNNABLE.get(transition_of(rec.event))  # type: ignore[arg-type]
+        if write is not run_write and run:
+            _write_run(conn, run_write, run)  # type: ignore[arg-type]
             run = []
-        if kind is JobClaimed:
-            run_type = kind
-            run.append(_claimed_params(rec, e))
-        elif kind is JobCompleted:
-            run_type = kind
-            run.append(_completed_params(rec, e))
-        else:
-            run_type = None
+        run_write = write
+        if write is None:
             apply_one(conn, rec, d)
+        else:
+            run.append(rec)
     if run:
-        _apply_run(conn, run_type, run)
+        _write_run(conn, run_write, run)  # type: ignore[arg-type]
 
 
-def _apply_run(conn: Any, kind: type | None, run: list[tuple[Any, ...]]) -> None:
-    if kind is JobClaimed:
-        conn.executemany(_CLAIMED, run)
-        return
-    # Completions: a row left as it was asked to be removed on completion (or is
-    # not in the ledger): as `apply_one`, only then is the option read.
-    if conn.executemany(_SQLITE_COMPLETED, run).rowcount == len(run):
-        return
-    for params in run:
-        job_id = params[4]
-        if _option(conn, job_id, "remove_on_complete"):
-            _delete_job(conn, job_id)
+def _write_run(conn: Any, write: Write, run: list[Recorded]) -> None:
+    if len(run) == 1:
+        _write(conn, write, run, write.params(run[0]))
+    else:
+        _write(conn, write, run, [write.params(rec) for rec in run])
 
 
 # -- inline application and tracking ----------------------------------------------

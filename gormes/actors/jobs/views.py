@@ -2,20 +2,23 @@
 
 Built from ledger rows (`job_from_row`, `message_from_row`); JSON columns are decoded.
 A claim builds its jobs from the states it has just folded and changed
-(`job_from_state`): the same Job its ledger rows would give, without reading them back.
+(`job_from_state`): the same Job its ledger rows would give, without reading them back
+(tests/actors/test_job_machine.py folds random histories both ways and compares).
+What a status means (terminal, live, claimable, ...) is read from the job state
+machine's table, gormes/events/job_machine.py, like the statuses themselves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
+from gormes.actors.jobs.state import InvalidJob, JobState
+from gormes.events.job_machine import LIVE, STATUSES, TERMINAL
 from gormes.events.jobs import JobOptions, Submitter, Tokens
-
-if TYPE_CHECKING:
-    from gormes.actors.jobs.state import JobState
+from gormes.events.sql_fragments import json_text
 
 _decode = msgspec.json.Decoder()
 _options = msgspec.json.Decoder(JobOptions)
@@ -54,6 +57,15 @@ class Job(msgspec.Struct, kw_only=True):
     options: JobOptions = JobOptions()
     submitter: Submitter | None = None  # None: not recorded (older logs, Python callers)
     coalesced: bool = False  # submit returned an existing job (idempotency / max_waiting)
+
+    @property
+    def terminal(self) -> bool:
+        """It has ended (completed, failed, dead or cancelled): nothing more happens to it."""
+        return self.status in TERMINAL
+
+    @property
+    def live(self) -> bool:
+        return self.status in LIVE
 
 
 class InboxMessage(msgspec.Struct, kw_only=True):
@@ -153,10 +165,6 @@ def select_jobs(conn: Any, status: str | None, queue: str | None, name: str | No
                 limit: int, owner: tuple[str, str | None] | None = None) -> list[Job]:
     """Newest first; with `owner` (trust, scope), only the jobs whose submitter has
     that trust class and scope. Raises `InvalidJob` for an unknown status."""
-    from gormes.actors.jobs.state import InvalidJob
-    from gormes.events.jobs import STATUSES
-    from gormes.events.sql_fragments import json_text
-
     if status is not None and status not in STATUSES:
         raise InvalidJob(f"unknown status {status!r} (known: {', '.join(STATUSES)})")
     where, params = [], []
