@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 import click
 import msgspec
+import msgspec.inspect
 import pytest
 from click.testing import CliRunner
 
@@ -26,6 +27,9 @@ ONE_OPERATION = {
     "memory add-fact": "memory.add_fact", "memory add-entity": "memory.add_entity",
     "memory relate": "memory.relate", "memory review": "memory.review", "memory forget": "memory.forget",
     "skills promote": "skills.promote", "skills feedback": "skills.feedback",
+    "jobs submit": "job.submit", "jobs cancel": "job.cancel", "jobs pause": "job.pause",
+    "jobs resume": "job.resume", "jobs retry": "job.retry", "jobs replay": "job.replay",
+    "jobs send": "job.send", "jobs prune": "job.prune",
 }
 
 
@@ -35,7 +39,7 @@ def every_command() -> dict[str, click.Command]:
     for name in sorted(COMMANDS):
         command = cli.get_command(ctx, name)
         if isinstance(command, click.Group):
-            found |= {f"{name} {sub}": command.commands[sub] for sub in command.list_commands(ctx)}
+            found |= {f"{name} {sub}": command.get_command(ctx, sub) for sub in command.list_commands(ctx)}
         else:
             found[name] = command
     return found
@@ -53,8 +57,30 @@ def test_every_field_of_the_registered_operation_is_a_parameter(path: str):
     registered = default_registry().get(ONE_OPERATION[path])
     assert registered is not None and registered.input_type is command.spec.input_type
     names = {param.name for param in command.params}
-    missing = [f.name for f in msgspec.structs.fields(registered.input_type) if f.name not in names]
+    given = {command.fields[name] for name in names if name in command.fields}
+    # a field is given by its own parameter, or (a Struct) by one for each of its fields
+    missing = [".".join(leaf) for leaf in leaf_fields(registered.input_type)
+               if not any(leaf[:n] in given for n in range(1, len(leaf) + 1))]
     assert missing == [], f"`gormes {path}` has no option for {missing}"
+
+
+def leaf_fields(kind: type, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The path of every field of `kind` that is no Struct, looking into the Structs."""
+    found = []
+    for field in msgspec.inspect.type_info(kind).fields:
+        inner = struct_in(field.type)
+        found += leaf_fields(inner, (*path, field.name)) if inner else [(*path, field.name)]
+    return found
+
+
+def struct_in(kind: msgspec.inspect.Type) -> type | None:
+    """The Struct class `kind` is (under its Meta and `| None`), if it is one."""
+    if isinstance(kind, msgspec.inspect.Metadata):
+        return struct_in(kind.type)
+    if isinstance(kind, msgspec.inspect.UnionType):
+        inner = [struct_in(t) for t in kind.types if not isinstance(t, msgspec.inspect.NoneType)]
+        return inner[0] if len(inner) == 1 else None
+    return kind.cls if isinstance(kind, msgspec.inspect.StructType) else None
 
 
 # -- derivation, on an operation made up here -----------------------------------------
@@ -201,3 +227,143 @@ def test_a_bad_schedule_name_is_refused_before_the_database_is_opened(tmp_path: 
     assert exit_.value.code == 2
     assert "bad schedule name 'bad!'" in capsys.readouterr().err
     assert not db.exists()
+
+
+# -- a Struct field is flattened into options ----------------------------------------
+
+
+class Retry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    kind: Literal["x", "y"] = "x"
+    wait_ms: int = 100
+
+
+class Knobs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    size: int = 1
+    retry: Retry = Retry()
+    note: str | None = None
+
+
+class Pair(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    left: str
+
+
+class NestedInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    knobs: Knobs | None = None
+    older_than_ms: Annotated[int, msgspec.Meta(ge=0)] = 0
+    tools: list[str] | None = None
+
+
+class NeedsPair(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pair: Pair
+
+
+def spec_of(input_type: type) -> OperationSpec:
+    return OperationSpec(name="test.nested", description="A made-up operation.", input_type=input_type,
+                         output_type=Output, handler=_handler, trust=frozenset({"operator"}), audit_kind="test")
+
+
+def nested(input_type: type = NestedInput, **shown: Shown) -> tuple[OperationCommand, list[OperatorCall]]:
+    seen: list[OperatorCall] = []
+
+    @operation_command(click.Group("g"), "do", spec_of(input_type), shown={k.replace("__", "."): v
+                                                                         for k, v in shown.items()})
+    def do(call: OperatorCall) -> None:
+        seen.append(call)
+
+    return do, seen
+
+
+def test_a_struct_fields_fields_are_options_prefixed_with_its_name():
+    command, _ = nested()
+    flags = {p.name: p.opts[0] for p in command.params}
+    assert flags == {"name": "--name", "knobs_size": "--knobs-size", "knobs_retry_kind": "--knobs-retry-kind",
+                     "knobs_retry_wait_ms": "--knobs-retry-wait-ms", "knobs_note": "--knobs-note",
+                     "older_than_ms": "--older-than-ms", "tools": "--tools"}
+    assert command.fields["knobs_retry_wait_ms"] == ("knobs", "retry", "wait_ms")
+    assert list(param(command, "knobs_retry_kind").type.choices) == ["x", "y"]
+    assert param(command, "knobs_retry_wait_ms").default == 100  # the Struct's default, shown
+
+
+def test_a_prefix_of_its_own_and_the_struct_built_of_what_was_given():
+    command, seen = nested(knobs=Shown(prefix=""))
+    assert CliRunner().invoke(command, ["--name", "n", "--size", "2", "--retry-wait-ms", "5"]).exit_code == 0
+    assert seen[0].value == NestedInput(name="n", knobs=Knobs(size=2, retry=Retry(wait_ms=5)))
+    assert CliRunner().invoke(command, ["--name", "n"]).exit_code == 0
+    assert seen[1].value == NestedInput(name="n")  # nothing given: no Struct at all
+
+
+def test_a_nested_field_is_shown_by_its_path():
+    command, _ = nested(knobs__retry__kind=Shown(aliases=("--shape",), help="The shape."))
+    shape = next(p for p in command.params if p.name == "knobs_retry_kind")
+    assert shape.opts == ["--knobs-retry-kind", "--shape"] and shape.help == "The shape."
+    with pytest.raises(ValueError, match="has no field knobs.nope"):
+        nested(knobs__nope=Shown())
+
+
+def test_an_int_with_no_range_is_any_whole_number_and_its_bounds_are_the_operations():
+    command, seen = nested()
+    assert CliRunner().invoke(command, ["--name", "n", "--knobs-size", "1e23"]).exit_code == 0
+    assert seen[0].value.knobs.size == 10**23
+    result = CliRunner().invoke(command, ["--name", "n", "--knobs-size", "1.5"])
+    assert isinstance(result.exception, derive.NotANumber)
+    assert "--knobs-size must be a whole number, got '1.5'" in str(result.exception)
+    assert len(seen) == 1
+
+
+def test_a_flag_and_a_type_of_the_command_lines_own():
+    command, seen = nested(older_than_ms=Shown(flag="--older-than", type=derive.DURATION_MS))
+    assert param_named(command, "older_than_ms").opts == ["--older-than"]
+    assert CliRunner().invoke(command, ["--name", "n", "--older-than", "2m"]).exit_code == 0
+    assert seen[0].value.older_than_ms == 120_000
+    assert CliRunner().invoke(command, ["--name", "n", "--older-than", "5"]).exit_code == 0
+    assert seen[1].value.older_than_ms == 5_000  # a bare number is seconds
+    result = CliRunner().invoke(command, ["--name", "n", "--older-than", "soon"])
+    assert isinstance(result.exception, derive.NotANumber) and "not a duration: 'soon'" in str(result.exception)
+
+
+def test_a_repeated_field_split_on_a_separator():
+    command, seen = nested(tools=Shown(split=","))
+    assert CliRunner().invoke(command, ["--name", "n", "--tools", "a, b", "--tools", "c"]).exit_code == 0
+    assert seen[0].value.tools == ["a", "b", "c"]
+    assert CliRunner().invoke(command, ["--name", "n", "--tools", ""]).exit_code == 0
+    assert seen[1].value.tools == []  # given empty: no tools, not the default
+
+
+def test_a_required_field_of_a_required_struct_is_required():
+    command, seen = nested(NeedsPair)
+    result = CliRunner().invoke(command, [])
+    assert result.exit_code == 2 and "Missing option '--pair-left'" in result.output
+    assert CliRunner().invoke(command, ["--pair-left", "l"]).exit_code == 0
+    assert seen[0].value == NeedsPair(pair=Pair(left="l"))
+
+
+def test_two_fields_that_would_be_one_parameter_are_an_error():
+    class Clash(msgspec.Struct, kw_only=True):
+        size: int = 0
+        knobs: Knobs | None = None
+
+    with pytest.raises(ValueError, match="fields size and knobs.size are both `size`"):
+        nested(Clash, knobs=Shown(prefix=""))
+
+
+def test_an_option_of_the_commands_own_may_not_be_a_field():
+    with pytest.raises(ValueError, match="own options name"):
+        @operation_command(click.Group("g"), "do", SPEC)
+        @click.option("--name")
+        def do(call: OperatorCall, name: str) -> None:
+            pass
+
+
+def param_named(command: click.Command, name: str) -> click.Parameter:
+    return next(p for p in command.params if p.name == name)
+
+
+def test_jobs_submit_shows_each_job_options_range_from_the_library():
+    from gormes.actors.jobs.vocabulary import OPTION_BOUNDS
+
+    command = every_command()["jobs submit"]
+    assert isinstance(command, OperationCommand)
+    by_path = {".".join(path): name for name, path in command.fields.items()}
+    for field, bounds in OPTION_BOUNDS.items():
+        assert str(bounds) in param_named(command, by_path[f"options.{field}"]).help, field
