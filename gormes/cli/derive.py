@@ -203,13 +203,13 @@ def spec_named(specs: Sequence[OperationSpec], name: str) -> OperationSpec:
 
 
 def operation_command(
-    group: click.Group, name: str, spec: OperationSpec, *, arguments: Sequence[str] = (),
+    group: click.Group | None, name: str, spec: OperationSpec, *, arguments: Sequence[str] = (),
     shown: Mapping[str, Shown] | None = None,
 ) -> Callable[[Callable[..., Any]], OperationCommand]:
-    """Make `fn(call, **its own options)` command `name` of `group`: `call` is an
-    `OperatorCall` of `spec` with the input built from the derived parameters
-    (`arguments`: the fields taken by position, in this order). `fn`'s own click
-    options (`--json`) stay its."""
+    """Make `fn(call, **its own options)` command `name` of `group` (None: a command
+    of no group, `gormes run`): `call` is an `OperatorCall` of `spec` with the input
+    built from the derived parameters (`arguments`: the fields taken by position, in
+    this order). `fn`'s own click options (`--json`) stay its."""
     leaves = field_leaves(spec.input_type, arguments=arguments, shown=shown)
 
     def decorate(fn: Callable[..., Any]) -> OperationCommand:
@@ -228,7 +228,8 @@ def operation_command(
         command = OperationCommand(
             name, callback=callback, params=[*derived, *own], help=inspect.getdoc(fn), spec=spec, leaves=leaves,
         )
-        group.add_command(command)
+        if group is not None:
+            group.add_command(command)
         return command
 
     return decorate
@@ -335,7 +336,7 @@ def _argument(leaf: Leaf) -> click.Argument:
 def _options(leaf: Leaf) -> list[click.Option]:
     field, shown, flag = leaf.field, leaf.shown, leaf.flag
     kind, description, _ = _parts(field.type)
-    help_text = _help(shown.help or description, shown.envvar, _repeats(kind))
+    help_text = _help(shown.help or description, shown.envvar, _repeats(kind), shown.split)
     default = field.default if _shows(field.default) else None
     common: dict[str, Any] = {"help": help_text, "envvar": shown.envvar, "metavar": shown.metavar}
     if isinstance(kind, mi.BoolType):
@@ -354,9 +355,10 @@ def _options(leaf: Leaf) -> list[click.Option]:
     return options
 
 
-def _help(text: str | None, envvar: str | None, repeats: bool) -> str | None:
+def _help(text: str | None, envvar: str | None, repeats: bool, split: str | None = None) -> str | None:
     """The field's help with what the command line adds: `repeatable`, the env var."""
-    notes = [note for note in ("repeatable" if repeats else None, f"env {envvar}" if envvar else None) if note]
+    again = (f"repeatable, or several joined by {split!r}" if split else "repeatable") if repeats else None
+    notes = [note for note in (again, f"env {envvar}" if envvar else None) if note]
     if not notes:
         return text
     body = (text or "").rstrip()

@@ -34,7 +34,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "worker": ("gormes.cli.worker", "worker", "Run job handlers until SIGINT or SIGTERM."),
     "daemon": ("gormes.cli.daemon", "daemon", "Run workers, projections, cron and the governor as one service (systemd-ready)."),
     "cron": ("gormes.cli.cron", "cron", "Add, list, pause, resume and remove cron schedules."),
-    "run": ("gormes.cli.runs", "run", "Start an agent run (or any run handler) and wait for its outcome."),
+    "run": ("gormes.cli.run_operations", "run", "Start an agent run (or any run handler) and wait for its outcome."),
     "runs": ("gormes.cli.runs", "runs", "List recorded runs; show one as a timeline and a tree."),
     "replay": ("gormes.cli.replay", "replay", "Replay a recorded run exactly (no side effects); name the first divergence."),
     "fork": ("gormes.cli.fork", "fork", "Copy a run up to a position into a new run and continue it live."),

@@ -1,75 +1,35 @@
-"""`gormes run` (start a run in this process and wait for it) and
-`gormes runs list|show` (read recorded runs, priced with the one pricing table:
-gormes/cli/pricing.py), `gormes runs resume` (continue an interrupted run)."""
+"""`gormes runs list|show`: read recorded runs, priced with the one pricing table
+(gormes/cli/pricing.py).
+
+`gormes run` (start a run in this process and wait for it), `gormes runs send`
+(a message to a running run) and `gormes runs resume` (continue an interrupted
+run) are each one run operation, their options derived from its input type; they
+live in gormes/cli/run_operations.py, imported only when one of them is asked for
+(gormes/cli/lazy_group.py): `runs list` reads a current file without the executor.
+"""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 import msgspec
 
 from gormes.actors.runs.listing import RUN_STATUSES
-from gormes.cli.foreground import (
-    drive_runs, echo_outcome, exit_code, import_option, start_and_wait, workspace_option,
-)
 from gormes.cli.jobs import LIST_LIMIT, check_range
+from gormes.cli.lazy_group import LazyCommands
 from gormes.cli.pricing import pricing_option, pricing_table
-from gormes.errors import UserError
 
 
-def _emit_json(value: Any) -> None:
+def emit_json(value: Any) -> None:
     click.echo(msgspec.json.encode(value).decode())
 
 
-@click.command("run")
-@click.argument("handler")
-@click.option("--prompt", help="The agent's task (input {\"prompt\": TEXT}).")
-@click.option("--input", "input_json", metavar="JSON", help="The handler's input as JSON (instead of --prompt).")
-@click.option("--system", help="The agent's system prompt.")
-@click.option("--model", metavar="SPEC", help="scripted:PATH (a script, not a model) or openai:MODEL.")
-@click.option("--tools", metavar="A,B", help="Tool allowlist (default: every prompt-visible tool).")
-@click.option("--max-iterations", type=click.IntRange(min=1), help="Model turns before giving up.")
-@click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS")
-@workspace_option
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@click.pass_obj
-def run(obj: Any, handler: str, prompt: str | None, input_json: str | None, system: str | None,
-        model: str | None, tools: str | None, max_iterations: int | None, deadline_s: float | None,
-        workspace: str | None, as_json: bool) -> None:
-    """Start a run of HANDLER ("agent" for the built-in agent loop) and wait for it.
-
-    The start is audited (operation run.start, as the operator)."""
-    if input_json is not None:
-        try:
-            run_input = msgspec.json.decode(input_json.encode())
-        except msgspec.DecodeError as exc:
-            raise UserError(f"malformed JSON for --input: {exc}") from None
-    elif prompt is not None:
-        run_input = {"prompt": prompt}
-        if system:
-            run_input["system"] = system
-    else:
-        raise UserError("give the run's input: --prompt TEXT or --input JSON")
-    allow = [t.strip() for t in tools.split(",") if t.strip()] if tools is not None else None
-    value = {"handler": handler, "input": run_input, "model": model, "tools": allow,
-             "max_iterations": max_iterations, "deadline_s": deadline_s}
-
-    def started(run_id: str) -> None:
-        if not as_json:
-            click.echo(f"run {run_id} started")
-
-    outcome, signals = drive_runs(
-        obj.target, workspace, lambda door: start_and_wait(door, "run.start", value, started))
-    if as_json:
-        _emit_json(outcome)
-    else:
-        echo_outcome(f"run {outcome.run_id}", outcome)
-    sys.exit(exit_code(outcome, signals))
+# The commands that are one operation each (gormes/cli/run_operations.py).
+OPERATIONS = ("send", "resume")
 
 
-@click.group()
+@click.group(cls=LazyCommands, later={name: "gormes.cli.run_operations" for name in OPERATIONS})
 def runs() -> None:
     """List and inspect recorded runs."""
 
@@ -120,7 +80,7 @@ def list_(obj: Any, status: str | None, job_id: str | None, handler: str | None,
 
         rows = trio.run(main)
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     if not rows:
         click.echo("no runs")
@@ -154,40 +114,6 @@ def show(obj: Any, run_id: str, tree: bool, pricing: str | None, as_json: bool) 
 
     view = trio.run(main)
     if as_json:
-        _emit_json(view)
+        emit_json(view)
     else:
         click.echo("\n".join(format_view(view)))
-
-
-@runs.command()
-@click.argument("run_id", metavar="RUN")
-@click.option("--force", is_flag=True,
-              help="RUN has no end and its process, which cannot be checked from here (another host or "
-              "container), is gone: record it as cut off, then resume it. On its own host a gone "
-              "process is seen without it.")
-@workspace_option
-@import_option
-@click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
-@click.pass_obj
-def resume(obj: Any, run_id: str, force: bool, workspace: str | None, imports: tuple[str, ...],
-           as_json: bool) -> None:
-    """Continue RUN, an interrupted run (not a job's: the job resumes those), as a new
-    run with `resumed_from`: its recorded steps are replayed, not redone, then it goes live.
-
-    The resume is audited (operation run.resume, as the operator); the new run keeps
-    RUN's trust class and memory scope."""
-    from gormes.cli.replay import load_handlers
-
-    load_handlers(imports)
-    def started(new_run_id: str) -> None:
-        if not as_json:
-            click.echo(f"run {new_run_id} started: resumes run {run_id}")
-
-    resumed, signals = drive_runs(obj.target, workspace, lambda door: start_and_wait(
-        door, "run.resume", {"run_id": run_id, "force": force}, started))
-    if as_json:
-        _emit_json(resumed)
-    else:
-        echo_outcome(f"run {resumed.run_id} (resumes run {run_id}, {resumed.copied} recorded observations "
-                     "replayed)", resumed.outcome)
-    sys.exit(exit_code(resumed.outcome, signals))
