@@ -16,7 +16,6 @@ This module is imported when one of its commands is asked for
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 import msgspec
