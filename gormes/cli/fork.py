@@ -1,5 +1,11 @@
 """`gormes fork RUN --at POSITION [--model M] [--set KEY=VALUE]...`: a new run with
-RUN's events up to POSITION copied (`forked_from` recorded), continuing live."""
+RUN's events up to POSITION copied (`forked_from` recorded), continuing live.
+
+One operation (run.fork in gormes/tools/run_admin.py), run as the operator through
+the audited executor (decision 0019), its options derived from the operation's
+input type (gormes/cli/derive.py). `--set KEY=VALUE` is a short way to give
+entries of `--overrides`.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,13 @@ from typing import Any
 import click
 import msgspec
 
+from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
 from gormes.cli.foreground import drive_runs, exit_code, import_option, start_and_wait, workspace_option
+from gormes.cli.replay import load_handlers
 from gormes.errors import UserError
+from gormes.events.catalog import load_all
+from gormes.events.open import is_postgres_url
+from gormes.tools import run_admin
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
@@ -24,19 +35,23 @@ def parse_setting(text: str) -> tuple[str, Any]:
         return key.strip(), value
 
 
-@click.command()
-@click.argument("run_id", metavar="RUN")
-@click.option("--at", "at", type=click.IntRange(min=1), required=True, metavar="POSITION",
-              help="The last log position of RUN to copy (as `gormes replay` and `gormes events` print).")
-@click.option("--model", metavar="SPEC", help="Continue with this model: scripted:PATH or openai:MODEL.")
+FORK = {
+    "run_id": Shown(metavar="RUN"),
+    "at": Shown(metavar="POSITION",
+                help="The last log position of RUN to copy (as `gormes replay` and `gormes events` print)."),
+    "model": Shown(metavar="SPEC", help="Continue with this model: scripted:PATH or openai:MODEL."),
+    "overrides": Shown(metavar="JSON", help="Keys of the run's input to override, as one JSON object."),
+}
+
+
+@operation_command(None, "fork", spec_named(run_admin.SPECS, "run.fork"), arguments=("run_id",), shown=FORK)
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Override a key of the run's input (VALUE as JSON, else text); repeatable.")
 @workspace_option
 @import_option
 @click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
-@click.pass_obj
-def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str, ...],
-         workspace: str | None, imports: tuple[str, ...], as_json: bool) -> int:
+def fork(call: OperatorCall, settings: tuple[str, ...], workspace: str | None, imports: tuple[str, ...],
+         as_json: bool) -> int:
     """Fork RUN at POSITION: copy its events up to there into a new run and continue it live.
 
     The code is first replayed against RUN up to POSITION; if it no longer
@@ -44,25 +59,22 @@ def fork(obj: Any, run_id: str, at: int, model: str | None, settings: tuple[str,
     audited (operation run.fork, as the operator); the new run keeps RUN's trust
     class and memory scope.
     """
-    # Lazy for start-up time: loaded when the command runs, not for its --help.
-    from gormes.cli.replay import load_handlers
-    from gormes.events.catalog import load_all
-    from gormes.events.open import is_postgres_url
-
     load_all()
     load_handlers(imports)
-    overrides = dict(parse_setting(s) for s in settings)
-    if not is_postgres_url(obj.target) and not Path(obj.target).exists():
-        raise UserError(f"no database at {obj.target}")
+    value = call.value
+    if settings:
+        value = msgspec.structs.replace(value, overrides={**value.overrides, **dict(map(parse_setting, settings))})
+    target = call.obj.target
+    if not is_postgres_url(target) and not Path(target).exists():
+        raise UserError(f"no database at {target}")
 
-    value = {"run_id": run_id, "at": at, "model": model, "overrides": overrides}
-    forked, signals = drive_runs(obj.target, workspace, lambda door: start_and_wait(door, "run.fork", value))
+    forked, signals = drive_runs(target, workspace, lambda door: start_and_wait(door, call.spec.name, value))
     outcome = forked.outcome
     if as_json:
         click.echo(msgspec.json.encode(forked).decode())
     else:
         click.echo(
-            f"forked run {forked.run_id} from run {run_id} at position {at} "
+            f"forked run {forked.run_id} from run {value.run_id} at position {value.at} "
             f"({forked.copied} events copied): {outcome.status}"
             + (f": {outcome.error}" if outcome.error else "")
         )

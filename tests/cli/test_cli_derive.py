@@ -30,7 +30,7 @@ ONE_OPERATION = {
     "jobs submit": "job.submit", "jobs cancel": "job.cancel", "jobs pause": "job.pause",
     "jobs resume": "job.resume", "jobs retry": "job.retry", "jobs replay": "job.replay",
     "jobs send": "job.send", "jobs prune": "job.prune",
-    "run": "run.start", "runs send": "run.send", "runs resume": "run.resume",
+    "run": "run.start", "runs send": "run.send", "runs resume": "run.resume", "fork": "run.fork",
 }
 
 
