@@ -49,7 +49,7 @@ from gormes.actors.jobs.worker import Worker, WorkerConfig, new_worker_id
 from gormes.actors.runs.cut_off import GoneProcessRuns
 from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
-from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.store import EventStore
 from gormes.projections import ledger, registry
 from gormes.projections.runner import ProjectionRunner
 from gormes.projections.schema import supports
@@ -199,7 +199,7 @@ class Daemon:
 
     # -- start-up ------------------------------------------------------------------
 
-    async def _caught_up_runners(self, store: SQLiteEventStore) -> list[ProjectionRunner]:
+    async def _caught_up_runners(self, store: EventStore) -> list[ProjectionRunner]:
         runners = []
         for projection in registry.all_projections():
             if projection.name == ledger.NAME:
@@ -229,7 +229,7 @@ class Daemon:
                 await trio.sleep(pause)
                 pause = min(60.0, pause * 2)
 
-    async def _end_runs_of_gone_processes(self, store: Any) -> None:
+    async def _end_runs_of_gone_processes(self, store: EventStore) -> None:
         """Runs outside a job whose process on this host is gone (killed) have no
         end: record them as cut off (gormes/actors/runs/cut_off.py)."""
         sweep = GoneProcessRuns(store)
@@ -364,7 +364,7 @@ class Daemon:
             except GormesError as exc:
                 log.warning("cannot read the queue for STATUS: %s", exc)
 
-    async def _keep_watchdog_fed(self, store: SQLiteEventStore) -> None:
+    async def _keep_watchdog_fed(self, store: EventStore) -> None:
         interval = self.notifier.watchdog_interval
         assert interval is not None
         due = trio.current_time()

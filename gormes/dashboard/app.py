@@ -27,7 +27,6 @@ import tty
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import trio
@@ -42,8 +41,10 @@ from gormes.dashboard.read import read_snapshot
 from gormes.dashboard.render import render_dashboard, render_timeline
 from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
+from gormes.events.store import EventStore
 from gormes.projections.runner import ProjectionRunner
 from gormes.projections.runs import runs
+from gormes.providers.pricing import PricingTable
 
 DEFAULT_FPS = 10.0
 TICK_S = 1.0
@@ -60,7 +61,7 @@ def cbreak(fd: int) -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-async def open_views(store: Any) -> tuple[Any, Any]:
+async def open_views(store: EventStore) -> tuple[JobQueue, ProjectionRunner]:
     """The queue (ledger installed) and the runs projection's runner, caught up."""
     queue = await JobQueue.open(store)
     runner = ProjectionRunner(store, runs)
@@ -69,7 +70,8 @@ async def open_views(store: Any) -> tuple[Any, Any]:
 
 
 class TopApp:
-    def __init__(self, store: Any, queue: Any, runner: Any, pricing: Any, live: Live, *, fps: float) -> None:
+    def __init__(self, store: EventStore, queue: JobQueue, runner: ProjectionRunner, pricing: PricingTable,
+                 live: Live, *, fps: float) -> None:
         self.store = store
         self.queue = queue
         self.runner = runner
@@ -189,9 +191,9 @@ def require_terminal() -> int:
     return fd
 
 
-async def run_live(db: Path | str, *, pricing: Any, fps: float = DEFAULT_FPS,
+async def run_live(db: Path | str, *, pricing: PricingTable, fps: float = DEFAULT_FPS,
                    console: Console | None = None) -> None:
-    """The live view of `db`, its costs priced with `pricing` (a PricingTable)."""
+    """The live view of `db`, its costs priced with `pricing`."""
     fd = require_terminal()
     async with open_store(db) as store:
         queue, runner = await open_views(store)

@@ -35,6 +35,7 @@ from gormes.dashboard.model import (
 from gormes.events.jobs import TERMINAL, Tokens
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.sql_fragments import json_value
+from gormes.events.store import EventStore
 from gormes.providers.pricing import PricingTable
 
 JOBS_LIMIT = 200  # live jobs are all shown up to this; terminal ones fill the rest
@@ -202,10 +203,7 @@ def _workers(conn: sqlite3.Connection, now: float, active: dict[str, int]) -> li
     ]
 
 
-async def read_snapshot(store: Any, *, pricing: PricingTable, now: float | None = None) -> Snapshot:
+async def read_snapshot(store: EventStore, *, pricing: PricingTable, now: float | None = None) -> Snapshot:
     """A Snapshot from `store` (SQLite or PostgreSQL), priced with `pricing`."""
     when = time.time() if now is None else now
-    # PostgreSQL's log runs this `?` SQL through its PortableConnection (`sql`)
-    return await store.read_with(
-        lambda log: snapshot_from(getattr(log, "sql", log.conn), when, pricing)
-    )
+    return await store.read_sql(lambda conn: snapshot_from(conn, when, pricing))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from gormes.out_file import write_under
-from gormes.projections.memory import ENTITIES, FACTS, RELATIONSHIPS, memory_projection, read_connection
+from gormes.projections.memory import ENTITIES, FACTS, RELATIONSHIPS, memory_projection
 from gormes.projections.runner import ProjectionRunner
 
 if TYPE_CHECKING:
@@ -209,4 +209,4 @@ async def mirror_store(store: EventStore, out: Path) -> MirrorResult:
     """`mirror` of what a store's memory holds: its `memory` projection is caught up
     with the log first (`gormes memory mirror`)."""
     await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
-    return await store.read_with(lambda log: mirror(read_connection(log), out))
+    return await store.read_sql(lambda conn: mirror(conn, out))

@@ -37,7 +37,7 @@ from gormes.events.audit_chain import append_sealed
 from gormes.errors import StoreError, UserError
 from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
 from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over
-from gormes.events.store import AppendRequest
+from gormes.events.store import AppendRequest, EventStore
 from gormes.ops.registry import Registry
 from gormes.ops.spec import (
     TRUST_CLASSES, Caller, InvalidOperationInput, OperationContext, OperationDenied,
@@ -72,7 +72,7 @@ class Executor:
     def __init__(
         self,
         registry: Registry,
-        store: Any,
+        store: EventStore,
         *,
         workspace: Path | str | None = None,
         jobs: JobQueue | None = None,

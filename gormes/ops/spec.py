@@ -25,6 +25,7 @@ from gormes.errors import GormesError, UserError
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.queue import JobQueue
+    from gormes.events.store import EventStore
 
 TrustClass = Literal["operator", "gateway", "child-agent", "system"]
 TRUST_CLASSES: tuple[str, ...] = ("operator", "gateway", "child-agent", "system")
@@ -122,7 +123,7 @@ class OperationContext:
     jobs: JobQueue | None = None  # the job operations refuse to run without one
     clock: Callable[[], float] = time.time  # seconds since the epoch, like time.time
     shell_enabled: bool = False
-    store: Any = None
+    store: EventStore | None = None  # the operations that read or write the log refuse without one
     # The caller's runs (a gormes/tools/run_admin.py `RunStarter`: its RunManager and
     # where a fork or resume is driven); the run operations refuse to run without one.
     # The kernel only carries it: what it is, is the run operations' business.

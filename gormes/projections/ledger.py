@@ -30,18 +30,23 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from gormes.events.base import Recorded
 from gormes.events.codec import default_codec
 from gormes.events.job_machine import ALWAYS, Transition, transition_of
 from gormes.events.jobs import (
-    JobChildAdded, JobChildDone, JobInboxRead, JobMessageSent, JobSubmitted, JobTranscribed,
+    STATUSES, JobChildAdded, JobChildDone, JobInboxRead, JobMessageSent, JobSubmitted,
+    JobTranscribed,
 )
 from gormes.events.postgres_sql import POSTGRES, dialect_of
+from gormes.events.store import EventStore, Transaction
 from gormes.projections.ledger_sql import Spelling, Write, compile_writes, encode_json
+
+if TYPE_CHECKING:
+    from gormes.events.sqlite import SQLiteEventStore
 
 NAME = "ledger"
 # 2: jobs.submitter (who submitted the job, JSON). A version-1 ledger is migrated
@@ -50,6 +55,22 @@ VERSION = 2
 TRANSCRIPT_CAP = 200  # entries kept per job in the ledger; the log keeps all
 
 _enc = encode_json
+
+
+def status_in(statuses: Iterable[str], *, negate: bool = False) -> str:
+    """The SQL test that a job's status is one of `statuses` (`negate`: is none of
+    them): `status = 'a'` for one (what a partial index's `WHERE` says, so the
+    planner can use it), `status IN ('a', 'b')` sorted for several, so one set is
+    always one SQL text. For the sets of gormes/events/job_machine.py (`LIVE`,
+    `HELD`, `CLAIMABLE`, ...): constants, never input, but each is checked to be a
+    job status before it is quoted."""
+    names = sorted(set(statuses))
+    if not names or not set(names) <= set(STATUSES):
+        raise ValueError(f"not a set of job statuses: {names}")
+    if len(names) == 1:
+        return f"status {'!=' if negate else '='} '{names[0]}'"
+    listed = ", ".join(f"'{name}'" for name in names)
+    return f"status {'NOT IN' if negate else 'IN'} ({listed})"
 
 
 def submitter_json(submitter: Any) -> str:
@@ -489,45 +510,45 @@ def reset(conn: Any) -> None:
     _track(conn, 0)
 
 
-async def install(store: Any) -> None:
+async def install(store: EventStore) -> None:
     """Create the tables, catch up with the log and make the ledger inline on
     `store` (an SQLiteEventStore or a PostgresEventStore). Idempotent."""
     import trio
 
-    if dialect_of(store) == POSTGRES:
+    # The ledger is made inline inside the transaction that catches it up, so no
+    # write can come between the two and be missed.
+    if store.dialect == POSTGRES:
         from gormes.projections import ledger_postgres
 
         # DDL is transactional on PostgreSQL: the tables are made in the writer's
         # transaction, under its table lock, so hosts starting together take turns.
-        def attach_pg(tx: Any) -> int:
+        def attach_pg(tx: Transaction) -> int:
             ledger_postgres.set_up(tx.conn, NAME, VERSION)
             tx.execute("SELECT 1")  # flush anything staged before us in this batch
             position = catch_up(tx.conn)
-            if inline_apply not in store.inline:
-                store.inline.append(inline_apply)
+            store.add_inline(inline_apply)
             return position
 
         await store.transact(attach_pg)
         return
 
     # SQLite: sqlite-utils reads the schema on a connection of its own, outside any
-    # write transaction.
-    await trio.to_thread.run_sync(setup_file, store.path)
+    # write transaction, so it opens the store's file itself.
+    await trio.to_thread.run_sync(setup_file, cast("SQLiteEventStore", store).path)
 
-    def attach(tx: Any) -> int:
+    def attach(tx: Transaction) -> int:
         tx.execute("SELECT 1")  # flush anything staged before us in this batch
         position = catch_up(tx.conn)
-        if inline_apply not in store.log.inline:
-            store.log.inline.append(inline_apply)
+        store.add_inline(inline_apply)
         return position
 
     await store.transact(attach)
 
 
-async def rebuild(store: Any) -> int:
+async def rebuild(store: EventStore) -> int:
     """Empty the ledger and fold the whole log again, in one transaction."""
 
-    def run(tx: Any) -> int:
+    def run(tx: Transaction) -> int:
         tx.execute("SELECT 1")
         reset(tx.conn)
         return catch_up(tx.conn)

@@ -25,13 +25,16 @@ executor audits it.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from gormes.errors import UserError
 from gormes.events.jobs import Submitter
 from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
+
+if TYPE_CHECKING:
+    from gormes.actors.jobs.queue import Job, JobQueue
 
 PRIVILEGED = frozenset({"operator", "system"})
 RUN_JOBS = frozenset({"agent"})  # job names whose handler starts a run
@@ -65,7 +68,7 @@ def owns(caller: Caller, submitter: Submitter | None) -> bool:
     return submitter is not None and (submitter.trust, submitter.scope) == owner_key(caller)
 
 
-def require_may_act_on(caller: Caller, job: Any, what: str) -> None:
+def require_may_act_on(caller: Caller, job: Job, what: str) -> None:
     """Refuse a gateway or child agent acting on a job that is not its own."""
     if not privileged(caller) and not owns(caller, job.submitter):
         raise OperationDenied(
@@ -112,7 +115,7 @@ def max_live_jobs() -> int:
     return cap
 
 
-async def check_live_jobs(caller: Caller, queue: Any, submitter: Submitter) -> None:
+async def check_live_jobs(caller: Caller, queue: JobQueue, submitter: Submitter) -> None:
     """Refuse a gateway or child agent that already holds its cap of unfinished jobs."""
     if privileged(caller):
         return

@@ -27,7 +27,7 @@ from gormes.memory.writer import MemoryTarget, MemoryWriter, Source, find_target
 from gormes.recall.api import DEFAULT_SCOPE
 from gormes.tools.memory import bound_scope
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
-from gormes.projections.memory import memory_projection, read_connection
+from gormes.projections.memory import memory_projection
 from gormes.projections.runner import ProjectionRunner
 
 OPERATOR = frozenset({"operator"})
@@ -105,7 +105,7 @@ async def _read_memory(ctx: OperationContext, read: Any) -> Any:
     """`read(conn)` on the memory projection, caught up with the log first."""
     store = ctx.store
     await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
-    return await store.read_with(lambda log: read(read_connection(log)))
+    return await store.read_sql(read)
 
 
 async def _target(ctx: OperationContext, target_id: str, scope: str | None) -> MemoryTarget:

@@ -15,6 +15,7 @@ from typing import Any
 from gormes.actors.agent_jobs.cut_off import EndedJobRuns
 from gormes.actors.jobs.context import JobContext
 from gormes.actors.jobs.handlers import HandlerRegistry
+from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import Sweep, WorkerConfig
 
 AGENT = "agent"
@@ -37,7 +38,7 @@ def install(registry: HandlerRegistry) -> None:
         registry.register(AGENT, agent)
 
 
-def sweeps(queue: Any, config: WorkerConfig) -> list[Sweep]:
+def sweeps(queue: JobQueue, config: WorkerConfig) -> list[Sweep]:
     """The worker's sweep for agent jobs that ended with no attempt running them
     (gormes/actors/agent_jobs/cut_off.py), as often as it sweeps stalled leases."""
     # A live worker records its runs' ends itself within a lease (its renewal fails

@@ -33,12 +33,15 @@ job costs it no task of its own waiting on the round.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from gormes.actors.jobs.views import Job
 from gormes.errors import StoreError
+
+if TYPE_CHECKING:
+    from gormes.actors.jobs.queue import JobQueue
 
 Item = tuple[str, str, Any]
 
@@ -68,7 +71,7 @@ class _Round:
 
 
 class Completions:
-    def __init__(self, queue: Any, refill: Refill | None = None, *, results: bool = True) -> None:
+    def __init__(self, queue: JobQueue, refill: Refill | None = None, *, results: bool = True) -> None:
         self.queue = queue
         self._combined = getattr(queue, "complete_and_claim", None) is not None
         self.refill = refill if self._combined else None

@@ -14,6 +14,9 @@ from typing import Any
 
 import msgspec
 
+from gormes.events.postgres_sql import POSTGRES
+from gormes.events.store import EventStore, Transaction
+
 TABLE = "worker_heartbeats"
 
 # REAL is a float8 on SQLite but a float4 on PostgreSQL (seconds since the epoch
@@ -32,9 +35,9 @@ CREATE TABLE IF NOT EXISTS {table}(
 """
 
 
-def create_sql(tx: Any) -> str:
+def create_sql(tx: Transaction) -> str:
     """The table's DDL in the dialect of `tx` (a store transaction)."""
-    postgres = getattr(tx, "dialect", "sqlite") == "postgres"
+    postgres = tx.dialect == POSTGRES
     return _CREATE.format(table=TABLE, real="DOUBLE PRECISION" if postgres else "REAL")
 
 
@@ -43,7 +46,7 @@ class Heartbeat:
     governor's current limit, active jobs) as well as the worker's identity."""
 
     def __init__(
-        self, store: Any, worker_id: str,
+        self, store: EventStore, worker_id: str,
         describe: Callable[[], dict[str, Any]] | dict[str, Any],
     ) -> None:
         self._store = store
@@ -54,7 +57,7 @@ class Heartbeat:
         worker_id, info = self.worker_id, self._describe()
         info_json = msgspec.json.encode(info).decode()
 
-        def write(tx: Any) -> None:
+        def write(tx: Transaction) -> None:
             tx.execute(create_sql(tx))
             # `{TABLE}.beats`: PostgreSQL finds a bare `beats` ambiguous with `excluded`
             tx.execute(
@@ -70,7 +73,7 @@ class Heartbeat:
     async def stopped(self) -> None:
         worker_id = self.worker_id
 
-        def write(tx: Any) -> None:
+        def write(tx: Transaction) -> None:
             tx.execute(create_sql(tx))
             tx.execute(
                 f"UPDATE {TABLE} SET stopped_at = ?, last_seen = ? WHERE worker_id = ?",

@@ -67,6 +67,7 @@ from gormes.actors.jobs.leases import keep_leases
 from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, LockLost
 from gormes.actors.jobs.queue import Job, JobQueue
 from gormes.errors import GormesError
+from gormes.events.store import EventStore
 
 IGNORED_ABORT = "handler ignored abort"
 TIMEOUT_EXCEEDED = "timeout exceeded"
@@ -223,13 +224,13 @@ class Worker:
         registry: HandlerRegistry,
         config: WorkerConfig | None = None,
         *,
-        store: Any = None,
+        store: EventStore | None = None,
         governor: Governor | None = None,
         log: Callable[[str], None] | None = None,
         sweeps: Sequence[Sweep] = (),
     ) -> None:
         self.queue = queue
-        self.store = store if store is not None else queue.store  # type: ignore[attr-defined]
+        self.store = store if store is not None else queue.store
         self.registry = registry
         self.sweeps = tuple(sweeps)
         self.config = config or WorkerConfig()

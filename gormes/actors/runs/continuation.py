@@ -66,7 +66,7 @@ from gormes.events.runs import (
     run_stream,
     tokens_of,
 )
-from gormes.events.store import NO_STREAM
+from gormes.events.store import NO_STREAM, EventStore
 from gormes.ops.spec import narrower
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class ForkContext(ReplayContext):
     copies = True
 
     def __init__(
-        self, prefix: RecordedRun, replayer: Replayer, live: LiveRunContext, store: Any, *,
+        self, prefix: RecordedRun, replayer: Replayer, live: LiveRunContext, store: EventStore, *,
         lenient_llm: bool,
     ) -> None:
         super().__init__(prefix, replayer)

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from gormes.events.runs import RunStatus
+from gormes.events.store import EventStore
 from gormes.projections.runs import COLUMNS, TABLE
 from gormes.projections.runs import runs as projection
 
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)  # the Literal run events are typed with
 
 
-async def list_runs(store: Any, **filters: Any) -> list[dict[str, Any]]:
+async def list_runs(store: EventStore, **filters: Any) -> list[dict[str, Any]]:
     """`select_runs(**filters)` on `store`, its `runs` projection caught up first."""
     # lazy: the runner imports trio, which `gormes runs list`'s quick read (select_runs
     # on a current file, no event loop) must not load

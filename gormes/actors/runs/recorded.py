@@ -157,18 +157,15 @@ class DatabaseRuns:
 
     def __init__(self, path: str | Path) -> None:
         load_all()
-        if is_postgres_url(path):
-            self._log: Any = _postgres_log(str(path))
-            self._sql: Any = self._log.sql  # runs the `?` SQL below
-            self._sqlite = False
-            return
-
-        path = Path(path)
-        if not path.exists():
-            raise UserError(f"no database at {path}")
-        self._log = SQLiteLog(path, readonly=True, create=False)
-        self._sql = self._log.conn
-        self._sqlite = True
+        self._sqlite = not is_postgres_url(path)
+        if self._sqlite:
+            path = Path(path)
+            if not path.exists():
+                raise UserError(f"no database at {path}")
+            self._log: Any = SQLiteLog(path, readonly=True, create=False)
+        else:
+            self._log = _postgres_log(str(path))
+        self._sql: Any = self._log.sql  # runs the `?` SQL below, on either database
 
     def load(self, run_id: str) -> RecordedRun:
         stream = run_stream_name(run_id)

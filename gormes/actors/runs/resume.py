@@ -34,16 +34,18 @@ from typing import Any
 
 from gormes.actors.runs.continuation import ResumedRun, ResumeRefused, resume_run
 from gormes.actors.runs.cut_off import end_cut_off_runs
+from gormes.actors.runs.manager import RunManager
 from gormes.actors.runs.process import describe, gone_reason, process_state
 from gormes.actors.runs.recorded import split_run
 from gormes.events.runs import run_stream
 from gormes.events.sql_fragments import json_text
+from gormes.events.store import EventStore
 
 FORCED_REASON = "cut off: its process declared gone by the operator (gormes runs resume --force)"
 
 
 async def resume_from_outside(
-    manager: Any, run_id: str, *, force: bool = False, on_start: Callable[[str], None] | None = None,
+    manager: RunManager, run_id: str, *, force: bool = False, on_start: Callable[[str], None] | None = None,
 ) -> ResumedRun:
     """Resume `run_id` (see the module doc); `on_start(new_run_id)` once every check passed."""
     source = split_run(run_id, await manager.store.read_stream(run_stream(run_id)))  # UnknownRun
@@ -85,7 +87,7 @@ async def resume_from_outside(
     return await resume_run(manager, source, on_start=on_start)
 
 
-async def resumed_by(store: Any, run_id: str) -> str | None:
+async def resumed_by(store: EventStore, run_id: str) -> str | None:
     """The run that continues `run_id` (its `run.started` names it in `resumed_from`), if any."""
 
     def find(conn: Any) -> str | None:

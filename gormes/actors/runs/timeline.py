@@ -35,6 +35,7 @@ from gormes.events.runs import (
     RunToolCalled,
     run_stream,
 )
+from gormes.events.store import EventStore
 from gormes.providers.pricing import PricingTable, format_cost, load_table
 
 PREVIEW = 120
@@ -85,7 +86,7 @@ def _entry(r: Any, table: PricingTable) -> dict[str, Any] | None:
     return base
 
 
-async def run_view(store: Any, run_id: str, *, tree: bool, table: PricingTable | None = None) -> dict[str, Any]:
+async def run_view(store: EventStore, run_id: str, *, tree: bool, table: PricingTable | None = None) -> dict[str, Any]:
     """The run as `gormes runs show --json` prints it, priced with `table`; with
     `tree`, its children's views in it, each view with a `tree_cost`: the price of
     every model turn in its tree (None when one has no price)."""
@@ -96,7 +97,7 @@ async def run_view(store: Any, run_id: str, *, tree: bool, table: PricingTable |
 Turns = list[tuple[str, Tokens]]  # (model, usage) of model turns
 
 
-async def _view(store: Any, run_id: str, tree: bool, table: PricingTable) -> tuple[dict[str, Any], Turns]:
+async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable) -> tuple[dict[str, Any], Turns]:
     """(the view, the model turns of its tree: its own, and with `tree` its children's)."""
     records = await store.read_stream(run_stream(run_id))
     if not records or not isinstance(records[0].event, RunStarted):
