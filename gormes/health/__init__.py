@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from gormes.events.sql_fragments import glob
-from gormes.projections.bookkeeping import _has_table
+from gormes.projections.bookkeeping import has_table as has_table  # re-exported: the checks' import
 
 if TYPE_CHECKING:
     from gormes.events.codec import Codec
@@ -118,10 +118,6 @@ class Check:
     # on SQLite.
     backend: str | None = None
     elsewhere: str = ""
-
-
-def has_table(conn: sqlite3.Connection, name: str) -> bool:
-    return _has_table(conn, name)
 
 
 def count_events(conn: sqlite3.Connection, type_glob: str) -> int:

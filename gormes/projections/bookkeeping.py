@@ -85,7 +85,7 @@ def set_position(conn: sqlite3.Connection, name: str, position: int) -> None:
 
 
 def built_version(conn: sqlite3.Connection, name: str) -> int | None:
-    if not _has_table(conn, VERSIONS):
+    if not has_table(conn, VERSIONS):
         return None
     row = conn.execute(f"SELECT version FROM {VERSIONS} WHERE projection = ?", (name,)).fetchone()
     return row[0] if row else None
@@ -137,7 +137,7 @@ def resolve_failures(
 
 def open_failures(conn: sqlite3.Connection, name: str) -> tuple[int, str | None]:
     """(number of open failures, the latest one's error)."""
-    if not _has_table(conn, FAILURES):
+    if not has_table(conn, FAILURES):
         return 0, None
     rows = conn.execute(
         f"SELECT error FROM {FAILURES} WHERE projection = ? AND resolved_at IS NULL "
@@ -190,7 +190,8 @@ def _state(built: int | None, version: int, position: int, head: int, failures: 
     return "behind" if position < head else "ok"
 
 
-def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    """Whether `conn`'s database (SQLite, or PostgreSQL's current schema) has table `name`."""
     if dialect_of(conn) == POSTGRES:
         row = conn.execute(
             "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"

@@ -18,11 +18,16 @@ attempt's runs left with no end are recorded as cut off.
 
 from __future__ import annotations
 
-from typing import Any
-
 from gormes.actors.agent_jobs.attempts import last_attempt_run
+from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.runs.cut_off import end_cut_off_runs
 from gormes.events.jobs import job_stream
+from gormes.projections.ledger import status_in
+
+# How a job ends while no attempt runs it: cancelled between attempts or while
+# its worker was dead, dead after its last stall. (A job that completes or fails
+# does so in an attempt, whose worker records its run's end.)
+_ENDED_UNRUN = status_in({"cancelled", "dead"})
 
 
 def cut_off_reason(job_id: str) -> str:
@@ -40,7 +45,7 @@ class EndedJobRuns:
     attempt's runs have no end, are recorded as cut off. Each sweep takes up to
     `limit` jobs, in the order they ended, from where the last one stopped."""
 
-    def __init__(self, queue: Any, *, grace_ms: int, window_ms: int = 24 * 3600 * 1000,
+    def __init__(self, queue: JobQueue, *, grace_ms: int, window_ms: int = 24 * 3600 * 1000,
                  limit: int = 100) -> None:
         self._queue = queue
         self._grace_ms = grace_ms
@@ -50,17 +55,17 @@ class EndedJobRuns:
 
     async def sweep(self) -> list[str]:
         """The runs it recorded as cut off."""
-        now = self._queue._now()
+        store = self._queue.store
+        now = self._queue.now_ms()
         until = now - self._grace_ms
         after = self._after or (now - self._window_ms, "")
-        rows = await self._queue._read(lambda conn: conn.execute(
+        rows = await store.read_sql(lambda conn: conn.execute(
             "SELECT id, status, finished_at FROM jobs WHERE name = 'agent' "
-            "AND status IN ('dead', 'cancelled') AND finished_at <= ? "
+            f"AND {_ENDED_UNRUN} AND finished_at <= ? "
             "AND (finished_at > ? OR (finished_at = ? AND id > ?)) "
             "ORDER BY finished_at, id LIMIT ?",
             (until, after[0], after[0], after[1], self._limit),
         ).fetchall())
-        store = self._queue.store
         ended: list[str] = []
         for job_id, status, _ in rows:
             run_id = last_attempt_run(await store.read_stream(job_stream(job_id)))

@@ -58,10 +58,12 @@ from gormes.actors.jobs.handlers import UnrecoverableError
 from gormes.actors.runs.continuation import resume_run
 from gormes.actors.runs.cut_off import end_cut_off_runs
 from gormes.actors.runs.manager import RunManager
-from gormes.actors.runs.recorded import split_run
+from gormes.actors.runs.recorded import RecordedRun, split_run
 from gormes.errors import UserError
+from gormes.events.base import Recorded
 from gormes.events.jobs import Submitter, Tokens, job_stream
 from gormes.events.runs import RunCompleted, run_stream
+from gormes.events.store import EventStore
 from gormes.ops.executor import Executor
 from gormes.tools.builtin import default_registry
 from gormes.tools.memory import NAMES_ITS_SCOPE, own_scope
@@ -115,11 +117,11 @@ def parse_job_data(data: Any) -> tuple[AgentJobData, Any]:
     return options, {k: v for k, v in data.items() if k not in ("handler", "deadline_s")}
 
 
-def _executor(store: Any) -> Executor:
+def _executor(store: EventStore) -> Executor:
     return Executor(default_registry(), store, workspace=os.environ.get(WORKSPACE_ENV) or None)
 
 
-async def _earlier_run(store: Any, run_id: str | None) -> Any:
+async def _earlier_run(store: EventStore, run_id: str | None) -> RecordedRun | None:
     """The RecordedRun of the previous attempt, or None (none, or it never started)."""
     if run_id is None:
         return None
@@ -127,11 +129,11 @@ async def _earlier_run(store: Any, run_id: str | None) -> Any:
     return split_run(run_id, records) if records else None
 
 
-async def _count_missed_tokens(ctx: JobContext, store: Any, job_records: list[Any]) -> None:
+async def _count_missed_tokens(ctx: JobContext, store: EventStore, job_records: list[Recorded]) -> None:
     """Give the job what earlier attempts' runs used and it was never given (a pause
     between a turn and its count; see `tokens.py`)."""
 
-    async def read_run(run_id: str) -> list[Any]:
+    async def read_run(run_id: str) -> list[Recorded]:
         return await store.read_stream(run_stream(run_id))
 
     missed = await missed_tokens(read_run, job_records, attempt_runs(job_records))
@@ -141,7 +143,7 @@ async def _count_missed_tokens(ctx: JobContext, store: Any, job_records: list[An
         await ctx.tokens(input=missed.input, output=missed.output, cache_read=missed.cache_read)
 
 
-async def _end_cut_off(ctx: JobContext, store: Any, run_id: str) -> None:
+async def _end_cut_off(ctx: JobContext, store: EventStore, run_id: str) -> None:
     """The earlier attempt's run has no end: its worker was lost (see `cut_off`)."""
     ended = await end_cut_off_runs(store, run_id, cut_off_reason(ctx.id))
     if ended:
@@ -152,7 +154,7 @@ async def _end_cut_off(ctx: JobContext, store: Any, run_id: str) -> None:
 async def agent_job(ctx: JobContext, data: Any) -> Any:
     """The `agent` job handler (install.py puts it in a worker's registry)."""
     options, run_input = parse_job_data(data)
-    store = ctx._queue.store
+    store = ctx.store
     job_records = await store.read_stream(job_stream(ctx.id))
     await _count_missed_tokens(ctx, store, job_records)
     earlier = await _earlier_run(store, last_attempt_run(job_records))

@@ -51,13 +51,13 @@ from gormes.actors.cron.rules import (
     validate_name,
 )
 from gormes.actors.runtime import ask, execute, load, read
-from gormes.actors.jobs.session import JobSession
 from gormes.actors.jobs.queue import JobQueue
 from gormes.events.audit_chain import seal
 from gormes.errors import GormesError
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.cron import CRON_STREAM_PREFIX
 from gormes.events.jobs import JobOptions, Submitter
+from gormes.events.store import EventStore, Transaction
 from gormes.projections.cron import read_rows, schedules
 from gormes.projections.runner import ProjectionRunner
 
@@ -92,7 +92,7 @@ class CronFireResult(msgspec.Struct, frozen=True):
 class CronBook:
     """Add, pause, resume, remove and read schedules (each command one transaction)."""
 
-    def __init__(self, store: Any, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: EventStore, *, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.clock = clock
 
@@ -124,7 +124,7 @@ class CronBook:
     async def list(self) -> builtins.list[ScheduleState]:
         """Every live schedule by name, from the `schedules` projection (caught up first)."""
         await ProjectionRunner(self.store, schedules).catch_up()
-        rows = await self.store.read_with(lambda log: read_rows(log.conn))
+        rows = await self.store.read_sql(read_rows)
         return [
             ScheduleState(
                 name=r["name"], schedule=r["schedule"], job=r["job"], data=r["data"],
@@ -208,7 +208,7 @@ class CronScheduler:
         longer) due: fired already by anyone, paused, removed."""
         queue, scheduler = self.queue, self.id
 
-        def fire(tx: Any) -> CronFireResult | None:
+        def fire(tx: Transaction) -> CronFireResult | None:
             current = load(tx, CRON, name)
             state = current.value
             if state is None or due_fire(state, now) != fire_at:
@@ -217,8 +217,8 @@ class CronScheduler:
             caller = f"cron:{name}"
             # The queue's own submit, inside this transaction (JobQueue.submit would
             # open a second one and the decision could no longer be atomic).
-            job = queue._submit(JobSession(tx, now), state.job, state.data, options, None,
-                                submitter=Submitter(trust=TRUST, caller=caller))
+            job = queue.submit_in(tx, now, state.job, state.data, options,
+                                  submitter=Submitter(trust=TRUST, caller=caller))
             execute(tx, CRON, name, Fire(
                 fire_at=fire_at, job_id=job.id, coalesced=job.coalesced, scheduler=scheduler,
                 at=now,

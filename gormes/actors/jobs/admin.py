@@ -15,18 +15,19 @@ from gormes.actors.jobs import rules
 from gormes.actors.jobs.session import JobSession, new_id
 from gormes.actors.jobs.views import MESSAGE_COLUMNS, InboxMessage, Job, PruneResult, message_from_row
 from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound
+from gormes.events.job_machine import HELD, PROMOTABLE, TERMINAL
+from gormes.projections.ledger import status_in
 
 SWEEP_LIMIT = 500  # jobs handled per sweep transaction
 DEFAULT_STALL_GRACE_MS = 15_000
-_TERMINAL_SQL = "('completed', 'failed', 'dead', 'cancelled')"
-_KEY_FREED_SQL = "('dead', 'cancelled', 'failed')"
-_plain = msgspec.json.Decoder()
+plain = msgspec.json.Decoder()  # JSON text -> plain values (dict, list, str, ...)
+_TERMINAL, _HELD, _PROMOTABLE = status_in(TERMINAL), status_in(HELD), status_in(PROMOTABLE)
 
 
-def _json_data(data: Any, what: str = "job data") -> Any:
+def json_data(data: Any, what: str = "job data") -> Any:
     """Refuse data that is not JSON; return it as plain JSON values."""
     try:
-        return _plain.decode(msgspec.json.encode(data))
+        return plain.decode(msgspec.json.encode(data))
     except (TypeError, msgspec.EncodeError, OverflowError) as exc:
         raise InvalidJob(f"{what} is not JSON: {exc}") from None
 
@@ -99,13 +100,13 @@ class QueueAdmin:
     async def send(self, job_id: str, payload: Any, sender: str = "operator") -> InboxMessage:
         """Put a message in a non-terminal job's inbox. `sender` is "operator" or
         the job's parent id; anyone else is refused."""
-        plain = _json_data(payload, "message payload")
+        payload = json_data(payload, "message payload")
 
         def send(s: JobSession) -> InboxMessage:
             self._existing(s, job_id)
             message_id = new_id()
             s.run(job_id, rules.SendMessage(
-                now=s.now, message_id=message_id, sender=sender, payload=plain
+                now=s.now, message_id=message_id, sender=sender, payload=payload
             ))
             row = s.rows(f"SELECT {MESSAGE_COLUMNS} FROM inbox WHERE id = ?", (message_id,))[0]
             return message_from_row(row)
@@ -116,7 +117,7 @@ class QueueAdmin:
         """A terminal job -> a new job with the same name, queue, priority, options and
         submitter (a replay never widens whose work it is), data deep-merged with
         `data_overrides`, no parent (and no idempotency key)."""
-        overrides = _json_data(data_overrides, "replay data")
+        overrides = json_data(data_overrides, "replay data")
 
         def replay(s: JobSession) -> Job:
             state = s.state(job_id)
@@ -140,7 +141,7 @@ class QueueAdmin:
 
         def prune(s: JobSession) -> PruneResult:
             ids = s.ids_where(
-                f"SELECT id FROM jobs WHERE status IN {_TERMINAL_SQL} AND finished_at < ?"
+                f"SELECT id FROM jobs WHERE {_TERMINAL} AND finished_at < ?"
                 " ORDER BY finished_at, id", (s.now - older_than_ms,),
             )
             if not dry_run:
@@ -169,23 +170,15 @@ class QueueAdmin:
         return await self._sweep(
             now,
             lambda s: s.ids_where(
-                "SELECT id FROM jobs WHERE status IN ('active', 'waiting-children')"
+                f"SELECT id FROM jobs WHERE {_HELD}"
                 " AND lock_until IS NOT NULL AND lock_until + ? < ? LIMIT ?",
                 (grace_ms, s.now, SWEEP_LIMIT),
             ),
             lambda now: rules.CheckStall(now=now, grace_ms=grace_ms),
         )
 
-    @staticmethod
-    def _promote_due(s: JobSession) -> list[str]:
-        due = s.ids_where(
-            "SELECT id FROM jobs WHERE status = 'delayed' AND delay_until <= ?"
-            " ORDER BY delay_until LIMIT ?", (s.now, SWEEP_LIMIT),
-        )
-        return [job_id for job_id in due if s.run(job_id, rules.Promote(now=s.now))]
-
     async def promote_delayed(self, now: int | None = None) -> list[str]:
-        return await self._transact(self._promote_due, now)
+        return await self._transact(promote_due, now)
 
     async def sweep_timeouts(self, now: int | None = None) -> list[str]:
         """Kill jobs active past 2 x timeout (or 2 x lease x max_stalled without one)."""
@@ -209,3 +202,12 @@ class QueueAdmin:
             lambda now: rules.Settle(now=now),
         )
 
+
+def promote_due(s: JobSession) -> list[str]:
+    """Promote the delayed jobs whose delay is over (up to SWEEP_LIMIT), in the
+    session's transaction: the sweep's, and every claim's first step."""
+    due = s.ids_where(
+        f"SELECT id FROM jobs WHERE {_PROMOTABLE} AND delay_until <= ?"
+        " ORDER BY delay_until LIMIT ?", (s.now, SWEEP_LIMIT),
+    )
+    return [job_id for job_id in due if s.run(job_id, rules.Promote(now=s.now))]

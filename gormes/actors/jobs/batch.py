@@ -22,9 +22,12 @@ from gormes.actors.jobs import rules
 from gormes.actors.jobs.session import JobSession
 from gormes.actors.jobs.views import Job, job_from_row, job_from_state
 from gormes.actors.jobs.state import InvalidJob, JobError, JobNotFound, JobState
-from gormes.actors.jobs.admin import _json_data
+from gormes.actors.jobs.admin import json_data, promote_due
+from gormes.events.job_machine import CLAIMABLE
+from gormes.projections.ledger import status_in
 
 DEFAULT_LEASE_MS = 30_000
+_CLAIMABLE = status_in(CLAIMABLE)  # `status = 'waiting'`: the partial index jobs_waiting's own test
 
 # What `complete_many` gives back per item: the job, None (removed on completion),
 # or the error that `complete` would have raised for it.
@@ -34,7 +37,7 @@ CompleteOutcome = Job | None | JobError
 def claim_sql(names: Sequence[str], queues: Sequence[str] | None) -> tuple[str, list[Any]]:
     """The next waiting jobs with one of `names` (in `queues`, None: all), by
     priority then age; the LIMIT is the last parameter, left to the caller."""
-    sql = f"SELECT id FROM jobs WHERE status = 'waiting' AND name IN ({','.join('?' * len(names))})"
+    sql = f"SELECT id FROM jobs WHERE {_CLAIMABLE} AND name IN ({','.join('?' * len(names))})"
     params: list[Any] = list(names)
     if queues is not None:
         sql += f" AND queue IN ({','.join('?' * len(queues))})"
@@ -59,8 +62,6 @@ class QueueBatches:
 
     if TYPE_CHECKING:  # provided by JobQueue
         async def _transact(self, fn: Callable[[JobSession], Any], now: int | None = None) -> Any: ...
-        @staticmethod
-        def _promote_due(s: JobSession) -> list[str]: ...
 
     async def claim_many(
         self,
@@ -76,7 +77,7 @@ class QueueBatches:
         claim = _claimer(names, queues, worker_id, lease_ms, limit)
         if claim is None:
             return []
-        jobs, states = await self._transact(lambda s: claim(self, s))
+        jobs, states = await self._transact(claim)
         self._keep_states(states)
         return jobs
 
@@ -129,7 +130,7 @@ class QueueBatches:
             if todo:
                 _know(s, known)
                 _complete_in(s, todo, outcomes, rows)
-            return outcomes, ([], []) if claim is None else claim(self, s)
+            return outcomes, ([], []) if claim is None else claim(s)
 
         if not todo and claim is None:
             return outcomes, []
@@ -175,7 +176,7 @@ def _completable(items: Sequence[tuple[str, str, Any]]) -> tuple[list[CompleteOu
     todo: Todo = []
     for i, (job_id, token, result) in enumerate(items):
         try:
-            plain = _json_data(result, "job result")
+            plain = json_data(result, "job result")
         except InvalidJob as exc:
             outcomes[i] = exc
             continue
@@ -217,7 +218,7 @@ def _complete_in(
 
 def _claimer(
     names: Iterable[str], queues: Iterable[str] | None, worker_id: str, lease_ms: int, limit: int
-) -> Callable[[Any, JobSession], tuple[list[Job], list[JobState]]] | None:
+) -> Callable[[JobSession], tuple[list[Job], list[JobState]]] | None:
     """The body of a claim of up to `limit` jobs (None: nothing could be claimed);
     the arguments are checked here, before any transaction."""
     names = sorted(set(names))
@@ -230,8 +231,8 @@ def _claimer(
         raise InvalidJob("limit must be >= 1")
     sql, params = claim_sql(names, queues)
 
-    def claim(queue: Any, s: JobSession) -> tuple[list[Job], list[JobState]]:
-        queue._promote_due(s)
+    def claim(s: JobSession) -> tuple[list[Job], list[JobState]]:
+        promote_due(s)
         found = s.ids_where(sql, (*params, limit))
         s.preload(found)
         # One draw for the round's lock tokens (16 random bytes each, in hex).

@@ -20,6 +20,7 @@ from gormes.events.jobs import Submitter, TranscriptEntry
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.queue import InboxMessage, Job, JobQueue
+    from gormes.events.store import EventStore
 
 
 class JobContext:
@@ -76,6 +77,12 @@ class JobContext:
     def submitter(self) -> Submitter | None:
         """Who submitted the job (None: not recorded, e.g. an older log)."""
         return self._job.submitter
+
+    @property
+    def store(self) -> EventStore:
+        """The event store the job's queue runs on: a handler reads its job's
+        stream there, or records a run of its own (the `agent` handler)."""
+        return self._queue.store
 
     # -- what the handler may do ------------------------------------------------
 

@@ -37,13 +37,11 @@ from gormes.actors.jobs.views import (
     select_job, select_jobs,
 )
 from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, LockLost
-from gormes.actors.jobs.admin import (
-    _KEY_FREED_SQL, SWEEP_LIMIT, QueueAdmin, _json_data, _plain, deep_merge,
-)
+from gormes.actors.jobs.admin import SWEEP_LIMIT, QueueAdmin, deep_merge, json_data, plain
 from gormes.actors.jobs.batch import DEFAULT_LEASE_MS, CompleteOutcome, QueueBatches
-from gormes.events.jobs import (
-    STATUSES, TERMINAL, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
-)
+from gormes.events.job_machine import LIVE, TERMINAL
+from gormes.events.jobs import STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry
+from gormes.events.store import EventStore, Transaction
 from gormes.projections import ledger
 
 # Re-exported so that callers need one import.
@@ -56,6 +54,10 @@ __all__ = [
 
 DEFAULT_STALL_GRACE_MS = 15_000
 DEFAULT_MAX_DEPTH = 5
+# A job that ended without a result frees its idempotency key for a new job; a
+# live or completed one holds it (a resubmission is given that job).
+_KEY_HELD = ledger.status_in(TERMINAL - {"completed"}, negate=True)
+_LIVE = ledger.status_in(LIVE)
 
 
 class JobQueue(QueueBatches, QueueAdmin):
@@ -66,7 +68,7 @@ class JobQueue(QueueBatches, QueueAdmin):
 
     def __init__(
         self,
-        store: Any,
+        store: EventStore,
         *,
         clock: Callable[[], float] = time.time,
         random: Callable[[], float] | None = None,
@@ -74,7 +76,7 @@ class JobQueue(QueueBatches, QueueAdmin):
     ) -> None:
         """Prefer `await JobQueue.open(store)`, which also installs the ledger; the
         constructor assumes `ledger.install(store)` was already awaited."""
-        self.store = store
+        self.store = store  # the event store the queue runs on, for its callers too
         self.clock = clock
         self.random = random or _random.random
         self.max_depth = max_depth
@@ -82,7 +84,7 @@ class JobQueue(QueueBatches, QueueAdmin):
     @classmethod
     async def open(
         cls,
-        store: Any,
+        store: EventStore,
         *,
         clock: Callable[[], float] = time.time,
         random: Callable[[], float] | None = None,
@@ -95,12 +97,14 @@ class JobQueue(QueueBatches, QueueAdmin):
 
     # -- plumbing ----------------------------------------------------------------
 
-    def _now(self) -> int:
+    def now_ms(self) -> int:
+        """The queue's clock in milliseconds since the epoch: the time its commands
+        record, and what a sweep over the ledger's times compares them with."""
         return int(self.clock() * 1000)
 
     async def _transact(self, fn: Callable[[JobSession], Any], now: int | None = None) -> Any:
         return await self.store.transact(
-            lambda tx: fn(JobSession(tx, self._now() if now is None else now))
+            lambda tx: fn(JobSession(tx, self.now_ms() if now is None else now))
         )
 
     @staticmethod
@@ -142,10 +146,21 @@ class JobQueue(QueueBatches, QueueAdmin):
         if not isinstance(name, str) or not name.strip():
             raise InvalidJob("job name must not be empty")
         opts = rules.validate_options(rules.parse_options(options))
-        plain = _json_data(data)
+        data = json_data(data)
         return await self._transact(
-            lambda s: self._submit(s, name, plain, opts, None, submitter=submitter)
+            lambda s: self._submit(s, name, data, opts, None, submitter=submitter)
         )
+
+    def submit_in(
+        self, tx: Transaction, now: int, name: str, data: Any, options: JobOptions,
+        *, submitter: Submitter | None = None,
+    ) -> Job:
+        """`submit`, inside a transaction the caller runs (`store.transact`), at
+        `now` (ms): for a caller whose own decision and the submit must commit
+        together (the cron scheduler's fire), where `submit` would open a second
+        transaction. `name`, `data` (plain JSON) and `options` are taken as given:
+        the caller has checked them (`submit` does it for its callers)."""
+        return self._submit(JobSession(tx, now), name, data, options, None, submitter=submitter)
 
     def _submit(
         self, s: JobSession, name: str, data: Any, opts: JobOptions, replay_of: str | None,
@@ -155,7 +170,7 @@ class JobQueue(QueueBatches, QueueAdmin):
             # A key is its submitter's own: another caller's job holding the same key
             # (a gateway squatting on the operator's) is neither returned nor in the way.
             held = s.ids_where(
-                f"SELECT id FROM jobs WHERE idempotency_key = ? AND status NOT IN {_KEY_FREED_SQL}"
+                f"SELECT id FROM jobs WHERE idempotency_key = ? AND {_KEY_HELD}"
                 " AND coalesce(submitter, '') = ? ORDER BY created_at DESC, id DESC LIMIT 1",
                 (opts.idempotency_key, ledger.submitter_json(submitter)),
             )
@@ -206,12 +221,8 @@ class JobQueue(QueueBatches, QueueAdmin):
     async def live_count(self, submitter: Submitter | None) -> int:
         """How many jobs of `submitter` are not terminal (read through the status
         index: only live jobs are looked at)."""
-        live = tuple(status for status in STATUSES if status not in TERMINAL)
-        sql = (
-            f"SELECT count(*) FROM jobs WHERE status IN ({','.join('?' * len(live))})"
-            " AND coalesce(submitter, '') = ?"
-        )
-        params = (*live, ledger.submitter_json(submitter))
+        sql = f"SELECT count(*) FROM jobs WHERE {_LIVE} AND coalesce(submitter, '') = ?"
+        params = (ledger.submitter_json(submitter),)
         return await self._read(lambda conn: int(conn.execute(sql, params).fetchone()[0]))
 
     async def stats(self) -> JobStats:
@@ -243,7 +254,7 @@ class JobQueue(QueueBatches, QueueAdmin):
                 "SELECT kind, text, data FROM transcript WHERE job_id = ? ORDER BY seq", (job_id,)
             ).fetchall()
             return [
-                TranscriptEntry(kind=k, text=t or "", data=None if d is None else _plain.decode(d))
+                TranscriptEntry(kind=k, text=t or "", data=None if d is None else plain.decode(d))
                 for k, t, d in rows
             ]
 
@@ -305,9 +316,9 @@ class JobQueue(QueueBatches, QueueAdmin):
         """Finish the attempt. With live children the job goes `waiting-children`
         (and runs again when they are all terminal) instead of `completed`.
         Returns None when remove_on_complete took the job out of the ledger."""
-        plain = _json_data(result, "job result")
+        result = json_data(result, "job result")
         return await self._holder_command(
-            job_id, lambda now: rules.Complete(now=now, token=token, result=plain)
+            job_id, lambda now: rules.Complete(now=now, token=token, result=result)
         )
 
     async def fail(
@@ -342,9 +353,9 @@ class JobQueue(QueueBatches, QueueAdmin):
         return job
 
     async def progress(self, job_id: str, token: str, progress: Any) -> None:
-        plain = _json_data(progress, "progress")
+        progress = json_data(progress, "progress")
         await self._holder_command(
-            job_id, lambda now: rules.Progress(now=now, token=token, progress=plain)
+            job_id, lambda now: rules.Progress(now=now, token=token, progress=progress)
         )
 
     async def add_tokens(
@@ -361,7 +372,7 @@ class JobQueue(QueueBatches, QueueAdmin):
         if isinstance(entry, str):
             entry = TranscriptEntry(kind="log", text=entry)
         entry = TranscriptEntry(
-            kind=entry.kind, text=entry.text, data=_json_data(entry.data, "transcript data")
+            kind=entry.kind, text=entry.text, data=json_data(entry.data, "transcript data")
         )
         await self._holder_command(
             job_id, lambda now: rules.Transcribe(now=now, token=token, entry=entry)

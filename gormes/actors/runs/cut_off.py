@@ -21,14 +21,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from gormes.actors.runs.process import gone_reason, process_state, recorded_processes, this_process
+from gormes.actors.runs.process import (
+    OPEN_STATUSES, gone_reason, process_state, recorded_processes, this_process,
+)
 from gormes.errors import ConcurrencyError
 from gormes.events.jobs import Tokens
 from gormes.events.runs import TERMINAL_TYPES, RunCancelled, RunChildSpawned, run_stream, tokens_of
-from gormes.projections.bookkeeping import _has_table
+from gormes.events.store import EventStore
+from gormes.projections.bookkeeping import has_table
 
 
-async def end_cut_off_runs(store: Any, run_id: str, reason: str) -> list[str]:
+async def end_cut_off_runs(store: EventStore, run_id: str, reason: str) -> list[str]:
     """Record `run.cancelled` (with `reason`) on `run_id` and its descendants, each
     only if its stream has no end; returns the runs ended, parents first."""
     ended: list[str] = []
@@ -57,7 +60,7 @@ class GoneProcessRuns:
     a process that cannot be checked from here (another host or container) is left
     to the operator (`gormes runs resume RUN --force`)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: EventStore) -> None:
         self._store = store
 
     async def sweep(self) -> list[str]:
@@ -65,11 +68,12 @@ class GoneProcessRuns:
         here = this_process()
 
         def candidates(conn: Any) -> dict[str, Any]:
-            if not _has_table(conn, "runs"):
+            if not has_table(conn, "runs"):
                 return {}
             ids = [row[0] for row in conn.execute(
-                "SELECT run_id FROM runs WHERE status IN ('running', 'suspended') AND job_id IS NULL "
-                "AND parent_run_id IS NULL AND host = ?", (here.host,),
+                f"SELECT run_id FROM runs WHERE status IN ({', '.join('?' * len(OPEN_STATUSES))})"
+                " AND job_id IS NULL AND parent_run_id IS NULL AND host = ?",
+                (*OPEN_STATUSES, here.host),
             ).fetchall()]
             return recorded_processes(conn, ids)
 

@@ -425,7 +425,7 @@ class LiveRunContext(RunIdentity, RunContext):
         await self._record(lambda seq: RunChildSpawned(
             seq=seq, child_run_id=child_id, handler=handler, input=input, tools=asked_tools, model=model,
         ))
-        child = await self._manager._start_child(
+        child = await self._manager.start_child(
             self, run_id=child_id, handler=handler, input=input, tools=child_tools,
             model=child_model, deadline_s=deadline_s, resume=resumable,
         )

@@ -51,7 +51,7 @@ from gormes.events.runs import (
     RunStarted,
     run_stream,
 )
-from gormes.events.store import NO_STREAM
+from gormes.events.store import NO_STREAM, EventStore, Transaction
 from gormes.ops.spec import narrower
 from gormes.providers import open_provider
 
@@ -168,7 +168,7 @@ class RunManager:
 
     def __init__(
         self,
-        store: Any,
+        store: EventStore,
         nursery: trio.Nursery,
         *,
         executor: Executor | None = None,
@@ -197,7 +197,7 @@ class RunManager:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, store: Any, **options: Any) -> AsyncIterator[RunManager]:
+    async def open(cls, store: EventStore, **options: Any) -> AsyncIterator[RunManager]:
         """Runs still going when the block ends are cancelled (`run.cancelled`)."""
         # The body's exception is re-raised outside the nursery, as itself (not in
         # an ExceptionGroup), like SQLiteEventStore.open does.
@@ -265,14 +265,15 @@ class RunManager:
         handle = await self.start(handler, input, **options)
         return await handle.outcome()
 
-    async def _start_child(
+    async def start_child(
         self, parent: LiveRunContext, *, run_id: str, handler: str, input: Any,
         tools: tuple[str, ...], model: str | None, deadline_s: float | None, resume: Any = None,
     ) -> LiveRun:
-        """Start a subagent run in `parent`'s nursery; returns once `run.started` is
-        durable. `resume` (a `fork.Resumable`): the child continues that earlier run.
-        The child's trust is the narrower of its parent's and CHILD_TRUST, and it
-        keeps its parent's memory scope: never wider than the parent."""
+        """Start a subagent run in `parent`'s nursery (what `parent.spawn` asks of
+        its manager); returns once `run.started` is durable. `resume` (a
+        `fork.Resumable`): the child continues that earlier run. The child's trust
+        is the narrower of its parent's and CHILD_TRUST, and it keeps its parent's
+        memory scope: never wider than the parent."""
         parent_run = self.live[parent.run_id]
         fn = self.handlers.get(handler)
         run = LiveRun(
@@ -369,7 +370,7 @@ class RunManager:
             event = RunCancelled(reason=error or "cancelled", tokens=tokens)
         stream = run_stream(run.run_id)
 
-        def record_end(tx: Any) -> None:
+        def record_end(tx: Transaction) -> None:
             # Unless the run has an end already: a later attempt of its job recorded
             # it as cut off while this process was frozen (gormes/actors/agent_jobs/cut_off.py).
             version = tx.stream_version(stream)
@@ -420,7 +421,7 @@ def _require_json(value: Any, what: str) -> None:
 
 
 async def send_message(
-    store: Any, run_id: str, payload: Any, *, sender: str = "operator",
+    store: EventStore, run_id: str, payload: Any, *, sender: str = "operator",
     clock: Callable[[], float] = time.time, ids: Callable[[], str] = new_id,
 ) -> str:
     """Put a message in a run's inbox (`run.message_sent` on its stream) and return its
