@@ -9,6 +9,7 @@ heartbeat row is not a live worker) and nothing in it completed for
 
 from __future__ import annotations
 
+from gormes.events.job_machine import HELD, LIVE
 from gormes.health import (
     Check,
     DoctorContext,
@@ -22,6 +23,7 @@ from gormes.health import (
     warn,
 )
 from gormes.health.workers import WorkerBeat, is_live, read_heartbeats
+from gormes.projections.ledger import status_in
 
 START_WORKER = "start the daemon (`systemctl start gormes`) or a worker (`gormes worker --queue Q`)"
 
@@ -44,7 +46,7 @@ def check_stalled(ctx: DoctorContext) -> Verdict:
         return verdict
     grace = ctx.thresholds.stall_grace_ms
     ids = [row[0] for row in ctx.db.execute(
-        "SELECT id FROM jobs WHERE status IN ('active', 'waiting-children') "
+        f"SELECT id FROM jobs WHERE {status_in(HELD)} "
         "AND lock_until IS NOT NULL AND lock_until + ? < ? ORDER BY lock_until",
         (grace, ctx.now_ms),
     )]
@@ -100,8 +102,7 @@ def check_depth(ctx: DoctorContext) -> Verdict:
         return verdict
     depth: dict[str, dict[str, int]] = {}
     for queue, status, n in ctx.db.execute(
-        "SELECT queue, status, count(*) FROM jobs WHERE status IN "
-        "('waiting', 'delayed', 'active', 'paused', 'waiting-children') "
+        f"SELECT queue, status, count(*) FROM jobs WHERE {status_in(LIVE)} "
         "GROUP BY queue, status ORDER BY queue"
     ):
         depth.setdefault(queue, {})[status] = n

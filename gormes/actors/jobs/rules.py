@@ -4,6 +4,9 @@
 empty list when there is nothing to do) or raises a typed rejection
 (`InvalidJob`, `InvalidTransition`, `LockLost`). It reads no clock and draws no
 random number: `now` (ms since the epoch) and the jitter draw come on the command.
+Which statuses a command may act in (claimable, pausable, held by a lease, ...)
+is read off the job state machine's table (gormes/events/job_machine.py), the one
+both folds of its events read.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import msgspec
 from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobState, LockLost
 from gormes.actors.jobs.vocabulary import OPTION_BOUNDS, option_value
 from gormes.events.base import Event
+from gormes.events.job_machine import CLAIMABLE, HELD, PAUSABLE, PROMOTABLE, RESUMABLE, RETRYABLE
 from gormes.events.jobs import (
     MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH,
     Backoff, ChildOutcome, ChildPolicy, JobAwaitingChildren, JobCancelled, JobChildAdded,
@@ -247,7 +251,7 @@ def decide(state: JobState | None, cmd: Command) -> list[Event]:  # noqa: C901 -
         return [JobChildAdded(child_id=cmd.child_id, at=now)]
 
     if isinstance(cmd, Claim):
-        if state.status != "waiting":
+        if state.status not in CLAIMABLE:
             raise _refuse(state, "claim")
         return [JobClaimed(
             worker_id=cmd.worker_id, lock_token=cmd.lock_token, lease_ms=cmd.lease_ms,
@@ -284,7 +288,7 @@ def decide(state: JobState | None, cmd: Command) -> list[Event]:  # noqa: C901 -
         return [JobTimedOut(error=cmd.error, at=now)]
 
     if isinstance(cmd, CheckStall):
-        locked = state.lock_until is not None and state.status in ("active", "waiting-children")
+        locked = state.lock_until is not None and state.status in HELD
         if not locked or now <= state.lock_until + cmd.grace_ms:  # type: ignore[operator]
             return []
         if state.status == "waiting-children":
@@ -296,17 +300,17 @@ def decide(state: JobState | None, cmd: Command) -> list[Event]:  # noqa: C901 -
         return [JobReleased(reason=cmd.reason, at=now)]
 
     if isinstance(cmd, Promote):
-        if state.status != "delayed" or (state.delay_until or 0) > now:
+        if state.status not in PROMOTABLE or (state.delay_until or 0) > now:
             return []
         return [JobPromoted(at=now)]
 
     if isinstance(cmd, Pause):
-        if state.status not in ("waiting", "delayed", "active"):
+        if state.status not in PAUSABLE:
             raise _refuse(state, "pause")
         return [JobPaused(at=now)]
 
     if isinstance(cmd, Resume):
-        if state.status != "paused":
+        if state.status not in RESUMABLE:
             raise _refuse(state, "resume")
         return [JobResumed(at=now)]
 
@@ -316,7 +320,7 @@ def decide(state: JobState | None, cmd: Command) -> list[Event]:  # noqa: C901 -
         return [JobCancelled(reason=cmd.reason, at=now)]
 
     if isinstance(cmd, Retry):
-        if state.status not in ("failed", "dead"):
+        if state.status not in RETRYABLE:
             raise _refuse(state, "retry")
         return [JobRetried(at=now)]
 
