@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 from actor_examples import ACCOUNT, AccountState, Deposit, Deposited, InsufficientFunds, Withdraw
+from pg_helpers import backend, store_on_both_backends  # noqa: F401 (fixtures: `store` on SQLite and PostgreSQL)
 
 from gormes.actors import Behavior, State, ask, execute, load, read
 from gormes.errors import ConcurrencyError

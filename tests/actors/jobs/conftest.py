@@ -1,6 +1,6 @@
 """The `store` of the job-queue tests, on both backends.
 
-Every test in tests/actors that asks for `store` runs twice: on a temp-file
+Every test in tests/actors/jobs that asks for `store` runs twice: on a temp-file
 SQLite database and on the real PostgreSQL server (a fresh schema per test,
 dropped afterwards). The Postgres run is skipped, with the reason, only when the
 server cannot be reached (CI starts one). Tests that need SQLite internals (a

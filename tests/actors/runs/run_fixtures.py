@@ -1,5 +1,6 @@
-"""Fixtures for run tests: a real store, a workspace with files, the real ops
-executor over it, and `script(...)`, which writes a `scripted:` model script."""
+"""The run tests' fixtures, shared by tests/actors/runs and tests/actors/agent_jobs
+(each conftest imports them): a workspace with files, the real ops executor over
+the store, and `script(...)`, which writes a `scripted:` model script."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Any
 from gormes.actors.jobs.handlers import import_handlers
 from gormes.actors.runs.context import run_handlers
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "replay_fixtures"
 MANIFEST: dict[str, Any] = json.loads((FIXTURES / "manifest.json").read_text())
 

@@ -1,5 +1,5 @@
 """JobQueue against a real store, with a controlled clock: each test runs on a temp-file
-SQLite database and on PostgreSQL (the `store` fixture, tests/actors/conftest.py)."""
+SQLite database and on PostgreSQL (the `store` fixture, tests/actors/jobs/conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """claim_many and complete_many: many jobs in one transaction, the same rules as
 claim and complete one at a time. A real store (SQLite and PostgreSQL: the `store`
-fixture, tests/actors/conftest.py), a fixed clock."""
+fixture, tests/actors/jobs/conftest.py), a fixed clock."""
 
 from __future__ import annotations
 
