@@ -228,8 +228,10 @@ async def job_inbox(ctx: OperationContext, value: JobIdInput) -> JobInbox:
     )
 
 
-def _spec(name: str, description: str, input_type: type, output_type: type, handler: Any, *,
+def steering_spec(name: str, description: str, input_type: type, output_type: type, handler: Any, *,
           writes: bool, audit_kind: str, checks: tuple[str, ...]) -> OperationSpec:
+    """A prompt-visible operation open to the steering classes (not to child agents);
+    a reader is idempotent, a writer is not. tools/runs.py builds its specs with it too."""
     return OperationSpec(
         name=name, description=description, input_type=input_type, output_type=output_type,
         handler=handler, trust=STEERING, audit_kind=audit_kind, mutating=writes,
@@ -266,13 +268,13 @@ SPECS = (
         mutating=True, idempotent=False, prompt_visible=True, timeout=10.0,
         doctor_checks=("job-queue",),
     ),
-    _spec("job.list", "List jobs, newest first (filter by status, queue, handler name).",
+    steering_spec("job.list", "List jobs, newest first (filter by status, queue, handler name).",
           JobListInput, JobList, job_list, writes=False, audit_kind="job.read", checks=_QUEUE),
-    _spec("job.pause", "Pause a waiting, delayed or active job (its progress is kept).",
+    steering_spec("job.pause", "Pause a waiting, delayed or active job (its progress is kept).",
           JobIdInput, JobSummary, job_pause, writes=True, audit_kind="job.write", checks=_QUEUE),
-    _spec("job.resume", "Resume a paused job: it waits to be claimed again.",
+    steering_spec("job.resume", "Resume a paused job: it waits to be claimed again.",
           JobIdInput, JobSummary, job_resume, writes=True, audit_kind="job.write", checks=_QUEUE),
-    _spec("job.inbox", "Read every message in a job's inbox, read or not.",
+    steering_spec("job.inbox", "Read every message in a job's inbox, read or not.",
           JobIdInput, JobInbox, job_inbox, writes=False, audit_kind="job.read", checks=_QUEUE),
 )
 

@@ -32,9 +32,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gormes.events.jobs import MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, JobOptions, Tokens
-from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec, OperationUnavailable
+from gormes.ops.spec import OperationContext, OperationDenied, OperationUnavailable
 from gormes.tools.job_trust import check_live_jobs, check_model, check_priority, submitter_of
-from gormes.tools.jobs import STEERING, JobSummary, Limit, queue_of, summary
+from gormes.tools.jobs import JobSummary, Limit, queue_of, steering_spec, summary
 from gormes.tools.run_trust import own_runs_filter, require_acts_for
 
 RunId = Annotated[str, msgspec.Meta(min_length=1, description="The run's id.")]
@@ -229,27 +229,17 @@ async def run_send(ctx: OperationContext, value: RunSendInput) -> RunMessage:
 
 # -- the specs --------------------------------------------------------------------
 
-
-def _spec(name: str, description: str, input_type: type, output_type: type, handler: Any, *,
-          writes: bool, audit_kind: str, checks: tuple[str, ...]) -> OperationSpec:
-    return OperationSpec(
-        name=name, description=description, input_type=input_type, output_type=output_type,
-        handler=handler, trust=STEERING, audit_kind=audit_kind, mutating=writes,
-        idempotent=not writes, prompt_visible=True, timeout=10.0, doctor_checks=checks,
-    )
-
-
 _QUEUE = ("job-queue",)
 
 SPECS = (
-    _spec("run.submit", "Start an agent run as a durable job; returns the job (its result names the run).",
+    steering_spec("run.submit", "Start an agent run as a durable job; returns the job (its result names the run).",
           RunSubmitInput, JobSummary, run_submit, writes=True, audit_kind="job.write", checks=_QUEUE),
-    _spec("run.get", "Get a run's status, result or error, tokens and cost by run id.",
+    steering_spec("run.get", "Get a run's status, result or error, tokens and cost by run id.",
           RunIdInput, RunSummary, run_get, writes=False, audit_kind="run.read", checks=()),
-    _spec("run.list", "List runs, newest first (filter by job id or status).",
+    steering_spec("run.list", "List runs, newest first (filter by job id or status).",
           RunListInput, RunList, run_list, writes=False, audit_kind="run.read", checks=()),
-    _spec("run.timeline", "A run's timeline: model turns, tool calls, inbox, children, its end.",
+    steering_spec("run.timeline", "A run's timeline: model turns, tool calls, inbox, children, its end.",
           RunIdInput, RunTimeline, run_timeline, writes=False, audit_kind="run.read", checks=()),
-    _spec("run.send", "Send a message to a running run's inbox; the agent reads it at its next turn.",
+    steering_spec("run.send", "Send a message to a running run's inbox; the agent reads it at its next turn.",
           RunSendInput, RunMessage, run_send, writes=True, audit_kind="run.write", checks=()),
 )
