@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 NAME = "ledger"
 # 2: jobs.submitter (who submitted the job, JSON). A version-1 ledger is migrated
 # by adding the column: its rows stay exact, as no version-1 event has a submitter.
+# (A removed job's later inbox and transcript entries are not written, since
+# decision 0023; still 2: the queue writes no such log, as a retry of or a message
+# to a removed job is refused, so no ledger built before differs from its rebuild.)
 VERSION = 2
 TRANSCRIPT_CAP = 200  # entries kept per job in the ledger; the log keeps all
 
@@ -320,11 +323,19 @@ def _insert_job(conn: Any, rec: Recorded, e: JobSubmitted, t: Transition) -> Non
     )
 
 
+# A job's inbox and transcript rows are written only while it has a `jobs` row
+# (INSERT ... SELECT FROM jobs). A log may go on with a job after its removal (a
+# retry, then a message or a child's end: the queue refuses such a retry, but the
+# ledger folds any log), and a row written then would be an orphan for good: a
+# later removal on an option reads the option from the `jobs` row, and there is none.
+
+
 def _transcribe(conn: Any, rec: Recorded, e: JobTranscribed) -> None:
     job_id = rec.stream[4:]
     conn.execute(
-        "INSERT INTO transcript(job_id, seq, kind, text, data, at) VALUES (?,?,?,?,?,?)",
-        (job_id, rec.version, e.entry.kind, e.entry.text, _enc(e.entry.data), e.at),
+        "INSERT INTO transcript(job_id, seq, kind, text, data, at)"
+        " SELECT id, ?, ?, ?, ?, ? FROM jobs WHERE id = ?",
+        (rec.version, e.entry.kind, e.entry.text, _enc(e.entry.data), e.at, job_id),
     )
     conn.execute(
         "DELETE FROM transcript WHERE job_id = ? AND seq <= coalesce((SELECT seq FROM"
@@ -333,11 +344,14 @@ def _transcribe(conn: Any, rec: Recorded, e: JobTranscribed) -> None:
     )
 
 
-_INBOX = "INSERT INTO inbox(id, job_id, sender, payload, sent_at) VALUES (?,?,?,?,?)"
+_INBOX = (
+    "INSERT INTO inbox(id, job_id, sender, payload, sent_at)"
+    " SELECT ?, id, ?, ?, ? FROM jobs WHERE id = ?"
+)
 
 
 def _message_sent(conn: Any, rec: Recorded, e: JobMessageSent) -> None:
-    conn.execute(_INBOX, (e.message_id, rec.stream[4:], e.sender, _enc(e.payload), e.at))
+    conn.execute(_INBOX, (e.message_id, e.sender, _enc(e.payload), e.at, rec.stream[4:]))
 
 
 def _child_done(conn: Any, rec: Recorded, e: JobChildDone) -> None:
@@ -345,7 +359,7 @@ def _child_done(conn: Any, rec: Recorded, e: JobChildDone) -> None:
         "type": "child_done", "child_id": e.child_id, "outcome": e.outcome,
         "result": e.result, "error": e.error,
     }
-    conn.execute(_INBOX, (e.message_id, rec.stream[4:], f"child:{e.child_id}", _enc(payload), e.at))
+    conn.execute(_INBOX, (e.message_id, f"child:{e.child_id}", _enc(payload), e.at, rec.stream[4:]))
 
 
 def _inbox_read(conn: Any, rec: Recorded, e: JobInboxRead) -> None:
