@@ -4,22 +4,18 @@ What the operator records here has `manual` provenance (origin: the CLI) and is
 trusted. `review ID --promote|--reject` settles an unreviewed relationship or fact;
 `mirror --out DIR` writes USER.md and one page per entity (deterministic).
 
-Every command but mirror is one operator-only memory.* operation, run through the
-audited executor (gormes/tools/memory_admin.py; decision 0019), its options
-derived from the operation's input (gormes/cli/derive.py).
+Every command is one operator-only memory.* operation, run through the audited
+executor (gormes/tools/memory_admin.py; decision 0019), its options derived from
+the operation's input (gormes/cli/derive.py).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
-import trio
 
 from gormes.cli.derive import OperatorCall, Shown, ValueFlag, operation_command, spec_named
-from gormes.events.open import open_store
-from gormes.memory.mirror import mirror_store
 from gormes.tools import memory_admin
 
 SCOPE_ENV = "GORMES_SCOPE"
@@ -28,15 +24,6 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON."
 
 SCOPE = Shown(metavar="SCOPE", envvar=SCOPE_ENV)
 SOURCE = Shown(metavar="PATH", aliases=("--source",))  # --source: the name README and tests use
-
-
-def _write(obj: Any, fn: Any) -> Any:
-    """Run `fn(store)` against the database, in trio."""
-    async def main() -> Any:
-        async with open_store(obj.target) as store:  # an SQLite file or a PostgreSQL URL
-            return await fn(store)
-
-    return trio.run(main)
 
 
 def _echo(value: Any, as_json: bool, text: str) -> None:
@@ -103,12 +90,12 @@ def forget(call: OperatorCall, as_json: bool) -> None:
     _echo(event, as_json, f"{event.target_id} forgotten")
 
 
-@memory.command()
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="Directory to write USER.md and entities/ into.")
+# click refuses an --out that is a file before the store is opened
+@operation_command(memory, "mirror", _spec("memory.mirror"), shown={
+    "out": Shown(metavar="DIR", type=click.Path(file_okay=False)),
+})
 @json_option
-@click.pass_obj
-def mirror(obj: Any, out: Path, as_json: bool) -> None:
+def mirror(call: OperatorCall, as_json: bool) -> None:
     """Write USER.md and one page per entity with its relationships and provenance."""
-    result = _write(obj, lambda store: mirror_store(store, out))
+    result = call.run(jobs=False)  # no job queue: the mirror writes files, no event but its audit record
     _echo(result, as_json, f"{result.pages} pages in {result.out}: {result.written} written, {result.removed} removed")

@@ -1,17 +1,20 @@
 """The operator's memory commands: memory.add_fact, memory.add_entity,
-memory.relate, memory.review and memory.forget.
+memory.relate, memory.review, memory.forget and memory.mirror.
 
 Operator-only and never offered to models: what they record has `manual`
 provenance and the operator's trust (it counts at once, in every scope recall
 may see), and review and forget settle or remove anyone's memory. Models and
 remote callers have memory.remember (gormes/tools/memory.py), whose writes wait
-for review. `gormes memory add-fact|add-entity|relate|review|forget` call these,
-audited like every other operation (decision 0019).
+for review. memory.mirror writes the markdown mirror (gormes/memory/mirror.py)
+into a directory the operator names, anywhere on this machine, so it is the
+operator's alone too. `gormes memory add-fact|add-entity|relate|review|forget|
+mirror` call these, audited like every other operation (decision 0019).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
@@ -23,12 +26,16 @@ from gormes.events.memory import (
     MemoryRelationshipReviewed,
     Origin,
 )
+from gormes.memory.mirror import MirrorResult, mirror_store
 from gormes.memory.writer import MemoryTarget, MemoryWriter, Source, find_target, require_facts
 from gormes.recall.api import DEFAULT_SCOPE
 from gormes.tools.memory import bound_scope
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 from gormes.projections.memory import memory_projection
 from gormes.projections.runner import ProjectionRunner
+
+if TYPE_CHECKING:
+    from gormes.events.store import EventStore
 
 OPERATOR = frozenset({"operator"})
 
@@ -90,10 +97,20 @@ class ForgetInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     scope: EntityScope | None = None
 
 
-def _writer(ctx: OperationContext) -> MemoryWriter:
+class MirrorInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Write USER.md and one page per entity into directory `out`."""
+
+    out: Annotated[str, msgspec.Meta(min_length=1, description="Directory to write USER.md and entities/ into.")]
+
+
+def _store(ctx: OperationContext) -> EventStore:
     if ctx.store is None:
         raise OperationUnavailable("memory operations need an event store")
-    return MemoryWriter(ctx.store, clock=ctx.clock)
+    return ctx.store
+
+
+def _writer(ctx: OperationContext) -> MemoryWriter:
+    return MemoryWriter(_store(ctx), clock=ctx.clock)
 
 
 def _source(ctx: OperationContext, artifact: str | None, confidence: float) -> Source:
@@ -142,10 +159,16 @@ async def forget(ctx: OperationContext, value: ForgetInput) -> MemoryForgotten:
     return await writer.forget(await _target(ctx, value.id, value.scope), reason=value.reason)
 
 
-def _spec(name: str, description: str, handler: Any, input_type: type, output_type: type) -> OperationSpec:
+async def mirror(ctx: OperationContext, value: MirrorInput) -> MirrorResult:
+    # Written only below `out`: no symlink under it is followed (gormes/out_file.py `write_under`).
+    return await mirror_store(_store(ctx), Path(value.out))
+
+
+def _spec(name: str, description: str, handler: Any, input_type: type, output_type: type,
+          timeout: float = 30.0) -> OperationSpec:
     return OperationSpec(
         name=name, description=description, input_type=input_type, output_type=output_type, handler=handler,
-        trust=OPERATOR, audit_kind="memory.write", mutating=True, idempotent=True, timeout=30.0,
+        trust=OPERATOR, audit_kind="memory.write", mutating=True, idempotent=True, timeout=timeout,
     )
 
 
@@ -159,4 +182,7 @@ SPECS = (
           MemoryRelationshipReviewed),
     _spec("memory.forget", "Forget a fact, relationship or entity (the log keeps it).", forget, ForgetInput,
           MemoryForgotten),
+    # A mirror of a large memory is many pages: minutes, not the seconds of one write.
+    _spec("memory.mirror", "Write memory as markdown into a directory: USER.md and one page per entity.",
+          mirror, MirrorInput, MirrorResult, timeout=600.0),
 )
