@@ -1,8 +1,17 @@
-"""`gormes projections status|rebuild [--check]`."""
+"""`gormes projections status|rebuild [--check]`.
+
+`rebuild` is the operator-only `projections.rebuild`, run through the audited
+executor (gormes/tools/projections_admin.py; decision 0019), its NAMES derived
+from the operation's input (gormes/cli/derive.py). `status` and `rebuild
+--check` are reads: the live database is not written, and they are not audited.
+"""
 
 from __future__ import annotations
 
 import click
+
+from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
+from gormes.tools import projections_admin
 
 
 @click.group()
@@ -64,8 +73,8 @@ def status(obj, as_json: bool) -> None:
         click.echo(f"{name}: SQLite only, not on PostgreSQL")
 
 
-@projections.command()
-@click.argument("names", nargs=-1)
+@operation_command(projections, "rebuild", spec_named(projections_admin.SPECS, "projections.rebuild"),
+                   arguments=("names",), shown={"names": Shown(metavar="[NAMES]...")})
 @click.option(
     "--check",
     is_flag=True,
@@ -74,9 +83,14 @@ def status(obj, as_json: bool) -> None:
     "is not written.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
-@click.pass_context
-def rebuild(ctx: click.Context, names: tuple[str, ...], check: bool, as_json: bool) -> None:
+def rebuild(call: OperatorCall, check: bool, as_json: bool) -> None:
     """Rebuild projections (all, or those NAMES) from the start of the log."""
+    if not check:
+        done = call.run(jobs=False)  # no job queue: the rebuild sets up the ledger itself
+        for name in done.skipped:
+            click.echo(f"{name}: SQLite only, skipped on PostgreSQL", err=True)
+        _report_rebuilt(done.rebuilt, as_json)
+        return
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import sys
 
@@ -84,20 +98,16 @@ def rebuild(ctx: click.Context, names: tuple[str, ...], check: bool, as_json: bo
 
     from gormes.projections import maintenance, registry
 
+    names = call.value.names
     selected = registry.select(names)
-    db = ctx.obj.target
-    if ctx.obj.url is not None:
+    obj = call.obj
+    if obj.url is not None:
         selected = _on_postgres(selected, explicit=bool(names))
     with _progress() as progress_for:
-        if not check:
-            rebuilt = trio.run(maintenance.rebuild, db, selected, progress_for)
-        elif ctx.obj.url is not None:
-            results = trio.run(maintenance.check_postgres, ctx.obj.url, selected, progress_for)
+        if obj.url is not None:
+            results = trio.run(maintenance.check_postgres, obj.url, selected, progress_for)
         else:
-            results = trio.run(maintenance.check, db, selected, progress_for)
-    if not check:
-        _report_rebuilt(rebuilt, as_json)
-        return
+            results = trio.run(maintenance.check, obj.target, selected, progress_for)
     _report_check(results, as_json)
     if any(r.differs for r in results):
         # Not ctx.exit(1): main() runs click with standalone_mode=False, which
@@ -106,18 +116,12 @@ def rebuild(ctx: click.Context, names: tuple[str, ...], check: bool, as_json: bo
 
 
 def _on_postgres(selected: list, explicit: bool) -> list:
-    """The projections that run on PostgreSQL; one named that does not is an error."""
+    """The projections `--check` compares on PostgreSQL; one named that does not
+    run there is an error, as it is for the rebuild."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
-    from gormes.errors import UserError
-    from gormes.projections.schema import schema_of
+    from gormes.projections.maintenance import on_postgres
 
-    portable = [p for p in selected if schema_of(p) is not None or p.name == "ledger"]
-    others = [p.name for p in selected if p not in portable]
-    if others and explicit:
-        raise UserError(
-            f"projection {', '.join(others)} runs on SQLite only; it is not available on "
-            "PostgreSQL (docs/postgres.md)"
-        )
+    portable, others = on_postgres(selected, named=explicit)
     for name in others:
         click.echo(f"{name}: SQLite only, skipped on PostgreSQL", err=True)
     return portable

@@ -1,6 +1,9 @@
 """Rebuilding projections in place, and checking them against a rebuild.
 
-`rebuild` works on SQLite and PostgreSQL. `check` never writes to the live
+`rebuild_store` works on SQLite and PostgreSQL (the operator's
+`projections.rebuild`, gormes/tools/projections_admin.py, calls it through the
+audited door; on PostgreSQL the projections that run on SQLite only are left out,
+`on_postgres`). `check` never writes to the live
 database. It takes one consistent snapshot of log, tables and tracking into a
 scratch copy, rebuilds each projection there from position 0 up to the position
 its live tables had reached, and compares the two sets of tables row by row.
@@ -25,9 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gormes.errors import StoreError
+from gormes.errors import StoreError, UserError
 from gormes.events.log_sql import COLUMNS
-from gormes.events.open import open_store
 from gormes.events.postgres_sql import POSTGRES, PortableConnection
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.events.sqlite_schema import check_file
@@ -80,33 +82,45 @@ def _no_progress(projection: Projection) -> None:
     return None
 
 
-async def rebuild(
-    db: str | PathLike[str],
+def on_postgres(projections: Sequence[Projection], named: bool) -> tuple[list[Projection], list[str]]:
+    """(the projections that run on PostgreSQL, the names of those left out: they
+    run on SQLite only). One of those `named` by the operator is refused."""
+    from gormes.projections.ledger import NAME as LEDGER
+    from gormes.projections.schema import schema_of
+
+    portable = [p for p in projections if schema_of(p) is not None or p.name == LEDGER]
+    others = [p.name for p in projections if p not in portable]
+    if others and named:
+        raise UserError(f"projection {', '.join(others)} runs on SQLite only; it is not available on "
+                        "PostgreSQL (docs/postgres.md)")
+    return portable, others
+
+
+async def rebuild_store(
+    store: EventStore,
     projections: Sequence[Projection],
     progress_for: ProgressFor = _no_progress,
 ) -> list[RebuildResult]:
     """Rebuild each projection in place from position 0 to the head.
 
-    `db` is an SQLite path or a PostgreSQL URL. On PostgreSQL the job ledger is
-    rebuilt by `ledger.rebuild` (one transaction, its own DDL), and a projection
-    that runs on SQLite only is refused with a `ProjectionError` before anything
-    is written."""
+    On PostgreSQL the job ledger is rebuilt by `ledger.rebuild` (one transaction,
+    its own DDL), and a projection that runs on SQLite only is refused with a
+    `ProjectionError` before anything is written."""
     from gormes.projections import ledger
 
     results = []
-    async with open_store(db) as store:
-        postgres = store.dialect == POSTGRES
-        runners = {
-            p.name: ProjectionRunner(store, p)
-            for p in projections if not (postgres and p.name == ledger.NAME)
-        }
-        for projection in projections:
-            if projection.name in runners:
-                position = await runners[projection.name].rebuild(progress=progress_for(projection))
-            else:
-                await ledger.install(store)
-                position = await ledger.rebuild(store)
-            results.append(RebuildResult(projection.name, projection.version, position))
+    postgres = store.dialect == POSTGRES
+    runners = {
+        p.name: ProjectionRunner(store, p)
+        for p in projections if not (postgres and p.name == ledger.NAME)
+    }
+    for projection in projections:
+        if projection.name in runners:
+            position = await runners[projection.name].rebuild(progress=progress_for(projection))
+        else:
+            await ledger.install(store)
+            position = await ledger.rebuild(store)
+        results.append(RebuildResult(projection.name, projection.version, position))
     return results
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gormes.tools import cron, fs, jobs, jobs_admin, knowledge, log_admin, memory_admin, runs, shell, skills, skills_admin
 from gormes.tools import memory as memory_ops
-from gormes.tools import run_admin
+from gormes.tools import projections_admin, run_admin
 from gormes.tools import time as time_ops
 from gormes.ops.registry import Registry
 
@@ -20,4 +20,5 @@ def default_registry() -> Registry:
         *cron.SPECS,
         *log_admin.SPECS,
         *run_admin.SPECS,
+        *projections_admin.SPECS,
     ])

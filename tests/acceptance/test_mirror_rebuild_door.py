@@ -94,11 +94,57 @@ def test_an_out_that_is_a_file_is_refused_before_the_door(memory_db: Path, tmp_p
     assert _events(memory_db) == before  # no call was made: nothing to audit
 
 
+# -- projections rebuild --------------------------------------------------------------
+
+
+@pytest.fixture
+def notes_db(tmp_path: Path) -> Path:
+    db = tmp_path / "g.db"
+    write_notes(db, [("notes-1", "first"), ("notes-2", "second")])
+    return db
+
+
+def test_rebuild_is_one_audited_operator_call(notes_db: Path):
+    done = run_gormes(notes_db, "projections", "rebuild", "streams")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "streams: rebuilt (version 1) up to position 2\n"
+    [record] = _audits(notes_db)
+    _by_operator(record, "projections.rebuild", "ok")
+    assert record["mutating"] is True and record["audit_kind"] == "projections.write"
+    assert _others(notes_db) == [("notes-1", "note.added"), ("notes-2", "note.added")]
+
+    everything = run_gormes(notes_db, "projections", "rebuild", "--json")
+    assert everything.returncode == 0, everything.stderr
+    assert {r["name"]: r["position"] for r in json.loads(everything.stdout)}["streams"] == 3  # 3: the audit record
+    assert len(_audits(notes_db)) == 2
+
+
+def test_a_rebuild_refused_is_one_line_and_audited(notes_db: Path):
+    done = run_gormes(notes_db, "projections", "rebuild", "streams", "nope")
+    assert done.returncode == 2
+    line = assert_one_line_error(done)
+    assert line.startswith("gormes: error: unknown projection 'nope' (known: ")
+    [record] = _audits(notes_db)
+    _by_operator(record, "projections.rebuild", "invalid")
+
+
+def test_rebuild_check_is_a_read_and_not_audited(notes_db: Path):
+    assert run_gormes(notes_db, "projections", "rebuild").returncode == 0
+    before = _events(notes_db)
+    checked = run_gormes(notes_db, "projections", "rebuild", "--check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "streams: identical to a rebuild at position 2" in checked.stdout
+    assert _events(notes_db) == before  # the live database is not written
+    refused = run_gormes(notes_db, "projections", "rebuild", "nope", "--check")
+    assert refused.returncode == 2 and "unknown projection 'nope'" in assert_one_line_error(refused)
+    assert _events(notes_db) == before
+
+
 # -- no other trust class -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("trust", ["gateway", "child-agent", "system"])
-@pytest.mark.parametrize("operation, value", [("memory.mirror", {"out": "mirror"})])
+@pytest.mark.parametrize("operation, value", [("memory.mirror", {"out": "mirror"}), ("projections.rebuild", {})])
 async def test_no_other_trust_class_may_call_them(tmp_path: Path, trust: str, operation: str, value: dict):
     db = tmp_path / "door.db"
     async with open_store(db) as store:
@@ -109,5 +155,10 @@ async def test_no_other_trust_class_may_call_them(tmp_path: Path, trust: str, op
     assert [(r["operation"], r["trust"], r["outcome"], r["allowed"]) for r in _audits(db)] == [
         (operation, trust, "denied", False)]
     assert _others(db) == []
+    conn = sqlite3.connect(db)
+    try:  # nothing was rebuilt: the streams projection has no table yet
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'streams'").fetchone() == (0,)
+    finally:
+        conn.close()
     spec = default_registry().get(operation)
     assert spec is not None and spec.trust == frozenset({"operator"}) and not spec.prompt_visible

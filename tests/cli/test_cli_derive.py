@@ -26,7 +26,7 @@ ONE_OPERATION = {
     "cron remove": "cron.remove",
     "memory add-fact": "memory.add_fact", "memory add-entity": "memory.add_entity",
     "memory relate": "memory.relate", "memory review": "memory.review", "memory forget": "memory.forget",
-    "memory mirror": "memory.mirror",
+    "memory mirror": "memory.mirror", "projections rebuild": "projections.rebuild",
     "skills promote": "skills.promote", "skills feedback": "skills.feedback",
     "jobs submit": "job.submit", "jobs cancel": "job.cancel", "jobs pause": "job.pause",
     "jobs resume": "job.resume", "jobs retry": "job.retry", "jobs replay": "job.replay",

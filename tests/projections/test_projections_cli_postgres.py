@@ -52,15 +52,16 @@ async def test_status_and_rebuild_on_postgres(store, backend):
         again = ProjectionRunner(other, streams)
         await again.prepare()
         assert again.position == 10  # the CLI's rebuild is tracked
-        await again.rebuild()
+        await again.rebuild(upto=10)  # 11: the rebuild's audit record (decision 0019)
     assert await rows(store, "SELECT * FROM streams ORDER BY stream") == rebuilt
 
     # Everything, ledger and memory included.
     done = gormes(url, "rebuild")
     assert done.returncode == 0, done.stderr
     assert "SQLite only" not in done.stderr
-    assert "memory: rebuilt (version 1) up to position 10" in done.stdout
-    assert "ledger: rebuilt (version 2) up to position 10" in done.stdout  # 2: jobs.submitter
+    # 11: the first rebuild's audit record
+    assert "memory: rebuilt (version 1) up to position 11" in done.stdout
+    assert "ledger: rebuilt (version 2) up to position 11" in done.stdout  # 2: jobs.submitter
 
 
 
@@ -92,7 +93,7 @@ async def test_check_on_postgres_compares_a_rebuild_in_a_scratch_schema(store, b
     assert clean.returncode == 0, clean.stdout + clean.stderr
     results = {r["name"]: r for r in json.loads(clean.stdout)}
     assert results["streams"]["state"] == "identical" and results["streams"]["position"] == 13
-    assert results["ledger"]["state"] == "identical" and results["ledger"]["position"] == 14
+    assert results["ledger"]["state"] == "identical" and results["ledger"]["position"] == 15  # 14: the rebuild's audit record
     assert results["memory"]["state"] == "identical"
     assert results["runs"]["state"] == "identical"
 
