@@ -55,35 +55,39 @@ class OperatorDoor:
 
 def operator_session(
     obj: Any, work: Callable[[OperatorDoor], Awaitable[T]], *, workspace: Path | str | None = None,
-    jobs: bool = True,
+    jobs: bool = True, progress: Callable[[str, int, int], None] | None = None,
 ) -> T:
     """Open the store (an SQLite path or a PostgreSQL URL) and its job queue, run
     `work(door)` in trio, close both. `workspace`: the fs operations' root; `jobs`
     False opens no queue (which sets up the ledger: not for a log write alone, so
-    that a read-only database is refused by the write itself)."""
+    that a read-only database is refused by the write itself). `progress`: where a
+    long operation reports how far it is (the command's bar)."""
     async def main() -> T:
         async with open_store(obj.target) as store:
             queue = await JobQueue.open(store) if jobs else None
-            return await work(operator_door(store, queue, workspace=workspace))
+            return await work(operator_door(store, queue, workspace=workspace, progress=progress))
 
     return trio.run(main)
 
 
 def operator_door(
     store: EventStore, queue: JobQueue | None = None, *, workspace: Path | str | None = None,
-    runs: RunStarter | None = None,
+    runs: RunStarter | None = None, progress: Callable[[str, int, int], None] | None = None,
 ) -> OperatorDoor:
     """The operator's door on an open store: `queue` (None: the job operations are
     off), `workspace` (the fs operations' root) and `runs` (None: the run
     operations are off)."""
-    return OperatorDoor(Executor(default_registry(), store, workspace=workspace, jobs=queue, runs=runs), queue)
+    executor = Executor(default_registry(), store, workspace=workspace, jobs=queue, runs=runs, progress=progress)
+    return OperatorDoor(executor, queue)
 
 
 def operator_call(
-    obj: Any, name: str, value: Any, *, workspace: Path | str | None = None, jobs: bool = True
+    obj: Any, name: str, value: Any, *, workspace: Path | str | None = None, jobs: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Any:
     """One operation as the operator, through the audited executor; its typed output."""
-    return operator_session(obj, lambda door: door.call(name, value), workspace=workspace, jobs=jobs)
+    return operator_session(obj, lambda door: door.call(name, value), workspace=workspace, jobs=jobs,
+                            progress=progress)
 
 
 @click.group()

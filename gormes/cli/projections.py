@@ -86,7 +86,8 @@ def status(obj, as_json: bool) -> None:
 def rebuild(call: OperatorCall, check: bool, as_json: bool) -> None:
     """Rebuild projections (all, or those NAMES) from the start of the log."""
     if not check:
-        done = call.run(jobs=False)  # no job queue: the rebuild sets up the ledger itself
+        with _progress() as bar:
+            done = call.run(jobs=False, progress=bar.report)  # no job queue: the rebuild sets up the ledger itself
         for name in done.skipped:
             click.echo(f"{name}: SQLite only, skipped on PostgreSQL", err=True)
         _report_rebuilt(done.rebuilt, as_json)
@@ -103,11 +104,11 @@ def rebuild(call: OperatorCall, check: bool, as_json: bool) -> None:
     obj = call.obj
     if obj.url is not None:
         selected = _on_postgres(selected, explicit=bool(names))
-    with _progress() as progress_for:
+    with _progress() as bar:
         if obj.url is not None:
-            results = trio.run(maintenance.check_postgres, obj.url, selected, progress_for)
+            results = trio.run(maintenance.check_postgres, obj.url, selected, bar.for_projection)
         else:
-            results = trio.run(maintenance.check, obj.target, selected, progress_for)
+            results = trio.run(maintenance.check, obj.target, selected, bar.for_projection)
     _report_check(results, as_json)
     if any(r.differs for r in results):
         # Not ctx.exit(1): main() runs click with standalone_mode=False, which
@@ -163,29 +164,35 @@ def _echo_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
 
 
 class _progress:
-    """Per-projection progress callbacks: a rich bar on stderr when it is a terminal."""
+    """Progress of each projection folded: a rich bar on stderr when it is a
+    terminal, nothing otherwise. `report(name, position, head)` is the operation's
+    progress (OperationContext.progress); `for_projection` gives the checks'
+    per-projection callbacks."""
 
     def __enter__(self):
         import sys
 
-        if not sys.stderr.isatty():
-            return lambda projection: None
-        from rich.console import Console
-        from rich.progress import Progress
+        self._bar = None
+        self._tasks: dict[str, object] = {}
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress
 
-        self._bar = Progress(console=Console(stderr=True), transient=True)
-        self._bar.start()
-        return self._callback_for
+            self._bar = Progress(console=Console(stderr=True), transient=True)
+            self._bar.start()
+        return self
 
     def __exit__(self, *exc) -> None:
-        bar = getattr(self, "_bar", None)
-        if bar is not None:
-            bar.stop()
+        if self._bar is not None:
+            self._bar.stop()
 
-    def _callback_for(self, projection):
-        task = self._bar.add_task(projection.name, total=None)
+    def report(self, name: str, position: int, head: int) -> None:
+        if self._bar is None:
+            return
+        task = self._tasks.get(name)
+        if task is None:
+            task = self._tasks[name] = self._bar.add_task(name, total=None)
+        self._bar.update(task, completed=position, total=max(head, 1))
 
-        def advance(position: int, head: int) -> None:
-            self._bar.update(task, completed=position, total=max(head, 1))
-
-        return advance
+    def for_projection(self, projection):
+        return lambda position, head: self.report(projection.name, position, head)

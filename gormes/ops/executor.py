@@ -79,16 +79,19 @@ class Executor:
         clock: Callable[[], float] = time.time,
         shell_enabled: bool | None = None,
         runs: object | None = None,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> None:
         """`store` receives the audit events; `shell_enabled` None reads the
         environment (GORMES_SHELL_ENABLED=1) once, here; `runs`: what the run
         operations start runs with (the operator's foreground commands: a
-        gormes/tools/run_admin.py `RunStarter`), carried to them untouched."""
+        gormes/tools/run_admin.py `RunStarter`), carried to them untouched; `progress`:
+        where a long operation reports how far it is (OperationContext.progress)."""
         self.registry = registry
         self.store = store
         self.workspace = None if workspace is None else Path(workspace)
         self.jobs = jobs
         self.runs = runs
+        self.progress = progress
         self.clock = clock
         self.shell_enabled = shell_enabled_from_env() if shell_enabled is None else shell_enabled
 
@@ -96,6 +99,7 @@ class Executor:
         return OperationContext(
             caller=caller, workspace=self.workspace, jobs=self.jobs, clock=self.clock,
             shell_enabled=self.shell_enabled, store=self.store, runs=self.runs,
+            progress=self.progress,
         )
 
     async def call(

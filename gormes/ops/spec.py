@@ -128,6 +128,9 @@ class OperationContext:
     # where a fork or resume is driven); the run operations refuse to run without one.
     # The kernel only carries it: what it is, is the run operations' business.
     runs: object | None = None
+    # Where a long operation says how far it is: progress(what, done, total), from
+    # any thread of the call's trio run. The CLI shows it as a bar; None: nobody asks.
+    progress: Callable[[str, int, int], None] | None = None
 
 
 Handler = Callable[[OperationContext, Any], Awaitable[Any]]

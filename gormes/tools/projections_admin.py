@@ -9,6 +9,7 @@ and stays outside the door, like `projections status`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import msgspec
@@ -16,6 +17,7 @@ import msgspec
 from gormes.events.postgres_sql import POSTGRES
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 from gormes.projections import registry
+from gormes.projections.runner import Projection
 from gormes.projections.maintenance import RebuildResult, on_postgres, rebuild_store
 
 OPERATOR = frozenset({"operator"})
@@ -42,7 +44,14 @@ async def rebuild(ctx: OperationContext, value: RebuildInput) -> Rebuilt:
     skipped: list[str] = []
     if ctx.store.dialect == POSTGRES:
         selected, skipped = on_postgres(selected, named=bool(value.names))
-    return Rebuilt(rebuilt=await rebuild_store(ctx.store, selected), skipped=skipped)
+    report = ctx.progress
+    if report is None:
+        return Rebuilt(rebuilt=await rebuild_store(ctx.store, selected), skipped=skipped)
+
+    def progress_for(projection: Projection) -> Callable[[int, int], None]:
+        return lambda position, head: report(projection.name, position, head)
+
+    return Rebuilt(rebuilt=await rebuild_store(ctx.store, selected, progress_for), skipped=skipped)
 
 
 SPECS = (
