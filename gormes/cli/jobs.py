@@ -87,9 +87,9 @@ def priced_jobs(conn: Any, jobs: list[Any], table: Any) -> list[dict[str, Any]]:
 def read_jobs(obj: Any, select: Callable[[Any], T], table: Any = None) -> tuple[T, Any]:
     """(select(conn), and given a pricing `table` the jobs it found as `job_json`
     objects with their cost, else None), read from the ledger straight from a current
-    SQLite file (gormes/cli/quick_read.py), else through the queue, which catches the
+    SQLite file (gormes/projections/quick_read.py), else through the queue, which catches the
     ledger up first; the costs are read in the same snapshot as the jobs."""
-    from gormes.cli.quick_read import read_current_ledger
+    from gormes.projections.quick_read import read_current_ledger  # lazy: start-up time
 
     def both(conn: Any) -> tuple[T, Any]:
         found = select(conn)
@@ -98,7 +98,7 @@ def read_jobs(obj: Any, select: Callable[[Any], T], table: Any = None) -> tuple[
         listed = found if isinstance(found, list) else [found] if found is not None else []
         return found, priced_jobs(conn, listed, table)
 
-    quick, answer = read_current_ledger(obj, both)
+    quick, answer = read_current_ledger(None if obj.url is not None else obj.db, both)
     if quick:
         return answer  # type: ignore[return-value]
     return run_queue(obj.target, lambda store, _queue: store.read_sql(both))

@@ -52,7 +52,7 @@ def list_(obj: Any, status: str | None, job_id: str | None, handler: str | None,
 
     # lazy, each: start-up time (`gormes run` and the other commands need none of these)
     from gormes.actors.runs.listing import list_runs, select_runs  # lazy
-    from gormes.cli.quick_read import read_current
+    from gormes.projections.quick_read import read_current
     from gormes.events.open import open_store  # lazy
     from gormes.projections.runs import runs as projection  # lazy
 
@@ -73,7 +73,7 @@ def list_(obj: Any, status: str | None, job_id: str | None, handler: str | None,
             rows = await list_runs(store, **filters)
             return await store.read_sql(lambda conn: priced(conn, rows))
 
-    quick, rows = read_current(obj, projection.name, projection.version,
+    quick, rows = read_current(None if obj.url is not None else obj.db, projection.name, projection.version,
                                lambda conn: priced(conn, select_runs(conn, **filters)))
     if not quick:
         import trio

@@ -16,32 +16,34 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TypeVar
 
 T = TypeVar("T")
 
 
-def read_current_ledger(obj: Any, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
-    """(True, fn(conn)) when the job ledger can be read quickly (see the module doc),
-    else (False, None)."""
-    # Lazy for start-up time: loaded when the command runs, not for its --help.
+def read_current_ledger(path: Path | None, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
+    """(True, fn(conn)) when the job ledger in the SQLite file `path` can be read
+    quickly (see the module doc), else (False, None). `path` None: the log is not
+    an SQLite file (a PostgreSQL URL)."""
+    # Lazy for start-up time: loaded only when a quick read is tried.
     from gormes.projections import ledger
 
-    return read_current(obj, ledger.NAME, ledger.VERSION, fn)
+    return read_current(path, ledger.NAME, ledger.VERSION, fn)
 
 
-def read_current(obj: Any, name: str, version: int,
+def read_current(path: Path | None, name: str, version: int,
                  fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
     """(True, fn(conn)) when projection `name`, built by `version`, is at the log's
-    head in the SQLite file (see the module doc), else (False, None)."""
-    if obj.url is not None:
+    head in the SQLite file `path` (see the module doc), else (False, None)."""
+    if path is None:
         return False, None
-    # Lazy for start-up time: loaded when the command runs, not for its --help.
+    # Lazy for start-up time: this module is what the CLI's quick reads load
+    # (no trio); these are loaded only when a quick read is tried.
     from gormes.errors import GormesError
     from gormes.events.sqlite_schema import check_file
     from gormes.projections import bookkeeping
 
-    path = obj.db
     try:
         if not path.is_file() or check_file(path):
             return False, None  # no file, or an empty one: the usual path sets it up
