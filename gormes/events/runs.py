@@ -94,6 +94,18 @@ class RecordedReply(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     model: str = ""
 
 
+class RecordedTool(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """An operation that is not in the code (a tool of an external MCP server) as a
+    run could be offered it: what replay needs to rebuild the same tool schemas, so
+    the same model requests, without starting the server."""
+
+    name: str  # the neutral operation name: mcp.<server>.<tool>
+    description: str
+    parameters: dict[str, Any]  # the tool's input schema, as the server listed it
+    trust: tuple[str, ...]  # the trust classes the configuration granted
+    source: str  # where it came from: "mcp:<server>"
+
+
 class InboxItem(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A message as the run read it. `sent_at` is ms since the epoch, as the sender
     recorded it; `sender` is "operator", "run:<id>", "job:<id>" or a free name."""
@@ -152,6 +164,9 @@ class RunStarted(Event, tag="run.started", kw_only=True, gc=False):
     # client's, decision 0016); None: its trust class's default, and in runs
     # recorded before it was kept.
     scope: str | None = None
+    # The external tools (not in the code: MCP servers') among those its trust
+    # class and allowlist allowed when it started; replay offers the same ones.
+    external_tools: tuple[RecordedTool, ...] = ()
 
 
 class RunCompleted(Event, tag="run.completed", kw_only=True, gc=False):
