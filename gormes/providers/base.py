@@ -55,18 +55,23 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     """Tokens one model turn used, as the provider reported them.
 
     `input` counts every prompt token, the cached ones included; `cache_read` is
-    the part of `input` served from the provider's prompt cache.
+    the part of `input` served from the provider's prompt cache, and `cache_write`
+    the part written into it by this turn (Anthropic bills those apart; OpenAI
+    caches without a charge and reports none). A provider whose wire counts cached
+    tokens apart from its input (Anthropic's `input_tokens`) adds them back in.
     """
 
     input: int
     output: int
     cache_read: int = 0
+    cache_write: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input=self.input + other.input,
             output=self.output + other.output,
             cache_read=self.cache_read + other.cache_read,
+            cache_write=self.cache_write + other.cache_write,
         )
 
 
@@ -162,14 +167,21 @@ def request_hash(request: ModelRequest) -> str:
 
 class ProviderError(GormesError):
     """The provider could not answer. `retryable` says whether trying again may help
-    (rate limits, server errors, dropped connections) or not (a rejected request)."""
+    (rate limits, server errors, dropped connections) or not (a rejected request).
+
+    `status` is the HTTP status, if there was one; `retry_after` the seconds the
+    server asked us to wait before trying again (its `retry-after` or
+    `retry-after-ms` header), if it said."""
 
     exit_code = 1
 
-    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, retryable: bool, status: int | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+        self.retry_after = retry_after
 
 
 class InvalidModelReply(ProviderError):

@@ -118,11 +118,14 @@ def test_request_hash_equal_exactly_for_equal_requests(a, b):
 
 def test_usage_adds_up():
     assert Usage(input=3, output=2, cache_read=1) + Usage(input=10, output=5) == Usage(input=13, output=7, cache_read=1)
+    assert (Usage(input=3, output=2, cache_write=4) + Usage(input=1, output=1, cache_write=5)).cache_write == 9
 
 
 def test_errors_belong_to_the_gormes_hierarchy():
     error = ProviderError("slow down", retryable=True, status=429)
     assert isinstance(error, GormesError) and error.retryable and error.status == 429
+    assert error.retry_after is None
+    assert ProviderError("slow down", retryable=True, status=429, retry_after=2.5).retry_after == 2.5
     invalid = InvalidModelReply("no choices")
     assert isinstance(invalid, ProviderError) and not invalid.retryable
 
@@ -137,7 +140,7 @@ def test_tool_arguments_must_be_a_json_object(arguments, problem):
     assert parse_tool_arguments(CALL) == {"path": "README.md"}
 
 
-@pytest.mark.parametrize("spec", ["anthropic:claude", "gpt-4o", "", "scripted:", "openai:"])
+@pytest.mark.parametrize("spec", ["anthropic:", "gpt-4o", "claude:x", "", "scripted:", "openai:"])
 def test_open_provider_rejects_unknown_or_empty_specs(spec):
     with pytest.raises(UnknownProvider) as caught:
         open_provider(spec)
