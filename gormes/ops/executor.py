@@ -192,9 +192,10 @@ def refusal_request(
 
 def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
     """Validate `raw` into the spec's input type, or raise `InvalidOperationInput`."""
-    kind = spec.input_type
+    # A spec with its own schema takes any JSON object, as a dict (see OperationSpec.schema).
+    kind = spec.input_type if spec.schema is None else dict[str, Any]
     try:
-        if isinstance(raw, kind):
+        if spec.schema is None and isinstance(raw, kind):
             return raw
         if raw is None or (isinstance(raw, (str, bytes, bytearray)) and not raw.strip()):
             return msgspec.convert({}, kind)

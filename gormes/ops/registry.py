@@ -131,7 +131,20 @@ def _validate(spec: OperationSpec) -> dict[str, Any]:
         raise InvalidOperationSpec(f"{where}: handler is not callable")
     if not isinstance(spec.output_type, type):
         raise InvalidOperationSpec(f"{where}: output type {spec.output_type!r} is not a type")
+    if spec.schema is not None:
+        return _raw_schema(where, spec.schema)
     try:
         return input_schema(spec.input_type)
     except InvalidOperationSpec as exc:
         raise InvalidOperationSpec(f"{where}: {exc}") from None
+
+
+def _raw_schema(where: str, schema: Any) -> dict[str, Any]:
+    """A spec's own JSON schema (`OperationSpec.schema`): it must describe an object."""
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise InvalidOperationSpec(f"{where}: its input schema must be a JSON object schema")
+    try:
+        msgspec.json.encode(schema)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise InvalidOperationSpec(f"{where}: its input schema is not JSON: {exc}") from None
+    return schema

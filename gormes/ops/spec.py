@@ -153,6 +153,14 @@ class OperationSpec:
     prompt_visible: bool = False
     timeout: float = 10.0  # seconds
     doctor_checks: tuple[str, ...] = field(default_factory=tuple)
+    # A raw JSON object schema of the input, for an operation whose input has no
+    # Struct (an external MCP server's tool; `input_type` is then `dict`): the registry
+    # offers it as is, the executor checks only that the input is a JSON object and
+    # passes it on as a dict, and whoever serves the call validates the rest.
+    schema: dict[str, Any] | None = None
+    # Where an operation that is not in the code comes from ("mcp:time"); a run
+    # records such operations in `run.started` so replay can offer them again.
+    source: str | None = None
 
     def allows(self, trust: str) -> bool:
         return trust in self.trust
