@@ -15,6 +15,9 @@ describes it.
     @gormes.run_handler("triage")
     async def triage(ctx: gormes.RunContext, input): ...
 
+    @gormes.operation("weather.get", trust=["operator", "child-agent"])
+    async def weather(ctx: gormes.OperationContext, input: WeatherIn) -> WeatherOut: ...
+
     async with gormes.open_store("gormes.db") as store:
         queue = await gormes.JobQueue.open(store)
         await queue.submit("resize", {"path": "cat.png"})
@@ -45,6 +48,10 @@ _EXPORTS: dict[str, str] = {
     # runs: handlers that reach the world only through their context, so replay is exact
     "run_handler": "gormes.actors.runs.context",
     "RunContext": "gormes.actors.runs.context",
+    # operations: users' tools, checked, audited and replayed like the built-ins
+    "operation": "gormes.ops.declared",
+    "OperationContext": "gormes.ops.spec",
+    "Caller": "gormes.ops.spec",
     # the log: its stores, the event base types and what a read returns
     "open_store": "gormes.events.open",
     "EventStore": "gormes.events.store",
@@ -71,6 +78,8 @@ if TYPE_CHECKING:
     from gormes.events.base import Event, Recorded, UnknownEvent
     from gormes.events.open import open_store
     from gormes.events.store import ANY, NO_STREAM, AppendResult, EventStore
+    from gormes.ops.declared import operation
+    from gormes.ops.spec import Caller, OperationContext
 
 
 def __getattr__(name: str) -> object:

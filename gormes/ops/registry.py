@@ -4,6 +4,12 @@ Registration refuses a spec that could not be called safely: a bad name, no trus
 class or an unknown one, no audit kind, an input type msgspec cannot describe as a
 JSON object, a non-positive timeout, and above all an operator-only operation
 marked prompt-visible (a model must never be offered what only an operator may run).
+
+Names are neutral and dotted (`fs.read`, `mcp.time.get_current_time`): segments of
+[A-Za-z0-9_-], the first starting with a lowercase letter. Each also has a wire
+name (dots as `__`, `wire_name`) that must match `WIRE_NAME`, the rule of OpenAI's
+and Anthropic's tool names, or no provider could carry it; two names with one wire
+name are refused, so the registry maps wire names back exactly (`by_wire`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from gormes.ops.spec import TRUST_CLASSES, InvalidOperationSpec, OperationSpec, 
 
 T = TypeVar("T")
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+_NAME = re.compile(r"^[a-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
+# OpenAI's and Anthropic's rule for a tool's name.
+WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 def wire_name(name: str) -> str:
@@ -48,6 +56,7 @@ def input_schema(input_type: type) -> dict[str, Any]:
 class Registry:
     def __init__(self, specs: Iterable[OperationSpec] = ()) -> None:
         self._specs: dict[str, OperationSpec] = {}
+        self._by_wire: dict[str, OperationSpec] = {}
         self._schemas: dict[str, dict[str, Any]] = {}
         self._derived: dict[Any, Any] = {}  # see `derived`; emptied by `register`
         for spec in specs:
@@ -57,10 +66,14 @@ class Registry:
         schema = _validate(spec)
         if spec.name in self._specs:
             raise InvalidOperationSpec(f"operation {spec.name!r} is registered twice")
-        clash = [n for n in self._specs if wire_name(n) == wire_name(spec.name)]
-        if clash:
-            raise InvalidOperationSpec(f"operation {spec.name!r} clashes with {clash[0]!r}")
+        wire = wire_name(spec.name)
+        clash = self._by_wire.get(wire)
+        if clash is not None:
+            raise InvalidOperationSpec(
+                f"operation {spec.name!r} clashes with {clash.name!r}: both are {wire!r} on the wire"
+            )
         self._specs[spec.name] = spec
+        self._by_wire[wire] = spec
         self._schemas[spec.name] = schema
         self._derived.clear()
         return spec
@@ -78,9 +91,11 @@ class Registry:
     def get(self, name: str) -> OperationSpec | None:
         """The spec called `name`, also found by its wire name (`fs__read`)."""
         spec = self._specs.get(name)
-        if spec is None and "__" in name:
-            spec = self._specs.get(name.replace("__", "."))
-        return spec
+        return spec if spec is not None else self._by_wire.get(name)
+
+    def by_wire(self, wire: str) -> OperationSpec | None:
+        """The spec whose wire name (`wire_name`) is `wire`, or None."""
+        return self._by_wire.get(wire)
 
     def __contains__(self, name: str) -> bool:
         return self.get(name) is not None
@@ -110,8 +125,19 @@ class Registry:
 
 def _validate(spec: OperationSpec) -> dict[str, Any]:
     where = f"operation {spec.name!r}"
-    if not isinstance(spec.name, str) or not _NAME.match(spec.name):
-        raise InvalidOperationSpec(f"{where}: name must be dotted lowercase words (like fs.read)")
+    if not isinstance(spec.name, str):
+        raise InvalidOperationSpec(f"{where}: name must be a string")
+    wire = wire_name(spec.name)
+    if not WIRE_NAME.match(wire):
+        raise InvalidOperationSpec(
+            f"{where}: its wire name {wire!r} does not match {WIRE_NAME.pattern} (OpenAI's and "
+            "Anthropic's rule for tool names): no provider can carry it"
+        )
+    if not _NAME.match(spec.name):
+        raise InvalidOperationSpec(
+            f"{where}: name must be dotted words of letters, digits, _ and - "
+            "(like fs.read), the first starting with a lowercase letter"
+        )
     if not spec.description.strip():
         raise InvalidOperationSpec(f"{where}: description is empty")
     if not spec.trust:

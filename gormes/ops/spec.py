@@ -84,8 +84,9 @@ class OperationTimeout(OperationError):
     exit_code = 1
 
 
-class InvalidOperationSpec(OperationError, ValueError):
-    """A spec the registry refuses (a programming error, raised at registration)."""
+class InvalidOperationSpec(UserError, OperationError, ValueError):
+    """A spec the registry refuses, raised at registration (or where `@gormes.operation`
+    decorates): a user's operation file is input, so the CLI shows it as one line."""
 
 
 # -- callers and contexts ---------------------------------------------------------

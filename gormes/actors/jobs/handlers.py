@@ -125,7 +125,7 @@ def import_handlers(spec: str) -> None:
     """
     path = Path(spec)
     try:
-        if spec.endswith(".py") or path.is_file():
+        if is_file_spec(spec):
             _import_file(path)
         else:
             importlib.import_module(spec)
@@ -141,10 +141,21 @@ def import_handlers(spec: str) -> None:
         ) from None
 
 
+def is_file_spec(spec: str) -> bool:
+    """Whether an `--import` spec names a `.py` file rather than a dotted module."""
+    return spec.endswith(".py") or Path(spec).is_file()
+
+
+def file_module_name(path: Path | str) -> str:
+    """The name a `.py` file is imported under: the same for the same file, so a
+    file imported again replaces its module rather than adding one."""
+    return f"gormes_handlers_{abs(hash(str(Path(path).resolve())))}"
+
+
 def _import_file(path: Path) -> None:
     if not path.is_file():
         raise HandlerImportError(f"cannot import handlers from {str(path)!r}: no such file")
-    module_name = f"gormes_handlers_{abs(hash(str(path.resolve())))}"
+    module_name = file_module_name(path)
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise HandlerImportError(f"cannot import handlers from {str(path)!r}: not a Python file")
