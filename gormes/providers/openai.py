@@ -1,24 +1,27 @@
-"""`openai:MODEL`: any OpenAI-compatible chat-completions server over HTTP.
+"""`openai:MODEL`: any OpenAI-compatible chat-completions server.
 
-`POST {base_url}/chat/completions`, streamed (server-sent events) by default or as
-one JSON reply. The wire shapes live in this module only: callers give and get
-the neutral types of `base`.
+`POST {base_url}/chat/completions` through the official SDK (decision 0024),
+streamed (server-sent events) by default or as one JSON reply. The SDK carries
+the request and its errors; this module decodes the reply itself (msgspec, so a
+malformed reply is an `InvalidModelReply` saying what is wrong) and maps tool
+names to the wire and back (`wire_names`). The wire shapes live in this module
+only: callers give and get the neutral types of `base`.
 
-Configuration, first found wins: the `base_url` / `api_key` arguments, then
-`GORMES_OPENAI_BASE_URL` / `GORMES_OPENAI_API_KEY`, then `OPENAI_BASE_URL` /
-`OPENAI_API_KEY`; the base URL defaults to OpenAI's own API.
+Configuration, first found wins: the `base_url` / `api_key` / `timeout`
+arguments, then `GORMES_OPENAI_BASE_URL` / `GORMES_OPENAI_API_KEY` /
+`GORMES_MODEL_TIMEOUT`, then `OPENAI_BASE_URL` / `OPENAI_API_KEY`; the base URL
+defaults to OpenAI's own API, the timeout to 120 s.
 """
 
 from __future__ import annotations
 
 import os
-import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import httpx
 import msgspec
 
+from gormes.errors import UserError
 from gormes.providers.base import (
     InvalidModelReply,
     Message,
@@ -29,10 +32,12 @@ from gormes.providers.base import (
     Usage,
     parse_tool_arguments,
 )
-from gormes.errors import UserError
+from gormes.providers.config import first, model_timeout
+from gormes.providers.sdk_errors import translated
+from gormes.providers.sse import Event, EventReader
+from gormes.providers.wire_names import ToolNames, tool_names
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
 
 
 # -- the wire: what the server sends (unknown fields are ignored) ------------------
@@ -91,7 +96,8 @@ _decode_completion = msgspec.json.Decoder(_WireCompletion).decode
 
 
 class OpenAIProvider:
-    """A chat-completions client. Each call opens and closes its own connection."""
+    """A chat-completions client on the official SDK (`openai.AsyncOpenAI`, its
+    retries off: RunContext.llm retries and records each attempt)."""
 
     def __init__(
         self,
@@ -100,66 +106,64 @@ class OpenAIProvider:
         base_url: str | None = None,
         api_key: str | None = None,
         stream: bool = True,
-        timeout: float = 120.0,
+        timeout: float | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self.model = model
         self.name = f"openai:{model}"
         self.base_url = (
-            base_url
-            or env.get("GORMES_OPENAI_BASE_URL")
-            or env.get("OPENAI_BASE_URL")
-            or OPENAI_BASE_URL
+            first(base_url, env.get("GORMES_OPENAI_BASE_URL"), env.get("OPENAI_BASE_URL")) or OPENAI_BASE_URL
         ).rstrip("/")
-        self.api_key = api_key or env.get("GORMES_OPENAI_API_KEY") or env.get("OPENAI_API_KEY")
+        self.api_key = first(api_key, env.get("GORMES_OPENAI_API_KEY"), env.get("OPENAI_API_KEY"))
         if not self.api_key and self.base_url == OPENAI_BASE_URL:
             raise UserError(
                 f"{self.name}: no API key: set GORMES_OPENAI_API_KEY or OPENAI_API_KEY "
                 "(or a base URL for a local server that needs none)"
             )
         self.stream = stream
-        self.timeout = timeout
-        self._ssl: ssl.SSLContext | None = None
+        self.timeout = model_timeout(self.name, timeout, env)
+        self.url = f"{self.base_url}/chat/completions"
+        self._client: Any = None
+
+    def _sdk(self) -> Any:
+        if self._client is None:
+            import openai
+
+            # A server that needs no key still gets one for the SDK, which refuses
+            # none; `complete` then leaves the Authorization header out.
+            self._client = openai.AsyncOpenAI(
+                api_key=self.api_key or "unused", base_url=self.base_url, timeout=self.timeout, max_retries=0,
+            )
+        return self._client
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        body = _wire_request(request, stream=self.stream)
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if self.stream else "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        url = f"{self.base_url}/chat/completions"
-        try:
-            async with (
-                httpx.AsyncClient(timeout=self.timeout, verify=self._ssl_context()) as client,
-                client.stream("POST", url, content=msgspec.json.encode(body), headers=headers) as response,
-            ):
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise _http_error(self.name, response)
+        import openai
+
+        names = tool_names(self.name, request.tools)
+        body = _wire_request(request, names, stream=self.stream)
+        headers: dict[str, Any] = {"Accept": "text/event-stream" if self.stream else "application/json"}
+        if not self.api_key:
+            headers["Authorization"] = openai.Omit()
+        client = self._sdk()
+        with translated(self.name, self.url, self.timeout, openai):
+            async with client.chat.completions.with_streaming_response.create(**body, extra_headers=headers) as response:
                 if self.stream:
-                    return await _read_stream(self.name, request, response.aiter_lines())
-                return _read_whole(self.name, request, await response.aread())
-        except httpx.TransportError as exc:
-            raise ProviderError(f"{self.name}: cannot reach {url}: {exc or type(exc).__name__}", retryable=True) from None
-
-    def _ssl_context(self) -> ssl.SSLContext:
-        # Built once: loading the CA bundle costs milliseconds on every call otherwise.
-        if self._ssl is None:
-            self._ssl = httpx.create_ssl_context()
-        return self._ssl
+                    return await _read_stream(self.name, request, names, response.iter_lines())
+                return _read_whole(self.name, request, names, await response.read())
 
 
-def _wire_request(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+def _wire_request(request: ModelRequest, names: ToolNames, *, stream: bool) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": request.model,
-        "messages": [_wire_message(m) for m in request.messages],
+        "messages": [_wire_message(m, names) for m in request.messages],
         "stream": stream,
     }
     if stream:
         body["stream_options"] = {"include_usage": True}
     if request.tools:
         body["tools"] = [
-            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            {"type": "function", "function": {"name": names.wire(t.name), "description": t.description, "parameters": t.parameters}}
             for t in request.tools
         ]
     if request.temperature is not None:
@@ -169,34 +173,21 @@ def _wire_request(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
     return body
 
 
-def _wire_message(message: Message) -> dict[str, Any]:
+def _wire_message(message: Message, names: ToolNames) -> dict[str, Any]:
     wire: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         # An assistant turn that only calls tools has null content on the wire.
         wire["content"] = message.content or None
         wire["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {"id": c.id, "type": "function", "function": {"name": names.wire(c.name), "arguments": c.arguments}}
             for c in message.tool_calls
         ]
     if message.tool_call_id is not None:
         wire["tool_call_id"] = message.tool_call_id
     if message.name is not None:
-        wire["name"] = message.name
+        # A tool message names its tool, which the wire must carry like any tool name.
+        wire["name"] = names.wire(message.name) if message.role == "tool" else message.name
     return wire
-
-
-def _http_error(name: str, response: httpx.Response) -> ProviderError:
-    status = response.status_code
-    detail = response.text.strip()
-    try:
-        error = msgspec.json.decode(response.content, type=_WireCompletion).error
-    except msgspec.MsgspecError:
-        error = None
-    if error is not None and error.message:
-        detail = error.message
-    detail = " ".join(detail.split())[:300] or response.reason_phrase
-    retryable = status in RETRYABLE_STATUSES or status >= 500
-    return ProviderError(f"{name}: HTTP {status}: {detail}", retryable=retryable, status=status)
 
 
 def _decode(name: str, data: bytes | str, what: str) -> _WireCompletion:
@@ -217,7 +208,7 @@ def _usage(wire: _WireUsage | None) -> Usage:
     return Usage(input=wire.prompt_tokens or 0, output=wire.completion_tokens or 0, cache_read=cached or 0)
 
 
-def _read_whole(name: str, request: ModelRequest, data: bytes) -> ModelReply:
+def _read_whole(name: str, request: ModelRequest, names: ToolNames, data: bytes) -> ModelReply:
     completion = _decode(name, data, "reply")
     if not completion.choices:
         raise InvalidModelReply(f"{name}: the reply has no choices")
@@ -226,21 +217,18 @@ def _read_whole(name: str, request: ModelRequest, data: bytes) -> ModelReply:
     calls = _ToolCallAssembly()
     for call in wire.tool_calls or ():
         calls.add(call)
-    return _reply(name, request, completion.model, wire.content or "", calls.finish(name), choice.finish_reason, _usage(completion.usage))
+    return _reply(request, completion.model, wire.content or "", calls.finish(name, names), choice.finish_reason, _usage(completion.usage))
 
 
 class _StreamAssembly:
-    """A streamed reply put together line by line from server-sent events.
+    """A streamed reply put together event by event (see `sse`)."""
 
-    Several `data:` lines of one event join with newlines; a blank line ends an event.
-    Comments (":") and `event:`/`id:`/`retry:` fields carry nothing we use.
-    """
-
-    def __init__(self, name: str, request: ModelRequest) -> None:
+    def __init__(self, name: str, request: ModelRequest, names: ToolNames) -> None:
         self.name = name
         self.request = request
+        self.names = names
         self.done = False
-        self._data: list[str] = []
+        self._events = EventReader()
         self._content: list[str] = []
         self._calls = _ToolCallAssembly()
         self._finish_reason: str | None = None
@@ -249,22 +237,16 @@ class _StreamAssembly:
         self._saw_choice = False
 
     def feed(self, line: str) -> None:
-        if self.done:
-            return
-        if not line:
-            self._dispatch()
-        elif line.startswith("data:"):
-            value = line[5:]
-            self._data.append(value.removeprefix(" "))
+        if not self.done:
+            self._dispatch(self._events.feed(line))
 
-    def _dispatch(self) -> None:
-        if not self._data:
+    def _dispatch(self, event: Event | None) -> None:
+        if event is None:
             return
-        data, self._data = "\n".join(self._data), []
-        if data.strip() == "[DONE]":
+        if event.data.strip() == "[DONE]":
             self.done = True
             return
-        chunk = _decode(self.name, data, "stream chunk")
+        chunk = _decode(self.name, event.data, "stream chunk")
         self._model = chunk.model or self._model
         self._usage = chunk.usage or self._usage
         for choice in chunk.choices or ():
@@ -279,24 +261,24 @@ class _StreamAssembly:
             self._finish_reason = choice.finish_reason or self._finish_reason
 
     def finish(self) -> ModelReply:
-        self._dispatch()
+        if not self.done:
+            self._dispatch(self._events.flush())
         if not self._saw_choice:
             raise InvalidModelReply(f"{self.name}: the stream carried no choices")
         if self._finish_reason is None:
             raise InvalidModelReply(f"{self.name}: the stream ended before the reply finished", retryable=True)
         return _reply(
-            self.name,
             self.request,
             self._model,
             "".join(self._content),
-            self._calls.finish(self.name),
+            self._calls.finish(self.name, self.names),
             self._finish_reason,
             _usage(self._usage),
         )
 
 
-async def _read_stream(name: str, request: ModelRequest, lines: AsyncIterator[str]) -> ModelReply:
-    assembly = _StreamAssembly(name, request)
+async def _read_stream(name: str, request: ModelRequest, names: ToolNames, lines: AsyncIterator[str]) -> ModelReply:
+    assembly = _StreamAssembly(name, request, names)
     failure: ProviderError | None = None
     # The stream is read to its end even after [DONE] or a bad chunk: httpx's nested
     # line iterators cannot be closed early without leaking unfinished generators.
@@ -330,20 +312,19 @@ class _ToolCallAssembly:
         if function.arguments:
             self._arguments[index].append(function.arguments)
 
-    def finish(self, name: str) -> tuple[ToolCall, ...]:
+    def finish(self, name: str, names: ToolNames) -> tuple[ToolCall, ...]:
         calls = []
         for index in sorted(self._arguments):
             if index not in self._names:
                 raise InvalidModelReply(f"{name}: tool call #{index} has no function name")
             arguments = "".join(self._arguments[index]) or "{}"
-            call = ToolCall(id=self._ids.get(index, f"call_{index}"), name=self._names[index], arguments=arguments)
+            call = ToolCall(id=self._ids.get(index, f"call_{index}"), name=names.neutral(self._names[index]), arguments=arguments)
             parse_tool_arguments(call, source=name)
             calls.append(call)
         return tuple(calls)
 
 
 def _reply(
-    name: str,
     request: ModelRequest,
     model: str | None,
     content: str,

@@ -6,6 +6,12 @@ server-sent events when the request says `"stream": true` and as one JSON object
 otherwise. A test queues what the next requests get and then reads back what the
 server received.
 
+Every request is checked the way the real API checks it (`request_problems`):
+tool and function names, roles, required fields, tool messages that answer no
+tool call of the assistant message before them. A request the real API would
+refuse gets its 400 (`invalid_request_error`), is kept in `rejections`, and takes
+no queued reply, so the test that sent it fails.
+
     with ChatServer() as server:
         server.queue(ToolCallsReply([("call_1", "fs.read", '{"path": "README.md"}')]))
         provider = OpenAIProvider("gpt-test", base_url=server.base_url, api_key="sk-test")
@@ -16,6 +22,7 @@ server received.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -52,6 +59,7 @@ class ErrorReply:
     status: int
     message: str
     body: str | None = None  # sent as is instead of OpenAI's error object
+    headers: tuple[tuple[str, str], ...] = ()  # ("retry-after", "2"), say
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,12 @@ class RawBody:
     body: str
 
 
-Plan = TextReply | ToolCallsReply | ErrorReply | RawStream | RawBody
+@dataclass(frozen=True)
+class Stall:
+    """Answers nothing until the server stops (for timeouts, with no race)."""
+
+
+Plan = TextReply | ToolCallsReply | ErrorReply | RawStream | RawBody | Stall
 
 
 @dataclass(frozen=True)
@@ -82,8 +95,10 @@ class ReceivedRequest:
 @dataclass
 class ChatServer:
     requests: list[ReceivedRequest] = field(default_factory=list)
+    rejections: list[str] = field(default_factory=list)
     _plans: deque[Plan] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _release: threading.Event = field(default_factory=threading.Event)
 
     def queue(self, *plans: Plan) -> None:
         with self._lock:
@@ -101,6 +116,7 @@ class ChatServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._release.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
@@ -135,14 +151,25 @@ class _ChatHandler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode(errors="replace")
         received = ReceivedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        problems = request_problems(body) if self.path == "/v1/chat/completions" else []
+        if problems:
+            with self.chat_server._lock:
+                self.chat_server.requests.append(received)
+                self.chat_server.rejections.append(problems[0])
+            return self._send_json(400, {"error": {"message": problems[0], "type": "invalid_request_error", "param": None, "code": None}})
         plan = self.chat_server._next_plan(received)
         if self.path != "/v1/chat/completions":
             return self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
         stream = isinstance(body, dict) and body.get("stream") is True
+        if isinstance(plan, Stall):
+            self.chat_server._release.wait()
+            self.close_connection = True
+            return None
         if isinstance(plan, ErrorReply):
             if plan.body is not None:
-                return self._send_text(plan.status, plan.body, "text/plain")
-            return self._send_json(plan.status, {"error": {"message": plan.message, "type": "test_error", "code": None}})
+                return self._send_text(plan.status, plan.body, "text/plain", plan.headers)
+            payload = {"error": {"message": plan.message, "type": "test_error", "code": None}}
+            return self._send_text(plan.status, json.dumps(payload), "application/json", plan.headers)
         if isinstance(plan, RawBody):
             return self._send_text(200, plan.body, "application/json")
         if isinstance(plan, RawStream):
@@ -156,10 +183,12 @@ class _ChatHandler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, payload: Any) -> None:
         self._send_text(status, json.dumps(payload), "application/json")
 
-    def _send_text(self, status: int, text: str, content_type: str) -> None:
+    def _send_text(self, status: int, text: str, content_type: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
         data = text.encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for key, value in headers:
+            self.send_header(key, value)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Connection", "close")
         self.end_headers()
@@ -254,3 +283,100 @@ def _stream_lines(plan: TextReply | ToolCallsReply, include_usage: bool) -> list
         lines.append("data: " + json.dumps(usage_chunk))
     lines.append("data: [DONE]")
     return lines
+
+
+# -- what the real API refuses -------------------------------------------------------
+
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+PARTICIPANT_NAME = re.compile(r"^[^\s<|\\/>]+$")
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def request_problems(body: Any) -> list[str]:
+    """What OpenAI would say is wrong with this chat-completions body (empty: nothing)."""
+    if not isinstance(body, dict):
+        return ["We could not parse the JSON body of your request."]
+    problems: list[str] = []
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        problems.append("you must provide a model parameter")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        problems.append("Invalid 'messages': empty array. Expected an array with minimum length 1.")
+        messages = []
+    if "stream_options" in body and body.get("stream") is not True:
+        problems.append("The 'stream_options' parameter is only allowed when 'stream' is enabled.")
+    for key, low, high in (("temperature", 0, 2), ("max_tokens", 1, None)):
+        value = body.get(key)
+        if value is not None and (not isinstance(value, int | float) or value < low or (high is not None and value > high)):
+            problems.append(f"Invalid '{key}': {value!r}.")
+    for i, tool in enumerate(body.get("tools") or []):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
+            problems.append(f"Invalid 'tools[{i}]': expected a function tool.")
+            continue
+        problems += _name_problems(f"tools[{i}].function.name", function.get("name"))
+        if "parameters" in function and not isinstance(function["parameters"], dict):
+            problems.append(f"Invalid 'tools[{i}].function.parameters': expected an object.")
+    if "tools" in body and not body["tools"]:
+        problems.append("Invalid 'tools': empty array. Expected an array with minimum length 1.")
+    open_calls: set[str] | None = None  # ids the tool messages after an assistant turn may answer
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            role = message.get("role") if isinstance(message, dict) else None
+            problems.append(f"Invalid value: {role!r}. Supported values are: {', '.join(repr(r) for r in ROLES)}. ({where}.role)")
+            continue
+        role, content = message["role"], message.get("content")
+        if "name" in message and (not isinstance(message["name"], str) or not PARTICIPANT_NAME.match(message["name"])):
+            problems.append(f"Invalid '{where}.name': string does not match pattern.")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str):
+                problems.append(f"Missing required parameter: '{where}.tool_call_id'.")
+            elif open_calls is None or call_id not in open_calls:
+                problems.append(
+                    f"Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'. ({where})"
+                )
+            else:
+                open_calls.discard(call_id)
+            if not isinstance(content, str | list):
+                problems.append(f"Missing required parameter: '{where}.content'.")
+            continue
+        if open_calls:
+            problems.append(
+                "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(sorted(open_calls))}"
+            )
+        open_calls = None
+        if role == "assistant":
+            calls = message.get("tool_calls")
+            if calls is not None:
+                if not isinstance(calls, list) or not calls:
+                    problems.append(f"Invalid '{where}.tool_calls': empty array.")
+                    calls = []
+                open_calls = set()
+                for j, call in enumerate(calls):
+                    function = call.get("function") if isinstance(call, dict) else None
+                    if not isinstance(function, dict) or not isinstance(call.get("id"), str) or call.get("type") != "function":
+                        problems.append(f"Invalid '{where}.tool_calls[{j}]'.")
+                        continue
+                    problems += _name_problems(f"{where}.tool_calls[{j}].function.name", function.get("name"))
+                    if not isinstance(function.get("arguments"), str):
+                        problems.append(f"Missing required parameter: '{where}.tool_calls[{j}].function.arguments'.")
+                    open_calls.add(call["id"])
+            elif not isinstance(content, str | list):
+                problems.append(f"Missing required parameter: '{where}.content'.")
+        elif not isinstance(content, str | list):
+            problems.append(f"Missing required parameter: '{where}.content'.")
+    if open_calls:
+        problems.append(
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+            f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(sorted(open_calls))}"
+        )
+    return problems
+
+
+def _name_problems(where: str, name: Any) -> list[str]:
+    if isinstance(name, str) and TOOL_NAME.match(name):
+        return []
+    return [f"Invalid '{where}': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{{1,64}}$'."]
