@@ -5,6 +5,10 @@
 - `scripted:PATH`: replies read from a JSON script, deterministic and offline.
   Not a model: it is for the demo and tests.
 - `openai:MODEL`: any OpenAI-compatible chat-completions server.
+- `anthropic:MODEL`: the Anthropic Messages API.
+
+The two HTTP providers import their SDK only when opened (importing both costs
+about 1.5 s), so `gormes --help` and the scripted provider never pay for them.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ __all__ = [
     "request_hash",
 ]
 
-SCHEMES = ("scripted", "openai")
+SCHEMES = ("scripted", "openai", "anthropic")
 
 
 class UnknownProvider(UserError):
@@ -48,10 +52,12 @@ class UnknownProvider(UserError):
 
 
 def open_provider(spec: str, **config: Any) -> Provider:
-    """Open the provider a spec names: `scripted:PATH` or `openai:MODEL`.
+    """Open the provider a spec names: `scripted:PATH`, `openai:MODEL` or
+    `anthropic:MODEL`.
 
     `config` goes to the provider (for `openai`: `base_url`, `api_key`, `stream`,
-    `timeout`, `env`).
+    `timeout`, `env`; for `anthropic` the same and `max_tokens`). A `timeout` of
+    None means the default (`GORMES_MODEL_TIMEOUT`, else 120 s).
     """
     scheme, sep, rest = spec.partition(":")
     if not sep or scheme not in SCHEMES:
@@ -66,6 +72,10 @@ def open_provider(spec: str, **config: Any) -> Provider:
         from gormes.providers.scripted import ScriptedProvider
 
         return ScriptedProvider.open(rest, **config)
+    if scheme == "anthropic":
+        from gormes.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(rest, **config)
     from gormes.providers.openai import OpenAIProvider
 
     return OpenAIProvider(rest, **config)
