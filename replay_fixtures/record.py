@@ -174,7 +174,7 @@ async def cancelled_child(store: Any, tmp: Path) -> list[str]:
 async def paused_resumed(store: Any, tmp: Path) -> list[str]:
     import os
 
-    import gormes.actors.agent_jobs.handler  # noqa: F401  (registers the "agent" job)
+    from gormes.actors.agent_jobs.install import install
     from gormes.actors.jobs.handlers import default_registry as job_handlers
     from gormes.actors.jobs.queue import JobQueue
     from gormes.actors.jobs.worker import Worker, WorkerConfig
@@ -189,7 +189,9 @@ async def paused_resumed(store: Any, tmp: Path) -> list[str]:
         "handler": "fixture.wait_then_agent", "model": model, "tools": list(TOOLS),
         "input": {"word": "go", "agent": {"prompt": "Read notes.txt."}},
     })
-    worker = Worker(queue, job_handlers.copy(), WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    handlers = job_handlers.copy()
+    install(handlers)  # the "agent" job
+    worker = Worker(queue, handlers, WorkerConfig(concurrency=1), store=store, log=lambda _: None)
 
     async def runs_of_job() -> list[tuple[str, list[Any]]]:
         found = []

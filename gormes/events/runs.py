@@ -94,6 +94,44 @@ class RecordedReply(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     model: str = ""
 
 
+class RecordedMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """A message of a model request as recorded (the providers' neutral `Message`)."""
+
+    role: str
+    content: str
+    tool_calls: tuple[RecordedToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class RecordedToolDigest(msgspec.Struct, frozen=True, kw_only=True, gc=False, array_like=True):
+    """A tool a model request offered: its name and a digest of its whole schema (the
+    first 16 hex digits of the sha256 of its canonical JSON: name, description,
+    parameters), enough to say which schema changed."""
+
+    name: str
+    digest: str
+
+
+class RecordedRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """Enough of a model request for replay to say what differs when the code asks
+    another one (its hash alone says only that it differs).
+
+    Each is recorded relative to the previous request recorded on the same run
+    stream (by seq: model turns and failed attempts alike), so a run's requests cost
+    bytes linear in its length: `shared` leading messages are the previous
+    request's, `messages` are the ones after them, and `tools` is None when the
+    tools offered are the previous request's. A request with `shared == 0` and
+    `tools` given stands alone (a run's first, or the first a continuation asked live).
+    """
+
+    shared: int = 0
+    messages: tuple[RecordedMessage, ...] = ()
+    tools: tuple[RecordedToolDigest, ...] | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
 class RecordedTool(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An operation that is not in the code (a tool of an external MCP server) as a
     run could be offered it: what replay needs to rebuild the same tool schemas, so
@@ -211,6 +249,9 @@ class RunLlmTurn(Event, tag="run.llm_turn", kw_only=True, gc=False):
     reply: RecordedReply
     usage: Tokens
     duration_ms: int = 0
+    # What the request held, relative to the run's previous one; None in runs
+    # recorded before it was kept (their divergences name the hash only).
+    request: RecordedRequest | None = None
 
 
 class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True, gc=False):
@@ -225,6 +266,7 @@ class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True, gc=False):
     attempt: int = 1
     model: str = ""
     error_type: str = "ProviderError"  # the exception class raised (InvalidModelReply...)
+    request: RecordedRequest | None = None  # as in `RunLlmTurn`
 
 
 class RunToolCalled(Event, tag="run.tool_called", kw_only=True, gc=False):

@@ -298,14 +298,16 @@ _versions: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDict
 
 
 def handler_version(fn: Callable[..., Any]) -> str:
-    """sha256 (hex) of the handler function's source, dedented: recorded in
-    `run.started` so replay can say when the code changed since the recording.
-    Falls back to the code object's bytecode when the source is not available.
+    """sha256 (hex) of the handler's name (its `__qualname__`) and the whole source
+    file of its module, recorded in `run.started` so replay can say when the code the
+    handler runs changed since the recording: a change to a helper in the same module
+    is flagged, not only one to the function itself. Falls back to the function's
+    own source, then its bytecode, when the module's file cannot be read.
 
-    Computed once per function (and code object): reading the source tokenizes its
-    file, which costs more than a whole agent step. The cached value is also the
-    more accurate one: it is the source of the code that is running, even when the
-    file was edited on disk since it was imported."""
+    Computed once per function (and code object): reading source costs more than
+    a whole agent step. The cached value is also the more accurate one: it is the
+    source of the code that is running (as first read), even when the file is
+    edited on disk later."""
     code = getattr(fn, "__code__", None)
     try:
         cached = _versions.get(fn)
@@ -319,13 +321,30 @@ def handler_version(fn: Callable[..., Any]) -> str:
     return version
 
 
-def _handler_version(fn: Callable[..., Any]) -> str:
+def _module_source(fn: Callable[..., Any]) -> bytes | None:
     try:
-        source = textwrap.dedent(inspect.getsource(fn)).encode()
-    except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        source = code.co_code if code is not None else repr(fn).encode()
-    return hashlib.sha256(source).hexdigest()
+        path = inspect.getsourcefile(inspect.unwrap(fn))
+    except (TypeError, ValueError):
+        return None
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _handler_version(fn: Callable[..., Any]) -> str:
+    source = _module_source(fn)
+    if source is None:
+        try:
+            source = textwrap.dedent(inspect.getsource(fn)).encode()
+        except (OSError, TypeError):
+            code = getattr(fn, "__code__", None)
+            source = code.co_code if code is not None else repr(fn).encode()
+    name = getattr(fn, "__qualname__", "").encode()
+    return hashlib.sha256(name + b"\n" + source).hexdigest()
 
 
 class UnknownRunHandler(UserError):

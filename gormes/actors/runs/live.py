@@ -37,6 +37,7 @@ from gormes.actors.runs.context import (
     ToolCallFailed,
     UnknownRunHandler,
 )
+from gormes.actors.runs.request_record import RequestRecorder
 from gormes.errors import GormesError, UserError
 from gormes.events.audit_chain import append_sealed
 from gormes.events.base import Event
@@ -208,6 +209,7 @@ class LiveRunContext(RunIdentity, RunContext):
         self._stream = run_stream(run.run_id)
         self._seq = next_seq
         self._lock = _RecordingLock()
+        self._requests = RequestRecorder()
         self.total_tokens = tokens or Tokens()
         self._token_sink = token_sink
         self._job = job
@@ -282,6 +284,7 @@ class LiveRunContext(RunIdentity, RunContext):
                 await self._record(lambda seq, exc=exc, n=attempt: RunLlmFailed(
                     seq=seq, request_hash=digest, error=error_text(exc), retryable=exc.retryable,
                     attempt=n, model=request.model, error_type=type(exc).__name__,
+                    request=self._requests.record(request),
                 ))
                 if not exc.retryable or attempt > self._manager.llm_retries:
                     raise
@@ -292,7 +295,7 @@ class LiveRunContext(RunIdentity, RunContext):
             recorded, duration_ms = record_reply(reply), _ms(started)
             await self._record(lambda seq: RunLlmTurn(
                 seq=seq, request_hash=digest, model=request.model, message_count=len(request.messages),
-                reply=recorded, usage=usage, duration_ms=duration_ms,
+                reply=recorded, usage=usage, duration_ms=duration_ms, request=self._requests.record(request),
             ))
             await self._count(usage)
             return reply

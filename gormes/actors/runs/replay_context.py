@@ -44,7 +44,9 @@ from gormes.providers.base import (
     ToolSpec,
     request_hash,
 )
-from gormes.actors.runs.replay_report import Divergence, RunState, describe
+from gormes.actors.runs.replay_diff import request_diff, tool_call_diff
+from gormes.actors.runs.replay_report import Divergence, DivergenceDiff, RunState, describe
+from gormes.actors.runs.request_record import RequestRecorder, rebuild_request, whole_request
 from gormes.actors.runs.context import (
     ChildOutcome,
     ChildRun,
@@ -137,6 +139,7 @@ class ReplayContext(RunIdentity, RunContext):
         self._reply: ModelReply | None = None
         self._model_name: str | None = None
         self._operations: dict[str, str] = {}  # tool name asked -> operation name
+        self._copied_requests = RequestRecorder()  # a fork records the code's requests
         # llm() may check a model turn inline (a subclass may match otherwise)
         self._strict_llm = type(self).llm_matches is ReplayContext.llm_matches
         self.children: list[ReplayChildRun] = []
@@ -174,11 +177,15 @@ class ReplayContext(RunIdentity, RunContext):
         observations = self.recorded.observations
         return observations[self.cursor] if self.cursor < len(observations) else None
 
-    async def take(self, asked: Asked, matches: Callable[[Any], bool]) -> Recorded | None:
+    async def take(
+        self, asked: Asked, matches: Callable[[Any], bool],
+        diff: Callable[[Any], DivergenceDiff | None] | None = None,
+    ) -> Recorded | None:
         """The next recorded observation if `matches(event)`; otherwise the run has
         diverged and the handler is stopped. None means: nothing recorded is left to
         serve and the caller should go live (only a fork does). `asked` (text, or a
-        function making it) describes the call, for a divergence."""
+        function making it) describes the call, for a divergence; `diff(event)` says
+        what differs from the recorded event, when it can."""
         observations = self.recorded.observations
         if self.cursor >= len(observations):
             return await self.exhausted(_text(asked))
@@ -186,6 +193,11 @@ class ReplayContext(RunIdentity, RunContext):
         if self.until is not None and record.position > self.until:
             await self.halt(STOP_UNTIL)
         if not matches(record.event):
+            if self.divergence is None and diff is not None:
+                self.divergence = Divergence(
+                    run_id=self.run_id, position=record.position, seq=record.event.seq,
+                    recorded=describe(record.event), asked=_text(asked), diff=diff(record.event),
+                )
             await self.diverge(record.position, record.event.seq, describe(record.event), _text(asked))
         self.cursor += 1
         return record
@@ -262,6 +274,7 @@ class ReplayContext(RunIdentity, RunContext):
                 record = await self.take(
                     lambda: f"llm model={request.model} request {digest[:12]} ({len(request.messages)} messages)",
                     lambda e: self.llm_matches(e, digest, request),
+                    lambda e: self.request_diff(e, request),
                 )
                 if record is None:
                     return await self.go_live().llm(request)
@@ -270,16 +283,27 @@ class ReplayContext(RunIdentity, RunContext):
                 if self.copies:
                     await self.served(record, msgspec.structs.replace(
                         event, request_hash=digest, model=request.model, message_count=len(request.messages),
+                        request=self._copied_requests.record(request),
                     ))
                 self.iterations += 1
                 reply = self._reply = reply_from_record(event)
                 return reply
             if self.copies:
-                await self.served(record, msgspec.structs.replace(event, request_hash=digest, model=request.model))
+                await self.served(record, msgspec.structs.replace(
+                    event, request_hash=digest, model=request.model, request=self._copied_requests.record(request),
+                ))
             if not (event.retryable and self._retried(event, digest)):
                 if event.error_type == "InvalidModelReply":
                     raise InvalidModelReply(event.error, retryable=event.retryable)
                 raise ProviderError(event.error, retryable=event.retryable)
+
+    def request_diff(self, event: Any, request: ModelRequest) -> DivergenceDiff | None:
+        """What differs between the recorded request at the cursor and the code's."""
+        if not isinstance(event, (RunLlmTurn, RunLlmFailed)):
+            return None
+        recorded = rebuild_request((r.event for r in self.recorded.observations), self.cursor)
+        return request_diff(recorded, whole_request(request), recorded_model=event.model,
+                            recorded_count=event.message_count if isinstance(event, RunLlmTurn) else None)
 
     def _retried(self, failed: RunLlmFailed, digest: str) -> bool:
         """Whether the live context tried the same request again after this failure."""
@@ -311,9 +335,11 @@ class ReplayContext(RunIdentity, RunContext):
         ):
             self.cursor = cursor + 1
         else:
-            record = await self.take(lambda: f"tool {operation} {short(args_text)}", lambda e: (
-                isinstance(e, RunToolCalled) and e.operation == operation and e.args_hash == args_hash
-            ))
+            record = await self.take(
+                lambda: f"tool {operation} {short(args_text)}",
+                lambda e: isinstance(e, RunToolCalled) and e.operation == operation and e.args_hash == args_hash,
+                lambda e: tool_call_diff(e, operation, args_text) if isinstance(e, RunToolCalled) else None,
+            )
             if record is None:
                 return await self.go_live().tool(name, arguments)
         if self.copies:

@@ -34,6 +34,60 @@ ReplayStatus = Literal[
 ]
 
 
+class Difference(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One thing that differs between a recorded call and the code's.
+
+    `what` is "model", "message", "tools", "temperature", "max_tokens" (a model
+    request) or "operation", "argument", "arguments" (a tool call); `path` says
+    where exactly ("messages[2].tool_calls[0].arguments", "tools", "arguments.path").
+    Values are cut to a readable length around where they first differ; None is
+    "not there" (a message or argument only one side has)."""
+
+    what: str
+    path: str
+    recorded: str | None = None
+    asked: str | None = None
+    index: int | None = None  # a message's index in the request
+    role: str | None = None  # and its role
+    added: tuple[str, ...] = ()  # tools the code offers and the recording did not
+    removed: tuple[str, ...] = ()  # and the other way round
+
+    def line(self) -> str:
+        if self.what == "tools":
+            if self.added or self.removed:
+                parts = [f"added {', '.join(self.added)}"] if self.added else []
+                parts += [f"removed {', '.join(self.removed)}"] if self.removed else []
+                return f"tools offered: {'; '.join(parts)}"
+            if self.path == "tools":
+                return "tools offered: the same tools in another order"
+            return f"tools offered: same names, different schema of {self.path[6:-1]}"
+        if self.what == "message":
+            where = f"message {self.index} ({self.role})"
+            field = self.path.partition(".")[2]
+            label = f"{where} {field}" if field else where
+        elif self.what == "argument":
+            label = f"argument {self.path.partition('.')[2]}"
+        else:
+            label = self.what
+        if self.recorded is None:
+            return f"{label}: only in the code: {self.asked}"
+        if self.asked is None:
+            return f"{label}: only in the recording: {self.recorded}"
+        return f"{label}: recorded {self.recorded}, code asked {self.asked}"
+
+
+class DivergenceDiff(msgspec.Struct, frozen=True, kw_only=True):
+    """What differs at a divergence: `kind` "llm" (a model request) or "tool"."""
+
+    kind: str
+    differences: tuple[Difference, ...] = ()
+    note: str | None = None  # what the recording could not show
+
+    def lines(self) -> list[str]:
+        lines = [d.line() for d in self.differences]
+        return [*lines, self.note] if self.note else lines
+
+
 class Divergence(msgspec.Struct, frozen=True, kw_only=True):
     """The first point where the code asked for something other than the recording."""
 
@@ -42,6 +96,7 @@ class Divergence(msgspec.Struct, frozen=True, kw_only=True):
     seq: int | None  # the observation's seq (an extra call: the seq asked for; the end: None)
     recorded: str
     asked: str
+    diff: DivergenceDiff | None = None  # for a model request or a tool call: what differs
 
     def line(self) -> str:
         where = f"seq {self.seq}" if self.seq is not None else "the run's end"
@@ -49,6 +104,9 @@ class Divergence(msgspec.Struct, frozen=True, kw_only=True):
             f"divergence at position {self.position} ({where}) in run {self.run_id}: "
             f"recorded {self.recorded}, code asked {self.asked}"
         )
+
+    def diff_lines(self) -> list[str]:
+        return self.diff.lines() if self.diff is not None else []
 
 
 class RunState(msgspec.Struct, frozen=True, kw_only=True):
