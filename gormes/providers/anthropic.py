@@ -27,6 +27,7 @@ the timeout as for every provider (`GORMES_MODEL_TIMEOUT`, 120 s).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -57,6 +58,7 @@ FINISH_REASONS = {
     "max_tokens": "length",
     "refusal": "content_filter",
 }
+_BAD_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 RETRYABLE_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
 
@@ -218,9 +220,15 @@ def wire_request(request: ModelRequest, names: ToolNames, *, stream: bool, max_t
     return body
 
 
+def _wire_id(call_id: str) -> str:
+    # Tool use ids must match ^[a-zA-Z0-9_-]+$; one another provider or a script
+    # made may not, and the same id must map the same way in tool_use and tool_result.
+    return _BAD_ID_CHARS.sub("_", call_id) or "_"
+
+
 def _blocks(message: Message, names: ToolNames) -> list[dict[str, Any]]:
     if message.role == "tool":
-        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id or ""}
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": _wire_id(message.tool_call_id or "")}
         if message.content:
             result["content"] = message.content
         return [result]
@@ -228,7 +236,7 @@ def _blocks(message: Message, names: ToolNames) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
     for call in message.tool_calls:
         blocks.append({
-            "type": "tool_use", "id": call.id, "name": names.wire(call.name),
+            "type": "tool_use", "id": _wire_id(call.id), "name": names.wire(call.name),
             "input": parse_tool_arguments(call, source="the conversation"),
         })
     return blocks

@@ -243,6 +243,7 @@ def stream_events(plan: Reply) -> list[tuple[str, str]]:
 # -- what the real API refuses -------------------------------------------------------
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 
 def header_problems(headers: dict[str, str], key: str | None) -> list[str]:
@@ -320,6 +321,8 @@ def request_problems(body: Any) -> list[str]:
                     problems.append(f"{where}: tool_use blocks may only appear in assistant messages")
                 if not isinstance(block.get("id"), str) or not isinstance(block.get("input"), dict):
                     problems.append(f"{where}.tool_use: id and input are required")
+                elif not TOOL_ID.match(block["id"]):
+                    problems.append(f"{where}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'")
                 if not isinstance(block.get("name"), str) or not TOOL_NAME.match(block["name"]):
                     problems.append(f"{where}.tool_use.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")
                 uses.add(str(block.get("id")))

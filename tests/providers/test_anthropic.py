@@ -85,7 +85,7 @@ async def test_tool_use_blocks_come_back_as_neutral_tool_calls(server, stream):
 
 async def test_a_conversation_goes_out_as_alternating_turns_with_merged_tool_results(server):
     server.queue(Reply("Both read."))
-    a = ToolCall(id="toolu_a", name="fs.read", arguments='{"path": "a"}')
+    a = ToolCall(id="toolu.a", name="fs.read", arguments='{"path": "a"}')  # an id the wire refuses
     b = ToolCall(id="toolu_b", name="fs.read", arguments='{"path": "b"}')
     request = ModelRequest(
         model="claude-test",
@@ -93,7 +93,7 @@ async def test_a_conversation_goes_out_as_alternating_turns_with_merged_tool_res
             Message(role="system", content="Be brief."),
             Message(role="user", content="Read a and b"),
             Message(role="assistant", content="", tool_calls=(a, b)),
-            Message(role="tool", content="text of a", tool_call_id="toolu_a", name="fs.read"),
+            Message(role="tool", content="text of a", tool_call_id="toolu.a", name="fs.read"),
             Message(role="tool", content="", tool_call_id="toolu_b", name="fs.read"),
             Message(role="user", content="[message from ana] hurry"),
         ),
