@@ -14,7 +14,8 @@ Signals:
   (back to waiting, no attempt consumed) for another worker to reclaim. A second
   signal ends the grace at once. Exit status 0.
 - SIGHUP: RELOADING=1; read the configuration file again (if any), reload the
-  handler modules (importlib.reload for modules, re-executed for files), start a
+  imported modules (importlib.reload for modules, re-executed for files: their
+  job handlers, run handlers and operations, gormes/tools/imports.py), start a
   worker with the new handlers and let the old one finish what it holds
   (it claims nothing more); READY=1. A reload that fails keeps everything as it
   was and says why.
@@ -22,11 +23,9 @@ Signals:
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import signal
-import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,22 +37,19 @@ import trio
 from gormes.actors.agent_jobs import install as agent_jobs
 from gormes.actors.cron.scheduler import CronScheduler
 from gormes.actors.jobs.governor import Governor, GovernorPolicy
-from gormes.actors.jobs.handlers import (
-    HandlerImportError,
-    HandlerRegistry,
-    default_registry,
-    import_handlers,
-)
+from gormes.actors.jobs.handlers import HandlerRegistry, default_registry
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import Worker, WorkerConfig, new_worker_id
 from gormes.actors.runs.cut_off import GoneProcessRuns
 from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
 from gormes.events.store import EventStore
+from gormes.ops.declared import declared
 from gormes.projections import ledger, registry
 from gormes.projections.runner import ProjectionRunner
 from gormes.projections.schema import supports
 from gormes.systemd import Notifier
+from gormes.tools.imports import load_imports
 
 log = logging.getLogger("gormes.daemon")
 
@@ -105,20 +101,18 @@ def load_settings(path: Path | None, overrides: Mapping[str, Any]) -> DaemonSett
 
 
 class HandlerLoader:
-    """Loads `--import` specs into a registry, and loads them again on reload; the
-    `agent` job handler is installed in each (unless a module registers its own)."""
+    """Loads `--import` specs (gormes/tools/imports.py) and loads them again on
+    reload; returns the job handlers, the `agent` one installed in each (unless a
+    module registers its own). The operations they declare are in the default
+    operation registry, which each agent job's executor is built from."""
 
     def __init__(self) -> None:
         self._builtin = default_registry.copy()
         self._loaded: set[str] = set()
 
     def load(self, specs: tuple[str, ...]) -> HandlerRegistry:
-        for spec in specs:
-            if spec in self._loaded and not _is_file(spec) and spec in sys.modules:
-                _reload_module(spec)
-            else:
-                import_handlers(spec)  # files are executed afresh every time
-            self._loaded.add(spec)
+        load_imports(specs, reload=self._loaded)
+        self._loaded.update(specs)
         fresh = self._builtin.copy()
         # `@gormes.job` registers into the default registry; take what is there now.
         for name in default_registry.names():
@@ -127,20 +121,6 @@ class HandlerLoader:
             fresh.register(name, handler)
         agent_jobs.install(fresh)
         return fresh
-
-
-def _is_file(spec: str) -> bool:
-    return spec.endswith(".py") or Path(spec).is_file()
-
-
-def _reload_module(spec: str) -> None:
-    try:
-        importlib.reload(sys.modules[spec])
-    except Exception as exc:  # noqa: BLE001 - a broken module is the user's input
-        detail = str(exc).splitlines()[0] if str(exc) else ""
-        raise HandlerImportError(
-            f"cannot reload handlers from {spec!r}: {type(exc).__name__}{': ' + detail if detail else ''}"
-        ) from None
 
 
 class Daemon:
@@ -266,9 +246,9 @@ class Daemon:
                         sweeps=agent_jobs.sweeps(self.queue, config))
         await nursery.start(worker.run)
         self.workers.append(worker)
-        log.info("worker %s: handlers %s; concurrency %d; queues %s", worker.id,
-                 ", ".join(self.handlers.names()), settings.concurrency,
-                 ", ".join(settings.queues) or "all")
+        log.info("worker %s: handlers %s; declared operations %s; concurrency %d; queues %s", worker.id,
+                 ", ".join(self.handlers.names()), ", ".join(s.name for s in declared.specs()) or "none",
+                 settings.concurrency, ", ".join(settings.queues) or "all")
         return worker
 
     # -- signals -----------------------------------------------------------------------

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from gormes.cli.imports import import_option
+
 # Options whose value, when given, overrides the settings file (SIGHUP re-reads it).
 _OVERRIDABLE = ("queues", "concurrency", "imports", "shutdown_grace_ms", "lease_ms",
                 "status_interval_s", "governor", "cron")
@@ -19,9 +21,7 @@ _OVERRIDABLE = ("queues", "concurrency", "imports", "shutdown_grace_ms", "lease_
               help="Claim only from this queue (repeatable; default: every queue).")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=10, show_default=True,
               help="Most jobs run at once (the governor may lower it under load).")
-@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
-              help="Import handlers (@gormes.job) from a module or a .py file (repeatable); "
-              "SIGHUP reloads them.")
+@import_option
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
               metavar="FILE", help="TOML settings (queues, concurrency, imports, "
               "shutdown_grace_ms, lease_ms, status_interval_s, governor, cron); SIGHUP "
@@ -47,7 +47,8 @@ def daemon(ctx: click.Context, config_path: Path | None, log_format: str, **opti
 
     With NOTIFY_SOCKET set it speaks systemd's notify protocol: READY=1, STATUS=,
     WATCHDOG=1, STOPPING=1, RELOADING=1. SIGHUP reloads settings and handler
-    modules; SIGTERM drains (a second SIGTERM releases in-flight jobs at once).
+    modules (--import and the file's `imports`: their operations, run and job
+    handlers); SIGTERM drains (a second SIGTERM releases in-flight jobs at once).
     """
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.daemon import Daemon, HandlerLoader, load_settings

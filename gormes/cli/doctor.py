@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from gormes.cli.imports import import_option
+
 MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 
 
@@ -16,19 +18,19 @@ MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 @click.option("--offline", is_flag=True,
               help="Skip the checks that need a running daemon (worker heartbeats, wedged "
               "queues, projection lag).")
-@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
-              help="Load run handlers first, so runs recorded with them count as replayable.")
+@import_option
 @click.pass_obj
 def doctor(obj: Any, as_json: bool, offline: bool, imports: tuple[str, ...]) -> None:
     """Check the database, projections, queue, workers, operations, replay and disk."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import msgspec
 
-    from gormes.actors.jobs.handlers import import_handlers
     from gormes.doctor import exit_code, run_doctor
+    from gormes.tools.imports import load_imports
 
-    for spec in imports:
-        import_handlers(spec)
+    # Its operations are checked with the built-ins; runs recorded with its run
+    # handlers count as replayable.
+    load_imports(imports)
     report = run_doctor(obj.target, offline=offline)
     if as_json:
         sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")

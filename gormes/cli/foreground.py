@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
+from gormes.cli.imports import import_option as import_option
+
 if TYPE_CHECKING:
     from gormes.cli.ops import OperatorDoor
 
@@ -32,9 +34,6 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 workspace_option = click.option(
     "--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
     help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
-import_option = click.option(
-    "--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
-    help="Import run handlers (a dotted module or a .py file) first; repeatable.")
 
 
 def drive_runs(target: Any, workspace: str | None,

@@ -17,11 +17,11 @@ import msgspec
 
 from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
 from gormes.cli.foreground import drive_runs, exit_code, import_option, start_and_wait, workspace_option
-from gormes.cli.replay import load_handlers
 from gormes.errors import UserError
 from gormes.events.catalog import load_all
 from gormes.events.open import is_postgres_url
 from gormes.tools import run_admin
+from gormes.tools.imports import load_imports
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
@@ -60,7 +60,7 @@ def fork(call: OperatorCall, settings: tuple[str, ...], workspace: str | None, i
     class and memory scope.
     """
     load_all()
-    load_handlers(imports)
+    load_imports(imports)
     value = call.value
     if settings:
         value = msgspec.structs.replace(value, overrides={**value.overrides, **dict(map(parse_setting, settings))})

@@ -1,4 +1,5 @@
-"""`gormes mcp [--trust CLASS] [--workspace DIR]`: serve the operations over MCP (stdio).
+"""`gormes mcp [--trust CLASS] [--workspace DIR] [--import MODULE_OR_FILE]...`: serve the
+operations (the built-ins and those --import declares) over MCP (stdio).
 
 Standard output belongs to the protocol; nothing else is printed there.
 """
@@ -10,6 +11,7 @@ from typing import Any
 
 import click
 
+from gormes.cli.imports import import_option
 from gormes.ops.spec import TRUST_CLASSES
 
 
@@ -20,8 +22,9 @@ from gormes.ops.spec import TRUST_CLASSES
               "Operator-only operations are never served, whatever the class.")
 @click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
               help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
+@import_option
 @click.pass_obj
-def mcp(obj: Any, trust: str, workspace: str | None) -> None:
+def mcp(obj: Any, trust: str, workspace: str | None, imports: tuple[str, ...]) -> None:
     """Serve the prompt-visible operations as MCP tools over stdin/stdout."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import anyio
@@ -29,6 +32,9 @@ def mcp(obj: Any, trust: str, workspace: str | None) -> None:
     from gormes.events.open import open_store
     from gormes.mcp_server import serve_stdio
     from gormes.tools.builtin import default_registry
+    from gormes.tools.imports import load_imports
+
+    load_imports(imports)
 
     async def main() -> None:
         async with open_store(obj.target) as store:

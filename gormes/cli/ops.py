@@ -3,6 +3,8 @@
 `list` shows every operation with its trust classes and limits; `schema` prints
 the model tool schemas a trust class would be given (always JSON); `call` runs
 one operation as the operator through the same audited executor that agents use.
+Each takes `--import MODULE_OR_FILE` to see users' operations (`@gormes.operation`)
+beside the built-ins.
 
 `operator_session` and `operator_call` are that door for every other command
 that changes state (`jobs cancel`, `cron add`, `memory forget`, `skills
@@ -25,10 +27,12 @@ import click
 import trio
 
 from gormes.actors.jobs.queue import JobQueue
+from gormes.cli.imports import import_option
 from gormes.events.open import open_store
 from gormes.ops.executor import Executor
 from gormes.ops.spec import TRUST_CLASSES, Caller
 from gormes.tools.builtin import default_registry
+from gormes.tools.imports import load_imports
 
 if TYPE_CHECKING:
     from gormes.events.store import EventStore
@@ -99,10 +103,12 @@ def ops() -> None:
 @click.option("--trust", type=click.Choice(TRUST_CLASSES), help="Only operations this trust class may call.")
 @click.option("--prompt-visible", is_flag=True, help="Only operations a model may be offered.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array instead of a table.")
-def list_(trust: str | None, prompt_visible: bool, as_json: bool) -> None:
-    """List the registered operations."""
+@import_option
+def list_(trust: str | None, prompt_visible: bool, as_json: bool, imports: tuple[str, ...]) -> None:
+    """List the registered operations: the built-ins, and those --import declares."""
     import msgspec
 
+    load_imports(imports)
     specs = default_registry().list(trust=trust, prompt_visible=True if prompt_visible else None)
     infos = [spec.info() for spec in specs]
     if as_json:
@@ -137,10 +143,12 @@ def _print_table(infos: list[Any]) -> None:
 @click.option("--trust", type=click.Choice(TRUST_CLASSES), required=True,
               help="The trust class whose tools to print.")
 @click.option("--json", "as_json", is_flag=True, help="Accepted for consistency: the output is always JSON.")
-def schema(trust: str, as_json: bool) -> None:
+@import_option
+def schema(trust: str, as_json: bool, imports: tuple[str, ...]) -> None:
     """Print the model tool schemas a trust class would be given (JSON)."""
     import msgspec
 
+    load_imports(imports)
     tools = default_registry().tool_schemas(trust)
     click.echo(msgspec.json.format(msgspec.json.encode(tools), indent=2).decode())
 
@@ -150,12 +158,14 @@ def schema(trust: str, as_json: bool) -> None:
 @click.argument("input_json", default="{}", metavar="[INPUT]")
 @click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
               default=".", show_default=True, help="Root for the fs operations (env GORMES_WORKSPACE).")
+@import_option
 @click.pass_obj
-def call(obj: Any, name: str, input_json: str, workspace: str) -> None:
+def call(obj: Any, name: str, input_json: str, workspace: str, imports: tuple[str, ...]) -> None:
     """Run operation NAME with INPUT (a JSON object) as the operator; print its JSON output.
 
     The call is audited like any other (an audit.operation event)."""
     import msgspec
 
+    load_imports(imports)
     output = operator_call(obj, name, input_json, workspace=workspace)
     click.echo(msgspec.json.format(msgspec.json.encode(output)).decode())

@@ -8,6 +8,8 @@ from typing import Any
 import click
 import msgspec
 
+from gormes.cli.imports import import_option
+
 
 @click.command()
 @click.argument("run_id", required=False, metavar="RUN")
@@ -18,17 +20,18 @@ import msgspec
               help="Stop serving after this log position and print the run's state there.")
 @click.option("--no-children", is_flag=True,
               help="Serve subagents' recorded outcomes instead of replaying their runs.")
-@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
-              help="Import run handlers (a dotted module or a .py file) before replaying; repeatable.")
+@import_option
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON object: exact, events, divergence, handler_version_changed, children, ...")
+              help="One JSON object: exact, events, divergence (with its diff), handler_version_changed, children, ...")
 @click.pass_obj
 def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no_children: bool,
            imports: tuple[str, ...], as_json: bool) -> int:
     """Replay RUN exactly: the same handler code against the recorded events.
 
     Prints `exact: N events reproduced` (exit 0) or the first divergence: the
-    log position, what was recorded and what the code asked for (exit 1).
+    log position, what was recorded and what the code asked for, then what
+    differs: a model request's message and field, the tools offered, a tool
+    call's arguments (exit 1).
     """
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
@@ -37,8 +40,9 @@ def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no
     from gormes.actors.runs.replay import replay as replay_run
     from gormes.errors import UserError
     from gormes.tools.builtin import default_registry
+    from gormes.tools.imports import load_imports
 
-    load_handlers(imports)
+    load_imports(imports)
     if file is not None:
         source: Any = FileRuns(file)
         run_id = run_id or source.root_run_id()
@@ -47,7 +51,7 @@ def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no
             raise UserError("give the RUN to replay (or --file FILE)")
         source = DatabaseRuns(obj.target)
     try:
-        # The built-in operations: the tool schemas the recorded runs were offered.
+        # The built-in and imported operations: the tool schemas the recorded runs were offered.
         report = trio.run(lambda: replay_run(source, run_id, registry=default_registry(),
                                              children=not no_children, until=until))
     finally:
@@ -58,17 +62,6 @@ def replay(obj: Any, run_id: str | None, file: str | None, until: int | None, no
     else:
         print_report(report)
     return 0 if report.tree_exact else 1
-
-
-def load_handlers(imports: tuple[str, ...]) -> None:
-    """Built-in run handlers first, so an imported module may replace one."""
-    # Lazy for start-up time: loaded when the command runs, not for its --help.
-    from gormes.actors.jobs.handlers import import_handlers
-    from gormes.actors.runs.context import run_handlers
-
-    run_handlers.names()
-    for spec in imports:
-        import_handlers(spec)
 
 
 def summary(report: Any) -> dict[str, Any]:
@@ -101,6 +94,8 @@ def print_report(report: Any) -> None:
             f"divergence at position {divergence.position} ({where}){in_child}: "
             f"recorded {divergence.recorded}, code asked {divergence.asked}"
         )
+        for line in divergence.diff_lines():
+            click.echo(f"  {line}")
         return
     upto = f" up to position {report.state.position}" if report.state is not None else ""
     click.echo(f"exact{upto}: {report.total_events} events reproduced")

@@ -22,11 +22,11 @@ import msgspec
 
 from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
 from gormes.cli.foreground import drive_runs, echo_outcome, exit_code, import_option, start_and_wait, workspace_option
-from gormes.cli.replay import load_handlers
 from gormes.cli.runs import emit_json, runs
 from gormes.errors import UserError
 from gormes.tools import run_admin
 from gormes.tools import runs as run_ops
+from gormes.tools.imports import load_imports
 
 RUN = {
     "handler": Shown(metavar="HANDLER"),
@@ -42,11 +42,15 @@ RUN = {
 @click.option("--prompt", help="The agent's task (input {\"prompt\": TEXT}).")
 @click.option("--system", help="The agent's system prompt (with --prompt).")
 @workspace_option
+@import_option
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-def run(call: OperatorCall, prompt: str | None, system: str | None, workspace: str | None, as_json: bool) -> None:
-    """Start a run of HANDLER ("agent" for the built-in agent loop) and wait for it.
+def run(call: OperatorCall, prompt: str | None, system: str | None, workspace: str | None,
+        imports: tuple[str, ...], as_json: bool) -> None:
+    """Start a run of HANDLER ("agent" for the built-in agent loop, or one that
+    --import declares) and wait for it.
 
     The start is audited (operation run.start, as the operator)."""
+    load_imports(imports)
     value = call.value
     if value.input is None:
         if prompt is None:
@@ -94,7 +98,7 @@ def resume(call: OperatorCall, workspace: str | None, imports: tuple[str, ...], 
 
     The resume is audited (operation run.resume, as the operator); the new run keeps
     RUN's trust class and memory scope."""
-    load_handlers(imports)
+    load_imports(imports)
     run_id = call.value.run_id
 
     def started(new_run_id: str) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from gormes.cli.imports import import_option
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GC_THRESHOLD = (50_000, 10, 10)  # the collector's generations (see `_tune_gc`)
 
@@ -23,8 +25,7 @@ GC_THRESHOLD = (50_000, 10, 10)  # the collector's generations (see `_tune_gc`)
               help="Claim only from this queue (repeatable; default: every queue).")
 @click.option("--concurrency", type=int, default=10, show_default=True,
               help="Most jobs run at once (the governor may lower it under load).")
-@click.option("--import", "imports", multiple=True, metavar="MODULE_OR_FILE",
-              help="Import handlers (@gormes.job) from a module or a .py file (repeatable).")
+@import_option
 @click.option("--lease", "lease_ms", type=int, default=30_000,
               show_default=True, metavar="MS", help="Lock lease; renewed every lease/2.")
 @click.option("--stall-interval", "stall_interval_ms", type=int,
@@ -47,8 +48,9 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
 
     gc.set_threshold(*GC_THRESHOLD)  # (before the imports below: see `_tune_gc`)
     from gormes.actors.agent_jobs.install import install as install_agent_jobs
-    from gormes.actors.jobs.handlers import default_registry, import_handlers
+    from gormes.actors.jobs.handlers import default_registry
     from gormes.errors import UserError
+    from gormes.tools.imports import load_imports
 
     for flag, value, low, high in (
         ("--concurrency", concurrency, 1, 10_000), ("--lease", lease_ms, 100, None),
@@ -63,8 +65,7 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
             check_range(flag, value, low, high)
 
     # Load handler modules before touching the database: a bad module changes nothing.
-    for spec in imports:
-        import_handlers(spec)
+    load_imports(imports)
     floor = min_concurrency or 1
     if floor > concurrency:
         raise UserError(f"--min-concurrency {floor} is above --concurrency {concurrency}")

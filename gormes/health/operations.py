@@ -1,6 +1,7 @@
-"""Operation checks over the registry this process would serve: every operation
-has an input and output schema, known trust classes and an audit kind, and no
-operator-only operation is offered to a model.
+"""Operation checks over the registry this process would serve (the built-ins and
+the operations `--import` declared): every operation has an input and output
+schema, known trust classes and an audit kind, and no operator-only operation is
+offered to a model.
 
 The registry refuses such specs at registration; these checks are the second
 line, for a registry assembled some other way (a plugin, a future code path).
@@ -11,6 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from gormes.health import Check, DoctorContext, Verdict, fail, listing, ok
+from gormes.ops.declared import declared
 from gormes.ops.registry import input_schema
 from gormes.ops.spec import TRUST_CLASSES, InvalidOperationSpec, OperationSpec
 
@@ -38,7 +40,9 @@ def spec_problems(spec: OperationSpec) -> list[str]:
 def check_specs(ctx: DoctorContext) -> Verdict:
     bad = [f"{spec.name}: {'; '.join(p)}" for spec in ctx.operations if (p := spec_problems(spec))]
     if not bad:
-        return ok(f"{len(ctx.operations)} operations, each with schemas, trust classes and an audit kind")
+        users = [spec.name for spec in ctx.operations if spec.name in declared]
+        of_users = f" ({len(users)} declared: {listing(users, 5)})" if users else ""
+        return ok(f"{len(ctx.operations)} operations{of_users}, each with schemas, trust classes and an audit kind")
     return fail(
         listing(bad, 3),
         "fix the OperationSpec (input and output msgspec Structs, trust classes from "

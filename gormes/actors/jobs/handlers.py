@@ -131,6 +131,10 @@ def import_handlers(spec: str) -> None:
             importlib.import_module(spec)
     except HandlerImportError:
         raise
+    except UserError as exc:
+        # A declaration the module makes was refused (an operation declared twice,
+        # say): its own line says what is wrong.
+        raise HandlerImportError(f"cannot import {spec!r}: {exc}") from None
     except BaseException as exc:  # noqa: BLE001 - any import failure is the user's input
         if isinstance(exc, (KeyboardInterrupt, trio.Cancelled)):
             raise
