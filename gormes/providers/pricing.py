@@ -6,6 +6,7 @@ One format, read by one loader. A pricing table is TOML, one table per model:
     input = 2.50         # US dollars per 1M prompt tokens
     output = 10.0        # per 1M completion tokens
     cache_read = 1.25    # per 1M prompt tokens served from the cache (default: input)
+    cache_write = 3.75   # per 1M prompt tokens written into the cache (default: input)
 
 `load_table(path)` is the table every command prices with (`gormes jobs list/get/
 stats`, `runs list/show`, `top`, the `run.get` operation): the shipped one
@@ -40,17 +41,19 @@ from gormes.events.jobs import Tokens
 from gormes.providers.base import Usage
 
 PRICING_ENV = "GORMES_PRICING"
-FORMAT = '[models."NAME"] tables with input, output and optional cache_read (US dollars per 1M tokens)'
+FORMAT = '[models."NAME"] tables with input, output and optional cache_read, cache_write (US dollars per 1M tokens)'
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """US dollars per 1M tokens. Cached prompt tokens cost `cache_read`, else `input`."""
+    """US dollars per 1M tokens. Prompt tokens read from the cache cost `cache_read`,
+    those written into it (Anthropic bills them apart) `cache_write`, else `input`."""
 
     input: NonNegative
     output: NonNegative
     cache_read: NonNegative | None = None
+    cache_write: NonNegative | None = None
 
 
 class PricingFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -98,8 +101,14 @@ class PricingTable:
         if price is None:
             return None
         cached = min(usage.cache_read, usage.input)
-        cache_price = price.input if price.cache_read is None else price.cache_read
-        dollars = (usage.input - cached) * price.input + cached * cache_price + usage.output * price.output
+        # Tokens (the recorded counts) may not carry cache writes; they then cost `input`.
+        written = min(getattr(usage, "cache_write", 0), usage.input - cached)
+        read_price = price.input if price.cache_read is None else price.cache_read
+        write_price = price.input if price.cache_write is None else price.cache_write
+        dollars = (
+            (usage.input - cached - written) * price.input + cached * read_price + written * write_price
+            + usage.output * price.output
+        )
         return dollars / 1_000_000
 
     def total(self, turns: Iterable[tuple[str, Usage | Tokens]]) -> float | None:
@@ -108,10 +117,13 @@ class PricingTable:
         The usage is summed per model first and the models priced in name order, so
         the same turns give the same float whichever command reads them, in whatever
         order (0.0 for no turns)."""
-        per_model: dict[str, Tokens] = {}
+        per_model: dict[str, Usage] = {}
         for model, usage in turns:
-            used = Tokens(input=usage.input, output=usage.output, cache_read=usage.cache_read)
-            per_model[model] = per_model.get(model, Tokens()) + used
+            used = Usage(
+                input=usage.input, output=usage.output, cache_read=usage.cache_read,
+                cache_write=getattr(usage, "cache_write", 0),
+            )
+            per_model[model] = per_model.get(model, Usage(input=0, output=0)) + used
         dollars = 0.0
         for model in sorted(per_model):
             one = self.cost(model, per_model[model])

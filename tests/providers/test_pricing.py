@@ -37,6 +37,18 @@ def test_cost_prices_cached_input_apart():
     assert TABLE.cost("gpt-4o-mini", usage) == pytest.approx(1.0 * 0.15 + 0.1 * 0.6)
 
 
+def test_cache_writes_are_priced_apart_where_the_table_says():
+    # Anthropic's usage: 1M prompt tokens, of which 0.5M read from the cache and 0.2M written into it
+    usage = Usage(input=1_000_000, output=0, cache_read=500_000, cache_write=200_000)
+    table = shipped_table()
+    assert table.cost("claude-sonnet-4-5", usage) == pytest.approx(0.3 * 3.0 + 0.5 * 0.30 + 0.2 * 3.75)
+    # No cache write price: written tokens cost the input price.
+    assert TABLE.cost("gpt-4o", usage) == pytest.approx(0.5 * 2.5 + 0.5 * 1.25)
+    assert table.total([("claude-sonnet-4-5", usage), ("claude-sonnet-4-5", usage)]) == pytest.approx(
+        2 * table.cost("claude-sonnet-4-5", usage)
+    )
+
+
 def test_an_unknown_model_has_an_unknown_price_not_zero():
     assert TABLE.cost("llama-3-70b", Usage(input=10, output=10)) is None
     assert format_cost(None) == "unknown price"
