@@ -19,10 +19,13 @@ from gormes.ops.spec import TRUST_CLASSES, InvalidOperationSpec, OperationSpec
 
 def spec_problems(spec: OperationSpec) -> list[str]:
     problems = []
-    try:
-        input_schema(spec.input_type)
-    except InvalidOperationSpec as exc:
-        problems.append(f"no input schema ({exc})")
+    if spec.schema is None:  # a spec with its own JSON schema (an MCP tool's) has no input Struct
+        try:
+            input_schema(spec.input_type)
+        except InvalidOperationSpec as exc:
+            problems.append(f"no input schema ({exc})")
+    elif not isinstance(spec.schema, dict) or spec.schema.get("type", "object") != "object":
+        problems.append("its input schema is not a JSON object schema")
     try:
         msgspec.json.schema(spec.output_type)
     except (TypeError, ValueError) as exc:
