@@ -42,8 +42,10 @@ def _window(text: str, start: int) -> str:
 
 
 def cut_pair(a: str, b: str) -> tuple[str, str]:
-    """Both texts cut to the same window, starting a little before they first differ."""
-    start = max(0, _first_difference(a, b) - LEAD)
+    """Both texts cut to the same window: from their start when it shows where they
+    first differ, else from a little before it."""
+    first = _first_difference(a, b)
+    start = 0 if first + LEAD <= WIDTH else first - LEAD
     return _window(a, start), _window(b, start)
 
 
