@@ -5,10 +5,12 @@ the call recorded in the run and served from the log on replay; bad files one li
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
-from cli_helpers import assert_one_line_error, run_gormes
+from cli_helpers import assert_one_line_error, cli_env, gormes_command, run_gormes
 
 TOOLS = '''
 from pathlib import Path
@@ -203,3 +205,28 @@ def test_an_operation_declared_in_two_files_names_both(tmp_path: Path):
     assert "'weather.get' is declared twice" in line and str(one) in line and str(two) in line
     again = run_gormes(tmp_path / "gormes.db", "ops", "list", "--import", str(one), "--import", str(one))
     assert again.returncode == 0, again.stderr  # the same file twice is one declaration
+
+
+def test_a_worker_with_the_import_runs_an_agent_job_that_calls_the_operation(tmp_path: Path):
+    db = tmp_path / "gormes.db"
+    tools, calls = tools_file(tmp_path)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([
+        {"tool_calls": [{"name": "weather.get", "arguments": {"city": "Quito"}}]},
+        {"text": "done"},
+    ]))
+    assert run_gormes(db, "jobs", "stats").returncode == 0  # the database first (see test_jobs_cli.py)
+    worker = subprocess.Popen(gormes_command(db, "worker", "--import", str(tools), "--shutdown-grace", "500"),
+                              env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        data = json.dumps({"prompt": "weather in Quito?", "model": f"scripted:{script}"})
+        job_id = run_gormes(db, "jobs", "submit", "agent", "--data", data).stdout.strip()
+        waited = run_gormes(db, "jobs", "wait", job_id, "--timeout", "60")
+        job = json.loads(run_gormes(db, "jobs", "get", job_id, "--json").stdout)
+        assert waited.stdout.strip() == "completed", job
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    assert calls.read_text() == "Quito\n"
+    exported = [json.loads(line) for line in run_gormes(db, "export", job["result"]["run_id"]).stdout.splitlines()]
+    assert [e["data"]["operation"] for e in exported if e["type"] == "run.tool_called"] == ["weather.get"]
