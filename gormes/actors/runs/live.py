@@ -126,6 +126,21 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+BACKOFF_MAX_S = 30.0  # the longest wait our own backoff makes between two attempts
+RETRY_AFTER_MAX_S = 120.0  # the longest a server's retry-after may make us wait
+
+
+def retry_wait(exc: ProviderError, backoff_s: float, attempt: int) -> float:
+    """Seconds to wait before attempt `attempt + 1`: the exponential backoff, or the
+    server's `retry_after` when it asks for longer (capped: a server asking for an
+    hour should fail the turn through the retries, not hang the run)."""
+    wait = min(backoff_s * 2 ** (attempt - 1), BACKOFF_MAX_S)
+    asked = getattr(exc, "retry_after", None)
+    if asked is not None and asked > wait:
+        wait = min(float(asked), RETRY_AFTER_MAX_S)
+    return wait
+
+
 def _ms(started: float) -> int:
     return int((trio.current_time() - started) * 1000)
 
@@ -288,7 +303,7 @@ class LiveRunContext(RunIdentity, RunContext):
                 ))
                 if not exc.retryable or attempt > self._manager.llm_retries:
                     raise
-                await trio.sleep(min(self._manager.llm_backoff_s * 2 ** (attempt - 1), 30.0))
+                await trio.sleep(retry_wait(exc, self._manager.llm_backoff_s, attempt))
                 continue
             u = reply.usage
             usage = Tokens(input=u.input, output=u.output, cache_read=u.cache_read)
