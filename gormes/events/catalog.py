@@ -16,6 +16,7 @@ DOMAIN_MODULES = (
     "gormes.events.cron",
     "gormes.events.skills",
     "gormes.events.memory",
+    "gormes.events.mcp",
 )
 
 
