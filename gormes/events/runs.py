@@ -252,6 +252,9 @@ class RunLlmTurn(Event, tag="run.llm_turn", kw_only=True, gc=False):
     # What the request held, relative to the run's previous one; None in runs
     # recorded before it was kept (their divergences name the hash only).
     request: RecordedRequest | None = None
+    # Prompt tokens this turn wrote into the provider's cache (part of usage.input).
+    # Kept here, not in `Tokens`, until the ledger has a column for it (issue 17).
+    cache_write: int = 0
 
 
 class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True, gc=False):
@@ -310,6 +313,7 @@ class RunTokensAdded(Event, tag="run.tokens_added", kw_only=True, gc=False):
     input: int = 0
     output: int = 0
     cache_read: int = 0
+    cache_write: int = 0  # as `RunLlmTurn.cache_write`: not in the run's `Tokens` yet
 
 
 class RunLogged(Event, tag="run.logged", kw_only=True, gc=False):

@@ -273,8 +273,9 @@ class RunContext(ABC):
         """Record `run.progress` (any JSON), also on the run's job if it has one."""
 
     @abstractmethod
-    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0) -> None:
-        """Record usage not seen by `llm()` (`run.tokens_added`)."""
+    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0) -> None:
+        """Record usage not seen by `llm()` (`run.tokens_added`). `cache_write` is
+        recorded on the event; the run's `Tokens` total does not count it yet."""
 
     @abstractmethod
     async def now(self) -> float:

@@ -101,7 +101,7 @@ def reply_from_record(turn: RunLlmTurn) -> ModelReply:
     calls = tuple([ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in r.tool_calls]) if r.tool_calls else ()
     message = Message(role="assistant", content=r.content, tool_calls=calls)
     u = turn.usage
-    usage = Usage(input=u.input, output=u.output, cache_read=u.cache_read)
+    usage = Usage(input=u.input, output=u.output, cache_read=u.cache_read, cache_write=turn.cache_write)
     return ModelReply(message=message, usage=usage, finish_reason=r.finish_reason, model=r.model)
 
 
@@ -311,6 +311,7 @@ class LiveRunContext(RunIdentity, RunContext):
             await self._record(lambda seq: RunLlmTurn(
                 seq=seq, request_hash=digest, model=request.model, message_count=len(request.messages),
                 reply=recorded, usage=usage, duration_ms=duration_ms, request=self._requests.record(request),
+                cache_write=u.cache_write,
             ))
             await self._count(usage)
             return reply
@@ -492,10 +493,12 @@ class LiveRunContext(RunIdentity, RunContext):
         if self._job is not None:
             await self._job.progress(progress)
 
-    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0) -> None:
-        if min(input, output, cache_read) < 0:
+    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0) -> None:
+        if min(input, output, cache_read, cache_write) < 0:
             raise UserError("token counts must not be negative")
-        await self._record(lambda seq: RunTokensAdded(seq=seq, input=input, output=output, cache_read=cache_read))
+        await self._record(lambda seq: RunTokensAdded(
+            seq=seq, input=input, output=output, cache_read=cache_read, cache_write=cache_write,
+        ))
         await self._count(Tokens(input=input, output=output, cache_read=cache_read))
 
     async def now(self) -> float:

@@ -397,14 +397,15 @@ class ReplayContext(RunIdentity, RunContext):
         if self.copies:
             await self.served(record)
 
-    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0) -> None:
-        asked = f"tokens +{input} in, +{output} out, +{cache_read} cached"
+    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0) -> None:
+        asked = f"tokens +{input} in, +{output} out, +{cache_read} cached" + (
+            f", +{cache_write} written to the cache" if cache_write else "")
         record = await self.take(asked, lambda e: (
             isinstance(e, RunTokensAdded)
-            and (e.input, e.output, e.cache_read) == (input, output, cache_read)
+            and (e.input, e.output, e.cache_read, e.cache_write) == (input, output, cache_read, cache_write)
         ))
         if record is None:
-            return await self.go_live().tokens(input, output, cache_read)
+            return await self.go_live().tokens(input, output, cache_read, cache_write)
         if self.copies:
             await self.served(record)
 

@@ -184,7 +184,8 @@ def describe(event: Any) -> str:
     if isinstance(event, RunProgressed):
         return f"progress {_short(event.progress)}"
     if isinstance(event, RunTokensAdded):
-        return f"tokens +{event.input} in, +{event.output} out, +{event.cache_read} cached"
+        written = f", +{event.cache_write} written to the cache" if event.cache_write else ""
+        return f"tokens +{event.input} in, +{event.output} out, +{event.cache_read} cached{written}"
     if isinstance(event, RunLogged):
         return f"log {event.level} {_short(event.message)}"
     if isinstance(event, RunCompleted):
