@@ -48,6 +48,7 @@ from gormes.events.runs import (
     RunCancelled,
     RunCompleted,
     RunFailed,
+    RecordedTool,
     RunStarted,
     run_stream,
 )
@@ -132,6 +133,7 @@ class LiveRun:
 
     def started_event(
         self, version: str, forked_from: ForkOrigin | None = None, resumed_from: ForkOrigin | None = None,
+        external_tools: tuple[RecordedTool, ...] = (),
     ) -> RunStarted:
         return RunStarted(
             run_id=self.run_id, handler=self.handler, handler_version=version, input=self.input,
@@ -139,6 +141,7 @@ class LiveRun:
             tools=self.tools, model=self.model, max_iterations=self.max_iterations,
             trust=self.trust, job_id=self.job_id, forked_from=forked_from, max_depth=self.max_depth,
             resumed_from=resumed_from, process=this_process(), scope=self.memory_scope,
+            external_tools=external_tools,
         )
 
 
@@ -297,11 +300,31 @@ class RunManager:
         self, run: LiveRun, ctx: LiveRunContext, fn: RunHandler,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        await self.store.append(
-            run_stream(run.run_id), [run.started_event(handler_version(fn))], expected_version=NO_STREAM
-        )
+        started = run.started_event(handler_version(fn), external_tools=self.external_tools(run))
+        await self.store.append(run_stream(run.run_id), [started], expected_version=NO_STREAM)
         task_status.started()
         await self.drive(run, ctx, ctx, fn)
+
+    def external_tools(self, run: LiveRun) -> tuple[RecordedTool, ...]:
+        """The tools not in the code (an MCP server's: a spec with a `source`) that
+        `run` may offer its model, as `run.started` records them for replay."""
+        executor = self.executor
+        if executor is None:
+            return ()
+        registry = executor.registry
+
+        def build() -> tuple[RecordedTool, ...]:
+            tools = []
+            for schema in registry.tool_schemas(run.trust, run.tools):
+                spec = registry.get(schema.name)
+                if spec is not None and spec.source is not None:
+                    tools.append(RecordedTool(
+                        name=spec.name, description=spec.description, parameters=schema.parameters,
+                        trust=tuple(sorted(spec.trust)), source=spec.source,
+                    ))
+            return tuple(tools)
+
+        return registry.derived(("external_tools", run.trust, run.tools), build)
 
     # -- driving -------------------------------------------------------------------------
 

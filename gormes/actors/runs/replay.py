@@ -35,7 +35,7 @@ Not built: comparing a replayed child's outcome with the parent's recorded
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import trio
@@ -54,10 +54,9 @@ from gormes.actors.runs.replay_report import Divergence, RunReplay, describe
 from gormes.actors.runs.context import RunHandlerRegistry, handler_version, run_handlers
 from gormes.actors.runs.live import error_text
 from gormes.errors import GormesError
-from gormes.events.runs import RunCancelled, RunChildSpawned, RunCompleted, RunFailed
-
-if TYPE_CHECKING:
-    from gormes.ops.registry import Registry
+from gormes.events.runs import RecordedTool, RunCancelled, RunChildSpawned, RunCompleted, RunFailed, RunStarted
+from gormes.ops.registry import Registry
+from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 
 __all__ = ["Divergence", "Replayer", "RunReplay", "replay"]
 
@@ -136,6 +135,7 @@ class Replayer:
         self._reports: dict[str, RunReplay] = {}
         self._spawned: dict[str, list[RunChildSpawned]] = {}
         self.errors: list[GormesError] = []  # a child that could not be replayed at all
+        self._with_external: dict[bytes, Registry] = {}
 
     # -- one run ------------------------------------------------------------------------
 
@@ -143,6 +143,7 @@ class Replayer:
         started = recorded.started
         fn = self.handlers.get(started.handler)
         ctx = ReplayContext(recorded, self)
+        ctx.registry = self.registry_for(started)
         status, result, error = await self.drive(ctx, fn)
         report = self.judge(ctx, status, result, error)
         report.handler_version_changed = handler_version(fn) != started.handler_version
@@ -153,6 +154,22 @@ class Replayer:
             )
         self._reports[recorded.run_id] = report
         return report
+
+    def registry_for(self, started: RunStarted) -> Registry | None:
+        """The code's registry plus the external tools (an MCP server's) the run
+        recorded in `run.started`, rebuilt from the record with a handler that never
+        runs: replay serves their calls from the log and starts no server. A recorded
+        tool replaces the code's operation of the same name (the run saw the record)."""
+        if self.registry is None or not started.external_tools:
+            return self.registry
+        tools = started.external_tools
+        key = msgspec.json.encode(tools)  # the record holds dicts: not hashable itself
+        cached = self._with_external.get(key)
+        if cached is None:
+            names = {t.name for t in tools}
+            specs = [s for s in self.registry.list() if s.name not in names]
+            cached = self._with_external[key] = Registry([*specs, *(recorded_spec(t) for t in tools)])
+        return cached
 
     @staticmethod
     async def drive(ctx: ReplayContext, fn: Any) -> tuple[str | None, Any, str | None]:
@@ -259,3 +276,17 @@ class Replayer:
                 ))
         return report
 
+
+def recorded_spec(tool: RecordedTool) -> OperationSpec:
+    """An operation rebuilt from `run.started`'s record of an external tool: the same
+    name, description, schema and trust, and a handler that refuses to run."""
+
+    async def not_here(ctx: OperationContext, arguments: dict[str, Any]) -> Any:
+        raise OperationUnavailable(f"{tool.name} ({tool.source}) is served from the recording; replay starts no server")
+
+    trust = frozenset(tool.trust)
+    return OperationSpec(
+        name=tool.name, description=tool.description, input_type=dict, output_type=object, handler=not_here,
+        trust=trust, audit_kind="mcp", mutating=True, idempotent=False,
+        prompt_visible=trust != frozenset({"operator"}), schema=tool.parameters, source=tool.source,
+    )
