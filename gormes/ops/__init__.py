@@ -1,7 +1,8 @@
 """Operations: typed, trust-checked, audited things that agents, the CLI, gateways
 and cron may do. See spec.py (what an operation is), registry.py (the one
-registry and the model tool schemas) and executor.py (the one door that runs
-them). This is the kernel only; the built-in operations are `gormes.tools`."""
+registry and the model tool schemas), executor.py (the one door that runs
+them) and declared.py (`@gormes.operation`: users' operations). This is the
+kernel only; the built-in operations are `gormes.tools`."""
 
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry
