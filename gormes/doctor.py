@@ -117,11 +117,19 @@ def run_doctor(
     statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
     modules: Callable[[str], bool] = module_exists,
     checks: Sequence[Check] | None = None,
+    mcp_config: Path | str | None = None,
 ) -> DoctorReport:
     """Run the checks against the database at `path` (an SQLite file, or a
     PostgreSQL URL); the defaults are the real registries, clock and filesystem
-    (tests inject their own)."""
+    (tests inject their own). `mcp_config`: an MCP configuration file whose servers
+    are checked too (gormes/health/mcp.py; a bad file raises its one-line error)."""
     load_all()
+    if mcp_config is not None:
+        # Lazy for start-up time: the mcp SDK is loaded only when servers are checked.
+        from gormes.health.mcp import mcp_checks
+        from gormes.tools.mcp.config import load_config
+
+        checks = [*(all_checks() if checks is None else checks), *mcp_checks(load_config(mcp_config))]
     if operations_ is None:
         operations_ = default_registry().list()
     if run_handlers is None:
@@ -152,10 +160,10 @@ def run_doctor(
                     name=check.name, category=check.category,
                     reason=f"not on PostgreSQL: {check.elsewhere}",
                 ))
-            elif offline and check.needs_daemon:
+            elif offline and (check.needs_daemon or check.offline_skip):
                 skipped.append(SkippedCheck(
                     name=check.name, category=check.category,
-                    reason="needs a running daemon (--offline)",
+                    reason=check.offline_skip or "needs a running daemon (--offline)",
                 ))
             elif check.needs_database and conn is None:
                 skipped.append(SkippedCheck(

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 Status = Literal["ok", "warn", "fail"]
 CATEGORIES = (
     "store", "projections", "queue", "workers", "operations", "replay", "runs", "disk",
-    "memory", "skills", "audit",
+    "memory", "skills", "audit", "mcp",
 )
 
 MIB = 1024 * 1024
@@ -112,6 +112,7 @@ class Check:
     category: str
     run: Callable[[DoctorContext], Verdict]
     needs_daemon: bool = False  # skipped with --offline
+    offline_skip: str = ""  # skipped with --offline too, for this reason (it starts a process, say)
     needs_database: bool = True
     # Checks of one backend only: "sqlite" ones are skipped on PostgreSQL with
     # `elsewhere` as the reason; "postgres" ones (their replacements) do not run
