@@ -6,17 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-BIN = Path(sys.executable).parent
-TIME_SERVER = str(BIN / "mcp-server-time")
-GIT_SERVER = str(BIN / "mcp-server-git")
-
 
 @pytest.fixture
 def mcp_config(tmp_path: Path) -> Callable[..., Path]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import mcp_types
 import pytest
-from conftest import GIT_SERVER, TIME_SERVER
+from mcp_source_helpers import GIT_SERVER, TIME_SERVER
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 

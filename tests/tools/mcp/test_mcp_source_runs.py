@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import BIN, GIT_SERVER, TIME_SERVER
+from mcp_source_helpers import BIN, GIT_SERVER, TIME_SERVER
 
 from gormes.actors.runs.manager import RunManager
 from gormes.actors.runs.recorded import DatabaseRuns
