@@ -725,17 +725,8 @@ class Worker:
         }
 
     def _governor_state(self) -> dict[str, Any] | None:
-        governor = self.governor
-        if governor is None:
-            return None
-        sample = governor.last_sample
-        return {
-            "limit": governor.limit,
-            "floor": governor.policy.floor,
-            "ceiling": governor.policy.ceiling,
-            "cpu_percent": sample.cpu_percent if sample else None,
-            "memory_percent": sample.memory_percent if sample else None,
-        }
+        # its limit, load, thresholds, last reason and recent changes (governor.py)
+        return None if self.governor is None else self.governor.report()
 
 
 class _Refill:
