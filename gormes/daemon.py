@@ -36,7 +36,7 @@ import trio
 
 from gormes.actors.agent_jobs import install as agent_jobs
 from gormes.actors.cron.scheduler import CronScheduler
-from gormes.actors.jobs.governor import Governor, GovernorPolicy
+from gormes.actors.jobs.governor import Governor, GovernorSettings
 from gormes.actors.jobs.handlers import HandlerRegistry, default_registry
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import Worker, WorkerConfig, new_worker_id
@@ -76,6 +76,9 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     lease_ms: int = 30_000
     status_interval_s: float = 10.0
     governor: bool = True
+    # The `[governor_policy]` table: floor, cpu ("process" or "machine"), cpu_high,
+    # cpu_low, memory_high, memory_low, memory_breaker, interval_s (gormes/actors/jobs/governor.py).
+    governor_policy: GovernorSettings = GovernorSettings()
     cron: bool = True
 
     def __post_init__(self) -> None:
@@ -83,6 +86,10 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise InvalidSettings(f"concurrency must be 1..10000, got {self.concurrency}")
         if self.shutdown_grace_ms < 0 or self.lease_ms < 100 or self.status_interval_s <= 0:
             raise InvalidSettings("shutdown_grace_ms >= 0, lease_ms >= 100 and status_interval_s > 0")
+        try:
+            self.governor_policy.policy(ceiling=self.concurrency)
+        except ValueError as exc:
+            raise InvalidSettings(f"governor_policy: {exc} (concurrency {self.concurrency} is the ceiling)") from None
 
 
 def load_settings(path: Path | None, overrides: Mapping[str, Any]) -> DaemonSettings:
@@ -232,7 +239,7 @@ class Daemon:
         settings = self.settings
         assert self.queue is not None
         governor = (
-            Governor(GovernorPolicy(floor=1, ceiling=settings.concurrency))
+            Governor(settings.governor_policy.policy(ceiling=settings.concurrency))
             if settings.governor else None
         )
         config = WorkerConfig(
