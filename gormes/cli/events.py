@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gormes.cli.params import POSITION
+from gormes.cli.params import INT64_MAX, POSITION
 
 TYPE_HELP = "Only events of this type; a glob such as 'job.*' works. Repeatable."
 STREAM_HELP = "Only events of this stream; a glob such as 'job-*' works. Repeatable."
@@ -15,8 +15,9 @@ STREAM_HELP = "Only events of this stream; a glob such as 'job-*' works. Repeata
 @click.option("--type", "types", multiple=True, metavar="T", help=TYPE_HELP)
 @click.option("--after", type=POSITION, default=0, metavar="POS",
               help="Only events after this position.")
-@click.option("--limit", type=POSITION, default=None, metavar="N",
-              help="At most N events.")
+# --limit 0 would print "no events" of a log that has some: refused instead.
+@click.option("--limit", type=click.IntRange(min=1, max=INT64_MAX), default=None, metavar="N",
+              help="At most N events (1 or more).")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line (the shape of `gormes tail --json`).")
 @click.pass_obj

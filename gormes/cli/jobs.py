@@ -140,12 +140,18 @@ def list_(obj: Any, status: str | None, queue: str | None, name: str | None, lim
           pricing: str | None, as_json: bool) -> None:
     """List jobs, newest first."""
     check_range("--limit", limit, *LIST_LIMIT)
-    table = pricing_table(pricing) if as_json else None  # the rows for people show no cost
+    # The rows for people show a cost when --pricing asks for one (pricing is work).
+    table = pricing_table(pricing) if as_json or pricing else None
     from gormes.actors.jobs.views import select_jobs  # lazy: start-up time of the other commands
 
     found, priced = read_jobs(obj, lambda conn: select_jobs(conn, status, queue, name, limit), table)
     if as_json:
         emit_json(priced)
+    elif priced is not None:
+        from gormes.providers.pricing import format_cost  # lazy, as the costs
+
+        for job, data in zip(found, priced, strict=True):
+            click.echo(f"{_row(job)}  cost {format_cost(data['cost'])}")
     else:
         for job in found:
             click.echo(_row(job))
@@ -173,7 +179,12 @@ def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
                 "created_at", "started_at", "finished_at", "lock_until", "delay_until",
                 "idempotency_key"):
         value = data.get(key)
-        text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+        if key == "cost":
+            from gormes.providers.pricing import format_cost  # lazy, as the costs
+
+            text = format_cost(value)
+        else:
+            text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
         click.echo(f"{key:<17} {printable(text)}")  # a newline in a name forges no line
     click.echo(f"{'submitter':<17} {_submitter_text(data.get('submitter'))}")
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import math
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -176,8 +177,13 @@ def cost(model: str, usage: Usage | Tokens, table: PricingTable | None = None) -
 
 
 def format_cost(dollars: float | None) -> str:
+    """`$0.0123`; below a hundredth of a cent, two significant digits in plain
+    decimals (`$0.000094`, never `$9.4e-05`)."""
     if dollars is None:
         return "unknown price"
     if dollars == 0:
         return "$0"
-    return f"${dollars:.4f}" if dollars >= 0.0001 else f"${dollars:.2g}"
+    if abs(dollars) >= 0.0001:
+        return f"${dollars:.4f}"
+    decimals = 1 - math.floor(math.log10(abs(dollars)))
+    return f"${dollars:.{decimals}f}"

@@ -132,5 +132,8 @@ def test_the_human_outputs_show_the_same_cost(priced_job, tmp_path: Path):
     assert f"cost {shown}" in ok(db, "jobs", "stats", "--pricing", str(table))
     assert f"cost {shown}" in ok(db, "runs", "show", ids["run"], "--pricing", str(table))
     get = ok(db, "jobs", "get", ids["job"], "--pricing", str(table))
-    assert json.loads(next(line for line in get.splitlines() if line.startswith("cost"))[4:]) == EXPECTED
+    assert next(line for line in get.splitlines() if line.startswith("cost")).split() == ["cost", shown]
+    (row,) = ok(db, "jobs", "list", "--pricing", str(table)).splitlines()
+    assert row.startswith(ids["job"]) and row.endswith(f"  cost {shown}")
+    assert "cost" not in ok(db, "jobs", "list", env={"GORMES_PRICING": ""})  # no cost asked for, none read
     assert "cost unknown price" in ok(db, "jobs", "stats", env={"GORMES_PRICING": ""})

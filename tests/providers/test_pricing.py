@@ -54,7 +54,10 @@ def test_an_unknown_model_has_an_unknown_price_not_zero():
     assert format_cost(None) == "unknown price"
     assert format_cost(0.0) == "$0"
     assert format_cost(0.01234) == "$0.0123"
-    assert format_cost(0.0000123) == "$1.2e-05"
+    assert format_cost(0.0000123) == "$0.000012"
+    assert format_cost(9.4e-05) == "$0.000094"
+    assert format_cost(3.25e-09) == "$0.0000000033"
+    assert "e" not in format_cost(1e-15)
 
 
 def test_the_shipped_table_loads_and_prices_known_models():
