@@ -62,7 +62,13 @@ def print_result(result: Any) -> None:
             f"{m[0]}#{s.rank}" for m in ("lexical", "graph", "semantic") if (s := getattr(hit.scores, m)) is not None
         )
         text = hit.text + (" (unreviewed)" if hit.review_state == "unreviewed" else "") + (" (stale)" if hit.stale else "")
-        cells = (str(rank), f"{hit.score:.4f}", hit.kind, text, hit.scope, modes,
+        cells = (str(rank), score_text(hit.score), hit.kind, text, hit.scope, modes,
                  "; ".join(w.reason for w in hit.why))
         table.add_row(*(Text(printable(cell)) for cell in cells))
     console.print(table)
+
+
+def score_text(score: float) -> str:
+    """Four significant digits: a bm25 score (about 1e-6 on a small log) reads as
+    `1.234e-06`, not as `0.0000` like every other hit."""
+    return f"{score:.4g}"

@@ -200,7 +200,7 @@ class KnowledgeIndex:
         finally:
             db.close()
         return [
-            KnowledgeHit(path=path, title=title, snippet=" ".join(snippet.split()), score=round(-rank, 4), source="fts")
+            KnowledgeHit(path=path, title=title, snippet=" ".join(snippet.split()), score=float(f"{-rank:.4g}"), source="fts")
             for path, title, snippet, rank in rows
         ]
 
