@@ -2,8 +2,9 @@
 
 A worker is live when its `worker_heartbeats` row has no `stopped_at` and was
 refreshed within `heartbeat_stale_s`; nothing else counts as alive. Each beat
-also records the governor's state (current limit, floor, ceiling, last load
-sample), which `workers.governor` reads.
+also records the governor's report (limit, floor, ceiling, last load sample, the
+last decision's reason and recent changes), which `workers.governor` reads
+(gormes/health/governor.py).
 """
 
 from __future__ import annotations
@@ -22,14 +23,7 @@ from gormes.health import (
     ok,
     warn,
 )
-
-
-class GovernorState(msgspec.Struct, frozen=True):
-    limit: int
-    floor: int
-    ceiling: int
-    cpu_percent: float | None = None
-    memory_percent: float | None = None
+from gormes.health.governor import GovernorState, check_governors
 
 
 class WorkerBeat(msgspec.Struct, frozen=True):
@@ -94,32 +88,8 @@ def check_heartbeats(ctx: DoctorContext) -> Verdict:
 
 
 def check_governor(ctx: DoctorContext) -> Verdict:
-    live = [b for b in read_heartbeats(ctx) if is_live(ctx, b)]
-    if not live:
-        return ok("no live worker, so no governor to report on")
-    governed = [b for b in live if b.governor is not None]
-    throttled = [b for b in governed if b.governor.limit < b.governor.ceiling]
-    if throttled:
-        details = listing([
-            f"{b.worker_id} at {b.governor.limit} of {b.governor.ceiling}"
-            + _load(b.governor) for b in throttled
-        ])
-        return warn(
-            f"the governor has lowered concurrency for load on {len(throttled)} worker(s): {details}",
-            "the host is busy (CPU or memory): jobs run slower until the load drops; add "
-            "capacity or lower other load",
-        )
-    ungoverned = len(live) - len(governed)
-    return ok(
-        f"{len(governed)} governed worker(s) at full concurrency"
-        + (f"; {ungoverned} run without a governor" if ungoverned else "")
-    )
-
-
-def _load(state: GovernorState) -> str:
-    if state.cpu_percent is None or state.memory_percent is None:
-        return ""
-    return f" (cpu {state.cpu_percent:.0f}%, memory {state.memory_percent:.0f}%)"
+    """Each live worker's limit and the reason for it (gormes/health/governor.py)."""
+    return check_governors([(b.worker_id, b.governor) for b in read_heartbeats(ctx) if is_live(ctx, b)])
 
 
 def check_breaker(ctx: DoctorContext) -> Verdict:
