@@ -15,7 +15,8 @@
 6. The whole run is replayed from the log, children included: exact.
 
 Everything lands in the database given (the SQLite file `make demo` makes, or a
-PostgreSQL URL) to explore afterwards with
+PostgreSQL URL), which must hold no events yet (one that does is refused in one
+line, nothing written), to explore afterwards with
 `gormes --db PATH events|tail|query|projections|jobs`.
 """
 
@@ -35,6 +36,7 @@ from gormes.actors.actor import Behavior
 from gormes.actors.runtime import ask
 from gormes.demo_jobs import drain_demo_jobs
 from gormes.demo_runs import replay_agent_demo, run_agent_demo
+from gormes.errors import UserError
 from gormes.events.base import Event, UnknownEvent
 from gormes.events.catalog import load_all
 from gormes.events.notes import NoteAdded
@@ -129,6 +131,11 @@ async def print_streams(store: EventStore, console: Console) -> None:
     console.print(table)
 
 
+class DemoNeedsFreshDatabase(UserError):
+    """The demo's figures (positions, counts) are those of an empty log: it never
+    mixes its events into a database that holds others."""
+
+
 async def main(db: str | Path, console: Console | None = None) -> None:
     """`db`: an SQLite path or a PostgreSQL URL (an empty schema, or one gormes owns)."""
     load_all()
@@ -139,8 +146,13 @@ async def main(db: str | Path, console: Console | None = None) -> None:
 
         shown = redact(shown)
     async with open_store(db) as store:
-        console.print(f"[bold]gormes demo[/] writing to {shown}\n")
         start = await store.head()
+        if start:
+            raise DemoNeedsFreshDatabase(
+                f"{shown} already holds {start} events; the demo writes into a fresh database only: "
+                "give --db a new file (make demo uses .demo/gormes.db)"
+            )
+        console.print(f"[bold]gormes demo[/] writing to {shown}\n")
         agents_done = trio.Event()
         async with trio.open_nursery() as nursery:
             console.print("[bold]1-2.[/] actors append; a follower tails the log as they do:")

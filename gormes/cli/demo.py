@@ -10,8 +10,8 @@ import click
 def demo(obj) -> None:
     """Actors append concurrently, a follower tails them, projections and jobs print.
 
-    Writes to the database given by --db (`make demo` uses a fresh .demo/gormes.db;
-    a PostgreSQL URL works too).
+    Writes to the database given by --db, which must hold no events yet (`make demo`
+    uses a fresh .demo/gormes.db; an empty PostgreSQL schema works too).
     """
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
