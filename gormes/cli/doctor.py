@@ -1,4 +1,4 @@
-"""`gormes doctor [--json] [--offline] [--import MODULE]...`: every health check,
+"""`gormes doctor [--json] [--offline] [--import MODULE]... [--mcp-config FILE]`: every health check,
 one line each; exit 1 when any check fails (warnings exit 0)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gormes.cli.imports import import_option
+from gormes.cli.imports import import_option, mcp_config_option
 
 MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 
@@ -19,8 +19,9 @@ MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
               help="Skip the checks that need a running daemon (worker heartbeats, wedged "
               "queues, projection lag).")
 @import_option
+@mcp_config_option
 @click.pass_obj
-def doctor(obj: Any, as_json: bool, offline: bool, imports: tuple[str, ...]) -> None:
+def doctor(obj: Any, as_json: bool, offline: bool, imports: tuple[str, ...], mcp_config: str | None) -> None:
     """Check the database, projections, queue, workers, operations, replay and disk."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import msgspec
@@ -31,7 +32,8 @@ def doctor(obj: Any, as_json: bool, offline: bool, imports: tuple[str, ...]) -> 
     # Its operations are checked with the built-ins; runs recorded with its run
     # handlers count as replayable.
     load_imports(imports)
-    report = run_doctor(obj.target, offline=offline)
+    # Each configured MCP server is started and listed (a warning when it cannot be).
+    report = run_doctor(obj.target, offline=offline, mcp_config=mcp_config)
     if as_json:
         sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
         sys.stdout.flush()

@@ -25,6 +25,7 @@ import click
 import msgspec
 
 from gormes.cli.imports import import_option as import_option
+from gormes.cli.imports import mcp_config_option as mcp_config_option
 
 if TYPE_CHECKING:
     from gormes.cli.ops import OperatorDoor
@@ -34,17 +35,21 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 workspace_option = click.option(
     "--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
     help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
+model_timeout_option = click.option(
+    "--model-timeout", "model_timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+    help="How long one model request may take (default: env GORMES_MODEL_TIMEOUT, else 120).")
 
 
-def drive_runs(target: Any, workspace: str | None,
-               fn: Callable[[OperatorDoor], Awaitable[Any]]) -> tuple[Any, list[int]]:
+def drive_runs(target: Any, workspace: str | None, fn: Callable[[OperatorDoor], Awaitable[Any]], *,
+               mcp_config: str | None = None, model_timeout: float | None = None) -> tuple[Any, list[int]]:
     """Run `fn(door)` in trio within `foreground_runs`: (its result, the signals received)."""
     import trio
 
     signals: list[int] = []
 
     async def main() -> Any:
-        async with foreground_runs(target, workspace) as (door, received):
+        async with foreground_runs(target, workspace, mcp_config=mcp_config,
+                                   model_timeout=model_timeout) as (door, received):
             result = await fn(door)
             signals.extend(received)
             return result
@@ -53,24 +58,36 @@ def drive_runs(target: Any, workspace: str | None,
 
 
 @asynccontextmanager
-async def foreground_runs(target: Any, workspace: str | None) -> AsyncIterator[tuple[OperatorDoor, list[int]]]:
+async def foreground_runs(
+    target: Any, workspace: str | None, *, mcp_config: str | None = None, model_timeout: float | None = None,
+) -> AsyncIterator[tuple[OperatorDoor, list[int]]]:
     """(the operator's door, the signals received so far): its run operations start
     runs on a RunManager on the store at `target`; the runs use the built-in
-    operations (fs tools rooted at `workspace`), and each SIGINT or SIGTERM while
-    the block runs cancels them all."""
+    operations (fs tools rooted at `workspace`), those `--import` declared and the
+    tools of the MCP servers `mcp_config` names (started for the block), with the
+    job queue of the store (a job a run submits waits there for a worker); each
+    SIGINT or SIGTERM while the block runs cancels them all. `model_timeout`: each
+    model request's timeout in seconds (None: GORMES_MODEL_TIMEOUT, else 120)."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
+    from gormes.actors.jobs.queue import JobQueue
     from gormes.actors.runs.manager import RunManager
+    from gormes.cli.imports import warn
     from gormes.cli.ops import operator_door
     from gormes.events.open import open_store
-    from gormes.tools.builtin import default_registry
     from gormes.ops.executor import Executor
+    from gormes.providers import open_provider
     from gormes.tools.run_admin import RunStarter
+    from gormes.tools.sources import operation_registry
 
-    async with open_store(target) as store:
-        executor = Executor(default_registry(), store, workspace=Path(workspace) if workspace else None)
-        async with RunManager.open(store, executor=executor) as runs:
+    def providers(spec: str) -> Any:
+        return open_provider(spec, timeout=model_timeout)
+
+    async with open_store(target) as store, operation_registry(store, mcp_config, warn=warn) as registry:
+        queue = await JobQueue.open(store)
+        executor = Executor(registry, store, workspace=Path(workspace) if workspace else None, jobs=queue)
+        async with RunManager.open(store, executor=executor, providers=providers) as runs:
             async with cancel_runs_on_signals(runs) as received, trio.open_nursery() as nursery:
                 yield operator_door(store, runs=RunStarter(runs, nursery)), received
 

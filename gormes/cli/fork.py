@@ -16,7 +16,15 @@ import click
 import msgspec
 
 from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
-from gormes.cli.foreground import drive_runs, exit_code, import_option, start_and_wait, workspace_option
+from gormes.cli.foreground import (
+    drive_runs,
+    exit_code,
+    import_option,
+    mcp_config_option,
+    model_timeout_option,
+    start_and_wait,
+    workspace_option,
+)
 from gormes.errors import UserError
 from gormes.events.catalog import load_all
 from gormes.events.open import is_postgres_url
@@ -39,7 +47,7 @@ FORK = {
     "run_id": Shown(metavar="RUN"),
     "at": Shown(metavar="POSITION",
                 help="The last log position of RUN to copy (as `gormes replay` and `gormes events` print)."),
-    "model": Shown(metavar="SPEC", help="Continue with this model: scripted:PATH or openai:MODEL."),
+    "model": Shown(metavar="SPEC", help="Continue with this model: scripted:PATH, openai:MODEL or anthropic:MODEL."),
     "overrides": Shown(metavar="JSON", help="Keys of the run's input to override, as one JSON object."),
 }
 
@@ -49,9 +57,11 @@ FORK = {
               help="Override a key of the run's input (VALUE as JSON, else text); repeatable.")
 @workspace_option
 @import_option
+@mcp_config_option
+@model_timeout_option
 @click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
 def fork(call: OperatorCall, settings: tuple[str, ...], workspace: str | None, imports: tuple[str, ...],
-         as_json: bool) -> int:
+         mcp_config: str | None, model_timeout: float | None, as_json: bool) -> int:
     """Fork RUN at POSITION: copy its events up to there into a new run and continue it live.
 
     The code is first replayed against RUN up to POSITION; if it no longer
@@ -68,7 +78,8 @@ def fork(call: OperatorCall, settings: tuple[str, ...], workspace: str | None, i
     if not is_postgres_url(target) and not Path(target).exists():
         raise UserError(f"no database at {target}")
 
-    forked, signals = drive_runs(target, workspace, lambda door: start_and_wait(door, call.spec.name, value))
+    forked, signals = drive_runs(target, workspace, lambda door: start_and_wait(door, call.spec.name, value),
+                                 mcp_config=mcp_config, model_timeout=model_timeout)
     outcome = forked.outcome
     if as_json:
         click.echo(msgspec.json.encode(forked).decode())

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from gormes.cli.imports import import_option
+from gormes.cli.imports import import_option, mcp_config_option
 from gormes.ops.spec import TRUST_CLASSES
 
 
@@ -23,23 +23,25 @@ from gormes.ops.spec import TRUST_CLASSES
 @click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
               help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
 @import_option
+@mcp_config_option
 @click.pass_obj
-def mcp(obj: Any, trust: str, workspace: str | None, imports: tuple[str, ...]) -> None:
+def mcp(obj: Any, trust: str, workspace: str | None, imports: tuple[str, ...], mcp_config: str | None) -> None:
     """Serve the prompt-visible operations as MCP tools over stdin/stdout."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import anyio
 
     from gormes.events.open import open_store
     from gormes.mcp_server import serve_stdio
-    from gormes.tools.builtin import default_registry
+    from gormes.cli.imports import warn
     from gormes.tools.imports import load_imports
+    from gormes.tools.sources import operation_registry
 
     load_imports(imports)
 
     async def main() -> None:
-        async with open_store(obj.target) as store:
+        async with open_store(obj.target) as store, operation_registry(store, mcp_config, warn=warn) as registry:
             await serve_stdio(
-                store, registry=default_registry(), trust=trust,
+                store, registry=registry, trust=trust,
                 workspace=Path(workspace) if workspace else None,
             )
 

@@ -4,7 +4,8 @@
 the model tool schemas a trust class would be given (always JSON); `call` runs
 one operation as the operator through the same audited executor that agents use.
 Each takes `--import MODULE_OR_FILE` to see users' operations (`@gormes.operation`)
-beside the built-ins.
+beside the built-ins, and `--mcp-config FILE` for the tools of external MCP servers
+(`mcp.<server>.<tool>`: the servers are started to list or call them).
 
 `operator_session` and `operator_call` are that door for every other command
 that changes state (`jobs cancel`, `cron add`, `memory forget`, `skills
@@ -27,12 +28,14 @@ import click
 import trio
 
 from gormes.actors.jobs.queue import JobQueue
-from gormes.cli.imports import import_option
+from gormes.cli.imports import import_option, mcp_config_option, warn
 from gormes.events.open import open_store
 from gormes.ops.executor import Executor
+from gormes.ops.registry import Registry
 from gormes.ops.spec import TRUST_CLASSES, Caller
 from gormes.tools.builtin import default_registry
 from gormes.tools.imports import load_imports
+from gormes.tools.sources import operation_registry
 
 if TYPE_CHECKING:
     from gormes.events.store import EventStore
@@ -59,17 +62,19 @@ class OperatorDoor:
 
 def operator_session(
     obj: Any, work: Callable[[OperatorDoor], Awaitable[T]], *, workspace: Path | str | None = None,
-    jobs: bool = True, progress: Callable[[str, int, int], None] | None = None,
+    jobs: bool = True, progress: Callable[[str, int, int], None] | None = None, mcp_config: str | None = None,
 ) -> T:
     """Open the store (an SQLite path or a PostgreSQL URL) and its job queue, run
     `work(door)` in trio, close both. `workspace`: the fs operations' root; `jobs`
     False opens no queue (which sets up the ledger: not for a log write alone, so
     that a read-only database is refused by the write itself). `progress`: where a
-    long operation reports how far it is (the command's bar)."""
+    long operation reports how far it is (the command's bar). `mcp_config`: the
+    external MCP servers whose tools the door may call too (started for the session)."""
     async def main() -> T:
-        async with open_store(obj.target) as store:
+        async with open_store(obj.target) as store, operation_registry(store, mcp_config, warn=warn) as registry:
             queue = await JobQueue.open(store) if jobs else None
-            return await work(operator_door(store, queue, workspace=workspace, progress=progress))
+            return await work(operator_door(store, queue, workspace=workspace, progress=progress,
+                                            registry=registry))
 
     return trio.run(main)
 
@@ -77,21 +82,36 @@ def operator_session(
 def operator_door(
     store: EventStore, queue: JobQueue | None = None, *, workspace: Path | str | None = None,
     runs: RunStarter | None = None, progress: Callable[[str, int, int], None] | None = None,
+    registry: Registry | None = None,
 ) -> OperatorDoor:
     """The operator's door on an open store: `queue` (None: the job operations are
-    off), `workspace` (the fs operations' root) and `runs` (None: the run
-    operations are off)."""
-    executor = Executor(default_registry(), store, workspace=workspace, jobs=queue, runs=runs, progress=progress)
+    off), `workspace` (the fs operations' root), `runs` (None: the run operations
+    are off) and `registry` (None: `default_registry()`)."""
+    executor = Executor(registry or default_registry(), store, workspace=workspace, jobs=queue, runs=runs,
+                        progress=progress)
     return OperatorDoor(executor, queue)
 
 
 def operator_call(
     obj: Any, name: str, value: Any, *, workspace: Path | str | None = None, jobs: bool = True,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None, mcp_config: str | None = None,
 ) -> Any:
     """One operation as the operator, through the audited executor; its typed output."""
     return operator_session(obj, lambda door: door.call(name, value), workspace=workspace, jobs=jobs,
-                            progress=progress)
+                            progress=progress, mcp_config=mcp_config)
+
+
+def listed_registry(mcp_config: str | None) -> Registry:
+    """The operations to list: `default_registry()`, and with `mcp_config` the MCP
+    servers' tools too (the servers are started to list them, then stopped)."""
+    if mcp_config is None:
+        return default_registry()
+
+    async def listed() -> Registry:
+        async with operation_registry(None, mcp_config, warn=warn) as registry:
+            return Registry(registry.list())
+
+    return trio.run(listed)
 
 
 @click.group()
@@ -104,12 +124,15 @@ def ops() -> None:
 @click.option("--prompt-visible", is_flag=True, help="Only operations a model may be offered.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array instead of a table.")
 @import_option
-def list_(trust: str | None, prompt_visible: bool, as_json: bool, imports: tuple[str, ...]) -> None:
-    """List the registered operations: the built-ins, and those --import declares."""
+@mcp_config_option
+def list_(trust: str | None, prompt_visible: bool, as_json: bool, imports: tuple[str, ...],
+          mcp_config: str | None) -> None:
+    """List the registered operations: the built-ins, those --import declares and
+    the tools of the MCP servers --mcp-config names."""
     import msgspec
 
     load_imports(imports)
-    specs = default_registry().list(trust=trust, prompt_visible=True if prompt_visible else None)
+    specs = listed_registry(mcp_config).list(trust=trust, prompt_visible=True if prompt_visible else None)
     infos = [spec.info() for spec in specs]
     if as_json:
         click.echo(msgspec.json.encode(infos).decode())
@@ -144,12 +167,13 @@ def _print_table(infos: list[Any]) -> None:
               help="The trust class whose tools to print.")
 @click.option("--json", "as_json", is_flag=True, help="Accepted for consistency: the output is always JSON.")
 @import_option
-def schema(trust: str, as_json: bool, imports: tuple[str, ...]) -> None:
+@mcp_config_option
+def schema(trust: str, as_json: bool, imports: tuple[str, ...], mcp_config: str | None) -> None:
     """Print the model tool schemas a trust class would be given (JSON)."""
     import msgspec
 
     load_imports(imports)
-    tools = default_registry().tool_schemas(trust)
+    tools = listed_registry(mcp_config).tool_schemas(trust)
     click.echo(msgspec.json.format(msgspec.json.encode(tools), indent=2).decode())
 
 
@@ -159,13 +183,15 @@ def schema(trust: str, as_json: bool, imports: tuple[str, ...]) -> None:
 @click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
               default=".", show_default=True, help="Root for the fs operations (env GORMES_WORKSPACE).")
 @import_option
+@mcp_config_option
 @click.pass_obj
-def call(obj: Any, name: str, input_json: str, workspace: str, imports: tuple[str, ...]) -> None:
+def call(obj: Any, name: str, input_json: str, workspace: str, imports: tuple[str, ...],
+         mcp_config: str | None) -> None:
     """Run operation NAME with INPUT (a JSON object) as the operator; print its JSON output.
 
     The call is audited like any other (an audit.operation event)."""
     import msgspec
 
     load_imports(imports)
-    output = operator_call(obj, name, input_json, workspace=workspace)
+    output = operator_call(obj, name, input_json, workspace=workspace, mcp_config=mcp_config)
     click.echo(msgspec.json.format(msgspec.json.encode(output)).decode())

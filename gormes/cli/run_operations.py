@@ -21,7 +21,16 @@ import click
 import msgspec
 
 from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
-from gormes.cli.foreground import drive_runs, echo_outcome, exit_code, import_option, start_and_wait, workspace_option
+from gormes.cli.foreground import (
+    drive_runs,
+    echo_outcome,
+    exit_code,
+    import_option,
+    mcp_config_option,
+    model_timeout_option,
+    start_and_wait,
+    workspace_option,
+)
 from gormes.cli.runs import emit_json, runs
 from gormes.errors import UserError
 from gormes.tools import run_admin
@@ -31,7 +40,7 @@ from gormes.tools.imports import load_imports
 RUN = {
     "handler": Shown(metavar="HANDLER"),
     "input": Shown(metavar="JSON", help="The handler's input as JSON (instead of --prompt)."),
-    "model": Shown(metavar="SPEC", help="scripted:PATH (a script, not a model) or openai:MODEL."),
+    "model": Shown(metavar="SPEC", help="scripted:PATH (a script, not a model), openai:MODEL or anthropic:MODEL."),
     "tools": Shown(metavar="A,B", split=",", help="The tools it may use; default: every prompt-visible tool."),
     "max_iterations": Shown(metavar="N", help="Model turns before giving up."),
     "deadline_s": Shown(metavar="SECONDS", aliases=("--deadline",), help="Give up after this long."),
@@ -43,9 +52,11 @@ RUN = {
 @click.option("--system", help="The agent's system prompt (with --prompt).")
 @workspace_option
 @import_option
+@mcp_config_option
+@model_timeout_option
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def run(call: OperatorCall, prompt: str | None, system: str | None, workspace: str | None,
-        imports: tuple[str, ...], as_json: bool) -> None:
+        imports: tuple[str, ...], mcp_config: str | None, model_timeout: float | None, as_json: bool) -> None:
     """Start a run of HANDLER ("agent" for the built-in agent loop, or one that
     --import declares) and wait for it.
 
@@ -62,7 +73,8 @@ def run(call: OperatorCall, prompt: str | None, system: str | None, workspace: s
             click.echo(f"run {run_id} started")
 
     outcome, signals = drive_runs(
-        call.obj.target, workspace, lambda door: start_and_wait(door, call.spec.name, value, started))
+        call.obj.target, workspace, lambda door: start_and_wait(door, call.spec.name, value, started),
+        mcp_config=mcp_config, model_timeout=model_timeout)
     if as_json:
         emit_json(outcome)
     else:
@@ -91,8 +103,11 @@ def send(call: OperatorCall, as_json: bool) -> None:
 })
 @workspace_option
 @import_option
+@mcp_config_option
+@model_timeout_option
 @click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
-def resume(call: OperatorCall, workspace: str | None, imports: tuple[str, ...], as_json: bool) -> None:
+def resume(call: OperatorCall, workspace: str | None, imports: tuple[str, ...], mcp_config: str | None,
+           model_timeout: float | None, as_json: bool) -> None:
     """Continue RUN, an interrupted run (not a job's: the job resumes those), as a new
     run with `resumed_from`: its recorded steps are replayed, not redone, then it goes live.
 
@@ -106,7 +121,8 @@ def resume(call: OperatorCall, workspace: str | None, imports: tuple[str, ...], 
             click.echo(f"run {new_run_id} started: resumes run {run_id}")
 
     resumed, signals = drive_runs(
-        call.obj.target, workspace, lambda door: start_and_wait(door, call.spec.name, call.value, started))
+        call.obj.target, workspace, lambda door: start_and_wait(door, call.spec.name, call.value, started),
+        mcp_config=mcp_config, model_timeout=model_timeout)
     if as_json:
         emit_json(resumed)
     else:

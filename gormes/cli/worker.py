@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import click
 
-from gormes.cli.imports import import_option
+from gormes.cli.imports import import_option, mcp_config_option
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GC_THRESHOLD = (50_000, 10, 10)  # the collector's generations (see `_tune_gc`)
@@ -26,6 +28,7 @@ GC_THRESHOLD = (50_000, 10, 10)  # the collector's generations (see `_tune_gc`)
 @click.option("--concurrency", type=int, default=10, show_default=True,
               help="Most jobs run at once (the governor may lower it under load).")
 @import_option
+@mcp_config_option
 @click.option("--lease", "lease_ms", type=int, default=30_000,
               show_default=True, metavar="MS", help="Lock lease; renewed every lease/2.")
 @click.option("--stall-interval", "stall_interval_ms", type=int,
@@ -40,7 +43,7 @@ GC_THRESHOLD = (50_000, 10, 10)  # the collector's generations (see `_tune_gc`)
 @click.option("--governor/--no-governor", default=True, show_default=True,
               help="Adapt concurrency to CPU and memory load; memory circuit breaker.")
 @click.pass_obj
-def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[str, ...],
+def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[str, ...], mcp_config: str | None,
            lease_ms: int, stall_interval_ms: int, stall_grace_ms: int, shutdown_grace_ms: int,
            min_concurrency: int | None, governor: bool) -> None:
     """Claim and run jobs until SIGINT or SIGTERM."""
@@ -83,11 +86,13 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
     import trio
 
     registry = default_registry.copy()
-    install_agent_jobs(registry)
-    trio.run(_serve, obj.target, config, registry, governor, floor)
+    if mcp_config is None:
+        install_agent_jobs(registry)  # with MCP servers: once they are started (_serve)
+    trio.run(_serve, obj.target, config, registry, governor, floor, mcp_config)
 
 
-async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor: int) -> None:
+async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor: int,
+                 mcp_config: str | None = None) -> None:
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
@@ -104,7 +109,7 @@ async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor:
         # the event loop as the worker starts. A thread imports it meanwhile.
         threading.Thread(target=_import_psutil, daemon=True).start()
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        async with open_store(db) as store:
+        async with open_store(db) as store, _mcp_servers(store, mcp_config, registry):
             queue = await JobQueue.open(store)
             governor = (
                 Governor(GovernorPolicy(floor=floor, ceiling=config.concurrency))
@@ -137,6 +142,22 @@ async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor:
                                "abandoned handler(s) behind", err=True)
                     os._exit(0)
                 nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _mcp_servers(store: Any, mcp_config: str | None, registry: Any) -> AsyncIterator[None]:
+    """With `--mcp-config`, the servers run as long as the worker, and the agent
+    jobs' runs call their tools too."""
+    if mcp_config is None:
+        yield
+        return
+    from gormes.actors.agent_jobs.install import install as install_agent_jobs
+    from gormes.cli.imports import warn
+    from gormes.tools.sources import operation_registry
+
+    async with operation_registry(store, mcp_config, warn=warn) as operations:
+        install_agent_jobs(registry, operations)
+        yield
 
 
 def _tune_gc() -> None:

@@ -65,6 +65,7 @@ from gormes.events.jobs import Submitter, Tokens, job_stream
 from gormes.events.runs import RunCompleted, run_stream
 from gormes.events.store import EventStore
 from gormes.ops.executor import Executor
+from gormes.ops.registry import Registry
 from gormes.tools.builtin import default_registry
 from gormes.tools.memory import NAMES_ITS_SCOPE, own_scope
 
@@ -117,8 +118,8 @@ def parse_job_data(data: Any) -> tuple[AgentJobData, Any]:
     return options, {k: v for k, v in data.items() if k not in ("handler", "deadline_s")}
 
 
-def _executor(store: EventStore) -> Executor:
-    return Executor(default_registry(), store, workspace=os.environ.get(WORKSPACE_ENV) or None)
+def _executor(store: EventStore, operations: Registry | None) -> Executor:
+    return Executor(operations or default_registry(), store, workspace=os.environ.get(WORKSPACE_ENV) or None)
 
 
 async def _earlier_run(store: EventStore, run_id: str | None) -> RecordedRun | None:
@@ -151,8 +152,9 @@ async def _end_cut_off(ctx: JobContext, store: EventStore, run_id: str) -> None:
                       data={"cut_off_runs": ended})
 
 
-async def agent_job(ctx: JobContext, data: Any) -> Any:
-    """The `agent` job handler (install.py puts it in a worker's registry)."""
+async def agent_job(ctx: JobContext, data: Any, *, operations: Registry | None = None) -> Any:
+    """The `agent` job handler (install.py puts it in a worker's registry);
+    `operations`: what its run may call (None: `default_registry()`)."""
     options, run_input = parse_job_data(data)
     store = ctx.store
     job_records = await store.read_stream(job_stream(ctx.id))
@@ -172,7 +174,7 @@ async def agent_job(ctx: JobContext, data: Any) -> Any:
         return f"job {ctx.abort_reason}" if ctx.abort_reason else None
 
     acts_for = run_identity(ctx.id, ctx.submitter)
-    async with RunManager.open(store, executor=_executor(store)) as runs:
+    async with RunManager.open(store, executor=_executor(store, operations)) as runs:
         run_id = runs.new_id()
         if earlier is not None and (earlier.end is None or earlier.end.type == "run.cancelled"):
             await ctx.log(f"run {run_id} resumes run {earlier.run_id}",

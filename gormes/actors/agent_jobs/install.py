@@ -17,6 +17,7 @@ from gormes.actors.jobs.context import JobContext
 from gormes.actors.jobs.handlers import HandlerRegistry
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import Sweep, WorkerConfig
+from gormes.ops.registry import Registry
 
 AGENT = "agent"
 
@@ -30,12 +31,24 @@ async def agent(ctx: JobContext, data: Any) -> Any:
     return await agent_job(ctx, data)
 
 
-def install(registry: HandlerRegistry) -> None:
+def install(registry: HandlerRegistry, operations: Registry | None = None) -> None:
     """Register the `agent` job handler (what `run.submit` and MCP's `run__submit`
     queue) in `registry`, unless it has one of that name already: a user's own
-    `@gormes.job("agent")` is kept."""
-    if AGENT not in registry:
+    `@gormes.job("agent")` is kept. `operations`: the operations its runs call
+    (None: `default_registry()` at each job: the built-ins and what was declared;
+    a worker given MCP servers passes the registry that holds their tools)."""
+    if AGENT in registry:
+        return
+    if operations is None:
         registry.register(AGENT, agent)
+        return
+
+    async def agent_with_operations(ctx: JobContext, data: Any) -> Any:
+        from gormes.actors.agent_jobs.handler import agent_job
+
+        return await agent_job(ctx, data, operations=operations)
+
+    registry.register(AGENT, agent_with_operations)
 
 
 def sweeps(queue: JobQueue, config: WorkerConfig) -> list[Sweep]:

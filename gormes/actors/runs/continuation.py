@@ -208,7 +208,7 @@ async def fork_run(
     if on_start is not None:
         on_start(run.run_id)
     outcome = await continue_run(
-        manager, run, prefix, run.started_event(handler_version(fn), forked_from=origin),
+        manager, run, prefix, run.started_event(handler_version(fn), forked_from=origin, external_tools=manager.external_tools(run)),
         lenient_llm=bool(model or overrides),
     )
     return ForkedRun(run_id=run.run_id, forked_from=origin, copied=len(prefix), outcome=outcome)
@@ -361,7 +361,7 @@ async def drive_continuation(
     fn = manager.handlers.get(run.handler)
     source, prefix = resumable.source, resumable.prefix
     live, ctx = await _continuation(
-        manager, run, prefix, run.started_event(handler_version(fn), resumed_from=resumable.origin),
+        manager, run, prefix, run.started_event(handler_version(fn), resumed_from=resumable.origin, external_tools=manager.external_tools(run)),
         messages=carried_messages(source, prefix), token_sink=token_sink, source=source,
     )
     task_status.started()
@@ -407,7 +407,7 @@ async def resume_run(
         job_id=job_id if job_id is not None else started.job_id, outside_reason=outside_reason,
     )
     outcome = await continue_run(
-        manager, run, prefix, run.started_event(handler_version(fn), resumed_from=origin),
+        manager, run, prefix, run.started_event(handler_version(fn), resumed_from=origin, external_tools=manager.external_tools(run)),
         messages=carried_messages(source, prefix), token_sink=token_sink, job=job, source=source,
     )
     return ResumedRun(run_id=run.run_id, resumed_from=origin, copied=len(prefix), outcome=outcome)

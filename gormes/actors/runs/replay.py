@@ -143,7 +143,6 @@ class Replayer:
         started = recorded.started
         fn = self.handlers.get(started.handler)
         ctx = ReplayContext(recorded, self)
-        ctx.registry = self.registry_for(started)
         status, result, error = await self.drive(ctx, fn)
         report = self.judge(ctx, status, result, error)
         report.handler_version_changed = handler_version(fn) != started.handler_version

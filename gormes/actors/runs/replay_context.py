@@ -127,7 +127,8 @@ class ReplayContext(RunIdentity, RunContext):
         self.recorded = recorded
         self.started = self._identity = recorded.started
         self.replayer = replayer
-        self.registry: Registry | None = replayer.registry
+        # the code's operations plus the external tools the run recorded (no server is started)
+        self.registry: Registry | None = replayer.registry_for(recorded.started)
         self.scope = trio.CancelScope()
         self.until = replayer.until
         self.cursor = 0  # observations served
