@@ -77,7 +77,7 @@ SPAWN_TOOL = ToolSpec(
 )
 
 
-@run_handler("agent")
+@run_handler("agent", needs_model=True)
 async def agent(ctx: RunContext, input: Any) -> str:
     try:
         task = msgspec.convert(input, AgentInput)

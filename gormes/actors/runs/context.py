@@ -356,16 +356,28 @@ class RunHandlerRegistry:
     """Run handler names mapped to their functions. The built-in "agent" is
     registered when gormes.actors.runs.agent is imported (on first lookup)."""
 
-    def __init__(self, handlers: dict[str, RunHandler] | None = None) -> None:
+    def __init__(self, handlers: dict[str, RunHandler] | None = None,
+                 need_a_model: frozenset[str] | set[str] = frozenset()) -> None:
         self._handlers: dict[str, RunHandler] = dict(handlers or {})
+        self._need_a_model: set[str] = set(need_a_model)
 
-    def register(self, name: str, fn: RunHandler) -> RunHandler:
+    def register(self, name: str, fn: RunHandler, *, needs_model: bool = False) -> RunHandler:
         if not name or not name.strip():
             raise UserError("a run handler needs a non-empty name")
         if not inspect.iscoroutinefunction(fn):
             raise UserError(f"run handler {name!r} must be an async function")
         self._handlers[name] = fn
+        if needs_model:
+            self._need_a_model.add(name)
+        else:
+            self._need_a_model.discard(name)
         return fn
+
+    def needs_model(self, name: str) -> bool:
+        """Whether the handler called `name` cannot run without a model: a run of it
+        started without one is refused before anything is recorded."""
+        _load_builtins()
+        return name in self._need_a_model
 
     def get(self, name: str) -> RunHandler:
         _load_builtins()
@@ -381,7 +393,7 @@ class RunHandlerRegistry:
 
     def copy(self) -> RunHandlerRegistry:
         _load_builtins()
-        return RunHandlerRegistry(self._handlers)
+        return RunHandlerRegistry(self._handlers, self._need_a_model)
 
     def __contains__(self, name: object) -> bool:
         _load_builtins()
@@ -395,12 +407,14 @@ run_handlers = RunHandlerRegistry()
 
 
 def run_handler(
-    name: str, *, registry: RunHandlerRegistry | None = None
+    name: str, *, registry: RunHandlerRegistry | None = None, needs_model: bool = False,
 ) -> Callable[[RunHandler], RunHandler]:
-    """Decorator: register an async `(ctx, input) -> result` run handler."""
+    """Decorator: register an async `(ctx, input) -> result` run handler.
+    `needs_model`: it calls `ctx.llm`, so a run started without a model is refused
+    before anything is recorded (instead of failing at its first model turn)."""
 
     def decorate(fn: RunHandler) -> RunHandler:
-        return (registry or run_handlers).register(name, fn)
+        return (registry or run_handlers).register(name, fn, needs_model=needs_model)
 
     return decorate
 

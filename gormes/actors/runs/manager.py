@@ -250,6 +250,9 @@ class RunManager:
         is recorded. `trust` and `memory_scope`: the class and memory scope its tool
         calls are made with (its submitter's, decision 0016)."""
         fn = self.handlers.get(handler)
+        if not model and self.handlers.needs_model(handler):
+            raise UserError(f"run handler {handler!r} needs a model: give one (scripted:PATH, "
+                            "openai:MODEL or anthropic:MODEL)")
         provider = self.provider(model) if model else None
         _require_json(input, "run input")
         run = LiveRun(
