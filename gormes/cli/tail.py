@@ -1,5 +1,6 @@
 """`gormes tail`: print events line by line; `--follow` keeps printing new ones,
-including those other processes append, until SIGINT or SIGTERM (exit 0)."""
+including those other processes append, until SIGINT or SIGTERM (exit 0). With
+--follow a database that does not exist yet is waited for, then followed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from gormes.cli.events import STREAM_HELP, TYPE_HELP
 from gormes.cli.params import POSITION
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+WAIT_POLL_S = 0.2  # how often --follow looks for a database that does not exist yet
 
 
 @click.command()
@@ -100,10 +102,30 @@ async def _follow_until_signalled(db, after: int, types: tuple[str, ...],
                     return
 
             nursery.start_soon(stop_on_signal)
+            if not isinstance(db, str):  # an SQLite path; a URL names a server that is up or not
+                await _wait_for_database(db)
             async with open_store(db, readonly=True, codec=STORED_JSON) as store:
                 async for record in store.subscribe(after, list(types) or None):
                     if wanted(record.stream) and keep(record):
                         _print([record], as_json)
+
+
+async def _wait_for_database(path) -> None:
+    """Return once `path` is a gormes database, saying once on stderr that we wait.
+
+    A tail started before the daemon (an audit tail under systemd) is normal: a
+    missing file, or one its creator has not yet given the schema, is waited for.
+    A file that is not ours is refused (check_file raises)."""
+    import trio
+
+    from gormes.events.sqlite_schema import check_file
+
+    said = False
+    while not (path.exists() and not check_file(path)):
+        if not said:
+            click.echo(f"gormes: waiting for {path} to be created", err=True)
+            said = True
+        await trio.sleep(WAIT_POLL_S)
 
 
 def _first_real_error(exc: BaseException) -> BaseException | None:
