@@ -90,6 +90,10 @@ SUBMIT = {
 @json_option
 def submit(call: OperatorCall, as_json: bool) -> None:
     """Submit a job NAME; prints its id."""
+    if call.value.name == "agent":  # data the agent job cannot run is refused before it is queued
+        from gormes.actors.agent_jobs.handler import check_job_data  # lazy: the runs load only for it
+
+        check_job_data(call.value.data)
 
     async def go(door: OperatorDoor) -> Any:
         job = await call.on(door)

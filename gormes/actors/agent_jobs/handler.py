@@ -55,6 +55,7 @@ from gormes.actors.agent_jobs.cut_off import cut_off_reason
 from gormes.actors.agent_jobs.tokens import missed_tokens
 from gormes.actors.jobs.context import JobContext
 from gormes.actors.jobs.handlers import UnrecoverableError
+from gormes.actors.runs.agent import AgentInput
 from gormes.actors.runs.continuation import resume_run
 from gormes.actors.runs.cut_off import end_cut_off_runs
 from gormes.actors.runs.manager import RunManager
@@ -102,20 +103,42 @@ class AgentJobData(msgspec.Struct, frozen=True, kw_only=True):
     deadline_s: float | None = None
 
 
-def parse_job_data(data: Any) -> tuple[AgentJobData, Any]:
-    """(run options, the handler's input). For "agent" without "input", the data
-    itself (minus the run options) is the agent's input."""
+class InvalidAgentJobData(UserError):
+    """Data the `agent` job cannot run: retrying it would fail the same way."""
+
+
+def check_job_data(data: Any) -> tuple[AgentJobData, Any]:
+    """(run options, the handler's input), or InvalidAgentJobData saying what is
+    wrong. For "agent" without "input", the data itself (minus the run options) is
+    the agent's input, checked against `AgentInput` here (an unknown field, no
+    prompt), before any run is recorded; another handler checks its own input."""
     if not isinstance(data, dict):
-        raise UnrecoverableError(f"agent job data must be a JSON object, got {type(data).__name__}")
+        raise InvalidAgentJobData(f"agent job data must be a JSON object, got {type(data).__name__}")
     try:
         options = msgspec.convert(
             {k: v for k, v in data.items() if k in ("handler", "input", *RUN_OPTIONS)}, AgentJobData
         )
     except msgspec.ValidationError as exc:
-        raise UnrecoverableError(f"agent job data: {exc}") from None
+        raise InvalidAgentJobData(f"agent job data: {exc}") from None
     if "input" in data:
-        return options, options.input
-    return options, {k: v for k, v in data.items() if k not in ("handler", "deadline_s")}
+        run_input = options.input
+    else:
+        run_input = {k: v for k, v in data.items() if k not in ("handler", "deadline_s")}
+    if options.handler == "agent":
+        try:
+            msgspec.convert(run_input, AgentInput)
+        except msgspec.ValidationError as exc:
+            raise InvalidAgentJobData(f"agent job data: {exc}") from None
+    return options, run_input
+
+
+def parse_job_data(data: Any) -> tuple[AgentJobData, Any]:
+    """`check_job_data` inside the handler: invalid data is unrecoverable, so the
+    job goes dead at once instead of being retried as if the failure were transient."""
+    try:
+        return check_job_data(data)
+    except InvalidAgentJobData as exc:
+        raise UnrecoverableError(str(exc)) from None
 
 
 def _executor(store: EventStore, operations: Registry | None) -> Executor:
