@@ -9,9 +9,11 @@ Three trio tasks share one `TopApp`:
 - `refresh`: when stale, catch the `runs` projection up, read a Snapshot and draw,
   at most `fps` times a second;
 - `keyboard`: stdin in cbreak mode, read when trio says it is readable; each key
-  goes through the pure `handle_key`, and its action (pause, resume, cancel as the
-  operator, through the audited executor: job.pause, job.resume, job.cancel,
-  decision 0019; open a run's timeline) runs here.
+  goes through the pure `handle_key`, and its action (pause, resume, cancel, a
+  message, as the operator, through the audited executor: job.pause, job.resume,
+  job.cancel, run.send, job.send, decision 0019; open a run's timeline) runs here.
+  A sent message's receipt is looked for at each refresh until it is read
+  (gormes/dashboard/steer.py).
 
 The terminal is restored on every way out (q, Ctrl-C, an error): the termios
 settings are put back and rich leaves the alternate screen and shows the cursor.
@@ -39,6 +41,7 @@ from gormes.dashboard.keys import Action, UiState, decode_keys, handle_key, sync
 from gormes.dashboard.model import Snapshot
 from gormes.dashboard.read import read_snapshot
 from gormes.dashboard.render import render_dashboard, render_timeline
+from gormes.dashboard.steer import check_receipt, send_message
 from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
 from gormes.events.store import EventStore
@@ -104,8 +107,22 @@ class TopApp:
         await self.runner.catch_up()
         self.snapshot = await read_snapshot(self.store, pricing=self.pricing)
         self.ui = sync_rows(self.ui, self.snapshot)
+        await self.check_receipt()
         if self.ui.timeline is not None:
             await self.load_timeline(self.ui.timeline)
+
+    async def check_receipt(self) -> None:
+        receipt = self.ui.receipt
+        if receipt is None or receipt.read:
+            return
+        job_run = None
+        if receipt.job_id is not None and self.snapshot is not None:
+            job_run = next((j.run_id for j in self.snapshot.jobs if j.id == receipt.job_id), None)
+        try:
+            checked = await check_receipt(self.store, self.queue, receipt, job_run=job_run)
+        except GormesError:
+            return  # looked for again at the next refresh
+        self.ui = msgspec.structs.replace(self.ui, receipt=checked)
 
     async def load_timeline(self, run_id: str) -> None:
         try:
@@ -162,9 +179,18 @@ class TopApp:
         from gormes.ops.spec import Caller  # lazy: see above
 
         executor = Executor(default_registry(), self.store, jobs=self.queue)
+        operator = Caller(trust="operator", id="cli")
+        if action.kind == "send":
+            try:
+                receipt = await send_message(executor, action, operator)
+            except GormesError as exc:
+                self.ui = msgspec.structs.replace(self.ui, message=f"not sent: {exc}")
+            else:
+                self.ui = msgspec.structs.replace(self.ui, receipt=receipt, message="")
+            self.mark_stale()
+            return
         try:
-            result = await executor.call(f"job.{action.kind}", {"id": action.job_id},
-                                         Caller(trust="operator", id="cli"))
+            result = await executor.call(f"job.{action.kind}", {"id": action.job_id}, operator)
             if action.kind == "cancel":
                 message = f"cancelled {', '.join(result.cancelled)}"
             else:

@@ -7,8 +7,15 @@ JobQueue, as the operator) and renders; nothing here does I/O.
 
 Main view: up/k, down/j, home/g, end/G move; tab switches between the jobs and
 the active runs; p pause, r resume, c cancel the selected job (in the runs pane:
-the run's job); enter/t open the selected run's timeline; q quit.
-Timeline view: up/k, down/j scroll; esc, backspace, left, t or enter go back; q quit.
+the run's job), after a y/n confirmation (any key but y keeps it); enter/t open
+the selected run's timeline; m write a message; q quit.
+Timeline view: up/k, down/j scroll; esc, backspace, left, t or enter go back;
+m write a message to this run; q quit.
+
+A message goes to the selected run's inbox (runs pane, timeline: run.send) or the
+selected job's (jobs pane: job.send; an agent job's run reads it at its next
+inbox read too). While one is typed every key is text: enter sends it (Action
+"send"), esc drops it, backspace deletes a character.
 """
 
 from __future__ import annotations
@@ -17,10 +24,11 @@ from typing import Literal
 
 import msgspec
 
-from gormes.dashboard.model import Snapshot
+from gormes.dashboard.model import Receipt, Snapshot
 
 Pane = Literal["jobs", "runs"]
-ActionKind = Literal["pause", "resume", "cancel", "open", "quit"]
+ActionKind = Literal["pause", "resume", "cancel", "open", "send", "quit"]
+MAX_MESSAGE = 4000  # characters typed into one message
 
 _SEQUENCES = {
     b"\x1b[A": "up", b"\x1b[B": "down", b"\x1b[C": "right", b"\x1b[D": "left",
@@ -53,8 +61,20 @@ def decode_keys(data: bytes) -> list[str]:
                     i += 1
             continue
         byte = data[i:i + 1]
-        keys.append(_SINGLE.get(byte) or byte.decode("latin-1"))
-        i += 1
+        if byte in _SINGLE or data[i] < 0x80:
+            keys.append(_SINGLE.get(byte) or byte.decode("latin-1"))
+            i += 1
+            continue
+        # UTF-8 text (a message being typed): one key per character
+        width = 2 if data[i] >= 0xC0 else 1
+        width = 3 if data[i] >= 0xE0 else width
+        width = 4 if data[i] >= 0xF0 else width
+        try:
+            keys.append(data[i:i + width].decode("utf-8"))
+        except UnicodeDecodeError:
+            keys.append(byte.decode("latin-1"))
+            width = 1
+        i += width
     return keys
 
 
@@ -62,6 +82,19 @@ class Action(msgspec.Struct, frozen=True, kw_only=True):
     kind: ActionKind
     job_id: str | None = None
     run_id: str | None = None
+    text: str | None = None  # a message's text (kind "send": to run_id, else to job_id)
+
+
+class Draft(msgspec.Struct, frozen=True, kw_only=True):
+    """A message being typed, and where it goes (a run's inbox, else a job's)."""
+
+    run_id: str | None = None
+    job_id: str | None = None
+    text: str = ""
+
+    @property
+    def target(self) -> str:
+        return f"run {self.run_id}" if self.run_id is not None else f"job {self.job_id}"
 
 
 class UiState(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,6 +108,9 @@ class UiState(msgspec.Struct, frozen=True, kw_only=True):
     timeline: str | None = None  # the run whose timeline is open
     scroll: int = 0  # first timeline line shown
     message: str = ""
+    draft: Draft | None = None  # a message being typed
+    confirm_cancel: str | None = None  # the job whose cancel waits for y/n
+    receipt: Receipt | None = None  # the last message sent, read or not
 
 
 def _keep(ids: tuple[str, ...], old_ids: tuple[str, ...], selected: str | None) -> str | None:
@@ -134,10 +170,52 @@ _MOVES = frozenset({"up", "down", "k", "j", "home", "end", "g", "G", "pageup", "
 _BACK = frozenset({"esc", "backspace", "left", "t", "enter"})
 
 
+def _typing(state: UiState, draft: Draft, key: str) -> tuple[UiState, Action | None]:
+    replace = msgspec.structs.replace
+    if key == "esc":
+        return replace(state, draft=None, message="message dropped"), None
+    if key == "enter":
+        if not draft.text.strip():
+            return replace(state, draft=None, message="nothing to send"), None
+        return replace(state, draft=None, message=f"sending to {draft.target}"), Action(
+            kind="send", run_id=draft.run_id, job_id=None if draft.run_id else draft.job_id, text=draft.text)
+    if key == "backspace":
+        return replace(state, draft=replace(draft, text=draft.text[:-1])), None
+    if len(key) == 1 and key.isprintable() and len(draft.text) < MAX_MESSAGE:
+        return replace(state, draft=replace(draft, text=draft.text + key)), None
+    return state, None  # arrows, tab, control keys: not text
+
+
+def _confirming(state: UiState, job_id: str, key: str) -> tuple[UiState, Action | None]:
+    replace = msgspec.structs.replace
+    if key in ("y", "Y"):
+        return replace(state, confirm_cancel=None, message=""), Action(kind="cancel", job_id=job_id)
+    return replace(state, confirm_cancel=None, message=f"job {job_id} not cancelled"), None
+
+
+def _compose(state: UiState) -> tuple[UiState, Action | None]:
+    replace = msgspec.structs.replace
+    if state.timeline is not None:
+        return replace(state, draft=Draft(run_id=state.timeline), message=""), None
+    if state.pane == "runs":
+        if state.selected_run is None:
+            return replace(state, message="no run selected"), None
+        return replace(state, draft=Draft(run_id=state.selected_run), message=""), None
+    if state.selected_job is None:
+        return replace(state, message="no job selected"), None
+    return replace(state, draft=Draft(job_id=state.selected_job), message=""), None
+
+
 def handle_key(state: UiState, key: str) -> tuple[UiState, Action | None]:
     replace = msgspec.structs.replace
+    if state.draft is not None:
+        return _typing(state, state.draft, key)
+    if state.confirm_cancel is not None:
+        return _confirming(state, state.confirm_cancel, key)
     if key == "q":
         return state, Action(kind="quit")
+    if key == "m":
+        return _compose(state)
     if state.timeline is not None:
         if key in _BACK:
             return replace(state, timeline=None, scroll=0, message=""), None
@@ -158,7 +236,10 @@ def handle_key(state: UiState, key: str) -> tuple[UiState, Action | None]:
         if job_id is None:
             what = "no job selected" if state.pane == "jobs" else "this run has no job"
             return replace(state, message=what), None
-        kind: ActionKind = {"p": "pause", "r": "resume", "c": "cancel"}[key]  # type: ignore[assignment]
+        if key == "c":
+            return replace(state, confirm_cancel=job_id,
+                           message=f"cancel job {job_id} and its live children? y/n"), None
+        kind: ActionKind = {"p": "pause", "r": "resume"}[key]  # type: ignore[assignment]
         return state, Action(kind=kind, job_id=job_id)
     if key in ("enter", "t"):
         run_id = _selected_run(state)

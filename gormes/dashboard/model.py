@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from gormes.events.jobs import STATUSES, TERMINAL, Tokens
+from gormes.events.runs import RunInboxRead
 
 BREAKER_ERROR = "circuit breaker: memory pressure"  # as gormes/actors/jobs/governor.py records it
 STALE_AFTER_S = 20.0  # a heartbeat older than this (default interval 5 s) is not a live worker
@@ -70,12 +71,36 @@ class RunRow(msgspec.Struct, frozen=True, kw_only=True):
     process: str | None = None
 
 
+class GovernorChange(msgspec.Struct, frozen=True, kw_only=True):
+    """A limit change or a breaker trip, as the worker's governor reported it."""
+
+    at: float  # seconds since the epoch
+    limit: int
+    previous: int
+    breaker: bool = False
+    reason: str = ""
+
+
 class GovernorState(msgspec.Struct, frozen=True, kw_only=True):
     """What a worker reported about its governor (None where it reported nothing)."""
 
     limit: int | None = None
+    ceiling: int | None = None
+    cpu: str | None = None  # whose CPU it reads: "process" or "machine"
     cpu_percent: float | None = None
     memory_percent: float | None = None
+    reason: str | None = None  # of its last decision
+    recent: tuple[GovernorChange, ...] = ()  # oldest first
+
+
+class Receipt(msgspec.Struct, frozen=True, kw_only=True):
+    """A message the operator sent from `gormes top`, and whether it was read yet."""
+
+    message_id: str
+    run_id: str | None = None  # sent to this run's inbox (run.send) ...
+    job_id: str | None = None  # ... or to this job's (job.send)
+    read_seq: int | None = None  # the `run.inbox_read` that returned it
+    read: bool = False
 
 
 class WorkerRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -154,14 +179,39 @@ def order_jobs(jobs: Iterable[JobRow]) -> tuple[JobRow, ...]:
     return (*live, *done)
 
 
+def _changes(value: Any) -> tuple[GovernorChange, ...]:
+    try:
+        return tuple(msgspec.convert(value or [], list[GovernorChange]))
+    except msgspec.ValidationError:  # an older or foreign worker's shape: show none
+        return ()
+
+
 def governor_from_info(info: Any) -> GovernorState | None:
     """A worker's `governor` entry in its heartbeat info, if it reports one."""
     if not isinstance(info, dict) or not isinstance(info.get("governor"), dict):
         return None
     g = info["governor"]
     return GovernorState(
-        limit=g.get("limit"), cpu_percent=g.get("cpu_percent"), memory_percent=g.get("memory_percent"),
+        limit=g.get("limit"), ceiling=g.get("ceiling"), cpu=g.get("cpu"),
+        cpu_percent=g.get("cpu_percent"), memory_percent=g.get("memory_percent"),
+        reason=g.get("reason"), recent=_changes(g.get("recent")),
     )
+
+
+def governor_log(workers: Iterable[WorkerRow], limit: int = 5) -> list[tuple[str, GovernorChange]]:
+    """The live workers' recent limit changes and breaker trips, newest first."""
+    changes = [(w.worker_id, c) for w in workers if w.alive and w.governor for c in w.governor.recent]
+    changes.sort(key=lambda wc: (-wc[1].at, wc[0]))
+    return changes[:limit]
+
+
+def receipt_seq(records: Iterable[Any], message_id: str) -> int | None:
+    """The seq of the `run.inbox_read` among a run's events that returned `message_id`."""
+    for record in records:
+        event = record.event
+        if isinstance(event, RunInboxRead) and any(m.id == message_id for m in event.messages):
+            return event.seq
+    return None
 
 
 def worker_row(

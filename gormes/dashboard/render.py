@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gormes.dashboard.keys import UiState
-from gormes.dashboard.model import JobRow, RunRow, Snapshot, WorkerRow
+from gormes.dashboard.model import JobRow, Receipt, RunRow, Snapshot, WorkerRow, governor_log
 from gormes.events.jobs import STATUSES, Tokens
 from gormes.printable import printable
 from gormes.providers import pricing
@@ -32,9 +32,12 @@ STATUS_STYLE = {
     "cancelled": "dim", "running": "bold green", "suspended": "yellow",
 }
 SHORT_STATUS = {"waiting-children": "w-child"}
-KEYS_HELP = "up/down select  tab jobs/runs  p pause  r resume  c cancel  enter timeline  q quit"
-TIMELINE_HELP = "up/down scroll  esc back  q quit"
-FIXED_LINES = 12  # header, titles, table headers, footer: what the job rows must leave room for
+KEYS_HELP = "up/down select  tab jobs/runs  p pause  r resume  c cancel  m message  enter timeline  q quit"
+TIMELINE_HELP = "up/down scroll  m message  esc back  q quit"
+DRAFT_HELP = "enter send  esc drop"
+# header, titles, table headers, footer and its receipt line: what the job rows must leave room for
+FIXED_LINES = 16
+GOVERNOR_ROWS = 5
 
 
 def format_cost(dollars: float | None, *, priced: bool = True) -> str:
@@ -189,7 +192,7 @@ def _worker_cells(w: WorkerRow) -> list[RenderableType]:
     else:
         governor = f"limit {g.limit if g.limit is not None else '?'}"
         if g.cpu_percent is not None:
-            governor += f" cpu {g.cpu_percent:.0f}%"
+            governor += f" cpu {g.cpu_percent:.0f}%" + (f" ({g.cpu})" if g.cpu else "")
         if g.memory_percent is not None:
             governor += f" mem {g.memory_percent:.0f}%"
     return [
@@ -198,18 +201,69 @@ def _worker_cells(w: WorkerRow) -> list[RenderableType]:
     ]
 
 
-def footer(text: str, message: str) -> Text:
-    line = Text(text, style="dim")
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
+
+
+def governor_table(snapshot: Snapshot) -> Table:
+    """The governors' recent limit changes and breaker trips, newest first, and why;
+    with none yet, each live governor's current limit and the reason for it."""
+    table = _table("governor: recent decisions and why")
+    _columns(table, ("when", 7), ("worker", 12), ("limit", 5), ("why", 20))
+    changes = governor_log(snapshot.workers, GOVERNOR_ROWS)
+    for worker_id, c in changes:
+        limit = f"{c.previous} -> {c.limit}" if c.limit != c.previous else str(c.limit)
+        table.add_row(*_texts([_ago(snapshot.taken_at - c.at), worker_id, limit, c.reason]),
+                      style="bold red" if c.breaker else None)
+    if not changes:
+        current = [w for w in snapshot.workers if w.alive and w.governor is not None]
+        for w in current[:GOVERNOR_ROWS]:
+            g = w.governor
+            assert g is not None
+            table.add_row(*_texts(["now", w.worker_id, "?" if g.limit is None else str(g.limit),
+                                   g.reason or "no reason reported (an older worker)"]))
+        if not current:
+            table.add_row(*_texts(["", "(no live governor)", "", ""]))
+    return table
+
+
+def receipt_line(receipt: Receipt) -> str:
+    """`message 01AB… to run 01CD…: read at seq 7` (or not read yet)."""
+    target = f"run {receipt.run_id}" if receipt.run_id is not None else f"job {receipt.job_id}"
+    if not receipt.read:
+        state = "not read yet (it is read before the run's next model turn)"
+    elif receipt.read_seq is not None:
+        state = f"read at seq {receipt.read_seq}"
+    else:
+        state = "read"
+    return f"message {receipt.message_id} to {target}: {state}"
+
+
+def footer(text: str, message: str, ui: UiState | None = None) -> Text:
+    """The keys (or, while a message is typed, the message), the last message sent
+    and its receipt, and the last key's outcome."""
+    if ui is not None and ui.draft is not None:
+        line = Text(f"message to {printable(ui.draft.target)}: ", style="bold")
+        line.append(printable(ui.draft.text))
+        line.append("_", style="blink")
+        line.append(f"  {DRAFT_HELP}", style="dim")
+    else:
+        line = Text(text, style="dim")
     if message:
         line.append("  ")
         line.append(printable(message), style="bold yellow")
+    if ui is not None and ui.receipt is not None:
+        line.append("\n")
+        line.append(printable(receipt_line(ui.receipt)), style="green" if ui.receipt.read else "cyan")
     return line
 
 
 def job_rows_fitting(snapshot: Snapshot, height: int | None) -> int | None:
     if height is None:
         return None
-    used = FIXED_LINES + max(1, len(snapshot.by_queue)) + max(1, len(snapshot.runs)) + max(1, len(snapshot.workers))
+    used = (FIXED_LINES + max(1, len(snapshot.by_queue)) + max(1, len(snapshot.runs))
+            + max(1, len(snapshot.workers)) + GOVERNOR_ROWS)
     return max(3, height - used)
 
 
@@ -223,15 +277,17 @@ def render_dashboard(snapshot: Snapshot, ui: UiState | None = None, *, height: i
         jobs_table(snapshot, focused=ui.pane == "jobs", rows=job_rows_fitting(snapshot, height)),
         runs_table(snapshot, ui),
         workers_table(snapshot),
-        footer(KEYS_HELP, ui.message),
+        governor_table(snapshot),
+        footer(KEYS_HELP, ui.message, ui),
     )
 
 
 def render_timeline(run_id: str, lines: Sequence[str], ui: UiState, *, height: int | None = None) -> RenderableType:
     """A run's timeline (the lines of `gormes runs show`), scrolled to `ui.scroll`."""
-    size = len(lines) if height is None else max(1, height - 3)
+    # the title, the footer and (once a message was sent) its receipt line
+    size = len(lines) if height is None else max(1, height - 3 - (ui.receipt is not None))
     start = min(ui.scroll, max(0, len(lines) - size))
     body = Text("\n".join(map(printable, lines[start:start + size])), no_wrap=True, overflow="ellipsis")
     title = Text(f"run {printable(run_id)}  (lines {start + 1}-{min(len(lines), start + size)} of {len(lines)})",
                  style="bold")
-    return Group(title, body, footer(TIMELINE_HELP, ui.message))
+    return Group(title, body, footer(TIMELINE_HELP, ui.message, ui))

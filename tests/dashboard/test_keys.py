@@ -52,7 +52,7 @@ def test_p_r_c_act_on_the_selected_job():
     state, _ = press(synced(), "down", "down")
     assert press(state, "p")[1] == [Action(kind="pause", job_id=PAUSED)]
     assert press(state, "r")[1] == [Action(kind="resume", job_id=PAUSED)]
-    assert press(state, "c")[1] == [Action(kind="cancel", job_id=PAUSED)]
+    assert press(state, "c", "y")[1] == [Action(kind="cancel", job_id=PAUSED)]
 
 
 def test_in_the_runs_pane_p_acts_on_the_runs_job_and_moves_select_runs():
