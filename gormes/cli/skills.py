@@ -162,7 +162,7 @@ def promote(call: OperatorCall, as_json: bool) -> None:
 
 
 @operation_command(skills, "feedback", spec_named(skills_admin.SPECS, "skills.feedback"),
-                   arguments=("run_id", "skill", "verdict"))
+                   arguments=("run_id", "skill", "verdict"), shown={"skills_dir": SKILLS_DIR})
 @json_option
 def feedback(call: OperatorCall, as_json: bool) -> None:
     """Say how skill SKILL served run RUN_ID (good or bad)."""

@@ -116,6 +116,7 @@ async def _wait_for_database(path) -> None:
     A tail started before the daemon (an audit tail under systemd) is normal: a
     missing file, or one its creator has not yet given the schema, is waited for.
     A file that is not ours is refused (check_file raises)."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
     from gormes.events.sqlite_schema import check_file

@@ -2,6 +2,10 @@
 promoted) only when its evidence holds, and the move is recorded twice: as a
 `skill.promoted` event and in the SKILL.md front matter (body kept byte for byte;
 YAML comments in the front matter are not kept).
+
+Its evidence is the front matter's entries plus the runs recorded as served well
+(`skill.feedback` good, the latest verdict per run); those are written into the
+new front matter, so the file alone still justifies its status.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import yaml
 
-from gormes.events.skills import EvidenceNote, SkillPromoted, skill_stream
+from gormes.events.base import Recorded
+from gormes.events.runs import run_stream
+from gormes.events.skills import EvidenceNote, SkillFeedback, SkillPromoted, skill_stream
 from gormes.skillbook.errors import PromotionRefused, UnknownSkill
 from gormes.skillbook.loader import load_skills
-from gormes.skillbook.model import LADDER, FrontMatter, Skill
+from gormes.skillbook.model import LADDER, Evidence, FrontMatter, Skill
 from gormes.skillbook.validator import check, status_problem
 
 if TYPE_CHECKING:
@@ -79,6 +85,35 @@ def render_skill(meta: FrontMatter, body: str) -> str:
     return f"---\n{front}---\n{body}"
 
 
+def feedback_evidence(skill: Skill, records: Sequence[Recorded]) -> list[Evidence]:
+    """The runs a person said the skill served well (`gormes skills feedback RUN
+    SKILL good`), as evidence entries of type `run`: one per run, its latest
+    verdict counting (a later `bad` takes a `good` back), skipping runs the front
+    matter already cites."""
+    latest: dict[str, tuple[SkillFeedback, float]] = {}
+    for record in records:
+        if isinstance(record.event, SkillFeedback) and record.event.skill == skill.name:
+            latest[record.event.run_id] = (record.event, record.recorded_at)
+    cited = {e.ref.strip() for e in skill.meta.evidence}
+    found = []
+    for run_id, (event, at) in latest.items():
+        if event.verdict != "good" or cited & {run_id, run_stream(run_id)}:
+            continue
+        day = datetime.datetime.fromtimestamp(at, tz=datetime.timezone.utc).date()
+        note = "feedback good" + (f": {event.note}" if event.note else "")
+        found.append(Evidence(date=day, type="run", ref=run_id, note=note))
+    return found
+
+
+def with_feedback(skill: Skill, records: Sequence[Recorded]) -> Skill:
+    """`skill` with its recorded good feedback added to its front matter's evidence."""
+    extra = feedback_evidence(skill, records)
+    if not extra:
+        return skill
+    meta = msgspec.structs.replace(skill.meta, evidence=[*skill.meta.evidence, *extra])
+    return msgspec.structs.replace(skill, meta=meta)
+
+
 def evidence_notes(meta: FrontMatter) -> tuple[EvidenceNote, ...]:
     return tuple(
         EvidenceNote(date=e.date.isoformat(), type=e.type, ref=e.ref, note=e.note) for e in meta.evidence
@@ -102,6 +137,7 @@ async def promote(root: Path, name: str, store: EventStore, today: datetime.date
     mine = [i for i in report.errors if i.file == skill.file and i.rule != "status"]
     if mine:
         raise PromotionRefused(f"{name} cannot be promoted while it fails its checks: {mine[0].line()}")
+    skill = with_feedback(skill, await store.read_stream(skill_stream(name)))
     plan = plan_promotion(skill, loaded.skills, today)
     staged = _stage(skill.path, plan.text)
     try:

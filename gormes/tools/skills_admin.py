@@ -23,8 +23,8 @@ import msgspec
 import trio
 
 from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec, OperationUnavailable
-from gormes.skillbook import skills_dir
-from gormes.skillbook.errors import SkillsError
+from gormes.skillbook import operator_skills_dir, skills_dir
+from gormes.skillbook.errors import SkillsError, UnknownSkill
 from gormes.skillbook.loader import load_skills
 from gormes.skillbook.model import Skill
 from gormes.skillbook.promotion import PromotionResult, promote
@@ -51,6 +51,7 @@ class FeedbackInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     skill: Name
     verdict: Literal["good", "bad"]
     note: Annotated[str, msgspec.Meta(description="What went well or badly.")] = ""
+    skills_dir: SkillsDir | None = None
 
 
 class FeedbackRecorded(msgspec.Struct, kw_only=True):
@@ -102,7 +103,20 @@ async def skills_promote(ctx: OperationContext, value: PromoteInput) -> Promotio
     return await promote(root, value.name, _store(ctx), today)
 
 
+def require_skill(root: Path, name: str) -> None:
+    """Refuse a name no SKILL.md under `root` carries (a folder of that name whose
+    SKILL.md does not load still counts: its feedback is about that skill)."""
+    loaded = load_skills(root)
+    if any(s.name == name for s in loaded.skills) or any(Path(i.file).parent.name == name for i in loaded.issues):
+        return
+    raise UnknownSkill(f"no skill named {name!r} in {root}")
+
+
 async def skills_feedback(ctx: OperationContext, value: FeedbackInput) -> FeedbackRecorded:
+    root = _root(ctx, value.skills_dir)
+    # The skills `gormes skills list` shows: with no skills/ here, the shipped ones.
+    root = root if root.is_dir() else operator_skills_dir(value.skills_dir)
+    await trio.to_thread.run_sync(require_skill, root, value.skill)
     position = await record_feedback(_store(ctx), value.run_id, value.skill, value.verdict, value.note)
     return FeedbackRecorded(run_id=value.run_id, skill=value.skill, verdict=value.verdict, position=position)
 
