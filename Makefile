@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	rm -rf .demo
-	$(BIN)/gormes --db .demo/gormes.db demo
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/gormes --db .demo/gormes.db demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -12,7 +12,11 @@
    job ledger is printed.
 5. A coordinator agent (scripted model, real tools) spawns two subagents; an
    operator message steers one mid-run; the run tree prints with tokens.
-6. The whole run is replayed from the log, children included: exact.
+6. A user's own code (examples/trip.py: an operation and a run handler, loaded
+   as `--import` loads it) runs, with a tool of the reference MCP server
+   `mcp-server-time` when it is installed (gormes/demo_tools.py).
+7. Both runs are replayed from the log, children included: exact, and no MCP
+   server is started.
 
 Everything lands in the database given (the SQLite file `make demo` makes, or a
 PostgreSQL URL), which must hold no events yet (one that does is refused in one
@@ -36,6 +40,7 @@ from gormes.actors.actor import Behavior
 from gormes.actors.runtime import ask
 from gormes.demo_jobs import drain_demo_jobs
 from gormes.demo_runs import replay_agent_demo, run_agent_demo
+from gormes.demo_tools import replay_tools_demo, run_tools_demo
 from gormes.errors import UserError
 from gormes.events.base import Event, UnknownEvent
 from gormes.events.catalog import load_all
@@ -168,11 +173,19 @@ async def main(db: str | Path, console: Console | None = None) -> None:
         console.print()
         console.print("[bold]5.[/] an agent run: a coordinator and two subagents using real tools:")
         run_id = await run_agent_demo(store, console)
+        console.print()
+        console.print("[bold]6.[/] your own code: a user's operation and run handler, and an MCP server's tool:")
+        trip_id = await run_tools_demo(store, console)
         head = await store.head()
     console.print()
-    console.print("[bold]6.[/] the agent run replayed from the log, children included:")
+    console.print("[bold]7.[/] the runs replayed from the log, children included:")
     await replay_agent_demo(db, run_id, console)
+    if trip_id is not None:
+        await replay_tools_demo(db, trip_id, console)
     console.print(f"\n{head} events in {shown}. Look around:")
-    for command in ("events --type 'job.*'", "jobs list", f"runs show {run_id} --tree",
-                    f"replay {run_id}", "projections rebuild --check"):
+    commands = ["events --type 'job.*'", "jobs list", f"runs show {run_id} --tree", f"replay {run_id}"]
+    if trip_id is not None:
+        commands.append(f"replay {trip_id} --import examples/trip.py")
+    commands.append("projections rebuild --check")
+    for command in commands:
         console.print(f"  .venv/bin/gormes --db {shlex.quote(shown)} {command}", soft_wrap=True)

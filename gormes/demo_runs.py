@@ -23,7 +23,7 @@ from gormes.actors.runs.timeline import format_view, run_view
 from gormes.events.runs import RunChildSpawned, RunToolCalled, run_stream
 from gormes.events.store import EventStore
 from gormes.ops.executor import Executor
-from gormes.tools.builtin import default_registry
+from gormes.tools.builtin import builtin_registry
 
 PROMPT = "Role: coordinator. Summarize how gormes records and explains its design."
 STEER = "Operator: also note how the version cache stays correct (data_version)."
@@ -57,7 +57,7 @@ async def _steer_scout_mid_run(store: EventStore, runs, parent_id: str) -> str:
 
 async def run_agent_demo(store: EventStore, console: Console) -> str:
     workspace = demo_workspace()
-    executor = Executor(default_registry(), store, workspace=workspace)
+    executor = Executor(builtin_registry(), store, workspace=workspace)
     async with RunManager.open(store, executor=executor) as runs:
         handle = await runs.start("agent", {"prompt": PROMPT}, model=demo_model())
         with trio.fail_after(30):
@@ -73,7 +73,7 @@ async def run_agent_demo(store: EventStore, console: Console) -> str:
 async def replay_agent_demo(db: Path, run_id: str, console: Console) -> None:
     """Rerun the recorded run, children included, with no side effects."""
     with DatabaseRuns(db) as source:
-        report = await replay(source, run_id, registry=default_registry())
+        report = await replay(source, run_id, registry=builtin_registry())
     runs = sum(1 for _ in report.walk())
     if report.tree_exact:
         console.print(f"  exact: {report.total_events} events reproduced across {runs} runs (no model call, no tool call, nothing written)")

@@ -4,14 +4,21 @@ a fresh PostgreSQL schema."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# As `make demo` runs it: from the checkout (its examples/), the venv's bin on PATH
+# (the reference MCP server mcp-server-time, a dev dependency, is there).
+ENV = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 
 
 def gormes(db, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gormes", "--db", str(db), *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=ENV,
     )
 
 
@@ -56,9 +63,13 @@ def check_demo(db) -> str:
     flaky = next(j for j in jobs if j["name"] == "flaky")
     assert flaky["attempts_made"] == 2
 
-    runs = json.loads(gormes(db, "runs", "list", "--json").stdout)
-    assert len(runs) == 3 and {r["status"] for r in runs} == {"completed"}
-    root = next(r for r in runs if r["parent_run_id"] is None)
+    all_runs = json.loads(gormes(db, "runs", "list", "--json").stdout)
+    assert len(all_runs) == 5 and {r["status"] for r in all_runs} == {"completed"}
+    # step 6: the user's run handler from examples/trip.py, with its scout subagent
+    trip = next(r for r in all_runs if r["handler"] == "trip")
+    assert [r["depth"] for r in all_runs if r["parent_run_id"] == trip["run_id"]] == [1]
+    root = next(r for r in all_runs if r["parent_run_id"] is None and r["handler"] == "agent")
+    runs = [r for r in all_runs if r is root or r["parent_run_id"] == root["run_id"]]
     assert sorted(r["depth"] for r in runs) == [0, 1, 1]
     assert root["tokens_input"] > sum(r["tokens_input"] for r in runs if r is not root)
     steered = [
@@ -67,7 +78,8 @@ def check_demo(db) -> str:
     ]
     assert len(steered) == 1  # the operator's message reached the scout mid-run
     tools = {e["data"]["operation"] for e in events_of(db, "run.tool_called")}
-    assert tools == {"fs.list", "fs.read", "fs.grep"}
+    # the built-ins, the user's operation, and the reference MCP server's tool
+    assert tools == {"fs.list", "fs.read", "fs.grep", "units.convert", "mcp.time.get_current_time"}
     assert all(e["data"]["outcome"] == "ok" for e in events_of(db, "run.tool_called"))
 
     assert "exact: " in out  # the demo replayed the run tree itself
@@ -75,6 +87,10 @@ def check_demo(db) -> str:
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     report = json.loads(replayed.stdout)
     assert report["exact"] is True and len(report["children"]) == 2
+
+    mine = gormes(db, "replay", trip["run_id"], "--import", "examples/trip.py", "--json")
+    assert mine.returncode == 0, mine.stdout + mine.stderr
+    assert json.loads(mine.stdout)["exact"] is True
 
     check = gormes(db, "projections", "rebuild", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
