@@ -1,0 +1,108 @@
+"""Sending spans over OTLP/HTTP with the OpenTelemetry SDK's own exporter.
+
+Off unless configured: `configured()` is true when `OTEL_EXPORTER_OTLP_ENDPOINT`
+or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and `OTEL_TRACES_EXPORTER` is not
+"none"), or an endpoint is given. The SDK's exporter reads the endpoint, headers
+(`OTEL_EXPORTER_OTLP_HEADERS`, `..._TRACES_HEADERS`), timeout and compression
+from the environment itself; `Resource.create()` reads `OTEL_SERVICE_NAME` and
+`OTEL_RESOURCE_ATTRIBUTES`, and the service is "gormes" when neither names one.
+
+The SDK is imported here only, and this module only by the commands that export
+(`gormes trace`, the daemon's trace follower), so `gormes --help` never loads it.
+Exporting blocks (HTTP, with the SDK's retries): call `export` from a thread.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import Event as SdkEvent
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+
+from gormes.telemetry.spans import Span
+
+_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_KINDS = {"internal": trace_api.SpanKind.INTERNAL, "client": trace_api.SpanKind.CLIENT}
+_STATUS = {"unset": StatusCode.UNSET, "ok": StatusCode.OK, "error": StatusCode.ERROR}
+_SCOPE = InstrumentationScope("gormes.telemetry")
+
+
+def configured(endpoint: str | None = None, env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    if endpoint:
+        return True
+    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return False
+    return any(env.get(name) for name in _ENDPOINT_VARIABLES)
+
+
+def endpoint_shown(endpoint: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """Where spans go, for people (as the SDK resolves it)."""
+    env = os.environ if env is None else env
+    if endpoint:
+        return endpoint
+    if env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
+    return base.rstrip("/") + "/v1/traces"
+
+
+def resource() -> Resource:
+    found = Resource.create()
+    if str(found.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        found = found.merge(Resource({SERVICE_NAME: "gormes"}))
+    return found
+
+
+def readable(spans: Sequence[Span], where: Resource | None = None) -> list[ReadableSpan]:
+    """The SDK's spans for ours: the same ids, times, attributes and status."""
+    where = where or resource()
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    out = []
+    for span in spans:
+        trace = int(span.trace_id, 16)
+        context = SpanContext(trace, int(span.span_id, 16), is_remote=False, trace_flags=flags)
+        parent = (
+            SpanContext(trace, int(span.parent_span_id, 16), is_remote=False, trace_flags=flags)
+            if span.parent_span_id else None
+        )
+        out.append(ReadableSpan(
+            name=span.name, context=context, parent=parent, resource=where,
+            attributes=_attributes(span.attributes),
+            events=[SdkEvent(e.name, _attributes(e.attributes), timestamp=e.time_ns) for e in span.events],
+            kind=_KINDS[span.kind],
+            status=Status(_STATUS[span.status], span.status_message or None)
+            if span.status == "error" else Status(_STATUS[span.status]),
+            start_time=span.start_ns, end_time=span.end_ns, instrumentation_scope=_SCOPE,
+        ))
+    return out
+
+
+def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+class SpanSender:
+    """One OTLP/HTTP exporter; `send` blocks until the collector answered."""
+
+    def __init__(self, endpoint: str | None = None) -> None:
+        self.endpoint = endpoint_shown(endpoint)
+        self._exporter = OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()
+        self._resource = resource()
+
+    def send(self, spans: Sequence[Span]) -> bool:
+        """True when the collector took them (an empty list is taken)."""
+        if not spans:
+            return True
+        return self._exporter.export(readable(spans, self._resource)) is SpanExportResult.SUCCESS
+
+    def close(self) -> None:
+        self._exporter.shutdown()
