@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "cron": ("gormes.cli.cron", "cron", "Add, list, pause, resume and remove cron schedules."),
     "run": ("gormes.cli.run_operations", "run", "Start an agent run (or any run handler) and wait for its outcome."),
     "runs": ("gormes.cli.runs", "runs", "List recorded runs; show one as a timeline and a tree."),
+    "trace": ("gormes.cli.trace", "trace", "Export a recorded run as OpenTelemetry spans over OTLP/HTTP (after the fact)."),
     "replay": ("gormes.cli.replay", "replay", "Replay a recorded run exactly (no side effects); name the first divergence."),
     "fork": ("gormes.cli.fork", "fork", "Copy a run up to a position into a new run and continue it live."),
     "ops": ("gormes.cli.ops", "ops", "List operations, print the tool schemas a trust class gets, call one as the operator."),
