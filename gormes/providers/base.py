@@ -123,25 +123,29 @@ def _tool_json(tool: ToolSpec) -> bytes:
     return data
 
 
-_tools_json_cache: dict[int, tuple[tuple[ToolSpec, ...], bytes]] = {}
-_TOOLS_JSON_CACHE_MAX = 256  # tuples (a few live runs' worth): each holds ~10 KB of JSON
+_tools_json_cache: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], bytes]] = {}
+_TOOLS_JSON_CACHE_MAX = 256  # distinct lists of tools (not runs): each holds ~10 KB of JSON
 
 
 def tools_json(tools: tuple[ToolSpec, ...]) -> bytes:
-    """`msgspec.json.encode(tools, order="sorted")`, each ToolSpec encoded once (and
-    each tuple of them joined once: an agent sends the same tuple every turn)."""
+    """`msgspec.json.encode(tools, order="sorted")`, each ToolSpec encoded once, and
+    each list of them joined once. Kept by the ToolSpec objects the tuple holds, not
+    by the tuple: an agent sends the same tools every turn, and every run with the
+    same trust and allowlist offers the same ToolSpec objects in a tuple of its own
+    (the agent loop adds its spawn tool), so ten thousand runs share one entry. The
+    entry keeps its ToolSpecs alive, so their ids cannot be reused while it is kept."""
     if not tools:
         return b"[]"
-    hit = _tools_json_cache.get(id(tools))
-    if hit is not None and hit[0] is tools:
+    key = tuple([id(t) for t in tools])
+    hit = _tools_json_cache.get(key)
+    if hit is not None:
         return hit[1]
-    data = b"[" + b",".join([
-        _tool_json(t) if type(t) is ToolSpec else _sorted.encode(t) for t in tools
-    ]) + b"]"
-    if type(tools) is tuple and all(type(t) is ToolSpec for t in tools):
-        if len(_tools_json_cache) >= _TOOLS_JSON_CACHE_MAX:
-            _tools_json_cache.clear()
-        _tools_json_cache[id(tools)] = (tools, data)
+    if type(tools) is not tuple or not all([type(t) is ToolSpec for t in tools]):
+        return _sorted.encode(tools)
+    data = b"[" + b",".join([_tool_json(t) for t in tools]) + b"]"
+    if len(_tools_json_cache) >= _TOOLS_JSON_CACHE_MAX:
+        _tools_json_cache.clear()
+    _tools_json_cache[key] = (tools, data)
     return data
 
 

@@ -26,6 +26,7 @@ import msgspec
 import trio
 
 from gormes.actors.jobs.session import new_id
+from gormes.actors.runs import collector
 from gormes.actors.runs.actor import RUN, RunNotFound, SendMessage
 from gormes.actors.runs.context import (
     DEFAULT_MAX_DEPTH,
@@ -306,6 +307,9 @@ class RunManager:
         started = run.started_event(handler_version(fn), external_tools=self.external_tools(run))
         await self.store.append(run_stream(run.run_id), [started], expected_version=NO_STREAM)
         task_status.started()
+        # The start's bookkeeping (its nursery, cancel scope, status) is not kept alive by
+        # this frame for the run's life: ten thousand runs' worth the collector walks.
+        del task_status
         await self.drive(run, ctx, ctx, fn)
 
     def external_tools(self, run: LiveRun) -> tuple[RecordedTool, ...]:
@@ -341,6 +345,7 @@ class RunManager:
         made with the matching `next_seq`, see `attach`).
         """
         self.live[run.run_id] = run
+        collector.run_started()
         status: str | None = None
         result: Any = None
         error: str | None = None
@@ -375,6 +380,7 @@ class RunManager:
             raise
         finally:
             self.live.pop(run.run_id, None)
+            collector.run_ended()
         if status is None:
             if run.cancel_reason is not None:
                 status, error = "cancelled", run.cancel_reason

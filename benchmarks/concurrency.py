@@ -1,0 +1,238 @@
+"""Ten thousand agents in one process: recorded steps/s as the number of concurrent runs grows.
+
+    .venv/bin/python benchmarks/concurrency.py           # one JSON line on stdout
+    .venv/bin/python benchmarks/concurrency.py --quick   # a smoke test (small N)
+
+Each case is N concurrent runs of the built-in agent loop on the scripted
+provider (a script of replies, not a model): 5 model turns that ask for a tool
+(`time.now`, through the real ops executor with its audit) and a final turn, so
+11 recorded steps per run (model turns + tool calls; the agent's inbox reads
+are recorded too and not counted), every event appended durably
+(synchronous=FULL) before the agent sees it. All N runs are started at once.
+N in 100, 1,000, 4,000 and 10,000 with no model delay, and 10,000 with 1 s
+turns (the script's `delay_ms`): there the ideal wall is 6 s (6 turns, every
+run waiting at once), and `wall_vs_ideal` says how far from it the runs were.
+
+Each case runs in a process of its own (`--case N DELAY_MS`), so that its peak
+RSS (`ru_maxrss`) is its own. At the end of every case a sample of its runs
+(spread evenly over the N) is replayed from the database and must replay
+exactly; the case fails otherwise.
+
+The job path (`--jobs N`, and a case of the full run): N `agent` jobs, each the
+same run, submitted to a fresh database, then one `gormes worker --concurrency
+N` process drains them, with 1 s turns. The figures are the wall from the
+worker's start until every job is completed, the recorded steps/s, and the
+stalls: `job.stalled` events recorded while the worker was alive (a lease the
+worker did not renew in time); the target is none.
+
+Keys: `cases` (one object per case: runs, delay_ms, steps, steps_per_s, wall_s,
+ideal_s, wall_vs_ideal, rss_mb, replayed, replayed_exactly), `ratio_10k_vs_100`
+(steps/s at 10,000 runs over steps/s at 100, no delay; target >= 0.9),
+`wall_vs_ideal_1s` (target <= 1.5), `rss_mb_10k` (the larger of the two
+10,000-run cases; target < 1024), `jobs` (the job path case) and `targets_met`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks._common import progress, report, scratch_dir  # noqa: E402
+
+TOOL_TURNS = 5
+STEPS_PER_RUN = TOOL_TURNS * 2 + 1
+TURN_DELAY_MS = 1000
+SAMPLE = 20  # runs replayed at the end of each case
+
+FULL_CASES = [(100, 0), (1_000, 0), (4_000, 0), (10_000, 0), (10_000, TURN_DELAY_MS)]
+QUICK_CASES = [(20, 0), (50, 0), (50, 50)]
+FULL_JOBS, QUICK_JOBS = 10_000, 30
+
+
+def script(delay_ms: int) -> dict[str, Any]:
+    turn = {"tool_calls": [{"name": "time.now", "arguments": {}}], "delay_ms": delay_ms}
+    return {"model": "scripted", "agents": [{"replies": [turn] * TOOL_TURNS + [{"text": "done", "delay_ms": delay_ms}]}]}
+
+
+def write_script(path: Path, delay_ms: int) -> str:
+    path.write_text(json.dumps(script(delay_ms)))
+    return f"scripted:{path}"
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
+def count_steps(db: Path) -> int:
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        (n,) = conn.execute(
+            "SELECT count(*) FROM events WHERE type IN ('run.llm_turn', 'run.tool_called')"
+        ).fetchone()
+    finally:
+        conn.close()
+    return int(n)
+
+
+def sample_of(ids: list[str], k: int) -> list[str]:
+    if len(ids) <= k:
+        return list(ids)
+    step = len(ids) / k
+    return [ids[int(i * step)] for i in range(k)]
+
+
+async def replay_sample(db: Path, run_ids: list[str]) -> int:
+    """How many of `run_ids` replay exactly (tree_exact) from `db`."""
+    from gormes.actors.runs.recorded import DatabaseRuns
+    from gormes.actors.runs.replay import replay
+    from gormes.tools.builtin import default_registry
+
+    registry = default_registry()
+    exact = 0
+    with DatabaseRuns(db) as source:
+        for run_id in run_ids:
+            result = await replay(source, run_id, registry=registry)
+            if result.tree_exact:
+                exact += 1
+            else:
+                progress(f"run {run_id} did not replay exactly: {result.first_divergence}")
+    return exact
+
+
+# -- one case, in its own process ------------------------------------------------------
+
+
+async def runs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
+    from gormes.actors.runs.manager import RunManager
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.ops.executor import Executor
+    from gormes.tools.builtin import default_registry
+
+    model = write_script(tmp / "script.json", delay_ms)
+    db = tmp / "runs.db"
+    outcomes: list[Any] = []
+    async with SQLiteEventStore.open(db) as store:
+        executor = Executor(default_registry(), store)
+        async with RunManager.open(store, executor=executor) as runs:
+
+            async def one(i: int) -> None:
+                outcomes.append(await runs.run("agent", {"prompt": f"run {i}"}, model=model,
+                                               max_iterations=TOOL_TURNS + 1))
+
+            started = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for i in range(n):
+                    nursery.start_soon(one, i)
+            wall = time.perf_counter() - started
+    rss = rss_mb()
+    failed = [o for o in outcomes if o.status != "completed"]
+    if failed:
+        raise SystemExit(f"{len(failed)} of {n} runs did not complete: {failed[0]}")
+    steps = count_steps(db)
+    if steps != n * STEPS_PER_RUN:
+        raise SystemExit(f"{steps} steps recorded, expected {n * STEPS_PER_RUN}")
+    sample = sample_of(sorted(o.run_id for o in outcomes), SAMPLE)
+    exact = await replay_sample(db, sample)
+    ideal = (TOOL_TURNS + 1) * delay_ms / 1000 if delay_ms else None
+    return {
+        "runs": n, "delay_ms": delay_ms, "steps": steps, "steps_per_s": round(steps / wall),
+        "wall_s": round(wall, 2), "ideal_s": ideal,
+        "wall_vs_ideal": round(wall / ideal, 3) if ideal else None,
+        "rss_mb": round(rss, 1), "replayed": len(sample), "replayed_exactly": exact,
+    }
+
+
+def run_case(n: int, delay_ms: int) -> dict[str, Any]:
+    """One case in a fresh process (its own peak RSS)."""
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--case", str(n), str(delay_ms)],
+        check=True, stdout=subprocess.PIPE, text=True, env=os.environ,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def case_main(n: int, delay_ms: int) -> None:
+    from gormes.events.catalog import load_all
+
+    load_all()
+    with scratch_dir() as tmp:
+        report(trio.run(runs_case, tmp, n, delay_ms))
+
+
+# -- the whole benchmark ---------------------------------------------------------------
+
+
+def summary(cases: list[dict[str, Any]], jobs: dict[str, Any] | None) -> dict[str, Any]:
+    by = {(c["runs"], c["delay_ms"]): c for c in cases}
+    no_delay = [c for c in cases if c["delay_ms"] == 0]
+    smallest, largest = min(no_delay, key=lambda c: c["runs"]), max(no_delay, key=lambda c: c["runs"])
+    delayed = [c for c in cases if c["delay_ms"]]
+    slow = max(delayed, key=lambda c: c["runs"]) if delayed else None
+    biggest = max(c["runs"] for c in cases)
+    ratio = round(largest["steps_per_s"] / smallest["steps_per_s"], 3)
+    rss = max(c["rss_mb"] for c in cases if c["runs"] == biggest)
+    replay_ok = all(c["replayed_exactly"] == c["replayed"] for c in cases)
+    wall_vs_ideal = slow["wall_vs_ideal"] if slow else None
+    met = {
+        "ratio": ratio >= 0.9,
+        "wall_vs_ideal": wall_vs_ideal is not None and wall_vs_ideal <= 1.5,
+        "rss": rss < 1024,
+        "replay": replay_ok,
+    }
+    if jobs is not None:
+        met["jobs_no_stall"] = jobs["stalled_while_alive"] == 0
+    del by
+    return {
+        "cases": cases,
+        "ratio_10k_vs_100": ratio,
+        "ratio_of": [largest["runs"], smallest["runs"]],
+        "wall_vs_ideal_1s": wall_vs_ideal,
+        "rss_mb_10k": rss,
+        "replayed_exactly": replay_ok,
+        "jobs": jobs,
+        "targets_met": met,
+    }
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--case"]:
+        case_main(int(argv[1]), int(argv[2]))
+        return
+    if argv[:1] == ["--jobs"]:
+        from benchmarks.concurrency_jobs import jobs_main
+
+        jobs_main(int(argv[1]), int(argv[2]) if len(argv) > 2 else TURN_DELAY_MS)
+        return
+    quick = "--quick" in argv
+    no_jobs = "--no-jobs" in argv
+    cases = []
+    for n, delay in QUICK_CASES if quick else FULL_CASES:
+        progress(f"concurrency: {n} runs, {delay} ms turns")
+        cases.append(run_case(n, delay))
+        progress(f"  {cases[-1]}")
+    jobs = None
+    if not no_jobs:
+        from benchmarks.concurrency_jobs import run_jobs_case
+
+        n_jobs = QUICK_JOBS if quick else FULL_JOBS
+        progress(f"concurrency: {n_jobs} agent jobs on one worker")
+        jobs = run_jobs_case(n_jobs, 50 if quick else TURN_DELAY_MS)
+        progress(f"  {jobs}")
+    report(summary(cases, jobs))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
