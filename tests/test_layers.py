@@ -51,7 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tools",),
     ("actors.agent_jobs",),
     ("health", "doctor", "audit_export", "audit_taxonomy", "migrate", "dashboard",
-     "demo", "demo_jobs", "demo_runs", "telemetry"),
+     "demo", "demo_jobs", "demo_runs", "demo_tools", "telemetry"),
     ("daemon", "mcp_server"),
     ("cli", "__main__", ""),  # "" is gormes/__init__.py, the public face
 )

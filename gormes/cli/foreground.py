@@ -79,12 +79,13 @@ async def foreground_runs(
     from gormes.ops.executor import Executor
     from gormes.providers import open_provider
     from gormes.tools.run_admin import RunStarter
-    from gormes.tools.sources import operation_registry
+    from gormes.tools.sources import operation_registry, read_mcp_config
 
     def providers(spec: str) -> Any:
         return open_provider(spec, timeout=model_timeout)
 
-    async with open_store(target) as store, operation_registry(store, mcp_config, warn=warn) as registry:
+    servers = read_mcp_config(mcp_config)  # a bad file is refused before the database is opened
+    async with open_store(target) as store, operation_registry(store, servers, warn=warn) as registry:
         queue = await JobQueue.open(store)
         executor = Executor(registry, store, workspace=Path(workspace) if workspace else None, jobs=queue)
         async with RunManager.open(store, executor=executor, providers=providers) as runs:

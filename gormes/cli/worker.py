@@ -69,6 +69,11 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
 
     # Load handler modules before touching the database: a bad module changes nothing.
     load_imports(imports)
+    if mcp_config is not None:  # nor does a bad MCP configuration
+        # Lazy for start-up time: loaded only with --mcp-config.
+        from gormes.tools.sources import read_mcp_config
+
+        read_mcp_config(mcp_config)
     floor = min_concurrency or 1
     if floor > concurrency:
         raise UserError(f"--min-concurrency {floor} is above --concurrency {concurrency}")
@@ -151,6 +156,7 @@ async def _mcp_servers(store: Any, mcp_config: str | None, registry: Any) -> Asy
     if mcp_config is None:
         yield
         return
+    # Lazy for start-up time, as the worker's other imports: only with --mcp-config.
     from gormes.actors.agent_jobs.install import install as install_agent_jobs
     from gormes.cli.imports import warn
     from gormes.tools.sources import operation_registry

@@ -24,13 +24,24 @@ from gormes.tools.builtin import default_registry
 
 if TYPE_CHECKING:
     from gormes.events.store import EventStore
+    from gormes.tools.mcp import McpConfig
 
 MCP_CONFIG_ENV = "GORMES_MCP_CONFIG"
 
 
+def read_mcp_config(mcp_config: str | Path | McpConfig | None) -> McpConfig | None:
+    """The configuration file read and checked (a `UserError` line if it is bad):
+    for a command to refuse a bad file before it opens the database."""
+    if mcp_config is None:
+        return None
+    from gormes.tools.mcp import McpConfig, load_config  # ~1 s of imports: see below
+
+    return mcp_config if isinstance(mcp_config, McpConfig) else load_config(mcp_config)
+
+
 @asynccontextmanager
 async def operation_registry(
-    store: EventStore | None, mcp_config: str | Path | None = None, *,
+    store: EventStore | None, mcp_config: str | Path | McpConfig | None = None, *,
     warn: Callable[[str], None] | None = None,
 ) -> AsyncIterator[Registry]:
     """`default_registry()`, plus the configured MCP servers' tools while the block runs."""
