@@ -48,6 +48,10 @@ _EXPORTS: dict[str, str] = {
     # runs: handlers that reach the world only through their context, so replay is exact
     "run_handler": "gormes.actors.runs.context",
     "RunContext": "gormes.actors.runs.context",
+    "ChildRun": "gormes.actors.runs.context",
+    "ChildOutcome": "gormes.actors.runs.context",
+    "ToolCallFailed": "gormes.actors.runs.context",
+    "SpawnRefused": "gormes.actors.runs.context",
     # operations: users' tools, checked, audited and replayed like the built-ins
     "operation": "gormes.ops.declared",
     "OperationContext": "gormes.ops.spec",
@@ -73,7 +77,7 @@ if TYPE_CHECKING:
     from gormes.actors.jobs.context import JobContext
     from gormes.actors.jobs.handlers import UnrecoverableError, job
     from gormes.actors.jobs.queue import JobQueue
-    from gormes.actors.runs.context import RunContext, run_handler
+    from gormes.actors.runs.context import ChildOutcome, ChildRun, RunContext, SpawnRefused, ToolCallFailed, run_handler
     from gormes.errors import ConcurrencyError, GormesError, UserError
     from gormes.events.base import Event, Recorded, UnknownEvent
     from gormes.events.open import open_store
