@@ -384,7 +384,9 @@ class RunHandlerRegistry:
         fn = self._handlers.get(name)
         if fn is None:
             known = ", ".join(self.names()) or "none"
-            raise UnknownRunHandler(f"no run handler named {name!r} (known: {known})")
+            raise UnknownRunHandler(
+                f"no run handler named {name!r} (known: {known}): --import the module or file that declares it"
+            )
         return fn
 
     def names(self) -> list[str]:
