@@ -45,11 +45,15 @@ from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
 from gormes.events.store import EventStore
 from gormes.ops.declared import declared
+from gormes.ops.registry import Registry
+from gormes.ops.spec import OperationSpec
 from gormes.projections import ledger, registry
 from gormes.projections.runner import ProjectionRunner
 from gormes.projections.schema import supports
 from gormes.systemd import Notifier
+from gormes.tools.builtin import default_registry as default_operations
 from gormes.tools.imports import load_imports
+from gormes.tools.sources import operation_registry
 
 log = logging.getLogger("gormes.daemon")
 
@@ -80,12 +84,19 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # cpu_low, memory_high, memory_low, memory_breaker, interval_s (gormes/actors/jobs/governor.py).
     governor_policy: GovernorSettings = GovernorSettings()
     cron: bool = True
+    # External MCP servers whose tools the agent jobs' runs may call (a file as
+    # `--mcp-config` takes: docs/tools.md); started with the daemon, for its life.
+    mcp_config: str | None = None
+    # Each model request's timeout in seconds (None: GORMES_MODEL_TIMEOUT, else 120).
+    model_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 10_000:
             raise InvalidSettings(f"concurrency must be 1..10000, got {self.concurrency}")
         if self.shutdown_grace_ms < 0 or self.lease_ms < 100 or self.status_interval_s <= 0:
             raise InvalidSettings("shutdown_grace_ms >= 0, lease_ms >= 100 and status_interval_s > 0")
+        if self.model_timeout_s is not None and not self.model_timeout_s > 0:
+            raise InvalidSettings(f"model_timeout_s must be > 0 seconds, got {self.model_timeout_s}")
         try:
             self.governor_policy.policy(ceiling=self.concurrency)
         except ValueError as exc:
@@ -107,6 +118,13 @@ def load_settings(path: Path | None, overrides: Mapping[str, Any]) -> DaemonSett
         raise InvalidSettings(f"bad daemon settings: {exc}") from None
 
 
+def apply_model_timeout(settings: DaemonSettings) -> None:
+    """`model_timeout_s`, for every provider this process opens (they read it from
+    GORMES_MODEL_TIMEOUT, gormes/providers/config.py)."""
+    if settings.model_timeout_s is not None:
+        os.environ["GORMES_MODEL_TIMEOUT"] = repr(settings.model_timeout_s)
+
+
 class HandlerLoader:
     """Loads `--import` specs (gormes/tools/imports.py) and loads them again on
     reload; returns the job handlers, the `agent` one installed in each (unless a
@@ -116,17 +134,25 @@ class HandlerLoader:
     def __init__(self) -> None:
         self._builtin = default_registry.copy()
         self._loaded: set[str] = set()
+        # The MCP servers' tools (specs with a `source`), once the daemon started them:
+        # the agent jobs' runs call them beside the built-in and declared operations.
+        self.external: tuple[OperationSpec, ...] = ()
 
     def load(self, specs: tuple[str, ...]) -> HandlerRegistry:
         load_imports(specs, reload=self._loaded)
         self._loaded.update(specs)
+        return self.handlers()
+
+    def handlers(self) -> HandlerRegistry:
+        """The job handlers as the imports left them, with the `agent` one."""
         fresh = self._builtin.copy()
         # `@gormes.job` registers into the default registry; take what is there now.
         for name in default_registry.names():
             handler = default_registry.get(name)
             assert handler is not None
             fresh.register(name, handler)
-        agent_jobs.install(fresh)
+        operations = Registry([*default_operations().list(), *self.external]) if self.external else None
+        agent_jobs.install(fresh, operations)
         return fresh
 
 
@@ -162,7 +188,13 @@ class Daemon:
 
     async def run(self) -> None:
         with trio.open_signal_receiver(*STOP_SIGNALS, signal.SIGHUP) as signals:
-            async with open_store(self.db) as store:
+            async with (
+                open_store(self.db) as store,
+                operation_registry(store, self.settings.mcp_config, warn=log.warning) as operations,
+            ):
+                if self.settings.mcp_config is not None:
+                    self.loader.external = tuple(op for op in operations.list() if op.source is not None)
+                    self.handlers = self.loader.handlers()
                 self.queue = queue = await JobQueue.open(store)
                 runners = await self._caught_up_runners(store)
                 async with trio.open_nursery() as nursery:
@@ -283,6 +315,10 @@ class Daemon:
             log.error("reload failed, still running as before: %s", exc)
             self.notifier.ready(f"reload failed: {exc}")
             return
+        if settings.mcp_config != self.settings.mcp_config:
+            log.warning("mcp_config changed: the MCP servers are started once, with the daemon; "
+                        "restart it to use %s", settings.mcp_config)
+        apply_model_timeout(settings)
         old = self.worker
         self.settings, self.handlers = settings, handlers
         await self._start_worker(nursery)

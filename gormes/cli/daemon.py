@@ -9,11 +9,11 @@ from typing import Any
 
 import click
 
-from gormes.cli.imports import import_option
+from gormes.cli.imports import import_option, mcp_config_option
 
 # Options whose value, when given, overrides the settings file (SIGHUP re-reads it).
 _OVERRIDABLE = ("queues", "concurrency", "imports", "shutdown_grace_ms", "lease_ms",
-                "status_interval_s", "governor", "cron")
+                "status_interval_s", "governor", "cron", "mcp_config", "model_timeout_s")
 
 
 @click.command()
@@ -22,9 +22,13 @@ _OVERRIDABLE = ("queues", "concurrency", "imports", "shutdown_grace_ms", "lease_
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=10, show_default=True,
               help="Most jobs run at once (the governor may lower it under load).")
 @import_option
+@mcp_config_option
+@click.option("--model-timeout", "model_timeout_s", type=click.FloatRange(min=0, min_open=True),
+              metavar="SECONDS", help="How long one model request of an agent job may take "
+              "(default: env GORMES_MODEL_TIMEOUT, else 120).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              metavar="FILE", help="TOML settings (queues, concurrency, imports, "
-              "shutdown_grace_ms, lease_ms, status_interval_s, governor, cron); SIGHUP "
+              metavar="FILE", help="TOML settings (queues, concurrency, imports, mcp_config, model_timeout_s, "
+              "shutdown_grace_ms, lease_ms, status_interval_s, governor, [governor_policy], cron); SIGHUP "
               "re-reads it. Options given on the command line win.")
 @click.option("--shutdown-grace", "shutdown_grace_ms", type=click.IntRange(min=0), default=10_000,
               show_default=True, metavar="MS",
@@ -51,7 +55,8 @@ def daemon(ctx: click.Context, config_path: Path | None, log_format: str, **opti
     handlers); SIGTERM drains (a second SIGTERM releases in-flight jobs at once).
     """
     # Lazy for start-up time: loaded when the command runs, not for its --help.
-    from gormes.daemon import Daemon, HandlerLoader, load_settings
+    from gormes.daemon import Daemon, HandlerLoader, apply_model_timeout, load_settings
+    from gormes.tools.sources import read_mcp_config
     from gormes.logging_setup import setup_logging
     from gormes.systemd import Notifier
 
@@ -67,6 +72,8 @@ def daemon(ctx: click.Context, config_path: Path | None, log_format: str, **opti
     # Handler modules load before the database is touched: a bad one changes nothing.
     loader = HandlerLoader()
     handlers = loader.load(settings.imports)
+    read_mcp_config(settings.mcp_config)  # so is a bad MCP configuration
+    apply_model_timeout(settings)
     notifier = Notifier.from_environment()
     # A SIGTERM that arrives before trio listens still ends us cleanly.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
