@@ -89,12 +89,16 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     mcp_config: str | None = None
     # Each model request's timeout in seconds (None: GORMES_MODEL_TIMEOUT, else 120).
     model_timeout_s: float | None = None
+    # Retries of a model request that failed retryably (None: GORMES_MODEL_RETRIES, else 3).
+    model_retries: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 10_000:
             raise InvalidSettings(f"concurrency must be 1..10000, got {self.concurrency}")
         if self.shutdown_grace_ms < 0 or self.lease_ms < 100 or self.status_interval_s <= 0:
             raise InvalidSettings("shutdown_grace_ms >= 0, lease_ms >= 100 and status_interval_s > 0")
+        if self.model_retries is not None and self.model_retries < 0:
+            raise InvalidSettings(f"model_retries must be 0 or more, got {self.model_retries}")
         if self.model_timeout_s is not None and not self.model_timeout_s > 0:
             raise InvalidSettings(f"model_timeout_s must be > 0 seconds, got {self.model_timeout_s}")
         try:
@@ -119,10 +123,12 @@ def load_settings(path: Path | None, overrides: Mapping[str, Any]) -> DaemonSett
 
 
 def apply_model_timeout(settings: DaemonSettings) -> None:
-    """`model_timeout_s`, for every provider this process opens (they read it from
-    GORMES_MODEL_TIMEOUT, gormes/providers/config.py)."""
+    """`model_timeout_s` and `model_retries`, for every provider and run this process
+    opens (they read GORMES_MODEL_TIMEOUT and GORMES_MODEL_RETRIES, gormes/providers/config.py)."""
     if settings.model_timeout_s is not None:
         os.environ["GORMES_MODEL_TIMEOUT"] = repr(settings.model_timeout_s)
+    if settings.model_retries is not None:
+        os.environ["GORMES_MODEL_RETRIES"] = str(settings.model_retries)
 
 
 class HandlerLoader:

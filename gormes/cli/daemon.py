@@ -13,7 +13,7 @@ from gormes.cli.imports import import_option, mcp_config_option
 
 # Options whose value, when given, overrides the settings file (SIGHUP re-reads it).
 _OVERRIDABLE = ("queues", "concurrency", "imports", "shutdown_grace_ms", "lease_ms",
-                "status_interval_s", "governor", "cron", "mcp_config", "model_timeout_s")
+                "status_interval_s", "governor", "cron", "mcp_config", "model_timeout_s", "model_retries")
 
 
 @click.command()
@@ -26,8 +26,10 @@ _OVERRIDABLE = ("queues", "concurrency", "imports", "shutdown_grace_ms", "lease_
 @click.option("--model-timeout", "model_timeout_s", type=click.FloatRange(min=0, min_open=True),
               metavar="SECONDS", help="How long one model request of an agent job may take "
               "(default: env GORMES_MODEL_TIMEOUT, else 120).")
+@click.option("--model-retries", "model_retries", type=click.IntRange(min=0), metavar="N",
+              help="Retries of a model request that failed retryably (default: env GORMES_MODEL_RETRIES, else 3).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              metavar="FILE", help="TOML settings (queues, concurrency, imports, mcp_config, model_timeout_s, "
+              metavar="FILE", help="TOML settings (queues, concurrency, imports, mcp_config, model_timeout_s, model_retries, "
               "shutdown_grace_ms, lease_ms, status_interval_s, governor, [governor_policy], cron); SIGHUP "
               "re-reads it. Options given on the command line win.")
 @click.option("--shutdown-grace", "shutdown_grace_ms", type=click.IntRange(min=0), default=10_000,

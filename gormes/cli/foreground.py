@@ -38,18 +38,23 @@ workspace_option = click.option(
 model_timeout_option = click.option(
     "--model-timeout", "model_timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
     help="How long one model request may take (default: env GORMES_MODEL_TIMEOUT, else 120).")
+model_retries_option = click.option(
+    "--model-retries", "model_retries", type=click.IntRange(min=0), metavar="N",
+    help="Retries of a model request that failed retryably, each recorded (default: env "
+    "GORMES_MODEL_RETRIES, else 3).")
 
 
 def drive_runs(target: Any, workspace: str | None, fn: Callable[[OperatorDoor], Awaitable[Any]], *,
-               mcp_config: str | None = None, model_timeout: float | None = None) -> tuple[Any, list[int]]:
+               mcp_config: str | None = None, model_timeout: float | None = None,
+               model_retries: int | None = None) -> tuple[Any, list[int]]:
     """Run `fn(door)` in trio within `foreground_runs`: (its result, the signals received)."""
     import trio
 
     signals: list[int] = []
 
     async def main() -> Any:
-        async with foreground_runs(target, workspace, mcp_config=mcp_config,
-                                   model_timeout=model_timeout) as (door, received):
+        async with foreground_runs(target, workspace, mcp_config=mcp_config, model_timeout=model_timeout,
+                                   model_retries=model_retries) as (door, received):
             result = await fn(door)
             signals.extend(received)
             return result
@@ -60,6 +65,7 @@ def drive_runs(target: Any, workspace: str | None, fn: Callable[[OperatorDoor], 
 @asynccontextmanager
 async def foreground_runs(
     target: Any, workspace: str | None, *, mcp_config: str | None = None, model_timeout: float | None = None,
+    model_retries: int | None = None,
 ) -> AsyncIterator[tuple[OperatorDoor, list[int]]]:
     """(the operator's door, the signals received so far): its run operations start
     runs on a RunManager on the store at `target`; the runs use the built-in
@@ -67,7 +73,8 @@ async def foreground_runs(
     tools of the MCP servers `mcp_config` names (started for the block), with the
     job queue of the store (a job a run submits waits there for a worker); each
     SIGINT or SIGTERM while the block runs cancels them all. `model_timeout`: each
-    model request's timeout in seconds (None: GORMES_MODEL_TIMEOUT, else 120)."""
+    model request's timeout in seconds (None: GORMES_MODEL_TIMEOUT, else 120);
+    `model_retries`: retries of a retryable failure (None: GORMES_MODEL_RETRIES, else 3)."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
@@ -88,7 +95,7 @@ async def foreground_runs(
     async with open_store(target) as store, operation_registry(store, servers, warn=warn) as registry:
         queue = await JobQueue.open(store)
         executor = Executor(registry, store, workspace=Path(workspace) if workspace else None, jobs=queue)
-        async with RunManager.open(store, executor=executor, providers=providers) as runs:
+        async with RunManager.open(store, executor=executor, providers=providers, llm_retries=model_retries) as runs:
             async with cancel_runs_on_signals(runs) as received, trio.open_nursery() as nursery:
                 yield operator_door(store, runs=RunStarter(runs, nursery)), received
 

@@ -21,6 +21,7 @@ from gormes.cli.foreground import (
     exit_code,
     import_option,
     mcp_config_option,
+    model_retries_option,
     model_timeout_option,
     start_and_wait,
     workspace_option,
@@ -59,9 +60,10 @@ FORK = {
 @import_option
 @mcp_config_option
 @model_timeout_option
+@model_retries_option
 @click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
 def fork(call: OperatorCall, settings: tuple[str, ...], workspace: str | None, imports: tuple[str, ...],
-         mcp_config: str | None, model_timeout: float | None, as_json: bool) -> int:
+         mcp_config: str | None, model_timeout: float | None, model_retries: int | None, as_json: bool) -> int:
     """Fork RUN at POSITION: copy its events up to there into a new run and continue it live.
 
     The code is first replayed against RUN up to POSITION; if it no longer
@@ -79,7 +81,7 @@ def fork(call: OperatorCall, settings: tuple[str, ...], workspace: str | None, i
         raise UserError(f"no database at {target}")
 
     forked, signals = drive_runs(target, workspace, lambda door: start_and_wait(door, call.spec.name, value),
-                                 mcp_config=mcp_config, model_timeout=model_timeout)
+                                 mcp_config=mcp_config, model_timeout=model_timeout, model_retries=model_retries)
     outcome = forked.outcome
     if as_json:
         click.echo(msgspec.json.encode(forked).decode())

@@ -27,6 +27,7 @@ from gormes.cli.foreground import (
     exit_code,
     import_option,
     mcp_config_option,
+    model_retries_option,
     model_timeout_option,
     start_and_wait,
     workspace_option,
@@ -54,9 +55,10 @@ RUN = {
 @import_option
 @mcp_config_option
 @model_timeout_option
+@model_retries_option
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def run(call: OperatorCall, prompt: str | None, system: str | None, workspace: str | None,
-        imports: tuple[str, ...], mcp_config: str | None, model_timeout: float | None, as_json: bool) -> None:
+        imports: tuple[str, ...], mcp_config: str | None, model_timeout: float | None, model_retries: int | None, as_json: bool) -> None:
     """Start a run of HANDLER ("agent" for the built-in agent loop, or one that
     --import declares) and wait for it.
 
@@ -74,7 +76,7 @@ def run(call: OperatorCall, prompt: str | None, system: str | None, workspace: s
 
     outcome, signals = drive_runs(
         call.obj.target, workspace, lambda door: start_and_wait(door, call.spec.name, value, started),
-        mcp_config=mcp_config, model_timeout=model_timeout)
+        mcp_config=mcp_config, model_timeout=model_timeout, model_retries=model_retries)
     if as_json:
         emit_json(outcome)
     else:
@@ -105,9 +107,10 @@ def send(call: OperatorCall, as_json: bool) -> None:
 @import_option
 @mcp_config_option
 @model_timeout_option
+@model_retries_option
 @click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
 def resume(call: OperatorCall, workspace: str | None, imports: tuple[str, ...], mcp_config: str | None,
-           model_timeout: float | None, as_json: bool) -> None:
+           model_timeout: float | None, model_retries: int | None, as_json: bool) -> None:
     """Continue RUN, an interrupted run (not a job's: the job resumes those), as a new
     run with `resumed_from`: its recorded steps are replayed, not redone, then it goes live.
 
@@ -122,7 +125,7 @@ def resume(call: OperatorCall, workspace: str | None, imports: tuple[str, ...], 
 
     resumed, signals = drive_runs(
         call.obj.target, workspace, lambda door: start_and_wait(door, call.spec.name, call.value, started),
-        mcp_config=mcp_config, model_timeout=model_timeout)
+        mcp_config=mcp_config, model_timeout=model_timeout, model_retries=model_retries)
     if as_json:
         emit_json(resumed)
     else:

@@ -33,3 +33,22 @@ def model_timeout(name: str, timeout: float | None, env: Mapping[str, str]) -> f
     if timeout is not None:
         return positive_number(name, timeout, "the timeout", DEFAULT_TIMEOUT)
     return positive_number(name, env.get("GORMES_MODEL_TIMEOUT"), "GORMES_MODEL_TIMEOUT", DEFAULT_TIMEOUT)
+
+
+DEFAULT_RETRIES = 3
+
+
+def model_retries(retries: int | None, env: Mapping[str, str]) -> int:
+    """How many times a run retries a model request that failed retryably (each
+    attempt recorded as run.llm_failed): `retries`, else `GORMES_MODEL_RETRIES`, else 3."""
+    source, value = ("the retries", retries) if retries is not None else (
+        "GORMES_MODEL_RETRIES", env.get("GORMES_MODEL_RETRIES"))
+    if value is None or value == "":
+        return DEFAULT_RETRIES
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{source} must be a whole number, not {value!r}") from None
+    if number < 0:
+        raise UserError(f"{source} must be 0 or more, not {value!r}")
+    return number

@@ -15,6 +15,7 @@ never awaited. Each run ends with exactly one terminal event: `run.completed`,
 
 from __future__ import annotations
 
+import os
 import random as _random
 import time
 from collections.abc import AsyncIterator, Callable
@@ -56,6 +57,7 @@ from gormes.events.runs import (
 from gormes.events.store import NO_STREAM, EventStore, Transaction
 from gormes.ops.spec import narrower
 from gormes.providers import open_provider
+from gormes.providers.config import model_retries
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.context import JobContext
@@ -182,7 +184,7 @@ class RunManager:
         random: Callable[[], float] = _random.random,
         ids: Callable[[], str] = new_id,
         max_depth: int = DEFAULT_MAX_DEPTH,
-        llm_retries: int = 3,
+        llm_retries: int | None = None,  # None: GORMES_MODEL_RETRIES, else 3
         llm_backoff_s: float = 0.2,
     ) -> None:
         self.store = store
@@ -192,7 +194,7 @@ class RunManager:
         self.random = random
         self.new_id = ids
         self.max_depth = max_depth
-        self.llm_retries = llm_retries
+        self.llm_retries = model_retries(llm_retries, os.environ)
         self.llm_backoff_s = llm_backoff_s
         self._nursery = nursery
         self._open_provider = providers
