@@ -44,7 +44,7 @@ from gormes.providers.base import (
     Usage,
     parse_tool_arguments,
 )
-from gormes.providers.config import first, model_timeout, positive_number
+from gormes.providers.config import endpoint, model_timeout, positive_number
 from gormes.providers.sdk_errors import translated
 from gormes.providers.sse import EventReader
 from gormes.providers.wire_names import ToolNames, tool_names
@@ -135,15 +135,7 @@ class AnthropicProvider:
         env = os.environ if env is None else env
         self.model = model
         self.name = f"anthropic:{model}"
-        self.base_url = (
-            first(base_url, env.get("GORMES_ANTHROPIC_BASE_URL"), env.get("ANTHROPIC_BASE_URL")) or ANTHROPIC_BASE_URL
-        ).rstrip("/")
-        self.api_key = first(api_key, env.get("GORMES_ANTHROPIC_API_KEY"), env.get("ANTHROPIC_API_KEY"))
-        if not self.api_key and self.base_url == ANTHROPIC_BASE_URL:
-            raise UserError(
-                f"{self.name}: no API key: set GORMES_ANTHROPIC_API_KEY or ANTHROPIC_API_KEY "
-                "(or a base URL for a local server that needs none)"
-            )
+        self.base_url, self.api_key = endpoint(self.name, "ANTHROPIC", base_url, api_key, env, ANTHROPIC_BASE_URL)
         self.stream = stream
         self.timeout = model_timeout(self.name, timeout, env)
         source = "max_tokens" if max_tokens is not None else "GORMES_ANTHROPIC_MAX_TOKENS"

@@ -14,6 +14,22 @@ def first(*values: str | None) -> str | None:
     return next((v for v in values if v), None)
 
 
+def endpoint(name: str, vendor: str, base_url: str | None, api_key: str | None, env: Mapping[str, str],
+             default_url: str) -> tuple[str, str | None]:
+    """(the base URL, the API key): the arguments, else `GORMES_<VENDOR>_BASE_URL` /
+    `GORMES_<VENDOR>_API_KEY`, else `<VENDOR>_BASE_URL` / `<VENDOR>_API_KEY`; the URL
+    defaults to the vendor's own API, which needs a key."""
+    url = (first(base_url, env.get(f"GORMES_{vendor}_BASE_URL"), env.get(f"{vendor}_BASE_URL"))
+           or default_url).rstrip("/")
+    key = first(api_key, env.get(f"GORMES_{vendor}_API_KEY"), env.get(f"{vendor}_API_KEY"))
+    if not key and url == default_url.rstrip("/"):
+        raise UserError(
+            f"{name}: no API key: set GORMES_{vendor}_API_KEY or {vendor}_API_KEY "
+            "(or a base URL for a local server that needs none)"
+        )
+    return url, key
+
+
 def positive_number(name: str, value: float | str | None, source: str, default: float) -> float:
     """`value` as a positive number of seconds (or tokens), else `UserError`."""
     if value is None or value == "":

@@ -21,7 +21,6 @@ from typing import Any
 
 import msgspec
 
-from gormes.errors import UserError
 from gormes.providers.base import (
     InvalidModelReply,
     Message,
@@ -32,7 +31,7 @@ from gormes.providers.base import (
     Usage,
     parse_tool_arguments,
 )
-from gormes.providers.config import first, model_timeout
+from gormes.providers.config import endpoint, model_timeout
 from gormes.providers.sdk_errors import translated
 from gormes.providers.sse import Event, EventReader
 from gormes.providers.wire_names import ToolNames, tool_names
@@ -112,15 +111,7 @@ class OpenAIProvider:
         env = os.environ if env is None else env
         self.model = model
         self.name = f"openai:{model}"
-        self.base_url = (
-            first(base_url, env.get("GORMES_OPENAI_BASE_URL"), env.get("OPENAI_BASE_URL")) or OPENAI_BASE_URL
-        ).rstrip("/")
-        self.api_key = first(api_key, env.get("GORMES_OPENAI_API_KEY"), env.get("OPENAI_API_KEY"))
-        if not self.api_key and self.base_url == OPENAI_BASE_URL:
-            raise UserError(
-                f"{self.name}: no API key: set GORMES_OPENAI_API_KEY or OPENAI_API_KEY "
-                "(or a base URL for a local server that needs none)"
-            )
+        self.base_url, self.api_key = endpoint(self.name, "OPENAI", base_url, api_key, env, OPENAI_BASE_URL)
         self.stream = stream
         self.timeout = model_timeout(self.name, timeout, env)
         self.url = f"{self.base_url}/chat/completions"
