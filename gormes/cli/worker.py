@@ -42,10 +42,25 @@ GC_THRESHOLD = (50_000, 10, 10)  # the collector's generations (see `_tune_gc`)
               help="Floor for the resource governor (default 1).")
 @click.option("--governor/--no-governor", default=True, show_default=True,
               help="Adapt concurrency to CPU and memory load; memory circuit breaker.")
+@click.option("--governor-cpu", type=click.Choice(["process", "machine"]), default="process",
+              show_default=True, help="Whose CPU use the governor reads: this worker's (with its "
+              "child processes, as a share of all cores) or the whole machine's.")
+@click.option("--cpu-high", type=click.FloatRange(0, 100), default=90.0, show_default=True,
+              metavar="PCT", help="Above this CPU use the governor halves concurrency.")
+@click.option("--cpu-low", type=click.FloatRange(0, 100), default=70.0, show_default=True,
+              metavar="PCT", help="Below this CPU use (and --memory-low) it raises concurrency a step.")
+@click.option("--memory-high", type=click.FloatRange(0, 100), default=85.0, show_default=True,
+              metavar="PCT", help="Above this memory use (the machine's) it halves concurrency.")
+@click.option("--memory-low", type=click.FloatRange(0, 100), default=75.0, show_default=True,
+              metavar="PCT", help="Below this memory use (and --cpu-low) it raises concurrency a step.")
+@click.option("--memory-breaker", type=click.FloatRange(0, 100), default=95.0, show_default=True,
+              metavar="PCT", help="At or above this memory use the circuit breaker kills the "
+              "lowest-priority active job, one per sample.")
 @click.pass_obj
 def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[str, ...], mcp_config: str | None,
            lease_ms: int, stall_interval_ms: int, stall_grace_ms: int, shutdown_grace_ms: int,
-           min_concurrency: int | None, governor: bool) -> None:
+           min_concurrency: int | None, governor: bool, governor_cpu: str, cpu_high: float,
+           cpu_low: float, memory_high: float, memory_low: float, memory_breaker: float) -> None:
     """Claim and run jobs until SIGINT or SIGTERM."""
     import gc
 
@@ -66,6 +81,19 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
             from gormes.cli.jobs import check_range
 
             check_range(flag, value, low, high)
+    floor = min_concurrency or 1
+    if floor > concurrency:
+        raise UserError(f"--min-concurrency {floor} is above --concurrency {concurrency}")
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
+    from gormes.actors.jobs.governor import GovernorSettings
+
+    try:
+        policy = GovernorSettings(
+            floor=floor, cpu=governor_cpu, cpu_high=cpu_high, cpu_low=cpu_low,  # type: ignore[arg-type]
+            memory_high=memory_high, memory_low=memory_low, memory_breaker=memory_breaker,
+        ).policy(ceiling=concurrency)
+    except ValueError as exc:
+        raise UserError(f"governor options: {exc}") from None
 
     # Load handler modules before touching the database: a bad module changes nothing.
     load_imports(imports)
@@ -74,9 +102,6 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
         from gormes.tools.sources import read_mcp_config
 
         read_mcp_config(mcp_config)
-    floor = min_concurrency or 1
-    if floor > concurrency:
-        raise UserError(f"--min-concurrency {floor} is above --concurrency {concurrency}")
 
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.actors.jobs.worker import WorkerConfig
@@ -93,33 +118,31 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
     registry = default_registry.copy()
     if mcp_config is None:
         install_agent_jobs(registry)  # with MCP servers: once they are started (_serve)
-    trio.run(_serve, obj.target, config, registry, governor, floor, mcp_config)
+    trio.run(_serve, obj.target, config, registry, policy if governor else None, mcp_config)
 
 
-async def _serve(db: Any, config: Any, registry: Any, use_governor: bool, floor: int,
+async def _serve(db: Any, config: Any, registry: Any, policy: Any,
                  mcp_config: str | None = None) -> None:
+    """`policy`: the governor's (a GovernorPolicy), or None to run without one."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import trio
 
     from gormes.actors.agent_jobs.install import sweeps
-    from gormes.actors.jobs.governor import Governor, GovernorPolicy
+    from gormes.actors.jobs.governor import Governor
     from gormes.actors.jobs.queue import JobQueue
     from gormes.actors.jobs.worker import Worker
     from gormes.events.open import open_store
 
     _tune_gc()
 
-    if use_governor:
+    if policy is not None:
         # The governor's sampler imports psutil: ~10 ms of CPU that would hold up
         # the event loop as the worker starts. A thread imports it meanwhile.
         threading.Thread(target=_import_psutil, daemon=True).start()
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with open_store(db) as store, _mcp_servers(store, mcp_config, registry):
             queue = await JobQueue.open(store)
-            governor = (
-                Governor(GovernorPolicy(floor=floor, ceiling=config.concurrency))
-                if use_governor else None
-            )
+            governor = Governor(policy) if policy is not None else None
             worker = Worker(queue, registry, config, store=store, governor=governor,
                             sweeps=sweeps(queue, config))
             names = ", ".join(registry.names())
