@@ -54,6 +54,39 @@ class UnknownEvent(msgspec.Struct, frozen=True):
     schema_version: int = 1
 
 
+# The schema version a redacted row is stored with (decision 0026): no event
+# type has it (they start at 1), so no decoder mistakes a tombstone for data.
+REDACTED_SCHEMA_VERSION = 0
+
+
+class Tombstone(msgspec.Struct, frozen=True, kw_only=True):
+    """What a redacted row's data holds instead of the event (decision 0026):
+    who removed it, when, why and the sha256 of the stored JSON removed. `seq`
+    is kept when the event had one (a run's observation), so the run still
+    orders and replay can name it; it is a number, never text."""
+
+    by: str
+    at: float  # seconds since the epoch
+    reason: str
+    sha256: str
+    schema_version: int  # the removed data's
+    seq: int | None = None
+
+
+class RedactedEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """An event whose data was redacted: its row keeps position, stream, version
+    and type; its data is `{"redacted": <Tombstone>}`. Decoding any type stored
+    with `REDACTED_SCHEMA_VERSION` gives this, never the type's class."""
+
+    type: str
+    redacted: Tombstone
+    schema_version: int = REDACTED_SCHEMA_VERSION
+
+    @property
+    def seq(self) -> int | None:
+        return self.redacted.seq
+
+
 class Recorded(msgspec.Struct, frozen=True):
     """An event as stored: where it sits in the log and in its stream."""
 
@@ -61,5 +94,5 @@ class Recorded(msgspec.Struct, frozen=True):
     stream: str
     version: int
     type: str
-    event: Event | UnknownEvent
+    event: Event | UnknownEvent | RedactedEvent
     recorded_at: float

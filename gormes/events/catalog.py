@@ -17,6 +17,7 @@ DOMAIN_MODULES = (
     "gormes.events.skills",
     "gormes.events.memory",
     "gormes.events.mcp",
+    "gormes.events.redaction",
 )
 
 

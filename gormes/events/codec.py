@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from gormes.errors import InvalidEventData, UnknownEventType
-from gormes.events.base import UnknownEvent
+from gormes.events.base import REDACTED_SCHEMA_VERSION, RedactedEvent, Tombstone, UnknownEvent
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -77,6 +77,8 @@ class Codec:
         if tag is None:
             if isinstance(event, UnknownEvent):
                 return event.type, event.schema_version, self._encoder.encode(event.data).decode()
+            if isinstance(event, RedactedEvent):
+                return event.type, REDACTED_SCHEMA_VERSION, self._encoder.encode(_Redacted(event.redacted)).decode()
             raise UnknownEventType(f"event class {cls.__qualname__} is not registered")
         return tag, cls.schema_version, self._encoder.encode(event).decode()
 
@@ -84,6 +86,11 @@ class Codec:
 
     def decode(self, tag: str, schema_version: int, data: str | bytes) -> Any:
         """Decode a stored row; never raises for malformed or unknown rows."""
+        if schema_version == REDACTED_SCHEMA_VERSION:
+            try:
+                return RedactedEvent(type=tag, redacted=_tombstone_decoder.decode(data).redacted)
+            except msgspec.DecodeError:
+                return UnknownEvent(type=tag, data=_text(data), schema_version=schema_version)
         cls = self._classes.get(tag)
         if cls is not None and schema_version == cls.schema_version:
             try:
@@ -131,6 +138,11 @@ class Codec:
             raise UnknownEventType(f"unknown event type {tag!r}")
         if not isinstance(raw, dict):
             raise InvalidEventData(f"data for {tag!r} must be a JSON object")
+        if schema_version == REDACTED_SCHEMA_VERSION:  # a tombstone, as exported
+            try:
+                return RedactedEvent(type=tag, redacted=msgspec.convert(raw, _Redacted).redacted)
+            except msgspec.ValidationError as exc:
+                raise InvalidEventData(f"invalid tombstone for {tag!r}: {exc}") from None
         version = schema_version
         while version < cls.schema_version:
             step = self._upcasters.get((tag, version))
@@ -162,7 +174,16 @@ class Codec:
                 data = self._raw.decode(data)
             except msgspec.DecodeError as exc:
                 raise InvalidEventData(f"malformed JSON for {tag!r}: {exc}") from None
-        return self.from_dict(tag, schema_version or cls.schema_version, data)
+        return self.from_dict(tag, cls.schema_version if schema_version is None else schema_version, data)
+
+
+class _Redacted(msgspec.Struct, frozen=True):
+    """A redacted row's stored data: `{"redacted": {...}}`."""
+
+    redacted: Tombstone
+
+
+_tombstone_decoder = msgspec.json.Decoder(_Redacted)
 
 
 def _text(data: str | bytes) -> str:
