@@ -1,0 +1,254 @@
+"""Prometheus metrics read from the log, the ledger and the projections at scrape time.
+
+Nothing is instrumented on a hot path: a scrape asks the daemon's trio loop
+(`trio.from_thread.run`, from the HTTP server's thread) to read, through the
+store's read connection, on either backend:
+
+- the job ledger: jobs by queue and status, claim latency (a histogram over the
+  ledger's jobs: from when a job could first run, its creation or its delay's end,
+  to its latest claim), breaker trips (jobs the memory breaker killed);
+- the log, incrementally (only the rows after the last scrape, read by position):
+  attempts (`job.claimed`), stalls (`job.stalled`), and tokens and cost by model
+  (`run.llm_turn`; a continuation's copied prefix counted once, in the run it was
+  made in; cost priced with the pricing table, unpriced models left out);
+- `tracking`: each follower's lag behind the head (projections, the trace follower);
+- the log's size (events, and bytes on SQLite);
+- the daemon's workers, in memory: their limit, active jobs and the governor's
+  load and thresholds.
+
+Names, labels and meanings are listed in docs/observe.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import msgspec
+import trio
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from gormes.actors.jobs.governor import BREAKER_ERROR
+from gormes.actors.runs.costs import copied_counts
+from gormes.events.jobs import Tokens
+from gormes.events.sql_fragments import json_number, json_text
+from gormes.events.store import EventStore
+from gormes.providers.pricing import PricingTable, load_table
+
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+_FOLD_TYPES = ("run.llm_turn", "job.claimed", "job.stalled")
+_FOLD_PAGE = 5000
+
+
+class WorkerGauge(msgspec.Struct, frozen=True, kw_only=True):
+    """What the daemon knows of one of its workers, in memory."""
+
+    worker_id: str
+    limit: int
+    active: int
+    governor: dict[str, Any] | None = None  # Governor.report()
+
+
+class _ByModel(msgspec.Struct, kw_only=True):
+    tokens: Tokens = Tokens()
+    cost: float = 0.0
+    turns: int = 0
+
+
+class Snapshot(msgspec.Struct, kw_only=True):
+    jobs: list[tuple[str, str, int]]  # queue, status, count
+    latency: list[tuple[str, list[int], int, float]]  # queue, cumulative bucket counts, count, sum
+    breaker_trips: int
+    lag: dict[str, int]
+    events: int
+    log_bytes: int | None
+    attempts: int
+    stalls: int
+    by_model: dict[str, _ByModel]
+    workers: list[WorkerGauge]
+
+
+class LogMetrics(Collector):
+    """A custom collector: each `collect` reads a fresh `Snapshot` from the store."""
+
+    def __init__(self, store: EventStore, *, workers: Callable[[], Sequence[WorkerGauge]] = list,
+                 pricing: PricingTable | None = None, timeout_s: float = 10.0) -> None:
+        self.store = store
+        self.workers = workers
+        self.pricing = pricing or load_table()
+        self.timeout_s = timeout_s
+        self.token = trio.lowlevel.current_trio_token()
+        self._lock = trio.Lock()
+        self._folded = 0  # log position the counters have folded
+        self._attempts = 0
+        self._stalls = 0
+        self._by_model: dict[str, _ByModel] = {}
+        self._copied: dict[str, int] = {}
+
+    async def snapshot(self) -> Snapshot:
+        async with self._lock:  # two scrapes at once must not fold the same rows twice
+            with trio.fail_after(self.timeout_s):
+                await self._fold()
+                read = await self.store.read_sql(_read_ledger)
+        jobs, latency, trips, lag, events, size = read
+        return Snapshot(jobs=jobs, latency=latency, breaker_trips=trips, lag=lag, events=events,
+                        log_bytes=size, attempts=self._attempts, stalls=self._stalls,
+                        by_model={k: _ByModel(tokens=v.tokens, cost=v.cost, turns=v.turns)
+                                  for k, v in self._by_model.items()},
+                        workers=list(self.workers()))
+
+    async def _fold(self) -> None:
+        while True:
+            rows = await self.store.read_sql(lambda conn: _fold_rows(conn, self._folded))
+            if not rows:
+                return
+            fresh = sorted({r[1][4:] for r in rows if r[2] == "run.llm_turn"} - set(self._copied))
+            if fresh:
+                found = await self.store.read_sql(lambda conn: copied_counts(conn, fresh))
+                self._copied.update({run_id: found.get(run_id, 0) for run_id in fresh})
+            for position, stream, kind, seq, model, i, o, c in rows:
+                if kind == "job.claimed":
+                    self._attempts += 1
+                elif kind == "job.stalled":
+                    self._stalls += 1
+                elif int(seq or 0) > self._copied.get(stream[4:], 0):
+                    tokens = Tokens(input=int(i or 0), output=int(o or 0), cache_read=int(c or 0))
+                    entry = self._by_model.setdefault(model or "", _ByModel())
+                    entry.tokens = entry.tokens + tokens
+                    entry.turns += 1
+                    entry.cost += self.pricing.cost(model or "", tokens) or 0.0
+                self._folded = position
+            if len(rows) < _FOLD_PAGE:
+                return
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            snap = trio.from_thread.run(self.snapshot, trio_token=self.token)
+        except trio.RunFinishedError:
+            return
+        yield from families(snap)
+
+
+def _fold_rows(conn: Any, after: int) -> list[tuple[Any, ...]]:
+    usage = [json_number(conn, f"$.usage.{k}") for k in ("input", "output", "cache_read")]
+    marks = ",".join("?" * len(_FOLD_TYPES))
+    return conn.execute(
+        f"SELECT position, stream, type, {json_text(conn, '$.seq')}, {json_text(conn, '$.model')},"
+        f" {', '.join(usage)} FROM events WHERE position > ? AND type IN ({marks})"
+        f" ORDER BY position LIMIT {_FOLD_PAGE}", (after, *_FOLD_TYPES),
+    ).fetchall()
+
+
+def _read_ledger(conn: Any) -> tuple[Any, ...]:
+    jobs = [(q, s, int(n)) for q, s, n in conn.execute(
+        "SELECT queue, status, count(*) FROM jobs GROUP BY queue, status ORDER BY queue, status")]
+    # ms from when a job could first run to its latest claim
+    ready = "CASE WHEN delay_until IS NOT NULL AND delay_until > created_at AND delay_until <= claimed_at" \
+            " THEN delay_until ELSE created_at END"
+    cases = ", ".join(f"sum(CASE WHEN claimed_at - ({ready}) <= {int(b * 1000)} THEN 1 ELSE 0 END)"
+                      for b in LATENCY_BUCKETS_S)
+    latency = []
+    for row in conn.execute(
+        f"SELECT queue, count(*), coalesce(sum(claimed_at - ({ready})), 0), {cases} FROM jobs"
+        " WHERE claimed_at IS NOT NULL GROUP BY queue ORDER BY queue"
+    ):
+        queue, count, total_ms, *buckets = row
+        latency.append((queue, [int(b or 0) for b in buckets], int(count), int(total_ms) / 1000))
+    trips = int(conn.execute("SELECT count(*) FROM jobs WHERE status = 'dead' AND error = ?",
+                             (BREAKER_ERROR,)).fetchone()[0])
+    head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
+    lag = {name: head - int(position) for name, position in
+           conn.execute("SELECT projection, position FROM tracking ORDER BY projection")}
+    size = None
+    if type(conn).__module__ == "sqlite3":
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        size = int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
+    return jobs, latency, trips, lag, head, size
+
+
+def families(snap: Snapshot) -> Iterator[Any]:
+    """The metric families of one snapshot (names in docs/observe.md)."""
+    jobs = GaugeMetricFamily("gormes_jobs", "Jobs in the ledger by queue and status.",
+                             labels=["queue", "status"])
+    for queue, status, n in snap.jobs:
+        jobs.add_metric([queue, status], n)
+    yield jobs
+    latency = HistogramMetricFamily(
+        "gormes_job_claim_latency_seconds",
+        "Time from when a job could first run (creation or the end of its delay) to its latest claim.",
+        labels=["queue"])
+    for queue, cumulative, count, total in snap.latency:
+        buckets = [(_le(b), n) for b, n in zip(LATENCY_BUCKETS_S, cumulative)] + [("+Inf", count)]
+        latency.add_metric([queue], buckets, total)
+    yield latency
+    yield CounterMetricFamily("gormes_job_attempts", "Job attempts started (job.claimed events).",
+                              value=snap.attempts)
+    yield CounterMetricFamily("gormes_job_stalls", "Job leases that expired (job.stalled events).",
+                              value=snap.stalls)
+    yield CounterMetricFamily("gormes_governor_breaker_trips",
+                              "Jobs the memory circuit breaker killed.", value=snap.breaker_trips)
+    tokens = CounterMetricFamily("gormes_model_tokens", "Model tokens by model and kind.",
+                                 labels=["model", "kind"])
+    turns = CounterMetricFamily("gormes_model_turns", "Model turns by model.", labels=["model"])
+    cost = CounterMetricFamily("gormes_model_cost_dollars", "What the model turns cost (priced models).",
+                               labels=["model"])
+    for model, entry in sorted(snap.by_model.items()):
+        for kind in ("input", "output", "cache_read"):
+            tokens.add_metric([model, kind], getattr(entry.tokens, kind))
+        turns.add_metric([model], entry.turns)
+        cost.add_metric([model], entry.cost)
+    yield from (tokens, turns, cost)
+    lag = GaugeMetricFamily("gormes_projection_lag_events",
+                            "Events between the log's head and where a follower has applied.",
+                            labels=["projection"])
+    for name, behind in sorted(snap.lag.items()):
+        lag.add_metric([name], behind)
+    yield lag
+    yield GaugeMetricFamily("gormes_log_events", "Events in the log (its head position).", value=snap.events)
+    if snap.log_bytes is not None:
+        yield GaugeMetricFamily("gormes_log_bytes", "Size of the SQLite database file.", value=snap.log_bytes)
+    yield from _worker_families(snap.workers)
+
+
+def _worker_families(workers: Sequence[WorkerGauge]) -> Iterator[Any]:
+    limit = GaugeMetricFamily("gormes_worker_limit", "Jobs a worker may run at once now (the governor's limit).",
+                              labels=["worker"])
+    active = GaugeMetricFamily("gormes_worker_active_jobs", "Jobs a worker is running.", labels=["worker"])
+    load = GaugeMetricFamily("gormes_governor_load_percent", "The load the governor last sampled.",
+                             labels=["worker", "resource"])
+    bounds = GaugeMetricFamily("gormes_governor_bound", "The governor's floor and ceiling.",
+                               labels=["worker", "bound"])
+    for w in workers:
+        limit.add_metric([w.worker_id], w.limit)
+        active.add_metric([w.worker_id], w.active)
+        report = w.governor or {}
+        for resource in ("cpu", "memory"):
+            value = report.get(f"{resource}_percent")
+            if value is not None:
+                load.add_metric([w.worker_id, resource], value)
+        for bound in ("floor", "ceiling"):
+            if bound in report:
+                bounds.add_metric([w.worker_id, bound], report[bound])
+    yield from (limit, active, load, bounds)
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+class MetricsServer:
+    """`/metrics` on a loopback port, served from a thread by prometheus-client."""
+
+    def __init__(self, collector: LogMetrics, port: int, addr: str = "127.0.0.1") -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+        self.port = int(self._server.server_address[1])
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
