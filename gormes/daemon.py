@@ -51,6 +51,7 @@ from gormes.projections import ledger, registry
 from gormes.projections.runner import ProjectionRunner
 from gormes.projections.schema import supports
 from gormes.systemd import Notifier
+from gormes.telemetry import daemon as telemetry
 from gormes.tools.builtin import default_registry as default_operations
 from gormes.tools.imports import load_imports
 from gormes.tools.sources import operation_registry
@@ -91,6 +92,8 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     model_timeout_s: float | None = None
     # Retries of a model request that failed retryably (None: GORMES_MODEL_RETRIES, else 3).
     model_retries: int | None = None
+    # Prometheus `/metrics` on this loopback port (None: off); docs/observe.md.
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 10_000:
@@ -101,6 +104,8 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise InvalidSettings(f"model_retries must be 0 or more, got {self.model_retries}")
         if self.model_timeout_s is not None and not self.model_timeout_s > 0:
             raise InvalidSettings(f"model_timeout_s must be > 0 seconds, got {self.model_timeout_s}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise InvalidSettings(f"metrics_port must be 0..65535, got {self.metrics_port}")
         try:
             self.governor_policy.policy(ceiling=self.concurrency)
         except ValueError as exc:
@@ -215,6 +220,7 @@ class Daemon:
                     nursery.start_soon(self._end_runs_of_gone_processes, store)
                     if self.notifier.watchdog_interval is not None:
                         nursery.start_soon(self._keep_watchdog_fed, store)
+                    await telemetry.start(nursery, store, self.settings.metrics_port, self._worker_gauges)
                     status = await self._status_line()
                     self.notifier.ready(status)
                     log.info("ready: %s", status)
@@ -368,6 +374,11 @@ class Daemon:
             log.warning("leaving %d abandoned handler(s) behind", abandoned)
             logging.shutdown()
             os._exit(0)
+
+    def _worker_gauges(self) -> list[telemetry.WorkerGauge]:
+        return [telemetry.WorkerGauge(worker_id=w.id, limit=w.limit, active=len(w.active),
+                                      governor=w.governor.report() if w.governor else None)
+                for w in self.workers]
 
     # -- status and watchdog -----------------------------------------------------------
 

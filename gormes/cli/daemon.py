@@ -13,7 +13,8 @@ from gormes.cli.imports import import_option, mcp_config_option
 
 # Options whose value, when given, overrides the settings file (SIGHUP re-reads it).
 _OVERRIDABLE = ("queues", "concurrency", "imports", "shutdown_grace_ms", "lease_ms",
-                "status_interval_s", "governor", "cron", "mcp_config", "model_timeout_s", "model_retries")
+                "status_interval_s", "governor", "cron", "mcp_config", "model_timeout_s", "model_retries",
+                "metrics_port")
 
 
 @click.command()
@@ -44,6 +45,9 @@ _OVERRIDABLE = ("queues", "concurrency", "imports", "shutdown_grace_ms", "lease_
               help="Adapt concurrency to CPU and memory load; memory circuit breaker.")
 @click.option("--cron/--no-cron", default=True, show_default=True,
               help="Fire cron schedules (exactly once even with several daemons).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve Prometheus /metrics on 127.0.0.1:PORT (default: off; docs/observe.md). "
+              "Traces are exported when OTEL_EXPORTER_OTLP_ENDPOINT is set.")
 @click.option("--log-format", type=click.Choice(["auto", "journal", "plain"]), default="auto",
               show_default=True, help="journal: <N> syslog priority prefixes, no timestamps "
               "(auto picks it when stderr is the journal).")

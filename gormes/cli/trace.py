@@ -38,7 +38,7 @@ def trace(obj: Any, run_id: str, children: bool, endpoint: str | None, as_json: 
     from gormes.errors import GormesError
     from gormes.events.catalog import load_all
     from gormes.events.open import open_store
-    from gormes.telemetry import otlp
+    from gormes.telemetry import otlp_config
     from gormes.telemetry.read import run_trace
 
     load_all()
@@ -50,9 +50,12 @@ def trace(obj: Any, run_id: str, children: bool, endpoint: str | None, as_json: 
 
     spans = trio.run(read)
     sent = False
-    where = otlp.endpoint_shown(endpoint) if otlp.configured(endpoint) else None
+    where = otlp_config.endpoint_shown(endpoint) if otlp_config.configured(endpoint) else None
     if where is not None:
-        sender = otlp.SpanSender(endpoint)
+        # Lazy: the OpenTelemetry SDK only when there is somewhere to send.
+        from gormes.telemetry.otlp import SpanSender
+
+        sender = SpanSender(endpoint)
         try:
             sent = sender.send(spans)
         finally:

@@ -36,19 +36,11 @@ from gormes.events.jobs import Tokens
 from gormes.events.sql_fragments import json_number, json_text
 from gormes.events.store import EventStore
 from gormes.providers.pricing import PricingTable, load_table
+from gormes.telemetry.gauges import WorkerGauge
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 _FOLD_TYPES = ("run.llm_turn", "job.claimed", "job.stalled")
 _FOLD_PAGE = 5000
-
-
-class WorkerGauge(msgspec.Struct, frozen=True, kw_only=True):
-    """What the daemon knows of one of its workers, in memory."""
-
-    worker_id: str
-    limit: int
-    active: int
-    governor: dict[str, Any] | None = None  # Governor.report()
 
 
 class _ByModel(msgspec.Struct, kw_only=True):

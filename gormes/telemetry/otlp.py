@@ -14,7 +14,6 @@ Exporting blocks (HTTP, with the SDK's retries): call `export` from a thread.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,32 +26,12 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
+from gormes.telemetry.otlp_config import endpoint_shown
 from gormes.telemetry.spans import Span
 
-_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _KINDS = {"internal": trace_api.SpanKind.INTERNAL, "client": trace_api.SpanKind.CLIENT}
 _STATUS = {"unset": StatusCode.UNSET, "ok": StatusCode.OK, "error": StatusCode.ERROR}
 _SCOPE = InstrumentationScope("gormes.telemetry")
-
-
-def configured(endpoint: str | None = None, env: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if env is None else env
-    if endpoint:
-        return True
-    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
-        return False
-    return any(env.get(name) for name in _ENDPOINT_VARIABLES)
-
-
-def endpoint_shown(endpoint: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """Where spans go, for people (as the SDK resolves it)."""
-    env = os.environ if env is None else env
-    if endpoint:
-        return endpoint
-    if env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
-    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
-    return base.rstrip("/") + "/v1/traces"
 
 
 def resource() -> Resource:
