@@ -203,9 +203,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _click_error_line(exc: click.ClickException) -> str:
-    """click's usage error (usage, hint, message: four lines) as one line."""
-    line = " ".join(exc.format_message().split())
+    """click's usage error (usage, hint, message: four lines) as one line. A group
+    given no command (click raises its whole help as the message) names its commands."""
     ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError) and isinstance(ctx and ctx.command, click.Group):
+        names = ctx.command.list_commands(ctx)
+        return f"Missing command: one of {', '.join(names)} (see `{ctx.command_path} --help`)"
+    line = " ".join(exc.format_message().split())
     if isinstance(exc, click.UsageError) and ctx is not None:
         line += f" (see `{ctx.command_path} --help`)"
     return line

@@ -188,9 +188,9 @@ def test_every_skills_command_that_records_is_one_operator_audit_record(tmp_path
     out, record = log.ok("skills", "route", "alpha thing", "--run", "r1", "--skills-dir", str(root))
     assert "recorded skill.selected" in out
     _by_operator(record, "skills.select")
-    out, record = log.ok("skills", "feedback", "r1", "alpha", "good")
+    out, record = log.ok("skills", "feedback", "r1", "alpha", "good", "--skills-dir", str(root))
     _by_operator(record, "skills.feedback")
-    line, record, others = log.refused("skills", "feedback", "ghost-run", "alpha", "bad")
+    line, record, others = log.refused("skills", "feedback", "ghost-run", "alpha", "bad", "--skills-dir", str(root))
     assert "no run 'ghost-run'" in line and others == []
     _by_operator(record, "skills.feedback", "invalid")
     # routing without --run records nothing, so it is no action and is not audited

@@ -58,9 +58,7 @@ class ScheduleExists(UserError):
 
 
 class ScheduleNotFound(UserError):
-    """No schedule by that name (never added, or removed)."""
-
-    exit_code = 1
+    """No schedule by that name (never added, or removed): not found, exit 2."""
 
 
 # -- expressions and fire times -------------------------------------------------
