@@ -3,6 +3,7 @@
 What the operator records here has `manual` provenance (origin: the CLI) and is
 trusted. `review ID --promote|--reject` settles an unreviewed relationship or fact;
 `mirror --out DIR` writes USER.md and one page per entity (deterministic).
+`forget ID` also erases what recorded it from the log (decision 0026).
 
 Every command is one operator-only memory.* operation, run through the audited
 executor (gormes/tools/memory_admin.py; decision 0019), its options derived from
@@ -85,9 +86,12 @@ def review(call: OperatorCall, as_json: bool) -> None:
 })
 @json_option
 def forget(call: OperatorCall, as_json: bool) -> None:
-    """Forget a fact, relationship or entity: it leaves recall and mirrors; the log keeps it."""
-    event = call.run()
-    _echo(event, as_json, f"{event.target_id} forgotten")
+    """Forget a fact, relationship or entity: it leaves recall and mirrors, and what
+    recorded it is redacted from the log (tombstones; docs/security.md, Erasure)."""
+    result = call.run()
+    r = result.redaction
+    _echo(result, as_json, f"{result.forgotten.target_id} forgotten: {r.redacted} event(s) redacted"
+          + (f" in {', '.join(r.streams)}" if r.streams else ""))
 
 
 # click refuses an --out that is a file before the store is opened

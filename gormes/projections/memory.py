@@ -244,13 +244,32 @@ class MemoryProjection:
                 _forget(conn, e)
 
 
+# Forgetting erases (decision 0026): the observations of what was forgotten are
+# redacted, so their rows are not folded at all. The forget itself leaves a row of
+# the id alone, text empty and forgotten, so a later observation of the same id
+# stays forgotten (its upsert changes neither `forgotten` nor the text).
+_FORGET_FACT = (
+    f"INSERT INTO {FACTS}(fact_id, scope, text, review_state, forgotten, stale, observations) "
+    "VALUES (?, ?, '', 'unreviewed', 1, 0, 0) ON CONFLICT(fact_id) DO UPDATE SET forgotten = 1"
+)
+_FORGET_RELATIONSHIP = (
+    f"INSERT INTO {RELATIONSHIPS}(relationship_id, scope, subject, predicate, object, review_state, "
+    "forgotten, evidence, text, observations) VALUES (?, ?, '', '', '', 'unreviewed', 1, '', '', 0) "
+    "ON CONFLICT(relationship_id) DO UPDATE SET forgotten = 1"
+)
+_FORGET_ENTITY = (
+    f"INSERT INTO {ENTITIES}(scope, entity_id, name, kind, aliases, forgotten) VALUES (?, ?, '', 'thing', '[]', 1) "
+    "ON CONFLICT(scope, entity_id) DO UPDATE SET forgotten = 1"
+)
+
+
 def _forget(conn: sqlite3.Connection, e: MemoryForgotten) -> None:
     if e.target_kind == "fact":
-        conn.execute(f"UPDATE {FACTS} SET forgotten = 1 WHERE fact_id = ?", (e.target_id,))
+        conn.execute(_FORGET_FACT, (e.target_id, e.scope))
     elif e.target_kind == "relationship":
-        conn.execute(f"UPDATE {RELATIONSHIPS} SET forgotten = 1 WHERE relationship_id = ?", (e.target_id,))
+        conn.execute(_FORGET_RELATIONSHIP, (e.target_id, e.scope))
     else:
-        conn.execute(f"UPDATE {ENTITIES} SET forgotten = 1 WHERE scope = ? AND entity_id = ?", (e.scope, e.target_id))
+        conn.execute(_FORGET_ENTITY, (e.scope, e.target_id))
         conn.execute(
             f"UPDATE {RELATIONSHIPS} SET forgotten = 1 WHERE scope = ? AND (subject = ? OR object = ?)",
             (e.scope, e.target_id, e.target_id),

@@ -261,6 +261,12 @@ def _setup(conn: Any, projection: Projection) -> None:
         projection.setup(_database(conn))
 
 
+def reset_in(tx: Transaction, projection: Projection) -> None:
+    """Drop and set up `projection`'s tables and reset its tracking to 0, inside
+    `tx` (a redaction's transaction): any runner then folds it again from 0."""
+    _reset(tx, projection)
+
+
 def _reset(tx: Transaction, projection: Projection) -> None:
     conn = tx.conn
     if dialect_of(conn) == POSTGRES:

@@ -56,6 +56,7 @@ class StreamsProjection:
     version = 1
     tables = (TABLE,)
     types = None  # every event
+    holds_payload = False  # names, positions, first types: a redaction leaves it exact
     schema = SCHEMA
 
     def setup(self, db: sqlite_utils.Database) -> None:

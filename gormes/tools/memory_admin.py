@@ -20,12 +20,15 @@ import msgspec
 
 from gormes.events.memory import (
     MemoryEntityObserved,
+    MemoryEvent,
     MemoryFactRecorded,
     MemoryForgotten,
     MemoryRelationshipObserved,
     MemoryRelationshipReviewed,
     Origin,
+    memory_stream,
 )
+from gormes.events.redaction import positions_containing
 from gormes.memory.mirror import MirrorResult, mirror_store
 from gormes.memory.writer import MemoryTarget, MemoryWriter, Source, find_target, require_facts
 from gormes.recall.api import DEFAULT_SCOPE
@@ -33,9 +36,12 @@ from gormes.tools.memory import bound_scope
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 from gormes.projections.memory import memory_projection
 from gormes.projections.runner import ProjectionRunner
+from gormes.tools.log_redact import Redaction, by_of, erase
 
 if TYPE_CHECKING:
-    from gormes.events.store import EventStore
+    from gormes.events.store import EventLog, EventStore
+
+MIN_SEARCHED = 12  # characters: a shorter forgotten text is not searched for outside memory
 
 OPERATOR = frozenset({"operator"})
 
@@ -154,9 +160,50 @@ async def review(ctx: OperationContext, value: ReviewInput) -> MemoryRelationshi
                                reviewer=ctx.caller.trust, note=value.note)
 
 
-async def forget(ctx: OperationContext, value: ForgetInput) -> MemoryForgotten:
+class Forgotten(msgspec.Struct, kw_only=True):
+    forgotten: MemoryForgotten
+    redaction: Redaction  # what left the log with it
+
+
+def _carries(event: MemoryEvent, target: MemoryTarget) -> bool:
+    """Whether `event` records (or reviews) what forgetting `target` removes."""
+    i = target.id
+    if isinstance(event, MemoryFactRecorded):
+        return event.fact_id == i or (target.kind == "entity" and event.subject == i)
+    if isinstance(event, MemoryRelationshipObserved):
+        return event.relationship_id == i or (target.kind == "entity" and i in (event.subject, event.object))
+    if isinstance(event, MemoryEntityObserved):
+        return target.kind == "entity" and event.entity_id == i
+    return isinstance(event, MemoryRelationshipReviewed) and event.target_id == i
+
+
+def _erased(log: EventLog, target: MemoryTarget) -> list[int]:
+    """The positions forgetting `target` redacts (see the module doc)."""
+    positions, texts = [], []
+    for record in log.read_stream(memory_stream(target.scope)):
+        e = record.event
+        if not _carries(e, target):  # type: ignore[arg-type]
+            continue
+        positions.append(record.position)
+        if isinstance(e, MemoryFactRecorded):
+            text = e.text
+        elif isinstance(e, MemoryRelationshipObserved):
+            text = e.evidence
+        else:
+            continue
+        if len(text) >= MIN_SEARCHED:
+            texts.append(text)
+    return positions + positions_containing(log.sql, texts)
+
+
+async def forget(ctx: OperationContext, value: ForgetInput) -> Forgotten:
     writer = _writer(ctx)
-    return await writer.forget(await _target(ctx, value.id, value.scope), reason=value.reason)
+    target = await _target(ctx, value.id, value.scope)
+    event = await writer.forget(target, reason=value.reason)
+    store = _store(ctx)
+    positions = await store.read_with(lambda log: _erased(log, target))
+    redaction = await erase(store, positions, by=by_of(ctx), reason=value.reason or f"memory.forget {target.id}")
+    return Forgotten(forgotten=event, redaction=redaction)
 
 
 async def mirror(ctx: OperationContext, value: MirrorInput) -> MirrorResult:
@@ -180,8 +227,8 @@ SPECS = (
           MemoryRelationshipObserved),
     _spec("memory.review", "Promote or reject an unreviewed relationship or fact.", review, ReviewInput,
           MemoryRelationshipReviewed),
-    _spec("memory.forget", "Forget a fact, relationship or entity (the log keeps it).", forget, ForgetInput,
-          MemoryForgotten),
+    _spec("memory.forget", "Forget a fact, relationship or entity, and erase what recorded it from the log.",
+          forget, ForgetInput, Forgotten, timeout=600.0),
     # A mirror of a large memory is many pages: minutes, not the seconds of one write.
     _spec("memory.mirror", "Write memory as markdown into a directory: USER.md and one page per entity.",
           mirror, MirrorInput, MirrorResult, timeout=600.0),
