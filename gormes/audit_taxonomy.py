@@ -68,12 +68,21 @@ def taxonomy(specs: Sequence[OperationSpec]) -> str:
 
 
 def render(page: str, specs: Sequence[OperationSpec]) -> str:
-    """`page` with the text between the markers replaced by the generated taxonomy."""
+    """`page` with the text between the markers replaced by the generated taxonomy.
+
+    A generated row found outside the markers (pasted into another table: the
+    record schema's once held three) is taken out, so a regenerated page is clean."""
     head, found, rest = page.partition(BEGIN)
     _, found_end, tail = rest.partition(END)
     if not found or not found_end:
         raise ValueError("the page lacks the audit-taxonomy markers")
-    return f"{head}{BEGIN}\n{taxonomy(specs)}\n{END}{tail}"
+    generated = taxonomy(specs)
+    rows = {line for line in generated.splitlines() if line.startswith("| `")}
+    return f"{_without(head, rows)}{BEGIN}\n{generated}\n{END}{_without(tail, rows)}"
+
+
+def _without(text: str, rows: set[str]) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if line.rstrip("\n") not in rows)
 
 
 def main(argv: list[str]) -> None:
