@@ -97,6 +97,9 @@ def print_report(report: Any) -> None:
         for line in divergence.diff_lines():
             click.echo(f"  {line}")
         return
+    if not report.tree_exact:  # stopped at a redacted event: the note above says where
+        click.echo(f"not exact: {report.total_events} events reproduced, then a redacted event")
+        return
     upto = f" up to position {report.state.position}" if report.state is not None else ""
     click.echo(f"exact{upto}: {report.total_events} events reproduced")
 

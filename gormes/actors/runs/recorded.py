@@ -27,8 +27,9 @@ from typing import Any, Protocol, Self
 
 import msgspec
 
+from gormes.actors.runs.replay_report import redacted_note
 from gormes.errors import InvalidEventData, UnknownEventType, UserError
-from gormes.events.base import Recorded, UnknownEvent
+from gormes.events.base import Recorded, RedactedEvent, UnknownEvent
 from gormes.events.catalog import load_all
 from gormes.events.codec import default_codec
 from gormes.events.open import is_postgres_url
@@ -59,6 +60,13 @@ __all__ = [
 
 class IncompatibleRecording(UserError):
     """A run holds events this gormes cannot read: recorded by another version."""
+
+
+class RedactedRecording(UserError):
+    """A run whose run.started was redacted (decision 0026): nothing to replay
+    against; a failed check (exit 1), not bad input."""
+
+    exit_code = 1
 
 
 class TamperedRecording(UserError):
@@ -123,6 +131,8 @@ def split_run(run_id: str, records: Iterable[Recorded], *, all_known: bool = Fal
                     f"{record.event.schema_version}), which this gormes cannot read"
                 )
     first = records[0]
+    if isinstance(first.event, RedactedEvent):
+        raise RedactedRecording(f"run {run_id!r} cannot be replayed: {redacted_note(first)}")
     if not isinstance(first.event, RunStarted):
         raise UserError(
             f"run {run_id!r} does not begin with run.started (position {first.position} "

@@ -44,19 +44,23 @@ from gormes.actors.runs.replay_context import (
     STOP_DIVERGED,
     STOP_INTERRUPTED,
     STOP_RECORDING_ENDS,
+    STOP_REDACTED,
     STOP_UNTIL,
     ReplayContext,
     canonical,
     short,
 )
 from gormes.actors.runs.recorded import RecordedRun, RunSource, UnknownRun
-from gormes.actors.runs.replay_report import Divergence, RunReplay, describe
+from gormes.actors.runs.replay_report import Divergence, RunReplay, describe, redacted_note
 from gormes.actors.runs.context import RunHandlerRegistry, handler_version, run_handlers
 from gormes.actors.runs.live import error_text
 from gormes.errors import GormesError
+from gormes.events.base import RedactedEvent
 from gormes.events.runs import RecordedTool, RunCancelled, RunChildSpawned, RunCompleted, RunFailed, RunStarted
 from gormes.ops.registry import Registry
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
+
+_TERMINAL_TAGS = frozenset(c.__struct_config__.tag for c in (RunCompleted, RunFailed, RunCancelled))  # type: ignore[attr-defined]
 
 __all__ = ["Divergence", "Replayer", "RunReplay", "replay"]
 
@@ -201,6 +205,9 @@ class Replayer:
 
         if ctx.stop == STOP_DIVERGED:
             return report("diverged", False, divergence=ctx.divergence)
+        if ctx.stop == STOP_REDACTED:
+            assert ctx.redacted is not None
+            return report("redacted", False, state=ctx.state(), notes=[redacted_note(ctx.redacted)])
         if ctx.stop == STOP_UNTIL:
             return report("stopped", True, state=ctx.state())
         if ctx.stop == STOP_RECORDING_ENDS:
@@ -220,6 +227,10 @@ class Replayer:
                 recorded=describe(left.event), asked=f"nothing more (the handler {ended})",
             ))
         if end is None:
+            gone = next((r for r in recorded.records if isinstance(r.event, RedactedEvent)
+                         and r.type in _TERMINAL_TAGS), None)
+            if gone is not None:
+                return report("redacted", False, notes=[redacted_note(gone)])
             return report(status, True, notes=[f"the recording has no end; the handler {ended}"])
         if self.until is not None and end.position > self.until:
             return report("stopped", True, state=ctx.state())

@@ -57,7 +57,7 @@ from gormes.actors.runs.context import (
     UnknownRunHandler,
 )
 from gormes.actors.runs.live import reply_from_record, tool_specs
-from gormes.events.base import Recorded
+from gormes.events.base import Recorded, RedactedEvent
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
     InboxItem,
@@ -91,6 +91,7 @@ STOP_DIVERGED = "diverged"
 STOP_UNTIL = "until"  # --until reached
 STOP_INTERRUPTED = "interrupted"  # the recorded run was cancelled / ran out of time here
 STOP_RECORDING_ENDS = "recording ends"  # the recorded run had not ended yet
+STOP_REDACTED = "redacted"  # the next observation's data was redacted (decision 0026)
 
 _encoder = msgspec.json.Encoder(order="sorted")
 
@@ -134,6 +135,7 @@ class ReplayContext(RunIdentity, RunContext):
         self.cursor = 0  # observations served
         self.stop: str | None = None
         self.divergence: Divergence | None = None
+        self.redacted: Recorded | None = None  # the redacted observation it stopped at
         self.iterations = 0
         # the latest model request and the reply served to it: the conversation
         self._request: ModelRequest | None = None
@@ -193,6 +195,9 @@ class ReplayContext(RunIdentity, RunContext):
         record = observations[self.cursor]
         if self.until is not None and record.position > self.until:
             await self.halt(STOP_UNTIL)
+        if isinstance(record.event, RedactedEvent):
+            self.redacted = record
+            await self.halt(STOP_REDACTED)
         if not matches(record.event):
             if self.divergence is None and diff is not None:
                 self.divergence = Divergence(

@@ -3,6 +3,7 @@ per run (children nested), and one-line descriptions of recorded observations.""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 import msgspec
@@ -31,6 +32,7 @@ ReplayStatus = Literal[
     "stopped",  # --until reached
     "unfinished",  # the recording ends before the run did (it was still going)
     "not replayed",  # a child served from its recorded outcome (--no-children, or not in the file)
+    "redacted",  # stopped at an observation (or the end) whose data was redacted (decision 0026)
 ]
 
 
@@ -152,6 +154,15 @@ class RunReplay(msgspec.Struct, kw_only=True):
     def first_divergence(self) -> Divergence | None:
         found = [r.divergence for r in self.walk() if r.divergence is not None]
         return min(found, key=lambda d: d.position) if found else None
+
+
+def redacted_note(record: Any) -> str:
+    """What replay says of a redacted observation (a `Recorded` of a `RedactedEvent`)."""
+    t = record.event.redacted
+    day = datetime.fromtimestamp(t.at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    what = f"observation at seq {t.seq}" if t.seq is not None else f"{record.type} event"
+    return (f"{what} (position {record.position}) was redacted on {day} by {t.by} ({t.reason}): "
+            "cannot replay exactly past it")
 
 
 def _short(value: Any, width: int = 100) -> str:
