@@ -161,6 +161,10 @@ INDEXES = (
     # side's counts by queue and status, and recent finishes per queue.
     LedgerIndex("jobs_status", "jobs", ("status", "queue", "finished_at")),
     LedgerIndex("jobs_parent", "jobs", ("parent_id",)),
+    # `jobs list`'s order (newest first): walked backwards, it stops at the LIMIT
+    # instead of sorting the whole ledger. Neither column changes after the insert,
+    # so no transition pays for it.
+    LedgerIndex("jobs_created", "jobs", ("created_at", "id")),
     LedgerIndex("jobs_idem", "jobs", ("idempotency_key",)),
     LedgerIndex("inbox_job", "inbox", ("job_id", "sent_at")),
 )

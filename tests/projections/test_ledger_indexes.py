@@ -74,3 +74,21 @@ async def test_on_sqlite_a_claim_walks_the_waiting_index_in_order_without_sortin
 
         steps = await store.transact(plan)
         assert len(steps) == 1 and "INDEX jobs_waiting" in steps[0], steps
+
+
+async def test_on_sqlite_the_newest_jobs_are_read_from_the_created_index_without_sorting(store):
+    if getattr(store, "dialect", "sqlite") == "postgres":
+        return  # PostgreSQL plans by its statistics; the SQLite planner has none
+    from gormes.actors.jobs.views import select_jobs
+
+    queue = await JobQueue.open(store)
+    submitted = [await queue.submit("a", i) for i in range(5)]
+    sql = "SELECT * FROM jobs ORDER BY created_at DESC, id DESC LIMIT ?"
+
+    def plan(tx: Any) -> list[str]:
+        return [row[3] for row in tx.execute(f"EXPLAIN QUERY PLAN {sql}", (20,))]
+
+    steps = await store.transact(plan)
+    assert len(steps) == 1 and "INDEX jobs_created" in steps[0], steps
+    newest = await store.transact(lambda tx: select_jobs(tx, None, None, None, 3))
+    assert [j.id for j in newest] == [j.id for j in reversed(submitted)][:3]
