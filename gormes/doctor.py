@@ -46,6 +46,7 @@ from gormes.health import (
     queue,
     replay,
     runs,
+    scan,
     skills,
     store,
     workers,
@@ -118,11 +119,17 @@ def run_doctor(
     modules: Callable[[str], bool] = module_exists,
     checks: Sequence[Check] | None = None,
     mcp_config: Path | str | None = None,
+    full: bool = False,
 ) -> DoctorReport:
     """Run the checks against the database at `path` (an SQLite file, or a
     PostgreSQL URL); the defaults are the real registries, clock and filesystem
     (tests inject their own). `mcp_config`: an MCP configuration file whose servers
-    are checked too (gormes/health/mcp.py; a bad file raises its one-line error)."""
+    are checked too (gormes/health/mcp.py; a bad file raises its one-line error).
+
+    The log-wide checks read a summary folded from where the last run left off
+    (gormes/health/scan.py), kept in the SQLite file after the checks; `full`
+    folds the whole log and runs the whole-file checks (`PRAGMA quick_check`,
+    every audit day). On PostgreSQL every run folds the whole log."""
     load_all()
     if mcp_config is not None:
         # Lazy for start-up time: the mcp SDK is loaded only when servers are checked.
@@ -144,10 +151,12 @@ def run_doctor(
         backend, file = "sqlite", Path(path)
         database = str(file)
         conn, schema = store.open_database(file)
+    remembered = None if full or conn is None or backend != "sqlite" else scan.load(conn)
     ctx = DoctorContext(
         path=file, conn=conn, now=time.time() if now is None else now,
         thresholds=thresholds or Thresholds(), codec=default_codec, operations=operations_,
         run_handlers=run_handlers, statvfs=statvfs, module_exists=modules, backend=backend,
+        remembered=remembered, full=full or remembered is None,
     )
     results = [_result(SCHEMA_CHECK, "store", schema)]
     skipped = []
@@ -175,6 +184,8 @@ def run_doctor(
     finally:
         if conn is not None:
             conn.close()
+    if file is not None and "log" in ctx.__dict__:  # folded (cached_property): keep it
+        scan.save(file, ctx.log)
     return DoctorReport(
         status=overall(results), database=database, offline=offline, checked_at=ctx.now,
         checks=results, skipped=skipped,

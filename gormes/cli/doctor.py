@@ -1,4 +1,4 @@
-"""`gormes doctor [--json] [--offline] [--import MODULE]... [--mcp-config FILE]`: every health check,
+"""`gormes doctor [--json] [--offline] [--full] [--import MODULE]... [--mcp-config FILE]`: every health check,
 one line each; exit 1 when any check fails (warnings exit 0)."""
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 @click.option("--offline", is_flag=True,
               help="Skip the checks that need a running daemon (worker heartbeats, wedged "
               "queues, projection lag).")
+@click.option("--full", is_flag=True,
+              help="Scan the whole log and file (PRAGMA quick_check, every audit day) instead of "
+              "what was appended since the last doctor run.")
 @import_option
 @mcp_config_option
 @click.pass_obj
-def doctor(obj: Any, as_json: bool, offline: bool, imports: tuple[str, ...], mcp_config: str | None) -> None:
+def doctor(obj: Any, as_json: bool, offline: bool, full: bool, imports: tuple[str, ...],
+           mcp_config: str | None) -> None:
     """Check the database, projections, queue, workers, operations, replay and disk."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import msgspec
@@ -33,7 +37,7 @@ def doctor(obj: Any, as_json: bool, offline: bool, imports: tuple[str, ...], mcp
     # handlers count as replayable.
     load_imports(imports)
     # Each configured MCP server is started and listed (a warning when it cannot be).
-    report = run_doctor(obj.target, offline=offline, mcp_config=mcp_config)
+    report = run_doctor(obj.target, offline=offline, mcp_config=mcp_config, full=full)
     if as_json:
         sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
         sys.stdout.flush()

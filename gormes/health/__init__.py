@@ -12,16 +12,19 @@ Every threshold lives in `Thresholds` and is documented in docs/doctor.md.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import sqlite3
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from gormes.events.sql_fragments import glob
+from gormes.health.scan import LogSummary, fold_log, split_key
 from gormes.projections.bookkeeping import has_table as has_table  # re-exported: the checks' import
 
 if TYPE_CHECKING:
@@ -95,6 +98,21 @@ class DoctorContext:
     statvfs: Callable[[str], os.statvfs_result] = os.statvfs
     module_exists: Callable[[str], bool] = module_exists
     backend: str = "sqlite"  # or "postgres"
+    # What the last doctor run folded of the log (gormes/health/scan.py); None:
+    # fold from position 0. `full`: the whole-file checks run too (--full).
+    remembered: LogSummary | None = None
+    full: bool = True
+
+    @cached_property
+    def log(self) -> LogSummary:
+        """The log summary, brought up to the head (once per doctor run)."""
+        start = LogSummary() if self.remembered is None else self.remembered
+        return fold_log(self.db, start, self.reads)
+
+    def reads(self, type_: str, type_version: int) -> bool:
+        """Whether this gormes decodes events of this type and version."""
+        cls = self.codec.class_for(type_)
+        return cls is not None and type_version <= cls.schema_version
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -123,6 +141,11 @@ class Check:
 
 def count_events(conn: sqlite3.Connection, type_glob: str) -> int:
     return conn.execute(f"SELECT count(*) FROM events WHERE {glob(conn, 'type', type_glob)}").fetchone()[0]
+
+
+def counted(ctx: DoctorContext, type_glob: str) -> int:
+    """Events whose type matches `type_glob`, from the log summary (no scan)."""
+    return sum(n for key, n in ctx.log.types.items() if fnmatch.fnmatchcase(split_key(key)[0], type_glob))
 
 
 def listing(items: Sequence[str], limit: int = 5) -> str:

@@ -18,15 +18,14 @@ holds memory events this gormes cannot look after (warn).
 
 from __future__ import annotations
 
-from typing import Any
-
+from gormes.events.audit import audit_stream
 from gormes.events.sql_fragments import glob, json_number, json_text
 from gormes.health import (
     Check,
     DoctorContext,
     Verdict,
     age,
-    count_events,
+    counted,
     listing,
     ok,
     warn,
@@ -36,17 +35,6 @@ MODULES = ("gormes.recall", "gormes.events.memory")
 DEAD_LETTER_WINDOW_S = 24 * 3600.0
 FAILED_OUTCOMES = ("error", "timeout")
 
-# The run id an observation cites, and its provenance kind: relationships and facts
-# carry a `provenance`, entities an `origin` and a `provenance_kind` of their own.
-def _cited_run(conn: Any) -> str:
-    return f"coalesce({json_text(conn, '$.provenance.origin.run_id')}, {json_text(conn, '$.origin.run_id')})"
-
-
-def _extracted(conn: Any) -> str:
-    kind = f"coalesce({json_text(conn, '$.provenance.kind')}, {json_text(conn, '$.provenance_kind')})"
-    return f"{glob(conn, 'type', 'memory.*')} AND {kind} = 'extracted'"
-
-
 def not_installed(ctx: DoctorContext) -> Verdict | None:
     """The verdict when memory is not (fully) installed; None when it is."""
     missing = [m for m in MODULES if not ctx.module_exists(m)]
@@ -55,7 +43,7 @@ def not_installed(ctx: DoctorContext) -> Verdict | None:
     if len(missing) < len(MODULES):
         return warn(f"memory is only partly installed: {', '.join(missing)} missing",
                     "reinstall gormes (a partial installation cannot recall or extract)")
-    events = count_events(ctx.db, "memory.*")
+    events = counted(ctx, "memory.*")
     if events:
         return warn(f"the log holds {events} memory event(s) but this gormes has no memory support",
                     "upgrade gormes to the version that wrote them")
@@ -80,21 +68,18 @@ def check_semantic(ctx: DoctorContext) -> Verdict:
 
 
 def extraction_age(ctx: DoctorContext) -> str:
-    last = ctx.db.execute(f"SELECT max(recorded_at) FROM events WHERE {_extracted(ctx.db)}").fetchone()[0]
+    last = ctx.log.last_extracted
     return "no extraction yet" if last is None else f"graph last extracted {age(ctx.now - last)} ago"
 
 
 def backlog(ctx: DoctorContext) -> tuple[int, str | None, float | None]:
-    """(completed runs not extracted, the oldest one's run id, when it completed)."""
-    return ctx.db.execute(
-        f"WITH cited AS (SELECT DISTINCT {_cited_run(ctx.db)} AS run_id FROM events "
-        f"WHERE {_extracted(ctx.db)}), "
-        "waiting AS (SELECT substr(stream, 5) AS run_id, recorded_at FROM events "
-        "WHERE type = 'run.completed' AND substr(stream, 5) NOT IN "
-        "(SELECT run_id FROM cited WHERE run_id IS NOT NULL)) "
-        "SELECT (SELECT count(*) FROM waiting), run_id, recorded_at FROM waiting "
-        "ORDER BY recorded_at, run_id LIMIT 1"
-    ).fetchone() or (0, None, None)
+    """(completed runs not extracted, the oldest one's run id, when it completed),
+    from the doctor's log summary."""
+    awaiting = ctx.log.awaiting
+    if not awaiting:
+        return 0, None, None
+    run_id, completed_at = min(awaiting.items(), key=lambda item: (item[1], item[0]))
+    return len(awaiting), run_id, completed_at
 
 
 def check_extraction(ctx: DoctorContext) -> Verdict:
@@ -116,13 +101,16 @@ def check_dead_letters(ctx: DoctorContext) -> Verdict:
         return absent
     since_ms = ctx.now_ms - int(DEAD_LETTER_WINDOW_S * 1000)
     conn = ctx.db
+    # The audit days the window touches (a record's day stream is that of its `at`):
+    # read by stream, so the check costs a day of audit, not the log.
+    days = sorted({audit_stream(since_ms), audit_stream(ctx.now_ms)})
     rows = conn.execute(
         f"SELECT op, outcome, count(*) FROM (SELECT {json_text(conn, '$.operation')} AS op, "
         f"{json_text(conn, '$.outcome')} AS outcome, {json_number(conn, '$.at')} AS at "
-        "FROM events WHERE type = 'audit.operation') AS calls "
+        f"FROM events WHERE stream IN ({', '.join('?' * len(days))}) AND type = 'audit.operation') AS calls "
         f"WHERE {glob(conn, 'op', 'memory.*')} AND outcome IN (?, ?) AND at >= ? "
         "GROUP BY op, outcome ORDER BY op, outcome",
-        (*FAILED_OUTCOMES, since_ms),
+        (*days, *FAILED_OUTCOMES, since_ms),
     ).fetchall()
     if not rows:
         return ok("no memory operation failed in the last 24 h")

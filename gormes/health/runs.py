@@ -15,24 +15,16 @@ whose process cannot be checked from here are counted, not judged.
 from __future__ import annotations
 
 from gormes.actors.runs.process import describe, process_state, recorded_processes
-from gormes.events.runs import TERMINAL_TYPES
-from gormes.events.sql_fragments import json_text
 from gormes.health import Check, DoctorContext, Verdict, has_table, listing, ok, warn
 
-_END_TAGS = tuple(cls.__struct_config__.tag for cls in TERMINAL_TYPES)
 
 
 def endless_runs(ctx: DoctorContext) -> list[tuple[str, str | None]]:
-    """(run id, job id or None) of every run with no end in the log."""
-    conn = ctx.db
-    # A run's end is its last event (messages to an ended run are refused): one
-    # index seek per run, not a walk through its events.
-    rows = conn.execute(
-        f"SELECT e.stream, {json_text(conn, '$.job_id', 'e.data')} FROM events e "
-        f"WHERE e.type = 'run.started' AND (SELECT t.type FROM events t WHERE t.stream = e.stream "
-        f"ORDER BY t.version DESC LIMIT 1) NOT IN ({','.join('?' * len(_END_TAGS))})", _END_TAGS,
-    ).fetchall()
-    return [(stream.removeprefix("run-"), job_id) for stream, job_id in rows]
+    """(run id, job id or None) of every run with no end in the log (a run's end is
+    its last event: messages to an ended run are refused), from the doctor's log
+    summary: the runs it has seen start and not end."""
+    return [(run_id, mark.job_id) for run_id, mark in ctx.log.open_runs.items()
+            if mark.started]
 
 
 def job_statuses(ctx: DoctorContext, job_ids: set[str]) -> dict[str, str]:

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gormes.events.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION, read_only_uri
-from gormes.health import Check, DoctorContext, Verdict, fail, listing, ok, warn
+from gormes.health import Check, DoctorContext, Verdict, age, fail, listing, ok, warn
+from gormes.health.scan import split_key
 
 QUICK_CHECK_MAX_ERRORS = 20
 RESTORE = (
@@ -83,11 +84,20 @@ def parse_quick_check(rows: Iterable[tuple[str]]) -> list[str]:
 
 
 def check_integrity(ctx: DoctorContext) -> Verdict:
+    """`PRAGMA quick_check` reads the whole file: it runs with `--full` and on a
+    database the doctor has not checked before; otherwise the last full check's
+    verdict stands, with its age (gormes/health/scan.py)."""
+    summary = ctx.log
+    if not ctx.full and summary.integrity_at is not None:
+        verdict = integrity_verdict(summary.integrity)
+        when = f" (the last full check, {age(ctx.now - summary.integrity_at)} ago; `gormes doctor --full` checks again)"
+        return Verdict(verdict.status, verdict.message + when, verdict.remediation)
     try:
         rows = ctx.db.execute(f"PRAGMA quick_check({QUICK_CHECK_MAX_ERRORS})").fetchall()
     except sqlite3.DatabaseError as exc:
         return fail(f"quick_check could not read the file: {exc}", RESTORE)
-    return integrity_verdict(parse_quick_check(rows))
+    summary.integrity_at, summary.integrity = ctx.now, parse_quick_check(rows)
+    return integrity_verdict(summary.integrity)
 
 
 def integrity_verdict(problems: list[str]) -> Verdict:
@@ -98,15 +108,13 @@ def integrity_verdict(problems: list[str]) -> Verdict:
 
 
 def check_positions(ctx: DoctorContext) -> Verdict:
-    conn = ctx.db
-    count, low, high = conn.execute(
-        "SELECT count(*), coalesce(min(position), 0), coalesce(max(position), 0) FROM events"
-    ).fetchone()
+    summary = ctx.log
+    count, low, high = summary.count, summary.low, summary.high
     if count == 0:
         return ok("the log is empty")
     if low == 1 and high == count:
         return ok(f"positions 1..{high}, no gaps")
-    holes = _holes(conn, low, high)
+    holes = _holes(ctx.db, low, high)
     missing = high - count
     return fail(
         f"{missing} position(s) missing from the log: {listing(holes)}",
@@ -135,9 +143,8 @@ def _range(first: int, last: int) -> str:
 def check_event_types(ctx: DoctorContext) -> Verdict:
     unknown: list[tuple[str, int]] = []
     total = 0
-    for type_, type_version, n in ctx.db.execute(
-        "SELECT type, type_version, count(*) FROM events GROUP BY type, type_version ORDER BY type"
-    ):
+    for key, n in sorted(ctx.log.types.items()):
+        type_, type_version = split_key(key)
         cls = ctx.codec.class_for(type_)
         if cls is None:
             unknown.append((type_, n))
