@@ -176,7 +176,6 @@ def case_main(n: int, delay_ms: int) -> None:
 
 
 def summary(cases: list[dict[str, Any]], jobs: dict[str, Any] | None) -> dict[str, Any]:
-    by = {(c["runs"], c["delay_ms"]): c for c in cases}
     no_delay = [c for c in cases if c["delay_ms"] == 0]
     smallest, largest = min(no_delay, key=lambda c: c["runs"]), max(no_delay, key=lambda c: c["runs"])
     delayed = [c for c in cases if c["delay_ms"]]
@@ -194,7 +193,6 @@ def summary(cases: list[dict[str, Any]], jobs: dict[str, Any] | None) -> dict[st
     }
     if jobs is not None:
         met["jobs_no_stall"] = jobs["stalled_while_alive"] == 0
-    del by
     return {
         "cases": cases,
         "ratio_10k_vs_100": ratio,

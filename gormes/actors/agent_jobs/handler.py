@@ -67,6 +67,7 @@ from gormes.events.runs import RunCompleted, run_stream
 from gormes.events.store import EventStore
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry
+from gormes.ops.declared import declared
 from gormes.tools.builtin import default_registry
 from gormes.tools.memory import NAMES_ITS_SCOPE, own_scope
 
@@ -141,8 +142,24 @@ def parse_job_data(data: Any) -> tuple[AgentJobData, Any]:
         raise UnrecoverableError(str(exc)) from None
 
 
+_shared_default: tuple[tuple[int, ...], list[Any], Registry] | None = None
+
+
+def _default_operations() -> Registry:
+    """`default_registry()`, built again only when the declared operations change:
+    building it costs milliseconds of the event loop (every spec's schema), which
+    ten thousand jobs starting together cannot pay each, and jobs sharing one
+    registry share its tools too (one tool JSON for all their runs, decision 0025)."""
+    global _shared_default
+    entries = declared.entries()
+    key = tuple(id(e) for e in entries)
+    if _shared_default is None or _shared_default[0] != key:
+        _shared_default = (key, entries, default_registry())  # `entries` kept: their ids stay theirs
+    return _shared_default[2]
+
+
 def _executor(store: EventStore, operations: Registry | None) -> Executor:
-    return Executor(operations or default_registry(), store, workspace=os.environ.get(WORKSPACE_ENV) or None)
+    return Executor(operations or _default_operations(), store, workspace=os.environ.get(WORKSPACE_ENV) or None)
 
 
 async def _earlier_run(store: EventStore, run_id: str | None) -> RecordedRun | None:

@@ -1,0 +1,155 @@
+"""The job path of benchmarks/concurrency.py: N `agent` jobs in flight on one worker.
+
+N jobs, each the benchmark's agent run (5 tool turns and a final one on the
+scripted model), are submitted to a fresh database; then one `gormes worker
+--concurrency N --lease LEASE_MS` process drains them. The lease is short
+(2 s: renewed every second) so that every job's lease is renewed several
+times while it runs; the worker's own stall sweep (every `--stall-interval`)
+would record `job.stalled` for a lease it failed to renew in time. Measured:
+the wall from the worker's start until every job is completed (its start-up
+included), steps/s, the wall against the ideal (the turns' delays alone), the
+worker's peak RSS, and the stalls recorded while the worker was alive (target:
+none). A sample of the jobs' runs is replayed exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+REPO = Path(__file__).resolve().parents[1]
+LEASE_MS = int(os.environ.get("BENCH_LEASE_MS", "2000"))
+STALL_INTERVAL_MS = 500
+STALL_GRACE_MS = 1_000
+
+
+def _env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    return e
+
+
+def _sql(db: Path, query: str) -> Any:
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return conn.execute(query).fetchone()[0]
+    finally:
+        conn.close()
+
+
+async def _submit(db: Path, n: int, model: str, turns: int) -> None:
+    from gormes.actors.jobs.queue import JobQueue
+    from gormes.events.sqlite import SQLiteEventStore
+
+    async with SQLiteEventStore.open(db) as store:
+        queue = await JobQueue.open(store)
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                data = {"prompt": f"job {i}", "model": model, "tools": ["time.now"], "max_iterations": turns}
+                nursery.start_soon(queue.submit, "agent", data)
+
+
+def _wait_done(db: Path, n: int, worker: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while _sql(db, "SELECT count(*) FROM jobs WHERE status IN ('completed', 'failed', 'dead')") < n:
+        if worker.poll() is not None:
+            raise SystemExit(f"the worker exited early ({worker.returncode})")
+        if time.monotonic() > deadline:
+            raise SystemExit("the jobs did not finish in time")
+        time.sleep(0.02)
+
+
+def jobs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
+    from benchmarks.concurrency import (
+        SAMPLE, STEPS_PER_RUN, TOOL_TURNS, count_steps, replay_sample, sample_of, write_script,
+    )
+
+    model = write_script(tmp / "script.json", delay_ms)
+    db = tmp / "jobs.db"
+    trio.run(_submit, db, n, model, TOOL_TURNS + 1)
+    started = time.perf_counter()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _WORKER, str(db), str(n), str(LEASE_MS), str(STALL_INTERVAL_MS),
+         str(STALL_GRACE_MS), str(tmp / "rss.txt")],
+        env=_env(), stderr=open(os.environ.get("BENCH_WORKER_LOG", os.devnull), "w"),
+    )
+    try:
+        _wait_done(db, n, worker, timeout=600)
+        wall = time.perf_counter() - started
+        stalled = _sql(db, "SELECT count(*) FROM events WHERE type = 'job.stalled'")  # worker still alive
+    finally:
+        worker.send_signal(signal.SIGINT)
+        try:
+            worker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    completed = _sql(db, "SELECT count(*) FROM jobs WHERE status = 'completed'")
+    if completed != n:
+        conn = sqlite3.connect(db)
+        statuses = conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall()
+        errors = conn.execute("SELECT type, count(*), max(data) FROM events WHERE type LIKE 'job.%' "
+                              "GROUP BY type").fetchall()
+        conn.close()
+        raise SystemExit(f"{completed} of {n} agent jobs completed: {statuses} {errors}")
+    steps = count_steps(db)
+    if steps != n * STEPS_PER_RUN:
+        raise SystemExit(f"{steps} steps recorded, expected {n * STEPS_PER_RUN}")
+    conn = sqlite3.connect(db)
+    try:
+        run_ids = sorted(r[0] for r in conn.execute(
+            "SELECT json_extract(data, '$.run_id') FROM events WHERE type = 'run.started'"))
+    finally:
+        conn.close()
+    sample = sample_of(run_ids, SAMPLE)
+    exact = trio.run(replay_sample, db, sample)
+    rss = float((tmp / "rss.txt").read_text()) if (tmp / "rss.txt").exists() else None
+    ideal = (TOOL_TURNS + 1) * delay_ms / 1000 if delay_ms else None
+    return {
+        "jobs": n, "concurrency": n, "delay_ms": delay_ms, "lease_ms": LEASE_MS, "steps": steps,
+        "steps_per_s": round(steps / wall), "wall_s": round(wall, 2), "ideal_s": ideal,
+        "wall_vs_ideal": round(wall / ideal, 3) if ideal else None,
+        "worker_rss_mb": None if rss is None else round(rss, 1),
+        "stalled_while_alive": stalled, "replayed": len(sample), "replayed_exactly": exact,
+    }
+
+
+# The worker, as `gormes worker` runs it, writing its peak RSS as it exits.
+_WORKER = """
+import atexit, resource, sys
+db, n, lease, interval, grace, rss = sys.argv[1:]
+atexit.register(lambda: open(rss, "w").write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+from gormes.cli.main import main
+sys.argv = ["gormes", "--db", db, "worker", "--concurrency", n, "--lease", lease,
+            "--stall-interval", interval, "--stall-grace", grace, "--no-governor"]
+try:
+    main()
+except SystemExit:
+    pass
+"""
+
+
+def run_jobs_case(n: int, delay_ms: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "concurrency.py"), "--jobs", str(n), str(delay_ms)],
+        check=True, stdout=subprocess.PIPE, text=True, env=os.environ,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def jobs_main(n: int, delay_ms: int) -> None:
+    from benchmarks._common import report, scratch_dir
+    from gormes.events.catalog import load_all
+
+    load_all()
+    with scratch_dir() as tmp:
+        report(jobs_case(tmp, n, delay_ms))

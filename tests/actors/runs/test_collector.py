@@ -1,0 +1,87 @@
+"""gormes/actors/runs/collector.py: the collector's middle generation follows the runs in flight."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from gormes.actors.runs import collector
+from gormes.actors.runs.context import RunContext, RunHandlerRegistry
+from gormes.actors.runs.manager import RunManager
+from gormes.events.sqlite import SQLiteEventStore
+
+
+@pytest.fixture(autouse=True)
+def thresholds() -> Iterator[None]:
+    before, enabled = gc.get_threshold(), gc.isenabled()
+    assert collector.in_flight() == 0
+    gc.set_threshold(700, 10, 10)
+    gc.enable()
+    yield
+    gc.set_threshold(*before)
+    if not enabled:
+        gc.disable()
+
+
+def test_wanted_keeps_a_window_of_allocations_per_run() -> None:
+    assert collector.wanted((700, 10, 10), 1) == (700, 10, 10)
+    young, middle, old = collector.wanted((700, 10, 10), 16384)
+    assert (young, old) == (700, 10)
+    assert young * middle >= collector.WINDOW_PER_RUN * 16384 > young * (middle - 1)
+    assert collector.wanted((50_000, 10, 10), 16384)[1] == 33  # the worker's own youngest threshold
+    assert collector.wanted((0, 10, 10), 16384) == (0, 10, 10)  # collection by threshold is off
+
+
+def test_widened_while_runs_are_in_flight_and_restored_as_they_end() -> None:
+    for _ in range(1000):
+        collector.run_started()
+    assert collector.in_flight() == 1000
+    assert gc.get_threshold() == collector.wanted((700, 10, 10), 1024)
+    for _ in range(1000):
+        collector.run_ended()
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_thresholds_set_meanwhile_become_the_base() -> None:
+    for _ in range(600):
+        collector.run_started()
+    gc.set_threshold(10_000, 5, 10)
+    for _ in range(600):
+        collector.run_started()  # past 1024: looked at again
+    assert gc.get_threshold() == collector.wanted((10_000, 5, 10), 2048)
+    for _ in range(1200):
+        collector.run_ended()
+    assert gc.get_threshold() == (10_000, 5, 10)
+
+
+def test_nothing_changes_with_the_collector_disabled() -> None:
+    gc.disable()
+    for _ in range(1000):
+        collector.run_started()
+    assert gc.get_threshold() == (700, 10, 10)
+    for _ in range(1000):
+        collector.run_ended()
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+async def test_a_run_manager_s_runs_in_flight_widen_it(tmp_path) -> None:
+    handlers = RunHandlerRegistry()
+    release = trio.Event()
+
+    async def wait(ctx: RunContext, input: object) -> int:
+        await release.wait()
+        return 1
+
+    handlers.register("wait", wait)
+    async with SQLiteEventStore.open(tmp_path / "runs.db") as store:
+        async with RunManager.open(store, handlers=handlers) as runs:
+            handles = [await runs.start("wait") for _ in range(600)]
+            assert collector.in_flight() == 600
+            assert gc.get_threshold() == collector.wanted((700, 10, 10), 1024) != (700, 10, 10)
+            release.set()
+            assert {(await h.outcome()).status for h in handles} == {"completed"}
+    assert collector.in_flight() == 0
+    assert gc.get_threshold() == (700, 10, 10)

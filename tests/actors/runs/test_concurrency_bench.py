@@ -1,0 +1,54 @@
+"""benchmarks/concurrency.py --quick: the smoke test of the ten-thousand-runs benchmark.
+
+It runs every case of the full benchmark at small N (each in its own process, the
+job path through a real `gormes worker`); the test checks the one JSON line's shape
+and that every sampled run replayed exactly and no job stalled. No timing is
+asserted: the figures are the benchmark's, not the test's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+CASE_KEYS = {
+    "runs", "delay_ms", "steps", "steps_per_s", "wall_s", "ideal_s", "wall_vs_ideal", "rss_mb",
+    "replayed", "replayed_exactly",
+}
+JOB_KEYS = {
+    "jobs", "concurrency", "delay_ms", "lease_ms", "steps", "steps_per_s", "wall_s", "ideal_s",
+    "wall_vs_ideal", "worker_rss_mb", "stalled_while_alive", "replayed", "replayed_exactly",
+}
+
+
+def test_quick_mode_prints_one_json_line_and_every_sample_replays_exactly() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "concurrency.py"), "--quick"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1, out.stdout
+    result = json.loads(lines[0])
+    assert {"cases", "ratio_10k_vs_100", "ratio_of", "wall_vs_ideal_1s", "rss_mb_10k", "replayed_exactly",
+            "jobs", "targets_met"} <= set(result)
+    cases = result["cases"]
+    assert [(c["runs"], c["delay_ms"]) for c in cases] == [(20, 0), (50, 0), (50, 50)]
+    for case in cases:
+        assert set(case) == CASE_KEYS
+        assert case["steps"] == case["runs"] * 11  # 5 model turns asking for a tool, 5 tool calls, a final turn
+        assert case["replayed"] == min(case["runs"], 20)
+        assert case["replayed_exactly"] == case["replayed"]
+    assert cases[2]["ideal_s"] == 0.3 and cases[0]["ideal_s"] is None
+    jobs = result["jobs"]
+    assert set(jobs) == JOB_KEYS
+    assert jobs["steps"] == jobs["jobs"] * 11
+    assert jobs["replayed_exactly"] == jobs["replayed"] > 0
+    assert jobs["stalled_while_alive"] == 0
+    assert result["replayed_exactly"] is True
+    assert result["ratio_of"] == [50, 20]
+    assert set(result["targets_met"]) == {"ratio", "wall_vs_ideal", "rss", "replay", "jobs_no_stall"}
