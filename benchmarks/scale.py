@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from scale_replicate import Replicator, read_template, renamer  # noqa: E402
+from scale_replicate import Ids, Replicator, read_template  # noqa: E402
 from scale_template import REPO, build_template  # noqa: E402
 
-VERSION = 1  # bump when the mix or its replication changes: cached logs are rebuilt
+VERSION = 2  # bump when the mix or its replication changes: cached logs are rebuilt
 TARGET = 1.5
 STEP_S = 3000.0  # one copy of the mix every 50 minutes: 1M events span about 2 months
 
@@ -138,8 +138,8 @@ def targets(rows: list) -> dict[str, str]:
     return {"job": job, "run": run, "since": first_at}
 
 
-def reads(db: Path, copies: int, names: dict) -> dict[str, list[str]]:
-    last = renamer(copies - 1)
+def reads(db: Path, rows: list, copies: int, names: dict) -> dict[str, list[str]]:
+    last = Ids(rows).renamer(copies - 1)
     since = datetime.datetime.fromtimestamp(names["since"] - 60, datetime.timezone.utc)
     return {
         "events --limit 20": ["events", "--limit", "20"],
@@ -184,7 +184,8 @@ def main() -> None:
     big, big_meta = build(cache, rows, big_copies)
     small, small_meta = build(cache, rows, small_copies)
     names = targets(rows)
-    commands = {"big": reads(big, big_copies, names), "small": reads(small, small_copies, names)}
+    commands = {"big": reads(big, rows, big_copies, names),
+                "small": reads(small, rows, small_copies, names)}
     seconds: dict[str, dict[str, list[float]]] = {"big": {}, "small": {}}
     for name in commands["big"]:
         progress(f"scale: {name} ...")

@@ -2,9 +2,10 @@
 
 Copy k of the template is the same events with:
 
-- every id replaced (ULID-like job and run ids, `f_`/`r_`/`e_` memory ids): the
-  first 20 characters kept, the last 6 made of k, the same way in stream names
-  and in data, so a copy's children, parents and tool calls point at its own runs;
+- every id replaced (ULID-like job and run ids, `f_`/`r_`/`e_` memory ids) by one
+  made of k and the id's number in the template (a ULID keeps its time part), the
+  same way in stream names and in data, so a copy's children, parents and tool
+  calls point at its own runs;
 - the memory scope `project:default` made `project:p<k>` (one project's memory
   per copy: recall in one scope reads that scope);
 - times moved back by (copies - 1 - k) x `step_s` seconds (the last copy is the
@@ -49,25 +50,32 @@ COPIES_PER_TRANSACTION = 50
 Row = tuple[int, str, int, str, int, str, float]
 
 
-def _suffix(k: int) -> tuple[str, str]:
-    b32 = "".join(_CROCKFORD[(k >> (5 * i)) & 31] for i in reversed(range(6)))
-    return b32, f"{k:06x}"
+def _b32(n: int, width: int) -> str:
+    return "".join(_CROCKFORD[(n >> (5 * i)) & 31] for i in reversed(range(width)))
 
 
-def renamer(k: int) -> Callable[[str], str]:
-    """Text -> the same text with copy k's ids and scope."""
-    b32, hex6 = _suffix(k)
-    scope = f"project:p{k}"
+class Ids:
+    """Every id of the template, numbered in sorted order: copy k of the i-th is
+    unique to (k, i) and keeps the id's shape (a ULID keeps its time part)."""
 
-    def one(m: re.Match[str]) -> str:
-        token = m.group(0)
-        if token == SCOPE:
-            return scope
-        if len(token) == 26:
-            return token[:20] + b32
-        return token[:-6] + hex6
+    def __init__(self, rows: list[Row]) -> None:
+        found = {m.group(0) for row in rows for text in (row[1], row[5]) for m in _IDS.finditer(text)}
+        self.index = {token: i for i, token in enumerate(sorted(found - {SCOPE}))}
 
-    return lambda text: _IDS.sub(one, text)
+    def renamer(self, k: int) -> Callable[[str], str]:
+        """Text -> the same text with copy k's ids and scope."""
+        index, scope, b32, hex6 = self.index, f"project:p{k}", _b32(k, 6), f"{k:06x}"
+
+        def one(m: re.Match[str]) -> str:
+            token = m.group(0)
+            if token == SCOPE:
+                return scope
+            i = index[token]
+            if len(token) == 26:
+                return token[:10] + b32 + _b32(i, 10)
+            return f"{token[:2]}{hex6}{i:010x}"
+
+        return lambda text: _IDS.sub(one, text)
 
 
 def _shift(value: Any, seconds: float) -> Any:
@@ -106,6 +114,7 @@ class Replicator:
 
     def __init__(self, template: list[Row], copies: int, step_s: float) -> None:
         self.template = template
+        self.ids = Ids(template)
         self.copies = copies
         self.step_s = step_s
         self.versions: dict[str, int] = {}
@@ -113,7 +122,7 @@ class Replicator:
         self.position = 0
 
     def rows_of(self, k: int) -> list[Row]:
-        rename = renamer(k)
+        rename = self.ids.renamer(k)
         offset = -(self.copies - 1 - k) * self.step_s
         out: list[Row] = []
         for _, stream, _, type_, tv, data, recorded_at in self.template:
