@@ -37,7 +37,10 @@ from gormes.events.jobs import (
     JobTokensAdded, JobTranscribed,
 )
 
-STALLED_ERROR = "max stalled count exceeded"
+STALLED_ERROR = "max stalled count reached"
+# What ledgers built before version 3 wrote instead (the count is reached, not
+# exceeded: --max-stalled 1 ends a job at its first stall); they are reworded.
+STALLED_ERROR_BEFORE = "max stalled count exceeded"
 
 # -- where a transition leads ------------------------------------------------------
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from gormes.events.base import Recorded
 from gormes.events.codec import default_codec
-from gormes.events.job_machine import ALWAYS, Transition, transition_of
+from gormes.events.job_machine import ALWAYS, STALLED_ERROR, STALLED_ERROR_BEFORE, Transition, transition_of
 from gormes.events.jobs import (
     STATUSES, JobChildAdded, JobChildDone, JobInboxRead, JobMessageSent, JobSubmitted,
     JobTranscribed,
@@ -54,7 +54,10 @@ NAME = "ledger"
 # (A removed job's later inbox and transcript entries are not written, since
 # decision 0023; still 2: the queue writes no such log, as a retry of or a message
 # to a removed job is refused, so no ledger built before differs from its rebuild.)
-VERSION = 2
+# 3: a job dead of stalls says "max stalled count reached" (it was "exceeded": the
+# count is reached when the job dies). A version-2 ledger's rows are reworded in
+# place, so that it stays identical to its rebuild.
+VERSION = 3
 TRANSCRIPT_CAP = 200  # entries kept per job in the ledger; the log keeps all
 
 _enc = encode_json
@@ -168,6 +171,9 @@ INDEXES = (
     LedgerIndex("jobs_idem", "jobs", ("idempotency_key",)),
     LedgerIndex("inbox_job", "inbox", ("job_id", "sent_at")),
 )
+# A version-2 ledger's stall deaths in version 3's words (see VERSION).
+REWORD_STALLED = "UPDATE jobs SET error = ? WHERE status = 'dead' AND error = ?"
+
 # Indexes of earlier versions, dropped where found (decision 0012).
 RETIRED_INDEXES = ("jobs_claim", "jobs_pick", "jobs_delay", "jobs_lock", "jobs_done")
 
@@ -227,7 +233,10 @@ def setup_file(path: str | Path) -> None:
                 db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
                 setup(db)
                 bookkeeping.ensure_tables(conn)
-                if bookkeeping.built_version(conn, NAME) != VERSION:
+                built = bookkeeping.built_version(conn, NAME)
+                if built is not None and built < 3:
+                    conn.execute(REWORD_STALLED, (STALLED_ERROR, STALLED_ERROR_BEFORE))
+                if built != VERSION:
                     bookkeeping.set_built_version(conn, NAME, VERSION)
                 return
             except sqlite3.OperationalError as exc:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gormes.events.job_machine import STALLED_ERROR, STALLED_ERROR_BEFORE
 from gormes.projections import ledger
 from gormes.projections.ledger import INDEXES, RETIRED_INDEXES, TABLES, Table
 
@@ -124,6 +125,8 @@ def set_up(conn: Any, name: str, version: int) -> None:
     built = _built_version(conn, name)
     if built is not None and built != version:
         add_missing_columns(conn)
+    if built is not None and built < 3:  # see ledger.VERSION
+        conn.execute(ledger.REWORD_STALLED, (STALLED_ERROR, STALLED_ERROR_BEFORE))
     if built != version:
         conn.execute(
             "INSERT INTO projection_versions(projection, version) VALUES (?, ?)"

@@ -61,7 +61,7 @@ async def test_status_and_rebuild_on_postgres(store, backend):
     assert "SQLite only" not in done.stderr
     # 11: the first rebuild's audit record
     assert "memory: rebuilt (version 1) up to position 11" in done.stdout
-    assert "ledger: rebuilt (version 2) up to position 11" in done.stdout  # 2: jobs.submitter
+    assert "ledger: rebuilt (version 3) up to position 11" in done.stdout  # 3: stall deaths reworded
 
 
 

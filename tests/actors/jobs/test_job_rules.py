@@ -195,7 +195,7 @@ def test_stall_at_max_stalled_is_dead():
     [event] = r.decide(state, r.CheckStall(now=T0 + 300, grace_ms=0))
     assert isinstance(event, JobStalled) and event.dead
     after = evolve(state, event)
-    assert after.status == "dead" and after.error == "max stalled count exceeded"
+    assert after.status == "dead" and after.error == "max stalled count reached"
     assert after.attempts_made == 1 and after.stalled_counter == 2
 
 

@@ -130,7 +130,7 @@ async def test_stall_requeues_then_dead_at_max_stalled(queue, clock):
     clock.advance_ms(200)
     await queue.sweep_stalled(grace_ms=50)
     got = await queue.get(job.id)
-    assert got.status == "dead" and got.error == "max stalled count exceeded"
+    assert got.status == "dead" and got.error == "max stalled count reached"
     assert got.attempts_made == 1
 
 
