@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("actors.cron",),  # a cron occurrence is submitted as a job
     ("ops",),
     ("providers",),
+    ("control",),  # budgets, rate limits, the outage guard: asked before a model turn
     ("actors.runs",),
     ("contained", "recall", "skillbook", "memory", "knowledge"),  # what the tools use
     ("tools",),
