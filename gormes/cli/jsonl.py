@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -25,38 +29,23 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
     """Append events from a JSONL file ('-' for stdin), all of them or none.
 
     Each line is a JSON object with at least stream, type and data (the shape
-    `gormes export` writes). Every line is validated before anything is written
-    (a line nested deeper than 64 levels is refused unread); the first bad line
-    is reported by number. A line's 'version', when present,
+    `gormes export` writes); a gzip-compressed file (an archived segment) is read
+    as well. The input is streamed in one transaction: a bad line (or one nested
+    deeper than 64 levels, refused unread) undoes the whole import, and the first
+    bad line is reported by number. A line's 'version', when present,
     must follow its stream's current version, so an export is not imported twice.
     """
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli import output
-    from gormes.events.json_nesting import checked_lines
-    from gormes.errors import UserError
-    from gormes.events import jsonl
+    from gormes.cli.ops import operator_call
     from gormes.events.catalog import load_all
+    from gormes.tools.log_admin import EventsImportInput
 
     load_all()
-    if source == "-":
-        parsed = jsonl.parse_lines(checked_lines(sys.stdin.buffer))
-    else:
-        path = Path(source)
-        try:
-            with path.open("rb") as lines:
-                parsed = jsonl.parse_lines(checked_lines(lines))
-        except OSError as exc:
-            raise UserError(f"cannot read {source}: {exc.strerror}") from None
-    if not parsed:
-        raise UserError(f"{source} holds no events")
-    # Lazy for start-up time: loaded when the command runs, not for its --help.
-    from gormes.cli.ops import operator_call
-    from gormes.tools.log_admin import EventsImportInput, ImportRecord
-
-    records = [ImportRecord(number=p.number, stream=p.stream, event=p.event, version=p.version)
-               for p in parsed]
-    result = operator_call(obj, "events.import",
-                           EventsImportInput(records=records, ignore_versions=ignore_versions), jobs=False)
+    with _spooled(source) as path:
+        result = operator_call(obj, "events.import",
+                               EventsImportInput(path=path, name=source, ignore_versions=ignore_versions),
+                               jobs=False)
     if as_json:
         output.write_json_objects([result])
     else:
@@ -64,6 +53,19 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
             f"imported {result.imported} events "
             f"(positions {result.first_position}..{result.last_position})"
         )
+
+
+@contextmanager
+def _spooled(source: str) -> Iterator[str]:
+    """The path of the input: the file itself, or standard input copied to a
+    temporary file (so it is streamed from disk, never held in memory)."""
+    if source != "-":
+        yield str(Path(source).absolute())
+        return
+    with tempfile.NamedTemporaryFile(prefix="gormes-import-", suffix=".jsonl") as spool:
+        shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
+        spool.flush()
+        yield spool.name
 
 
 def _read_run(target, run_id: str, children: bool):

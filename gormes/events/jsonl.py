@@ -8,16 +8,21 @@ Each line is
 where `data` is the event's JSON exactly as stored (it is copied, not decoded and
 re-encoded, so a row this gormes cannot decode is exported unchanged).
 
-Import reads lines of the same shape; only `stream`, `type` and `data` are
-required. Every line is validated before anything is written, and all events go
-in one transaction: a file is imported whole or not at all. When a line carries
+Import reads lines of the same shape (a gzip-compressed file too: an archived
+segment); only `stream`, `type` and `data` are required. A file is streamed: each
+line is validated and appended in turn, all in one transaction, so memory stays
+bounded by a chunk of lines and a bad line undoes the whole import: a file is
+imported whole or not at all. When a line carries
 `version`, the stream must be at `version - 1` when that line is appended, so
 importing the same export twice fails instead of duplicating it.
 """
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, Any
 
 import msgspec
@@ -25,11 +30,14 @@ import msgspec
 from gormes.errors import ConcurrencyError, UserError
 from gormes.events.base import Event, Recorded, UnknownEvent
 from gormes.events.codec import Codec, default_codec
+from gormes.events.json_nesting import checked_lines
 from gormes.events.sql_fragments import is_glob
 from gormes.events.sqlite_log import SQLiteLog
 from gormes.events.store import AppendRequest, EventLog
 
 PAGE = 2000
+IMPORT_CHUNK = 5000  # lines appended between two flushes of a streamed import
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class StoredJSONCodec(Codec):
@@ -273,6 +281,53 @@ def parse_lines(lines: Iterable[str | bytes], codec: Codec = default_codec) -> l
             continue
         parsed.append(parse_line(number, text, codec))
     return parsed
+
+
+def iter_parsed(lines: Iterable[str | bytes], codec: Codec = default_codec) -> Iterator[ParsedLine]:
+    """`parse_lines` one line at a time, for inputs too large to hold."""
+    for number, text in enumerate(lines, start=1):
+        if text.strip():
+            yield parse_line(number, text, codec)
+
+
+@contextmanager
+def open_lines(path: str | Path) -> Iterator[IO[bytes]]:
+    """The lines of a JSONL file, gunzipped when it is compressed (an archived
+    segment); a `UserError` when it cannot be read."""
+    try:
+        with open(path, "rb") as raw:
+            compressed = raw.read(2) == GZIP_MAGIC
+            raw.seek(0)
+            if not compressed:
+                yield raw
+                return
+            with gzip.GzipFile(fileobj=raw) as unzipped:
+                yield unzipped  # type: ignore[misc]
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def import_file_in(tx: Any, path: str | Path, *, check_versions: bool = True,
+                   chunk: int = IMPORT_CHUNK) -> ImportResult:
+    """Stream a JSONL file (gzip or plain) into a store transaction: each line is
+    checked, parsed and appended in turn, and staged rows are flushed every `chunk`
+    lines, so the memory it takes does not grow with the file. A bad line raises
+    `UserError` naming it, and the transaction (every line before it) is undone."""
+    imported = first = last = 0
+    with open_lines(path) as lines:
+        try:
+            for line in iter_parsed(checked_lines(lines)):
+                result = append_lines(tx.append_many, (line,), check_versions=check_versions)
+                first = first or result.first_position
+                last = result.last_position
+                imported += 1
+                if imported % chunk == 0:
+                    tx.flush()
+        except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream
+            raise UserError(f"cannot read {path}: {exc}") from None
+    if not imported:
+        raise UserError(f"{path} holds no events")
+    return ImportResult(imported, first, last)
 
 
 def import_lines(

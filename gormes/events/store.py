@@ -91,6 +91,11 @@ class Transaction(Protocol):
         """Run SQL on the transaction's connection (projection tables, inline ledgers)."""
         ...
 
+    def flush(self) -> None:
+        """Send what was appended so far to the database, still inside the
+        transaction: a long write (an import) keeps its memory bounded."""
+        ...
+
 
 class EventLog(Protocol):
     """One blocking connection to the log: what `EventStore.read_with` hands its

@@ -62,6 +62,11 @@ class BatchTransaction:
     def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         return self._batch.append(requests)
 
+    def flush(self) -> None:
+        """Send the rows staged so far to the database (still inside the transaction,
+        undone with it): a long write keeps its memory bounded."""
+        self._batch.flush()
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         conn = self._batch.log.sql
         return self._batch.flush(lambda: conn.execute(sql, params))

@@ -10,8 +10,8 @@ its input; the rules are here:
 - append's data is refused when nested deeper than `MAX_NESTING` (refused
   unread: the decoders recurse once per level), when it is not an object of the
   type's fields, or when it names a field the type does not have;
-- import takes records already parsed (`gormes.events.jsonl.parse_lines`) and
-  appends them all or none. Audit records in an import are accepted as they are:
+- import takes records already parsed (`gormes.events.jsonl.parse_lines`), or
+  the path of a JSONL file it streams, and appends them all or none. Audit records in an import are accepted as they are:
   restoring an export restores its audit trail, and a forged or edited record
   breaks the hash chain, which `gormes audit verify` reports.
 """
@@ -93,10 +93,15 @@ class ImportRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EventsImportInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Parsed records to append in one transaction, all or none. A record's
-    `version` must follow its stream's version unless `ignore_versions`."""
+    """Events to append in one transaction, all or none: parsed `records`, or a
+    JSONL file (`path`, plain or gzip: an archived segment) streamed line by line
+    so its size does not bound what can be imported. A record's `version` must
+    follow its stream's version unless `ignore_versions`. `name` is what errors
+    call the input (`-` for the standard input the CLI spooled to `path`)."""
 
-    records: list[ImportRecord]
+    records: list[ImportRecord] = []
+    path: str | None = None
+    name: str | None = None
     ignore_versions: bool = False
 
 
@@ -127,11 +132,24 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
     # Lazy for start-up time: loaded on first use, not with the registry.
     from gormes.events import jsonl
 
-    lines = _checked_records(value.records)
     check_versions = not value.ignore_versions
-    result = await ctx.store.transact(
-        lambda tx: jsonl.import_lines_in(tx, lines, check_versions=check_versions)
-    )
+    if value.path is not None:
+        if value.records:
+            raise UserError("an import takes records or a path, not both")
+        path, name = value.path, value.name or value.path
+
+        def streamed(tx: Any) -> Any:
+            try:
+                return jsonl.import_file_in(tx, path, check_versions=check_versions)
+            except UserError as exc:
+                raise UserError(str(exc).replace(path, name)) from None
+
+        result = await ctx.store.transact(streamed)
+    else:
+        lines = _checked_records(value.records)
+        result = await ctx.store.transact(
+            lambda tx: jsonl.import_lines_in(tx, lines, check_versions=check_versions)
+        )
     return EventsImported(imported=result.imported, first_position=result.first_position,
                           last_position=result.last_position)
 

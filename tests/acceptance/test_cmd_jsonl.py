@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_helpers import SAMPLE, assert_one_line_error, digest, json_lines, run_gormes
+from cli_helpers import SAMPLE, assert_one_line_error, json_lines, run_gormes
 
 from gormes.events.notes import NoteAdded
 from gormes.events.sqlite_log import SQLiteLog
@@ -17,6 +17,17 @@ def events_of(db: Path) -> list[tuple[int, str, int, object]]:
         # Each import is also one audit event (audit-* streams), written after it.
         return [(r.position, r.stream, r.version, r.event) for r in log.read_all()
                 if not r.stream.startswith("audit-")]
+    finally:
+        log.close()
+
+
+def refused_imports(db: Path) -> list[str]:
+    """The audit records of refused imports: each names the line that stopped it."""
+    log = SQLiteLog(db, readonly=True)
+    try:
+        return [r.event.error for r in log.read_all()
+                if r.stream.startswith("audit-") and r.event.operation == "events.import"
+                and r.event.outcome != "ok"]
     finally:
         log.close()
 
@@ -87,12 +98,16 @@ def test_a_bad_line_is_reported_by_number_and_nothing_is_written(db: Path) -> No
         '{"stream": "s", "type": "note.added", "data": {"type": "x.y", "text": "x"}}':
             "line 3: data says type 'x.y'",
     }
-    before = digest(db)
+    before = events_of(db)
     for bad, expected in bad_lines.items():
         text = "\n".join([good_line(1), good_line(2), bad, good_line(4)])
         line = assert_one_line_error(run_gormes(db, "import", "-", input=text))
         assert line.startswith(f"gormes: error: {expected}"), line
-    assert digest(db) == before
+    # the lines before the bad one were streamed in and undone with it; the
+    # refusal itself is audited, naming the line
+    assert events_of(db) == before
+    refused = refused_imports(db)
+    assert len(refused) == len(bad_lines) and all("line 3" in error for error in refused)
 
 
 def test_a_version_conflict_late_in_the_file_writes_nothing(db: Path) -> None:
@@ -109,12 +124,14 @@ def test_a_version_conflict_late_in_the_file_writes_nothing(db: Path) -> None:
 
 
 def test_import_of_a_missing_or_empty_file(db: Path, tmp_path: Path) -> None:
-    before = digest(db)
-    assert "cannot read" in assert_one_line_error(run_gormes(db, "import", str(tmp_path / "no.jsonl")))
+    before = events_of(db)
+    missing = assert_one_line_error(run_gormes(db, "import", str(tmp_path / "no.jsonl")))
+    assert f"cannot read {tmp_path / 'no.jsonl'}" in missing
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
-    assert "no events" in assert_one_line_error(run_gormes(db, "import", str(empty)))
-    assert digest(db) == before
+    assert f"{empty} holds no events" in assert_one_line_error(run_gormes(db, "import", str(empty)))
+    assert "- holds no events" in assert_one_line_error(run_gormes(db, "import", "-", input=""))
+    assert events_of(db) == before and len(refused_imports(db)) == 3
 
 
 def test_a_large_import_is_one_transaction(tmp_path: Path) -> None:
