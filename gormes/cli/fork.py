@@ -1,10 +1,16 @@
-"""`gormes fork RUN --at POSITION [--model M] [--set KEY=VALUE]...`: a new run with
-RUN's events up to POSITION copied (`forked_from` recorded), continuing live.
+"""`gormes fork RUN --at POSITION [--model M] [--set KEY=VALUE]... [--reply FILE |
+--tool-result JSON | --tool-error TEXT] [--yes]`: a new run with RUN's events up to
+POSITION copied (`forked_from` recorded), continuing live.
 
 One operation (run.fork in gormes/tools/run_admin.py), run as the operator through
 the audited executor (decision 0019), its options derived from the operation's
 input type (gormes/cli/derive.py). `--set KEY=VALUE` is a short way to give
-entries of `--overrides`.
+entries of `--overrides`. `--reply FILE` reads the file here (JSON in the recorded
+reply's shape when it starts with `{`, else a text-only reply, see
+gormes/actors/runs/fork_replace.py); the operation replaces the observation at
+POSITION with it (decision 0034). Without `--yes`, a fork whose live part may call
+mutating, non-idempotent operations is refused (audited) and they are listed:
+exit 2, nothing forked.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 import click
 import msgspec
 
+from gormes.actors.runs.fork_replace import ForkUnconfirmed
 from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
 from gormes.cli.foreground import (
     drive_runs,
@@ -44,12 +51,39 @@ def parse_setting(text: str) -> tuple[str, Any]:
         return key.strip(), value
 
 
+class ReplyFile(click.ParamType):
+    """`--reply FILE`: the file's text, as JSON when it starts with `{`, else as text."""
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            text = Path(value).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"--reply {value}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        if not text.lstrip().startswith("{"):
+            return text.removesuffix("\n").removesuffix("\r")  # a file's final newline is not the reply's
+        try:
+            return msgspec.json.decode(text.encode())
+        except msgspec.DecodeError as exc:
+            raise UserError(f"--reply {value}: starts with {{ but is not JSON ({exc})") from None
+
+
 FORK = {
     "run_id": Shown(metavar="RUN"),
     "at": Shown(metavar="POSITION",
                 help="The last log position of RUN to copy (as `gormes replay` and `gormes events` print)."),
     "model": Shown(metavar="SPEC", help="Continue with this model: scripted:PATH, openai:MODEL or anthropic:MODEL."),
     "overrides": Shown(metavar="JSON", help="Keys of the run's input to override, as one JSON object."),
+    "reply": Shown(metavar="FILE", type=ReplyFile(),
+                   help="Replace the model reply at POSITION with this one: JSON in the recorded reply's shape "
+                   '({"content": ..., "tool_calls": [{"name": ..., "arguments": {...}}]}), or plain text.'),
+    "tool_result": Shown(metavar="JSON", help="Replace the tool call's outcome at POSITION with this result."),
+    "tool_error": Shown(metavar="TEXT", help="Replace the tool call's outcome at POSITION with this error."),
+    "yes": Shown(help="Fork even if the live part may call mutating, non-idempotent operations "
+                 "(without it they are listed and nothing is forked)."),
 }
 
 
@@ -80,8 +114,15 @@ def fork(call: OperatorCall, settings: tuple[str, ...], workspace: str | None, i
     if not is_postgres_url(target) and not Path(target).exists():
         raise UserError(f"no database at {target}")
 
-    forked, signals = drive_runs(target, workspace, lambda door: start_and_wait(door, call.spec.name, value),
-                                 mcp_config=mcp_config, model_timeout=model_timeout, model_retries=model_retries)
+    try:
+        forked, signals = drive_runs(target, workspace, lambda door: start_and_wait(door, call.spec.name, value),
+                                     mcp_config=mcp_config, model_timeout=model_timeout,
+                                     model_retries=model_retries)
+    except (ForkUnconfirmed, BaseExceptionGroup) as exc:
+        unconfirmed = unconfirmed_in(exc)
+        if unconfirmed is None:
+            raise
+        return echo_unconfirmed(unconfirmed, as_json)
     outcome = forked.outcome
     if as_json:
         click.echo(msgspec.json.encode(forked).decode())
@@ -95,3 +136,24 @@ def fork(call: OperatorCall, settings: tuple[str, ...], workspace: str | None, i
             result = outcome.result
             click.echo(result if isinstance(result, str) else msgspec.json.encode(result).decode())
     return exit_code(outcome, signals)
+
+
+def unconfirmed_in(exc: BaseException) -> ForkUnconfirmed | None:
+    """The ForkUnconfirmed `exc` is, or the one a group of one holds."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, ForkUnconfirmed) else None
+
+
+def echo_unconfirmed(refused: ForkUnconfirmed, as_json: bool) -> int:
+    """The operations a fork's live part may call that cannot be undone, and exit 2:
+    on stdout as JSON (`{"forked": false, "needs_yes": [...]}`) or a line each, and
+    one error line on stderr."""
+    if as_json:
+        click.echo(msgspec.json.encode({"forked": False, "needs_yes": refused.operations}).decode())
+    else:
+        click.echo("the live part may call these mutating, non-idempotent operations:")
+        for risk in refused.operations:
+            click.echo(f"  {risk.name}  {risk.description}")
+        click.echo("gormes: error: not forked: give --yes to fork anyway", err=True)
+    return 2

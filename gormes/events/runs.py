@@ -154,12 +154,28 @@ class InboxItem(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     sent_at: int
 
 
-class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class ObservationReplaced(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """The one observation a fork replaced (decision 0034): the source's observation
+    at the fork's position, its `seq` and type, the sha256 of its canonical JSON
+    (`original_hash`), and what stands in its place in the fork: `kind` "reply"
+    (`value` is the given reply, a `RecordedReply`'s fields), "tool_result" (`value`
+    is the result) or "tool_error" (`value` is the error text)."""
+
+    seq: int
+    type: str
+    original_hash: str
+    kind: Literal["reply", "tool_result", "tool_error"]
+    value: Any = None
+
+
+class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """Where a forked (or resumed) run came from: the source run and the log position
-    its observations were copied up to."""
+    its observations were copied up to; `replaced`, in a fork that changed what was
+    observed at that position, says what it replaced and with what."""
 
     run_id: str
     position: int
+    replaced: ObservationReplaced | None = None
 
 
 class RunProcess(msgspec.Struct, frozen=True, kw_only=True, gc=False):

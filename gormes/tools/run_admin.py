@@ -22,6 +22,14 @@ from typing import Annotated, Any
 import msgspec
 import trio
 
+from gormes.actors.runs.fork_replace import (
+    ForkRefused,
+    GivenReply,
+    Replacement,
+    reply_replacement,
+    tool_error_replacement,
+    tool_result_replacement,
+)
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 
 OPERATOR = frozenset({"operator"})
@@ -104,12 +112,20 @@ class RunStartInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class RunForkInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Fork run `run_id` at log position `at`: its events up to there copied into a
-    new run, continued live (with `model`, and `overrides` merged into its input)."""
+    new run, continued live (with `model`, and `overrides` merged into its input).
+    At most one of `reply` (a reply, or a text-only reply's text), `tool_result`
+    (JSON text) and `tool_error` replaces the observation AT `at` (decision 0034).
+    Without `yes`, a fork whose live part may call mutating, non-idempotent
+    operations is refused, listing them."""
 
     run_id: RunIdText
     at: Annotated[int, msgspec.Meta(ge=1, le=2**53)]
     model: ModelSpec | None = None
     overrides: dict[str, Any] = msgspec.field(default_factory=dict)
+    reply: GivenReply | str | None = None
+    tool_result: str | None = None
+    tool_error: str | None = None
+    yes: bool = False
 
 
 class RunResumeInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -140,11 +156,26 @@ async def run_fork(ctx: OperationContext, value: RunForkInput) -> StartedRun:
     from gormes.actors.runs.continuation import fork_run
 
     starter = run_starter(ctx)
+    replace = fork_replacement(value)
     run_id = await starter.launch(lambda on_start: fork_run(
         starter.manager, value.run_id, value.at, model=value.model, overrides=value.overrides,
-        on_start=on_start,
+        on_start=on_start, replace=replace, confirmed=value.yes,
     ))
     return StartedRun(run_id=run_id)
+
+
+def fork_replacement(value: RunForkInput) -> Replacement | None:
+    """The `Replacement` a fork's input asks for, or None; more than one is refused."""
+    given = [name for name in ("reply", "tool_result", "tool_error") if getattr(value, name) is not None]
+    if len(given) > 1:
+        raise ForkRefused(f"give one replacement, not {' and '.join('--' + g.replace('_', '-') for g in given)}")
+    if value.reply is not None:
+        return reply_replacement(value.reply)
+    if value.tool_result is not None:
+        return tool_result_replacement(value.tool_result)
+    if value.tool_error is not None:
+        return tool_error_replacement(value.tool_error)
+    return None
 
 
 async def run_resume(ctx: OperationContext, value: RunResumeInput) -> StartedRun:

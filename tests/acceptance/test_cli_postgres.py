@@ -124,7 +124,7 @@ def test_run_an_agent_then_list_show_replay_export_import_and_fork(url: str, tmp
     # the first reply is the recorded turn's (copied, not asked again)
     script.write_text(json.dumps({"agents": [{"replies": [{"text": "not asked"}, {"text": "forked and done"}]}]}))
     forked = json.loads(ok(gormes(url, tmp_path, "fork", run_id, "--at", str(first_turn["position"]),
-                                  "--model", f"scripted:{script}", "--workspace", str(ws), "--json")))
+                                  "--model", f"scripted:{script}", "--workspace", str(ws), "--yes", "--json")))
     assert forked["forked_from"] == {"run_id": run_id, "position": first_turn["position"]}
     assert (forked["outcome"]["status"], forked["outcome"]["result"]) == ("completed", "forked and done")
     assert ok(gormes(url, tmp_path, "replay", forked["run_id"])).startswith("exact: ")

@@ -72,7 +72,7 @@ def test_an_interrupted_fork_is_recorded_as_cancelled(tmp_path: Path) -> None:
     # the fork copies the first turn, makes its tool call live, then waits on the second
     slow = script(tmp_path, "slow", [
         {"tool_calls": [{"name": "time.now", "arguments": {}}]}, {"text": "too late", "delay_ms": 60_000}])
-    fork = gormes_command(db, "fork", source, "--at", str(first_turn), "--model", slow)
+    fork = gormes_command(db, "fork", source, "--at", str(first_turn), "--model", slow, "--yes")
     proc = subprocess.Popen(fork, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO)
     try:
         new = _wait_for_a_second_run(db, source)

@@ -125,7 +125,7 @@ def test_runs_resume_and_fork_take_the_import(tmp_path: Path):
     exported = [json.loads(line) for line in run_gormes(db, "export", outcome["run_id"]).stdout.splitlines()]
     started = next(e for e in exported if e["type"] == "run.started")
     forked = run_gormes(db, "fork", outcome["run_id"], "--at", str(started["position"]),
-                        "--import", str(tools), "--json")
+                        "--import", str(tools), "--yes", "--json")
     assert forked.returncode == 0, forked.stdout + forked.stderr
     assert json.loads(forked.stdout)["outcome"]["result"] == {"summary": "Oslo: 4 C"}
     assert calls.read_text() == "Oslo\nOslo\n"  # the fork went live after the run's start

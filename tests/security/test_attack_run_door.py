@@ -55,7 +55,7 @@ def test_run_and_fork_each_leave_one_operator_audit_record(tmp_path: Path):
 
     tool_call = next(e for e in _events(db) if e["stream"] == f"run-{run_id}" and e["type"] == "run.tool_called")
     forked = run_gormes(db, "fork", run_id, "--at", str(tool_call["position"]), "--model", model,
-                        "--workspace", str(ws), "--json")
+                        "--workspace", str(ws), "--yes", "--json")
     assert forked.returncode == 0, forked.stderr
     assert json.loads(forked.stdout)["outcome"]["status"] == "completed"
     assert _door_audits(db) == [("run.start", "cli", "operator", "ok"), ("run.fork", "cli", "operator", "ok")]

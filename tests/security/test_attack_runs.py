@@ -338,7 +338,7 @@ async def test_an_operator_fork_of_a_gateway_run_does_not_widen_it(store, db_pat
     started_at = (await store.read_stream(run_stream(source)))[0].position
     attack = write_script(tmp_path / "attack.json", {"replies": [ATTACK_TURN, {"text": "done"}]})
 
-    forked = run_gormes(db_path, "fork", source, "--at", str(started_at), "--model", attack, "--json")
+    forked = run_gormes(db_path, "fork", source, "--at", str(started_at), "--model", attack, "--yes", "--json")
     assert forked.returncode == 0, forked.stderr
     fork_id = json.loads(forked.stdout)["run_id"]
 

@@ -18,6 +18,13 @@ run is therefore replayable exactly like any other.
 Before anything is written the code is replayed against the source up to the
 position (no children): if it diverges there, the fork is refused.
 
+A fork may replace the one observation AT the position (a model reply, a tool
+result or error: `replace=`, gormes/actors/runs/fork_replace.py, decision 0034):
+the prefix's last event is swapped for the replacement before it is served and
+copied, and `forked_from.replaced` records the original's hash and what stood in.
+The `run.fork` operation refuses, unless confirmed (`--yes`), a fork whose live
+part may call mutating, non-idempotent operations, and lists them.
+
 With overrides (`model`, input keys) the model requests of the copied prefix
 differ from the recorded ones; they are served anyway (that is what a fork with
 overrides means: the same history, other parameters from here on) and copied with
@@ -44,6 +51,13 @@ import msgspec
 import trio
 
 from gormes.actors.runs.child_resumption import ChildResumption
+from gormes.actors.runs.fork_replace import (
+    ForkRefused,
+    ForkUnconfirmed,
+    Replacement,
+    non_idempotent_operations,
+    replace_observation,
+)
 from gormes.actors.runs.replay import Replayer, replay
 from gormes.actors.runs.replay_context import ReplayContext
 from gormes.actors.runs.recorded import RecordedRun, split_run
@@ -72,10 +86,6 @@ from gormes.ops.spec import narrower
 if TYPE_CHECKING:
     from gormes.actors.jobs.context import JobContext
     from gormes.events.base import Recorded
-
-
-class ForkRefused(UserError):
-    """The fork cannot be made as asked; nothing was written."""
 
 
 class ForkDiverged(UserError):
@@ -179,17 +189,36 @@ async def fork_run(
     overrides: dict[str, Any] | None = None,
     run_id: str | None = None,
     on_start: Callable[[str], None] | None = None,
+    replace: Replacement | None = None,
+    confirmed: bool = True,
 ) -> ForkedRun:
     """Fork `source_run_id` at `at` and drive the new run to its end; refused, with
     nothing written, when the code no longer replays the prefix. `on_start(new_run_id)`
-    is called once every check passed, as `resume_run` does."""
+    is called once every check passed, as `resume_run` does.
+
+    `replace`: the observation AT `at` is served to the fork as this instead of what
+    was recorded (fork_replace.py, decision 0034); the fork's `forked_from.replaced`
+    says what it replaced. Not `confirmed`: refused (ForkUnconfirmed, listing them)
+    when the live part may call mutating, non-idempotent operations (the `run.fork`
+    operation passes its `yes`; a library caller has decided)."""
     store = manager.store
     records = await store.read_stream(run_stream(source_run_id))
     source = split_run(source_run_id, records)
     if source.end is None:
         raise ForkRefused(f"run {source_run_id} has not ended: fork it once it has")
     prefix = prefix_of(source, at)
+    replaced = None
+    if replace is not None:
+        if not prefix or prefix[-1].position != at:
+            raise ForkRefused(f"position {at} is not an observation of run {source_run_id}: "
+                              "give the position of the model reply or tool call to replace")
+        event, replaced = replace_observation(prefix[-1], replace)
+        prefix = (*prefix[:-1], msgspec.structs.replace(prefix[-1], event=event))
     registry = manager.executor.registry if manager.executor is not None else None
+    if not confirmed:
+        risks = non_idempotent_operations(registry, source.started.trust, source.started.tools)
+        if risks:
+            raise ForkUnconfirmed(risks)
     check = await replay(_OneRun(source), source_run_id, children=False, until=at,
                          registry=registry, handlers=manager.handlers)
     if check.divergence is not None:
@@ -204,7 +233,7 @@ async def fork_run(
         max_depth=started.max_depth, trust=started.trust, memory_scope=started.scope, tools=started.tools,
         model=new_model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
     )
-    origin = ForkOrigin(run_id=source_run_id, position=at)
+    origin = ForkOrigin(run_id=source_run_id, position=at, replaced=replaced)
     if on_start is not None:
         on_start(run.run_id)
     outcome = await continue_run(
