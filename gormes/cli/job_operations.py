@@ -83,6 +83,20 @@ SUBMIT = {
                                    "returned instead of a new one", metavar="N"),
     "options.remove_on_complete": Shown(help="Take the job out of the ledger once it completes."),
     "options.remove_on_fail": Shown(help="Take the job out of the ledger once it is dead."),
+    "options.concurrency_key": Shown(metavar="K", help="At most --concurrency-limit jobs with this "
+                                     "key run at once, across workers and hosts."),
+    "options.concurrency_limit": bounded("concurrency_limit", "Jobs with the key held at once "
+                                         "(default 1)", metavar="N"),
+    "options.debounce_key": Shown(metavar="K", help="Submissions of this job name with this key "
+                                  "inside the window become one job (docs/control.md)."),
+    "options.debounce_ms": Shown(flag="--debounce", type=DURATION_MS, metavar="DURATION",
+                                 help="The window: the job runs once this passes with no new "
+                                 "submission: 500ms, 5s, 2m (a bare number is seconds)."),
+    "options.debounce_mode": Shown(help="last: the last submission's data; merge: the list of "
+                                   "every submission's data."),
+    "options.debounce_max_ms": Shown(flag="--debounce-max", type=DURATION_MS, metavar="DURATION",
+                                     help="The job runs at most this long after its first "
+                                     "submission, however many follow."),
 }
 
 

@@ -177,7 +177,8 @@ def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
                 "attempts_made", "attempts_started", "stalled_counter", "max_attempts",
                 "max_stalled", "parent_id", "depth", "progress", "tokens", "cost",
                 "created_at", "started_at", "finished_at", "lock_until", "delay_until",
-                "idempotency_key"):
+                "idempotency_key", "concurrency_key", "concurrency_limit", "debounce_key",
+                "submissions"):
         value = data.get(key)
         if key == "cost":
             from gormes.providers.pricing import format_cost  # lazy, as the costs

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, get_args
 
 from gormes.events.jobs import (
     STATUSES, TERMINAL, JobAwaitingChildren, JobCancelled, JobChildAdded, JobChildDone,
-    JobChildrenSettled, JobClaimed, JobCompleted, JobEvent, JobFailed, JobInboxRead,
+    JobChildrenSettled, JobClaimed, JobCoalesced, JobCompleted, JobEvent, JobFailed, JobInboxRead,
     JobLeaseRenewed, JobMessageSent, JobPaused, JobProgressed, JobPromoted, JobPruned,
     JobReleased, JobResumed, JobRetried, JobStalled, JobSubmitted, JobTimedOut,
     JobTokensAdded, JobTranscribed,
@@ -118,7 +118,17 @@ class First(NamedTuple):
         return current if current is not None else getattr(event, self.attr)
 
 
-Effect = Take | Put | Count | First
+class Append(NamedTuple):
+    """field := field + [the event's `attr`] (the field holds a list)."""
+
+    field: str
+    attr: str
+
+    def value(self, job: Any, event: Any) -> Any:
+        return [*getattr(job, self.field), getattr(event, self.attr)]
+
+
+Effect = Take | Put | Count | First | Append
 
 ALWAYS = "always"  # `removes`: the event itself removes the job from the ledger
 
@@ -147,7 +157,7 @@ class Transition:
 
         object.__setattr__(self, "_puts", {e.field: e.constant for e in of(Put)})
         object.__setattr__(self, "_takes", tuple((e.field, e.attr) for e in of(Take)))
-        object.__setattr__(self, "_rest", of(Count) + of(First))
+        object.__setattr__(self, "_rest", of(Count) + of(First) + of(Append))
 
     @property
     def name(self) -> str:
@@ -228,6 +238,15 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     Transition(JobReleased, HELD, REQUEUE, UNLOCK),
     Transition(JobPromoted, frozenset({"delayed"}), "waiting", (Put("delay_until", None),)),
+    # A debounced job still in its window takes a submission (decision 0032).
+    *(
+        Transition(JobCoalesced, frozenset({"delayed"}), None, (
+            data, Take("delay_until", "delay_until"), Count("submissions"),
+        ), when=when)
+        for data, when in (
+            (Take("data", "data"), ("mode", "last")), (Append("data", "data"), None),
+        )
+    ),
     Transition(JobPaused, frozenset({"waiting", "delayed", "active"}), "paused", UNLOCK),
     Transition(JobResumed, frozenset({"paused"}), "waiting"),
     Transition(JobCancelled, LIVE, "cancelled", (

@@ -28,6 +28,10 @@ BackoffKind = Literal["exponential", "fixed"]
 BACKOFF_KINDS: tuple[str, ...] = get_args(BackoffKind)
 ChildOutcome = Literal["complete", "failed", "dead", "cancelled", "timeout"]
 TranscriptKind = Literal["log", "tool_call", "llm_turn", "error"]
+# How a debounced job takes a submission coalesced into it: `last`, its data
+# replaces the job's; `merge`, it is appended to the job's list of datas.
+DebounceMode = Literal["last", "merge"]
+DEBOUNCE_MODES: tuple[str, ...] = get_args(DebounceMode)
 
 
 # The bounds of what a submitter may choose: every time a job computes from them
@@ -42,6 +46,8 @@ MAX_NAME_LENGTH = 200  # job names, queue names, ids
 MAX_KEY_LENGTH = 500  # idempotency keys
 MAX_CHILDREN = 1_000_000
 MAX_WAITING = 1_000_000_000
+MAX_CONCURRENCY = 100_000  # a concurrency key's limit
+MAX_COALESCED = 1000  # submissions one debounced job takes; the next one starts a new job
 
 
 class Backoff(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -71,6 +77,18 @@ class JobOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     max_waiting: int | None = None  # admission control for the queue
     remove_on_complete: bool = False
     remove_on_fail: bool = False
+    # At most `concurrency_limit` jobs with this key are held by workers at once,
+    # across workers and hosts (a claim skips a job whose key is at its limit).
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None  # with a key; None: 1
+    # A submission with a debounce key joins the job of the same name, key and
+    # submitter that is still waiting out its window (`job.coalesced`), instead of
+    # becoming a job; the job runs once `debounce_ms` pass with no new submission,
+    # or `debounce_max_ms` after its first one (docs/control.md).
+    debounce_key: str | None = None
+    debounce_ms: int | None = None
+    debounce_mode: DebounceMode = "last"
+    debounce_max_ms: int | None = None
 
 
 class Submitter(msgspec.Struct, frozen=True, kw_only=True):
@@ -180,6 +198,19 @@ class JobReleased(Event, tag="job.released", kw_only=True):
     at: int
 
 
+class JobCoalesced(Event, tag="job.coalesced", kw_only=True):
+    """A submission with this job's debounce key, inside its window, joined it
+    instead of becoming a job of its own: its `data` replaced the job's (`last`)
+    or was appended to the job's list (`merge`), and the job now runs at
+    `delay_until` (the window again from now, never past its max wait)."""
+
+    data: Any
+    mode: DebounceMode
+    delay_until: int
+    submitter: Submitter | None = None  # who submitted it (as job.submitted's)
+    at: int
+
+
 class JobPromoted(Event, tag="job.promoted", kw_only=True):
     at: int
 
@@ -267,7 +298,7 @@ JobEvent = (
     | JobFailed | JobStalled | JobTimedOut | JobReleased | JobPromoted | JobPaused
     | JobResumed | JobCancelled | JobRetried | JobPruned | JobProgressed | JobTokensAdded
     | JobTranscribed | JobChildAdded | JobMessageSent | JobChildDone | JobChildrenSettled
-    | JobInboxRead
+    | JobInboxRead | JobCoalesced
 )
 
 

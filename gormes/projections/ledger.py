@@ -57,7 +57,11 @@ NAME = "ledger"
 # 3: a job dead of stalls says "max stalled count reached" (it was "exceeded": the
 # count is reached when the job dies). A version-2 ledger's rows are reworded in
 # place, so that it stays identical to its rebuild.
-VERSION = 3
+# 4: jobs.concurrency_key, concurrency_limit, debounce_key and submissions (per-key
+# concurrency and debounce, decision 0032). The columns are added; no earlier event
+# has a key, so the keys stay NULL as a rebuild leaves them, and `submissions` is
+# set to 1 (`BACKFILL_SUBMISSIONS`), what a rebuild writes for a job never coalesced.
+VERSION = 4
 TRANSCRIPT_CAP = 200  # entries kept per job in the ledger; the log keeps all
 
 _enc = encode_json
@@ -97,6 +101,7 @@ def _jobs_columns() -> dict[str, type]:
         "lock_token": str, "lock_until": int, "lease_ms": int, "worker_id": str,
         "delay_until": int, "idempotency_key": str, "options": str, "version": int,
         "updated_at": int, "submitter": str,
+        "concurrency_key": str, "concurrency_limit": int, "debounce_key": str, "submissions": int,
     }
 
 
@@ -169,10 +174,26 @@ INDEXES = (
     # so no transition pays for it.
     LedgerIndex("jobs_created", "jobs", ("created_at", "id")),
     LedgerIndex("jobs_idem", "jobs", ("idempotency_key",)),
+    # Per-key concurrency (decision 0032): the jobs of a key that a worker holds (a
+    # lock token is set exactly while one does). Only keyed jobs are in it, and only
+    # while held, so a claim's count of a key reads that many entries, and a job
+    # without a key costs nothing at any transition.
+    LedgerIndex(
+        "jobs_key_held", "jobs", ("concurrency_key",),
+        "concurrency_key IS NOT NULL AND lock_token IS NOT NULL",
+    ),
+    # Debounce: the debounced jobs still delayed, by key (a submission finds the
+    # one it joins, if any, in its key's few entries).
+    LedgerIndex(
+        "jobs_debounce", "jobs", ("debounce_key", "name"),
+        "status = 'delayed' AND debounce_key IS NOT NULL",
+    ),
     LedgerIndex("inbox_job", "inbox", ("job_id", "sent_at")),
 )
 # A version-2 ledger's stall deaths in version 3's words (see VERSION).
 REWORD_STALLED = "UPDATE jobs SET error = ? WHERE status = 'dead' AND error = ?"
+# A version-3 ledger's rows, as version 4 writes them (see VERSION).
+BACKFILL_SUBMISSIONS = "UPDATE jobs SET submissions = 1 WHERE submissions IS NULL"
 
 # Indexes of earlier versions, dropped where found (decision 0012).
 RETIRED_INDEXES = ("jobs_claim", "jobs_pick", "jobs_delay", "jobs_lock", "jobs_done")
@@ -236,6 +257,8 @@ def setup_file(path: str | Path) -> None:
                 built = bookkeeping.built_version(conn, NAME)
                 if built is not None and built < 3:
                     conn.execute(REWORD_STALLED, (STALLED_ERROR, STALLED_ERROR_BEFORE))
+                if built is not None and built < 4:
+                    conn.execute(BACKFILL_SUBMISSIONS)
                 if built != VERSION:
                     bookkeeping.set_built_version(conn, NAME, VERSION)
                 return
@@ -327,11 +350,13 @@ def _insert_job(conn: Any, rec: Recorded, e: JobSubmitted, t: Transition) -> Non
     conn.execute(
         "INSERT INTO jobs(id, name, queue, status, priority, data, max_attempts, max_stalled,"
         " timeout_ms, parent_id, depth, created_at, delay_until, idempotency_key, options,"
-        " version, updated_at, submitter) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " version, updated_at, submitter, concurrency_key, concurrency_limit, debounce_key,"
+        " submissions) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1)",
         (
             e.job_id, e.name, o.queue, t.to, o.priority, _enc(e.data), o.max_attempts,
             o.max_stalled, o.timeout_ms, o.parent_id, e.depth, e.created_at, e.delay_until,
             o.idempotency_key, _enc(o), rec.version, e.created_at, _enc(e.submitter),
+            o.concurrency_key, o.concurrency_limit, o.debounce_key,
         ),
     )
 

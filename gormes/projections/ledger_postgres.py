@@ -106,9 +106,12 @@ def _built_version(conn: Any, name: str) -> int | None:
     return None if row is None else row[0]
 
 
-def add_missing_columns(conn: Any) -> None:
-    """Add the columns a ledger table of an earlier version lacks (nullable)."""
+def add_missing_columns(conn: Any, present: set[str] | None = None) -> None:
+    """Add the columns a ledger table of an earlier version lacks (nullable); with
+    `present`, only to the tables in it."""
     for table in TABLES:
+        if present is not None and table.name not in present:
+            continue
         for column, type_ in table.columns.items():
             conn.execute(f"ALTER TABLE {table.name} ADD COLUMN IF NOT EXISTS {column} {_TYPES[type_]}")
 
@@ -120,6 +123,9 @@ def set_up(conn: Any, name: str, version: int) -> None:
     `conn` is the transaction's PortableConnection (SQL with `?` placeholders)."""
     present = present_relations(conn)
     if not present.issuperset(NAMES) or not present.isdisjoint(RETIRED_INDEXES):
+        # An earlier version's tables get their new columns before the indexes on them.
+        if "projection_versions" in present and _built_version(conn, name) not in (None, version):
+            add_missing_columns(conn, present)
         for statement in statements():
             conn.execute(statement)
     built = _built_version(conn, name)
@@ -127,6 +133,8 @@ def set_up(conn: Any, name: str, version: int) -> None:
         add_missing_columns(conn)
     if built is not None and built < 3:  # see ledger.VERSION
         conn.execute(ledger.REWORD_STALLED, (STALLED_ERROR, STALLED_ERROR_BEFORE))
+    if built is not None and built < 4:
+        conn.execute(ledger.BACKFILL_SUBMISSIONS)
     if built != version:
         conn.execute(
             "INSERT INTO projection_versions(projection, version) VALUES (?, ?)"

@@ -25,7 +25,8 @@ import msgspec
 
 from gormes.events.base import Recorded
 from gormes.events.job_machine import (
-    ALWAYS, TRANSITIONS, Case, Count, Effect, First, Locked, Put, StatusIn, Take, Transition,
+    ALWAYS, TRANSITIONS, Append, Case, Count, Effect, First, Locked, Put, StatusIn, Take,
+    Transition,
 )
 
 _json = msgspec.json.Encoder()
@@ -33,6 +34,10 @@ _json = msgspec.json.Encoder()
 
 def encode_json(value: Any) -> str | None:
     return None if value is None else _json.encode(value).decode()
+
+
+def _json_text(value: Any) -> str:
+    return _json.encode(value).decode()  # None is `null` here: an element of a list
 
 
 # The JSON text columns of `jobs` (what the state holds as values).
@@ -123,6 +128,16 @@ def effect_sql(effect: Effect, columns: Mapping[str, type]) -> list[tuple[str, P
     encode = encode_json if field in JSON_COLUMNS else None
     if isinstance(effect, Take):
         return [(f"{field} = ?", Param(effect.attr, encode))]
+    if isinstance(effect, Append):
+        # The column holds a JSON list as msgspec wrote it (no spaces): the element's
+        # JSON goes before its closing bracket, as msgspec would write the longer list.
+        if field not in JSON_COLUMNS:
+            raise TypeError(f"{effect!r}: only a JSON column holds a list")
+        return [(
+            f"{field} = CASE WHEN {field} IS NULL OR {field} = '[]' THEN '['"
+            f" ELSE substr({field}, 1, length({field}) - 1) || ',' END || CAST(? AS TEXT) || ']'",
+            Param(effect.attr, _json_text),
+        )]
     if isinstance(effect, First):
         return [(f"{field} = coalesce({field}, ?)", Param(effect.attr, encode))]
     if isinstance(effect, Put):

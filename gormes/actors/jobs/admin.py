@@ -116,7 +116,7 @@ class QueueAdmin:
     async def replay(self, job_id: str, data_overrides: Any = None) -> Job:
         """A terminal job -> a new job with the same name, queue, priority, options and
         submitter (a replay never widens whose work it is), data deep-merged with
-        `data_overrides`, no parent (and no idempotency key)."""
+        `data_overrides`, no parent (and no idempotency key, no debounce)."""
         overrides = json_data(data_overrides, "replay data")
 
         def replay(s: JobSession) -> Job:
@@ -125,8 +125,10 @@ class QueueAdmin:
                 raise JobNotFound(f"no job {job_id}")
             if not state.terminal:
                 raise InvalidTransition(f"cannot replay job {job_id}: it is {state.status}")
+            # Not debounced again: the job's data is what its submissions left it.
             opts = msgspec.structs.replace(
-                state.options, parent_id=None, idempotency_key=None, delay_ms=0
+                state.options, parent_id=None, idempotency_key=None, delay_ms=0,
+                debounce_key=None, debounce_ms=None, debounce_mode="last", debounce_max_ms=None,
             )
             data = deep_merge(state.data, overrides)
             return self._submit(s, state.name, data, opts, replay_of=job_id, submitter=state.submitter)

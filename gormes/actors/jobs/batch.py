@@ -10,6 +10,11 @@ turn under the same write lock, so nothing differs from calling `claim` or
 `complete_and_claim` is `complete_many` then `claim_many` in one transaction: a
 worker whose jobs finish together records them and fills the slots they free
 with one commit instead of two.
+
+A claim passes over a waiting job whose concurrency key already has as many
+jobs held as the job's limit (decision 0032), in the claim's own transaction:
+on SQLite under the write lock, on PostgreSQL under the events table lock every
+write transaction takes (decision 0008), so the count it reads is the count.
 """
 
 from __future__ import annotations
@@ -34,14 +39,32 @@ _CLAIMABLE = status_in(CLAIMABLE)  # `status = 'waiting'`: the partial index job
 CompleteOutcome = Job | None | JobError
 
 
-def claim_sql(names: Sequence[str], queues: Sequence[str] | None) -> tuple[str, list[Any]]:
+# Per-key concurrency (decision 0032). A job's key is held while a worker holds one
+# of its jobs (a lock token is set exactly then); each count reads the partial
+# index `jobs_key_held`, which has only held keyed jobs in it.
+_ANY_KEY_HELD = "SELECT 1 FROM jobs WHERE concurrency_key IS NOT NULL AND lock_token IS NOT NULL LIMIT 1"
+_HELD_OF_KEY = "SELECT count(*) FROM jobs WHERE concurrency_key = ? AND lock_token IS NOT NULL"
+# A waiting job whose key is held by as many jobs as its limit is passed over.
+_UNDER_LIMIT = (
+    " AND (concurrency_key IS NULL OR concurrency_limit > (SELECT count(*) FROM jobs AS held"
+    " WHERE held.concurrency_key = jobs.concurrency_key AND held.lock_token IS NOT NULL))"
+)
+
+
+def claim_sql(
+    names: Sequence[str], queues: Sequence[str] | None, *, keyed: bool = False
+) -> tuple[str, list[Any]]:
     """The next waiting jobs with one of `names` (in `queues`, None: all), by
-    priority then age; the LIMIT is the last parameter, left to the caller."""
+    priority then age; the LIMIT is the last parameter, left to the caller. With
+    `keyed` (some keyed job is held), not the jobs whose concurrency key is at
+    their limit."""
     sql = f"SELECT id FROM jobs WHERE {_CLAIMABLE} AND name IN ({','.join('?' * len(names))})"
     params: list[Any] = list(names)
     if queues is not None:
         sql += f" AND queue IN ({','.join('?' * len(queues))})"
         params += queues
+    if keyed:
+        sql += _UNDER_LIMIT
     return sql + " ORDER BY priority, created_at, id LIMIT ?", params
 
 
@@ -230,22 +253,53 @@ def _claimer(
     if limit < 1:
         raise InvalidJob("limit must be >= 1")
     sql, params = claim_sql(names, queues)
+    keyed_sql, _ = claim_sql(names, queues, keyed=True)
 
     def claim(s: JobSession) -> tuple[list[Job], list[JobState]]:
         promote_due(s)
-        found = s.ids_where(sql, (*params, limit))
-        s.preload(found)
-        # One draw for the round's lock tokens (16 random bytes each, in hex).
-        tokens = secrets.token_hex(16 * len(found))
-        for i, job_id in enumerate(found):
-            s.run(job_id, rules.Claim(
-                now=s.now, worker_id=worker_id, lock_token=tokens[32 * i : 32 * i + 32],
-                lease_ms=lease_ms,
-            ))
-        states = [state for job_id in found if (state := s.state(job_id)) is not None]
+        claimed: list[str] = []
+        held: dict[str, int] = {}  # each key's held jobs, this round's claims included
+        # Each pass claims at least one job it finds: the first job of each key in
+        # it is under its limit (the SQL said so, over the ledger as it is now).
+        for _ in range(limit):
+            keyed = bool(s.rows(_ANY_KEY_HELD))
+            found = s.ids_where(keyed_sql if keyed else sql, (*params, limit - len(claimed)))
+            s.preload(found)
+            # One draw for the pass's lock tokens (16 random bytes each, in hex).
+            tokens = secrets.token_hex(16 * len(found))
+            passed_over = False
+            for i, job_id in enumerate(found):
+                if not _slot_free(s, job_id, held):
+                    passed_over = True  # its key filled up in this pass
+                    continue
+                s.run(job_id, rules.Claim(
+                    now=s.now, worker_id=worker_id, lock_token=tokens[32 * i : 32 * i + 32],
+                    lease_ms=lease_ms,
+                ))
+                claimed.append(job_id)
+            if not passed_over or len(claimed) == limit:
+                break
+        states = [state for job_id in claimed if (state := s.state(job_id)) is not None]
         return [job_from_state(state) for state in states], states
 
     return claim
+
+
+def _slot_free(s: JobSession, job_id: str, held: dict[str, int]) -> bool:
+    """Whether `job_id`'s concurrency key (if any) has a free slot; if so, take it."""
+    state = s.state(job_id)
+    key = None if state is None else state.options.concurrency_key
+    if key is None:
+        return True
+    n = held.get(key)
+    if n is None:
+        [(n,)] = s.rows(_HELD_OF_KEY, (key,))
+        n = int(n)
+    if n >= (state.options.concurrency_limit or 1):  # type: ignore[union-attr]
+        held[key] = n
+        return False
+    held[key] = n + 1
+    return True
 
 
 def _completed(

@@ -40,7 +40,9 @@ from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound,
 from gormes.actors.jobs.admin import SWEEP_LIMIT, QueueAdmin, deep_merge, json_data, plain
 from gormes.actors.jobs.batch import DEFAULT_LEASE_MS, CompleteOutcome, QueueBatches
 from gormes.events.job_machine import LIVE, TERMINAL
-from gormes.events.jobs import STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry
+from gormes.events.jobs import (
+    MAX_COALESCED, STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
+)
 from gormes.events.store import EventStore, Transaction
 from gormes.projections import ledger
 
@@ -141,8 +143,10 @@ class JobQueue(QueueBatches, QueueAdmin):
         (a UserError) for an empty name, unknown or out-of-range options, data that
         is not JSON, an unknown or terminal parent, depth over the cap, or a parent
         at max_children. Returns an existing job with `coalesced=True` when its
-        idempotency key is held by a live job of the same submitter, or the queue is
-        at max_waiting."""
+        idempotency key is held by a live job of the same submitter, its debounce
+        key names a job of the same name and submitter still in its window (the
+        submission joins it: gormes/actors/jobs/keys.py), or the queue is at
+        max_waiting."""
         if not isinstance(name, str) or not name.strip():
             raise InvalidJob("job name must not be empty")
         opts = rules.validate_options(rules.parse_options(options))
@@ -176,6 +180,10 @@ class JobQueue(QueueBatches, QueueAdmin):
             )
             if held:
                 return self._job(s, held[0], coalesced=True)
+        if opts.debounce_key is not None:
+            joined = self._join_debounced(s, name, data, opts, submitter)
+            if joined is not None:
+                return joined
         if opts.max_waiting is not None:
             # Counted in `jobs_status` (status, queue): no row is read to count.
             [(count,)] = s.rows(
@@ -202,6 +210,23 @@ class JobQueue(QueueBatches, QueueAdmin):
         if opts.parent_id is not None:
             s.run(opts.parent_id, rules.AddChild(now=s.now, child_id=job_id))
         return self._job(s, job_id)
+
+    def _join_debounced(
+        self, s: JobSession, name: str, data: Any, opts: JobOptions, submitter: Submitter | None
+    ) -> Job | None:
+        """The debounced job this submission joins (`job.coalesced` on its stream),
+        or None: no job of this name, key and submitter is waiting out its window
+        (or the one that is has taken MAX_COALESCED submissions)."""
+        pending = s.ids_where(
+            "SELECT id FROM jobs WHERE debounce_key = ? AND name = ? AND status = 'delayed'"
+            " AND attempts_started = 0 AND delay_until > ? AND submissions < ?"
+            " AND coalesce(submitter, '') = ? ORDER BY created_at DESC, id DESC LIMIT 1",
+            (opts.debounce_key, name, s.now, MAX_COALESCED, ledger.submitter_json(submitter)),
+        )
+        if not pending:
+            return None
+        s.run(pending[0], rules.Coalesce(now=s.now, data=data, submitter=submitter))
+        return self._job(s, pending[0], coalesced=True)
 
     async def get(self, job_id: str) -> Job | None:
         return await self._read(lambda conn: select_job(conn, job_id))

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from gormes.actors.jobs.keys import debounce_until, pending_debounce, validate_keys
 from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobState, LockLost
 from gormes.actors.jobs.vocabulary import OPTION_BOUNDS, option_value
 from gormes.events.base import Event
@@ -23,6 +24,7 @@ from gormes.events.job_machine import CLAIMABLE, HELD, PAUSABLE, PROMOTABLE, RES
 from gormes.events.jobs import (
     MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH,
     Backoff, ChildOutcome, ChildPolicy, JobAwaitingChildren, JobCancelled, JobChildAdded,
+    JobCoalesced,
     JobChildDone, JobChildrenSettled, JobClaimed, JobCompleted, JobFailed, JobInboxRead,
     JobLeaseRenewed, JobMessageSent, JobOptions, JobPaused, JobProgressed, JobPromoted,
     JobPruned, JobReleased, JobResumed, JobRetried, JobStalled, JobSubmitted, JobTimedOut,
@@ -43,6 +45,13 @@ class Submit(Command, kw_only=True):
     options: JobOptions = JobOptions()
     depth: int = 0
     replay_of: str | None = None
+    submitter: Submitter | None = None
+
+
+class Coalesce(Command, kw_only=True):
+    """A submission with the job's debounce key joins it (the queue found it pending)."""
+
+    data: Any = None
     submitter: Submitter | None = None
 
 
@@ -190,6 +199,7 @@ def validate_options(options: JobOptions) -> JobOptions:
         "idempotency_key must not be empty",
     )
     short(options.idempotency_key, MAX_KEY_LENGTH, "idempotency_key")
+    options = validate_keys(options, need, short)
     for field, bounds in OPTION_BOUNDS.items():
         if bounds.clamped:  # a top-level field (max_stalled)
             value = option_value(options, field)
@@ -234,13 +244,27 @@ def decide(state: JobState | None, cmd: Command) -> list[Event]:  # noqa: C901 -
             raise InvalidJob("job name must not be empty")
         options = validate_options(cmd.options)
         delay_until = now + options.delay_ms if options.delay_ms > 0 else None
+        data = cmd.data
+        if options.debounce_key is not None:
+            delay_until = debounce_until(options, now, now)
+            if options.debounce_mode == "merge":
+                data = [data]  # the list the submissions coalesced into it are appended to
         return [JobSubmitted(
-            job_id=cmd.job_id, name=cmd.name, data=cmd.data, options=options,
+            job_id=cmd.job_id, name=cmd.name, data=data, options=options,
             depth=cmd.depth, created_at=now, delay_until=delay_until, replay_of=cmd.replay_of,
             submitter=cmd.submitter,
         )]
 
     state = _require(state)
+
+    if isinstance(cmd, Coalesce):
+        if not pending_debounce(state, now):
+            raise _refuse(state, "coalesce a submission into")
+        return [JobCoalesced(
+            data=cmd.data, mode=state.options.debounce_mode,
+            delay_until=debounce_until(state.options, state.created_at, now),
+            submitter=cmd.submitter, at=now,
+        )]
 
     if isinstance(cmd, AddChild):
         if state.terminal:

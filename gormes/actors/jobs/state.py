@@ -77,6 +77,7 @@ class JobState(msgspec.Struct, frozen=True, kw_only=True):
     unread: tuple[str, ...] = ()
     pruned: bool = False
     submitter: Submitter | None = None
+    submissions: int = 1  # itself and the submissions coalesced into it (debounce)
 
     @property
     def terminal(self) -> bool:

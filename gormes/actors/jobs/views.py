@@ -56,7 +56,11 @@ class Job(msgspec.Struct, kw_only=True):
     live_children: int = 0
     options: JobOptions = JobOptions()
     submitter: Submitter | None = None  # None: not recorded (older logs, Python callers)
-    coalesced: bool = False  # submit returned an existing job (idempotency / max_waiting)
+    coalesced: bool = False  # submit returned an existing job (idempotency, max_waiting, debounce)
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    debounce_key: str | None = None
+    submissions: int = 1  # itself and the submissions coalesced into it (debounce)
 
     @property
     def terminal(self) -> bool:
@@ -117,7 +121,9 @@ def job_from_row(columns: Sequence[str], row: Sequence[Any], *, coalesced: bool 
         live_children=r["live_children"],
         options=_options.decode(r["options"]) if r["options"] else JobOptions(),
         submitter=_submitter.decode(r["submitter"]) if r.get("submitter") else None,
-        coalesced=coalesced,
+        coalesced=coalesced, concurrency_key=r["concurrency_key"],
+        concurrency_limit=r["concurrency_limit"], debounce_key=r["debounce_key"],
+        submissions=r["submissions"],
     )
 
 
@@ -136,7 +142,9 @@ def job_from_state(state: JobState) -> Job:
         lock_token=state.lock_token, lock_until=state.lock_until,
         delay_until=state.delay_until, idempotency_key=o.idempotency_key,
         worker_id=state.worker_id, live_children=len(state.live_children), options=o,
-        submitter=state.submitter,
+        submitter=state.submitter, concurrency_key=o.concurrency_key,
+        concurrency_limit=o.concurrency_limit, debounce_key=o.debounce_key,
+        submissions=state.submissions,
     )
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from gormes.events.jobs import (
-    MAX_ATTEMPTS, MAX_CHILDREN, MAX_DELAY_MS, MAX_WAITING, PRIORITY_RANGE, JobOptions,
+    MAX_ATTEMPTS, MAX_CHILDREN, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_WAITING, PRIORITY_RANGE,
+    JobOptions,
 )
 
 
@@ -47,6 +48,9 @@ OPTION_BOUNDS: dict[str, Bounds] = {
     "max_children": Bounds(0, MAX_CHILDREN),
     "max_waiting": Bounds(1, MAX_WAITING),
     "max_stalled": Bounds(1, 100, clamped=True),
+    "concurrency_limit": Bounds(1, MAX_CONCURRENCY),
+    "debounce_ms": Bounds(1, MAX_DELAY_MS),
+    "debounce_max_ms": Bounds(1, MAX_DELAY_MS),
 }
 
 

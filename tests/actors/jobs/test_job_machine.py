@@ -137,9 +137,16 @@ class History:
     # -- what a queue's caller can do --------------------------------------------------
 
     def submit(self, n: int, parent_id: str | None = None) -> str | None:
+        # bit 15: debounced (decision 0032), merged when n is odd, with a max wait when n % 3 == 0
+        debounced = bool(n >> 15 & 1) and parent_id is None
         options = r.validate_options(JobOptions(
             max_attempts=1 + n % 3, max_stalled=1 + (n >> 2) % 2,
-            delay_ms=1000 if (n >> 3) % 4 == 3 else 0,
+            delay_ms=1000 if (n >> 3) % 4 == 3 and not debounced else 0,
+            debounce_key=f"d{n % 3}" if debounced else None,
+            debounce_ms=2000 if debounced else None,
+            debounce_mode="merge" if debounced and n % 2 else "last",
+            debounce_max_ms=3000 if debounced and n % 3 == 0 else None,
+            concurrency_key=f"c{n % 2}" if n >> 4 & 1 else None,
             remove_on_complete=bool(n >> 5 & 1), remove_on_fail=bool(n >> 6 & 1),
             on_child_fail=POLICIES[(n >> 7) % len(POLICIES)],
             max_children=2 if (n >> 9) % 4 == 0 else None,
@@ -187,6 +194,8 @@ class History:
             if job.lock_until is not None:
                 self.now = now = max(now, job.lock_until + GRACE_MS + 1)
             command = r.CheckStall(now=now, grace_ms=GRACE_MS)
+        elif action == "coalesce":
+            command = r.Coalesce(now=now, data={"c": n}, submitter=job.submitter)
         elif action == "promote":
             self.now = now = max(now, job.delay_until or now)
             command = r.Promote(now=now)
@@ -227,7 +236,7 @@ class History:
 ACTIONS = (
     "child", "claim", "stall", "promote", "renew", "complete", "fail", "timeout", "release",
     "pause", "resume", "cancel", "retry", "prune", "progress", "tokens", "transcribe",
-    "message", "read", "settle",
+    "message", "read", "settle", "coalesce",
 )
 HOLDER_ACTIONS = frozenset({
     "renew", "complete", "fail", "timeout", "release", "progress", "tokens", "transcribe",
@@ -239,6 +248,7 @@ FITS: dict[str, Callable[[JobState], bool]] = {
     **{action: (lambda job: job.lock_token is not None) for action in HOLDER_ACTIONS},
     "claim": lambda job: job.status == "waiting",
     "promote": lambda job: job.status == "delayed",
+    "coalesce": lambda job: job.status == "delayed" and job.options.debounce_key is not None,
     "resume": lambda job: job.status == "paused",
     "retry": lambda job: job.status in ("failed", "dead"),
     "prune": lambda job: job.terminal,
@@ -491,6 +501,10 @@ def tour() -> History:
     h.act("claim", dead, 1)
     h.act("fail", dead, 5)  # unrecoverable
     assert {a, done, dead} <= h.removed
+    last, merged = h.submit(1 << 15), h.submit(1 << 15 | 1)  # debounced: last, merge
+    h.act("coalesce", last, 2)
+    h.act("coalesce", merged, 3)
+    assert h.state(merged).data == [{"n": 1 << 15 | 1}, {"c": 3}] and h.state(merged).submissions == 2
     return h
 
 

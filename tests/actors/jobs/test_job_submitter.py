@@ -71,9 +71,13 @@ async def test_a_version_1_sqlite_ledger_is_migrated_in_place(tmp_path):
     async with SQLiteEventStore.open(path) as store:
         queue = await JobQueue.open(store)
         old = await queue.submit("echo", {"x": 1})
-    # What a version-1 gormes left: no submitter column, version 1 recorded.
+    # What a version-1 gormes left: no submitter column (nor version 4's key columns,
+    # decision 0032), version 1 recorded.
     conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE jobs DROP COLUMN submitter")
+    for index in ("jobs_key_held", "jobs_debounce"):
+        conn.execute(f"DROP INDEX {index}")
+    for column in ("submitter", "concurrency_key", "concurrency_limit", "debounce_key", "submissions"):
+        conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
     bookkeeping.set_built_version(conn, ledger.NAME, 1)
     conn.commit()
     conn.close()
