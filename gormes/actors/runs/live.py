@@ -292,9 +292,11 @@ class LiveRunContext(RunIdentity, RunContext):
         attempt = 0
         while True:
             attempt += 1
-            started = trio.current_time()
             try:
-                reply = await self._provider.complete(request)
+                async with self._manager.provider_limits.turn(self._provider.name, request) as turn:
+                    started = trio.current_time()  # the request's time, not its wait for room
+                    reply = await self._provider.complete(request)
+                    turn.used(reply.usage)
             except ProviderError as exc:
                 await self._record(lambda seq, exc=exc, n=attempt: RunLlmFailed(
                     seq=seq, request_hash=digest, error=error_text(exc), retryable=exc.retryable,

@@ -41,6 +41,7 @@ from gormes.actors.runs.context import (
 from gormes.actors.runs.live import CHILD_TRUST, LiveRunContext, TokenSink, error_text
 from gormes.actors.runs.process import this_process
 from gormes.actors.runtime import ask
+from gormes.control.rate_limits import ProviderLimits
 from gormes.errors import UserError
 from gormes.events.base import Event
 from gormes.events.jobs import Tokens
@@ -186,6 +187,7 @@ class RunManager:
         max_depth: int = DEFAULT_MAX_DEPTH,
         llm_retries: int | None = None,  # None: GORMES_MODEL_RETRIES, else 3
         llm_backoff_s: float = 0.2,
+        provider_limits: ProviderLimits | None = None,  # None: GORMES_RATE_LIMITS, GORMES_OUTAGE_AFTER
     ) -> None:
         self.store = store
         self.executor = executor
@@ -196,6 +198,8 @@ class RunManager:
         self.max_depth = max_depth
         self.llm_retries = model_retries(llm_retries, os.environ)
         self.llm_backoff_s = llm_backoff_s
+        # rate limits, shared back-off, outage guard: asked around each model request
+        self.provider_limits = provider_limits or ProviderLimits.from_env(store, os.environ)
         self._nursery = nursery
         self._open_provider = providers
         self._providers: dict[str, Provider] = {}
