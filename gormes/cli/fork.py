@@ -145,7 +145,7 @@ def unconfirmed_in(exc: BaseException) -> ForkUnconfirmed | None:
     return exc if isinstance(exc, ForkUnconfirmed) else None
 
 
-def echo_unconfirmed(refused: ForkUnconfirmed, as_json: bool) -> int:
+def echo_unconfirmed(refused: ForkUnconfirmed, as_json: bool, what: str = "forked") -> int:
     """The operations a fork's live part may call that cannot be undone, and exit 2:
     on stdout as JSON (`{"forked": false, "needs_yes": [...]}`) or a line each, and
     one error line on stderr."""
@@ -155,5 +155,5 @@ def echo_unconfirmed(refused: ForkUnconfirmed, as_json: bool) -> int:
         click.echo("the live part may call these mutating, non-idempotent operations:")
         for risk in refused.operations:
             click.echo(f"  {risk.name}  {risk.description}")
-        click.echo("gormes: error: not forked: give --yes to fork anyway", err=True)
+        click.echo(f"gormes: error: nothing {what}: give --yes to go on anyway", err=True)
     return 2
