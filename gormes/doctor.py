@@ -43,6 +43,7 @@ from gormes.health import (
     operations,
     postgres,
     projections,
+    providers,
     queue,
     replay,
     runs,
@@ -92,7 +93,7 @@ def all_checks() -> list[Check]:
     return [
         *store.CHECKS, *projections.CHECKS, *queue.CHECKS, *workers.CHECKS,
         *operations.CHECKS, *replay.CHECKS, *runs.CHECKS, *disk.CHECKS, *postgres.CHECKS, *memory.CHECKS,
-        *skills.CHECKS, *audit.CHECKS,
+        *skills.CHECKS, *audit.CHECKS, *providers.CHECKS,
     ]
 
 

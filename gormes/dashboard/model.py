@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from gormes.dashboard.providers import ProviderRow
 from gormes.events.jobs import STATUSES, TERMINAL, Tokens
 from gormes.events.runs import RunInboxRead
 
@@ -125,6 +126,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     workers: tuple[WorkerRow, ...]
     tokens: Tokens  # over every top-level job
     breaker_trips: int = 0  # jobs the governor's circuit breaker killed
+    providers: tuple[ProviderRow, ...] = ()  # each limit key's shared state (dashboard/providers.py)
     selected: str | None = None  # the selected job's id
 
     @property

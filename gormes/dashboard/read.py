@@ -32,6 +32,7 @@ from gormes.dashboard.model import (
     preview,
     worker_row,
 )
+from gormes.dashboard.providers import provider_rows
 from gormes.events.jobs import TERMINAL, Tokens
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.sql_fragments import json_value
@@ -187,6 +188,7 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: PricingTable) -> Sn
             for r in active_runs
         ),
         workers=tuple(_workers(conn, now, active_by_worker) if "worker_heartbeats" in tables else ()),
+        providers=provider_rows(conn, now, tables),
         tokens=tokens, breaker_trips=breaker_trips,
     )
 

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from gormes.dashboard.keys import UiState
 from gormes.dashboard.model import JobRow, Receipt, RunRow, Snapshot, WorkerRow, governor_log
+from gormes.dashboard.providers import provider_cells
 from gormes.events.jobs import STATUSES, Tokens
 from gormes.printable import printable
 from gormes.providers import pricing
@@ -201,6 +202,18 @@ def _worker_cells(w: WorkerRow) -> list[RenderableType]:
     ]
 
 
+def providers_table(snapshot: Snapshot) -> list[Table]:
+    """Each provider limit key: the outage guard, a back-off, the last minute's leases
+    (none shown until a model turn went through the limits)."""
+    if not snapshot.providers:
+        return []
+    table = _table("providers: shared limits and the outage guard")
+    _columns(table, ("key", 12), ("state", 6), ("now", 10), ("last minute", 11), ("last error", 10))
+    for row in snapshot.providers:
+        table.add_row(*provider_cells(row))
+    return [table]
+
+
 def _ago(seconds: float) -> str:
     seconds = max(0.0, seconds)
     return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
@@ -263,7 +276,8 @@ def job_rows_fitting(snapshot: Snapshot, height: int | None) -> int | None:
     if height is None:
         return None
     used = (FIXED_LINES + max(1, len(snapshot.by_queue)) + max(1, len(snapshot.runs))
-            + max(1, len(snapshot.workers)) + GOVERNOR_ROWS)
+            + max(1, len(snapshot.workers)) + GOVERNOR_ROWS
+            + (len(snapshot.providers) + 3 if snapshot.providers else 0))
     return max(3, height - used)
 
 
@@ -277,6 +291,7 @@ def render_dashboard(snapshot: Snapshot, ui: UiState | None = None, *, height: i
         jobs_table(snapshot, focused=ui.pane == "jobs", rows=job_rows_fitting(snapshot, height)),
         runs_table(snapshot, ui),
         workers_table(snapshot),
+        *providers_table(snapshot),
         governor_table(snapshot),
         footer(KEYS_HELP, ui.message, ui),
     )

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 Status = Literal["ok", "warn", "fail"]
 CATEGORIES = (
     "store", "projections", "queue", "workers", "operations", "replay", "runs", "disk",
-    "memory", "skills", "audit", "mcp",
+    "memory", "skills", "audit", "mcp", "providers",
 )
 
 MIB = 1024 * 1024

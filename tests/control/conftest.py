@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-for folder in ("acceptance", "providers"):
+for folder in ("acceptance", "doctor", "providers"):
     path = str(TESTS / folder)
     if path not in sys.path:
         sys.path.insert(0, path)
