@@ -12,6 +12,10 @@ the command waits for it with `RunStarter.result`. The operation's timeout bound
 the checks before the start (a fork's or resume's replay of the prefix), never
 the run. Trust does not widen: a started run acts as the caller (the operator);
 a fork or a resume keeps its source's trust class and memory scope (decision 0016).
+
+run.fork may replace the observation at its position (`reply`, `tool_result`,
+`tool_error`) and, without `yes`, refuses a fork whose live part may call mutating,
+non-idempotent operations, listing them (decision 0034, gormes/actors/runs/fork_replace.py).
 """
 
 from __future__ import annotations
