@@ -28,7 +28,8 @@ def scripts(tmp_path: Path) -> tuple[str, str]:
                                        {"text": "alpha", "usage": {"input": 40, "output": 4}}]},
         {"match": "BETA", "replies": [{"tool_calls": [{"name": "fs.list", "arguments": {"path": "."}}]},
                                       {"text": "one file"}]},
-        {"match": "GAMMA", "replies": [{"text": "forty-three"}]},
+        {"match": "GAMMA", "replies": [{"tool_calls": [{"name": "time.now", "arguments": {}}]},
+                                       {"text": "forty-three"}]},
     ]}))
     return f"scripted:{first}", f"scripted:{second}"
 
@@ -69,7 +70,9 @@ def test_eval_runs_reports_what_changed_per_run(tmp_path: Path) -> None:
     assert (beta["answer_changed"], beta["tools_changed"], beta["status_changed"]) == (False, False, False)
     # GAMMA: another answer
     assert (gamma["original"]["answer"], gamma["rerun"]["answer"]) == ("forty-two", "forty-three")
-    assert gamma["answer_changed"] and gamma["original"]["tools"] == gamma["rerun"]["tools"] == []
+    assert gamma["answer_changed"] and gamma["tools_changed"]
+    # the re-run keeps the run's allowlist (fs.read, fs.list): time.now was refused
+    assert (gamma["original"]["tools"], gamma["rerun"]["tools"]) == ([], ["time.now (denied)"])
     for e in report["runs"]:
         assert e["rerun"]["model"] == second and e["rerun"]["status"] == "completed"
         assert e["original"]["cost"] == e["rerun"]["cost"] == 0.0  # the shipped table prices scripted at $0
@@ -88,7 +91,7 @@ def test_eval_runs_reports_what_changed_per_run(tmp_path: Path) -> None:
     lines = text.stdout.splitlines()
     assert lines[0] == f"eval of 3 run(s) re-run with model {second}"
     assert "  answer: forty-two -> forty-three" in lines
-    assert "  tools:  fs.read -> fs.list" in lines
+    assert "  tools:  fs.read -> fs.list" in lines and "  tools:  none -> time.now (denied)" in lines
     assert lines[-1] == "2 of 3 changed; 0 not re-run"
 
 

@@ -13,7 +13,8 @@ compared with its re-run, from their recordings:
 
 - status and final answer (the result of `run.completed`, else the error or the
   reason it ended with);
-- tools called: the operations of its `run.tool_called` observations, in order;
+- tools called: the operations of its `run.tool_called` observations, in order,
+  one that did not succeed marked with its outcome (`fs.list (denied)`);
 - tokens: the run's total as its end records it (its subagents' included);
 - cost: every model turn of the run and of its subagents, priced with the pricing
   table (gormes/providers/pricing.py); None when a model has no price.
@@ -66,7 +67,7 @@ class RunSide(msgspec.Struct, kw_only=True):
     status: str
     answer: Any = None  # the result of a completed run
     error: str | None = None  # why it did not complete
-    tools: list[str] = msgspec.field(default_factory=list)
+    tools: list[str] = msgspec.field(default_factory=list)  # "op", or "op (error|denied)"
     tokens: Tokens = Tokens()
     cost: float | None = None
 
@@ -193,7 +194,8 @@ async def side_of(store: EventStore, run: RecordedRun, table: PricingTable) -> R
         status, error, tokens = "failed", end.error, end.tokens
     elif isinstance(end, RunCancelled):
         status, error, tokens = "cancelled", end.reason, end.tokens
-    tools = [r.event.operation for r in run.observations if isinstance(r.event, RunToolCalled)]
+    tools = [e.operation if e.outcome == "ok" else f"{e.operation} ({e.outcome})"
+             for e in (r.event for r in run.observations) if isinstance(e, RunToolCalled)]
     return RunSide(
         run_id=run.run_id, model=run.started.model, status=status, answer=answer, error=error, tools=tools,
         tokens=tokens, cost=table.total(await tree_turns(store, run)),
