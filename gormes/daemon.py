@@ -41,6 +41,7 @@ from gormes.actors.jobs.handlers import HandlerRegistry, default_registry
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import Worker, WorkerConfig, new_worker_id
 from gormes.actors.runs.cut_off import GoneProcessRuns
+from gormes.control.rate_rules import OUTAGE_AFTER_ENV, RATE_LIMITS_ENV, outage_after, parse_rule
 from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
 from gormes.events.store import EventStore
@@ -94,6 +95,12 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     model_retries: int | None = None
     # Prometheus `/metrics` on this loopback port (None: off); docs/observe.md.
     metrics_port: int | None = None
+    # Provider rate limits shared by every worker (rules as GORMES_RATE_LIMITS takes,
+    # "openai:gpt-4o=500rpm,200000tpm"; empty: GORMES_RATE_LIMITS), and the consecutive
+    # retryable failures that halt a provider's turns (None: GORMES_OUTAGE_AFTER, else 5;
+    # 0: never): docs/control.md.
+    rate_limits: tuple[str, ...] = ()
+    outage_after: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 10_000:
@@ -106,6 +113,13 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise InvalidSettings(f"model_timeout_s must be > 0 seconds, got {self.model_timeout_s}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise InvalidSettings(f"metrics_port must be 0..65535, got {self.metrics_port}")
+        try:
+            for rule in self.rate_limits:
+                parse_rule(rule)
+            if self.outage_after is not None:
+                outage_after(self.outage_after)
+        except UserError as exc:
+            raise InvalidSettings(f"rate_limits: {exc}") from None
         try:
             self.governor_policy.policy(ceiling=self.concurrency)
         except ValueError as exc:
@@ -134,6 +148,11 @@ def apply_model_timeout(settings: DaemonSettings) -> None:
         os.environ["GORMES_MODEL_TIMEOUT"] = repr(settings.model_timeout_s)
     if settings.model_retries is not None:
         os.environ["GORMES_MODEL_RETRIES"] = str(settings.model_retries)
+    # and the provider limits, which every RunManager reads (gormes/control/rate_rules.py)
+    if settings.rate_limits:
+        os.environ[RATE_LIMITS_ENV] = " ".join(settings.rate_limits)
+    if settings.outage_after is not None:
+        os.environ[OUTAGE_AFTER_ENV] = str(settings.outage_after)
 
 
 class HandlerLoader:

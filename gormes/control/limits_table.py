@@ -84,8 +84,8 @@ def write_state(tx: Any, state: ProviderState) -> None:
 
 def window_leases(tx: Any, key: str, since: float, stale: float) -> list[tuple[float, int, bool]]:
     """The key's leases that still count, as (at, tokens, sent), oldest first: the
-    ones sent after `since`, and the ones not known to be sent yet (in flight)
-    unless taken before `stale` (their process died); the others are deleted."""
+    ones whose request ended after `since`, and the ones in flight unless taken
+    before `stale` (their process died); the others are deleted."""
     tx.execute(f"DELETE FROM {LEASES} WHERE key = ? AND ((sent = 1 AND at <= ?) OR at <= ?)",
                (key, since, stale))
     return [(at, tokens, bool(sent)) for at, tokens, sent in tx.execute(
@@ -96,13 +96,13 @@ def take_lease(tx: Any, lease_id: str, key: str, at: float, tokens: int) -> None
     tx.execute(f"INSERT INTO {LEASES}(id, key, at, tokens) VALUES (?, ?, ?, ?)", (lease_id, key, at, tokens))
 
 
-def settle_lease(tx: Any, lease_id: str, sent_at: float, tokens: int | None) -> None:
-    """The request left at `sent_at` (it counts from then on) and used `tokens`
-    (None: unknown, the estimate stays)."""
+def settle_lease(tx: Any, lease_id: str, ended_at: float, tokens: int | None) -> None:
+    """The request ended by `ended_at` (so it left before: it counts one window
+    from then on) and used `tokens` (None: unknown, the estimate stays)."""
     if tokens is None:
-        tx.execute(f"UPDATE {LEASES} SET at = ?, sent = 1 WHERE id = ?", (sent_at, lease_id))
+        tx.execute(f"UPDATE {LEASES} SET at = ?, sent = 1 WHERE id = ?", (ended_at, lease_id))
     else:
-        tx.execute(f"UPDATE {LEASES} SET at = ?, tokens = ?, sent = 1 WHERE id = ?", (sent_at, tokens, lease_id))
+        tx.execute(f"UPDATE {LEASES} SET at = ?, tokens = ?, sent = 1 WHERE id = ?", (ended_at, tokens, lease_id))
 
 
 def all_states(conn: Any) -> list[ProviderState]:

@@ -6,11 +6,14 @@ Leases are rows (gormes/control/limits_table.py), checked and taken in one store
 transaction, so ten workers share one quota instead of sending ten times it.
 When there is no room the turn sleeps until the lease in the way frees it, then
 asks again. After the reply the lease is settled: it counts from the moment the
-request left, for one window, with the tokens the provider reported. Until then
-(in flight) it counts whatever its age: so any two requests sent less than a
-window apart saw each other when the later one was let through, and no window
-of W seconds ever holds more than N sends, however long a commit or a request
-took. The same row per key carries the shared back-off of a `retry-after` and
+request ended (when it left is not known: a provider may open its client or
+import its SDK first, seconds for the first request of a process), for one
+window, with the tokens the provider reported; until then (in flight) it counts
+whatever its age. So a lease counts from before its request left until a window
+after it surely had: any two requests sent less than a window apart saw each
+other's lease when the later one was let through, and no window of W seconds
+holds more than N sends, however long a commit or a request took. The price: a
+request of d seconds holds its room for W + d. The same row per key carries the shared back-off of a `retry-after` and
 the outage guard (gormes/control/outage.py).
 
     limits = ProviderLimits.from_env(store, os.environ)
@@ -103,7 +106,6 @@ class Turn:
         self.probe = admitted.probe
         self.found = admitted.state
         self.tokens: int | None = None  # what the reply used; None: not known (the estimate stays)
-        self.sent_at = 0.0  # when the request left (the limiter's clock)
         self.waited_s = 0.0  # how long the turn waited for room, the back-off or the probe
 
     def used(self, usage: Usage) -> None:
@@ -173,8 +175,7 @@ class ProviderLimits:
         holder = new_id()
         started = self.clock()
         turn = Turn(key, holder, await self._admit(key, rule, estimate, holder))
-        turn.sent_at = self.clock()  # the request leaves now: its lease counts from here
-        turn.waited_s = max(0.0, turn.sent_at - started)
+        turn.waited_s = max(0.0, self.clock() - started)
         try:
             yield turn
         except ProviderError as exc:
@@ -235,13 +236,13 @@ class ProviderLimits:
         _prepared.add(self.store)
 
     async def _update(self, turn: Turn, change: Callable[[ProviderState, float], ProviderState]) -> None:
-        """The turn's lease settled (sent when it left, with the tokens it used) and
+        """The turn's lease settled (counted from now, with the tokens it used) and
         the key's row changed by `change`, in one transaction."""
         now = self.clock()
 
         def write(tx: Transaction) -> None:
             if turn.lease_id is not None:
-                table.settle_lease(tx, turn.lease_id, turn.sent_at, turn.tokens)
+                table.settle_lease(tx, turn.lease_id, now, turn.tokens)
             state = table.lock_state(tx, turn.key)
             new = change(state, now)
             if new != state:
