@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "worker": ("gormes.cli.worker", "worker", "Run job handlers until SIGINT or SIGTERM."),
     "daemon": ("gormes.cli.daemon", "daemon", "Run workers, projections, cron and the governor as one service (systemd-ready)."),
     "cron": ("gormes.cli.cron", "cron", "Add, list, pause, resume and remove cron schedules."),
+    "budget": ("gormes.cli.budget", "budget", "Set, raise, show and list budgets: caps on what runs may spend."),
     "run": ("gormes.cli.run_operations", "run", "Start an agent run (or any run handler) and wait for its outcome."),
     "runs": ("gormes.cli.runs", "runs", "List recorded runs; show one as a timeline and a tree."),
     "trace": ("gormes.cli.trace", "trace", "Export a recorded run as OpenTelemetry spans over OTLP/HTTP (after the fact)."),

@@ -221,6 +221,8 @@ class RunStarted(Event, tag="run.started", kw_only=True, gc=False):
     # The external tools (not in the code: MCP servers') among those its trust
     # class and allowlist allowed when it started; replay offers the same ones.
     external_tools: tuple[RecordedTool, ...] = ()
+    # The budgets its model turns are charged to (decision 0030); its subagents carry the same.
+    budgets: tuple[str, ...] = ()
 
 
 class RunCompleted(Event, tag="run.completed", kw_only=True, gc=False):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from gormes.ops.declared import DeclaredOperations, declared
 from gormes.ops.registry import Registry, wire_name
 from gormes.ops.spec import InvalidOperationSpec, OperationSpec
-from gormes.tools import cron, fs, jobs, jobs_admin, knowledge, log_admin, memory_admin, runs, shell, skills, skills_admin
+from gormes.tools import budgets, cron, fs, jobs, jobs_admin, knowledge, log_admin, memory_admin, runs, shell, skills, skills_admin
 from gormes.tools import memory as memory_ops
 from gormes.tools import log_redact, projections_admin, run_admin
 from gormes.tools import time as time_ops
@@ -22,6 +22,7 @@ BUILTIN_SPECS: tuple[OperationSpec, ...] = (
     *fs.SPECS, *time_ops.SPECS, *jobs.SPECS, *jobs_admin.SPECS, *shell.SPECS, *skills.SPECS,
     *skills_admin.SPECS, *memory_ops.SPECS, *memory_admin.SPECS, *runs.SPECS, *knowledge.SPECS,
     *cron.SPECS,
+    *budgets.SPECS,
     *log_admin.SPECS,
     *log_redact.SPECS,
     *run_admin.SPECS,

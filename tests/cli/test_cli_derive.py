@@ -32,6 +32,8 @@ ONE_OPERATION = {
     "jobs resume": "job.resume", "jobs retry": "job.retry", "jobs replay": "job.replay",
     "jobs send": "job.send", "jobs prune": "job.prune",
     "run": "run.start", "runs send": "run.send", "runs resume": "run.resume", "fork": "run.fork",
+    "budget set": "budget.set", "budget raise": "budget.raise", "budget show": "budget.show",
+    "budget list": "budget.list",
 }
 
 

@@ -232,6 +232,7 @@ async def fork_run(
         input=apply_overrides(started.input, overrides or {}), depth=started.depth,
         max_depth=started.max_depth, trust=started.trust, memory_scope=started.scope, tools=started.tools,
         model=new_model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
+        budgets=started.budgets,
     )
     origin = ForkOrigin(run_id=source_run_id, position=at, replaced=replaced)
     if on_start is not None:
@@ -434,6 +435,7 @@ async def resume_run(
         memory_scope=started.scope if trust is None else memory_scope, tools=started.tools,
         model=started.model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
         job_id=job_id if job_id is not None else started.job_id, outside_reason=outside_reason,
+        budgets=started.budgets,
     )
     outcome = await continue_run(
         manager, run, prefix, run.started_event(handler_version(fn), resumed_from=origin, external_tools=manager.external_tools(run)),

@@ -293,10 +293,13 @@ class LiveRunContext(RunIdentity, RunContext):
         while True:
             attempt += 1
             try:
-                async with self._manager.provider_limits.turn(self._provider.name, request) as turn:
+                # budgets reserve the worst case (or refuse: BudgetExceeded) and settle after
+                async with self._manager.budgets.turn(self._run, request) as spend, \
+                        self._manager.provider_limits.turn(self._provider.name, request) as turn:
                     started = trio.current_time()  # the request's time, not its wait for room
                     reply = await self._provider.complete(request)
                     turn.used(reply.usage)
+                    spend.used(reply.usage)
             except ProviderError as exc:
                 await self._record(lambda seq, exc=exc, n=attempt: RunLlmFailed(
                     seq=seq, request_hash=digest, error=error_text(exc), retryable=exc.retryable,

@@ -41,6 +41,7 @@ from gormes.actors.runs.context import (
 from gormes.actors.runs.live import CHILD_TRUST, LiveRunContext, TokenSink, error_text
 from gormes.actors.runs.process import this_process
 from gormes.actors.runtime import ask
+from gormes.control.budgets import BudgetMeter, applicable
 from gormes.control.rate_limits import ProviderLimits
 from gormes.errors import UserError
 from gormes.events.base import Event
@@ -99,6 +100,9 @@ class LiveRun:
     max_iterations: int | None = None
     deadline_s: float | None = None
     job_id: str | None = None
+    # The budgets its model turns are charged to (`run.started`'s `budgets`): a
+    # subagent's, resume's and fork's are its source's, so none escapes them.
+    budgets: tuple[str, ...] = ()
     parent: LiveRun | None = None
     # Why a top-level run was cancelled from outside (a job's abort reason), if known.
     outside_reason: Callable[[], str | None] | None = None
@@ -145,7 +149,7 @@ class LiveRun:
             tools=self.tools, model=self.model, max_iterations=self.max_iterations,
             trust=self.trust, job_id=self.job_id, forked_from=forked_from, max_depth=self.max_depth,
             resumed_from=resumed_from, process=this_process(), scope=self.memory_scope,
-            external_tools=external_tools,
+            external_tools=external_tools, budgets=self.budgets,
         )
 
 
@@ -188,6 +192,7 @@ class RunManager:
         llm_retries: int | None = None,  # None: GORMES_MODEL_RETRIES, else 3
         llm_backoff_s: float = 0.2,
         provider_limits: ProviderLimits | None = None,  # None: GORMES_RATE_LIMITS, GORMES_OUTAGE_AFTER
+        budgets: BudgetMeter | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -200,6 +205,7 @@ class RunManager:
         self.llm_backoff_s = llm_backoff_s
         # rate limits, shared back-off, outage guard: asked around each model request
         self.provider_limits = provider_limits or ProviderLimits.from_env(store, os.environ)
+        self.budgets = budgets or BudgetMeter(store, clock=clock)  # reserve before, settle after a turn
         self._nursery = nursery
         self._open_provider = providers
         self._providers: dict[str, Provider] = {}
@@ -251,23 +257,27 @@ class RunManager:
         token_sink: TokenSink | None = None,
         job: JobContext | None = None,
         outside_reason: Callable[[], str | None] | None = None,
+        budget: str | None = None,
     ) -> RunHandle:
         """Start a top-level run; returns once `run.started` is durable. An unknown
         handler, a bad model spec or input that is not JSON raise before anything
         is recorded. `trust` and `memory_scope`: the class and memory scope its tool
-        calls are made with (its submitter's, decision 0016)."""
+        calls are made with (its submitter's, decision 0016). `budget`: a budget
+        its tree is charged to, besides `job:<job_id>` and `scope:<memory_scope>`
+        if they exist (decision 0030); an unknown one raises before anything is recorded."""
         fn = self.handlers.get(handler)
         if not model and self.handlers.needs_model(handler):
             raise UserError(f"run handler {handler!r} needs a model: give one (scripted:PATH, "
                             "openai:MODEL or anthropic:MODEL)")
         provider = self.provider(model) if model else None
         _require_json(input, "run input")
+        budgets = await applicable(self.store, budget, job_id=job_id, scope=memory_scope)
         run = LiveRun(
             run_id=run_id or self.new_id(), handler=handler, input=input, trust=trust,
             memory_scope=memory_scope, tools=None if tools is None else tuple(tools), model=model,
             max_iterations=max_iterations, deadline_s=deadline_s, job_id=job_id,
             max_depth=self.max_depth if max_depth is None else max_depth,
-            outside_reason=outside_reason,
+            outside_reason=outside_reason, budgets=budgets,
         )
         ctx = LiveRunContext(self, run, provider, token_sink=token_sink, job=job)
         await self._nursery.start(self._new_run, run, ctx, fn)
@@ -294,6 +304,7 @@ class RunManager:
             max_depth=parent.max_depth, trust=narrower(parent_run.trust, CHILD_TRUST),
             memory_scope=parent_run.memory_scope, tools=tools, model=model,
             max_iterations=None, deadline_s=deadline_s, job_id=parent_run.job_id, parent=parent_run,
+            budgets=parent_run.budgets,
         )
         assert parent.children_nursery is not None
         if resume is not None:

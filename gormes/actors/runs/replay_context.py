@@ -57,6 +57,7 @@ from gormes.actors.runs.context import (
     UnknownRunHandler,
 )
 from gormes.actors.runs.live import reply_from_record, tool_specs
+from gormes.control.budgets import BudgetExceeded
 from gormes.events.base import Recorded, RedactedEvent
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
@@ -301,6 +302,8 @@ class ReplayContext(RunIdentity, RunContext):
             if not (event.retryable and self._retried(event, digest)):
                 if event.error_type == "InvalidModelReply":
                     raise InvalidModelReply(event.error, retryable=event.retryable)
+                if event.error_type == "BudgetExceeded":
+                    raise BudgetExceeded(event.error)
                 raise ProviderError(event.error, retryable=event.retryable)
 
     def request_diff(self, event: Any, request: ModelRequest) -> DivergenceDiff | None:
