@@ -3,7 +3,8 @@ against a local OpenAI-wire server that counts requests per window and answers
 429 past its quota (tests/control/rate_server.py):
 
 - with a limit set below the server's, the server never refuses one request and
-  never sees more than the limit in any window, though both workers run jobs;
+  never sees more than the limit in any window, though both workers run jobs
+  (on SQLite and on PostgreSQL; without the limit, the same load draws 429s);
 - a 429 with retry-after told to one worker stops the other one too;
 - a provider down for everyone: the outage guard lets one probe at a time
   through, `gormes doctor` fails and `gormes top` reads `outage`; when the
@@ -62,7 +63,7 @@ def workers_that_ran_jobs(db: Path) -> set[str]:
 
 
 @contextmanager
-def two_workers(db: Path, server: RateServer, **env: str) -> Iterator[list[subprocess.Popen]]:
+def two_workers(db: Path | str, server: RateServer, **env: str) -> Iterator[list[subprocess.Popen]]:
     environment = cli_env() | {"GORMES_OPENAI_BASE_URL": server.base_url, "GORMES_OPENAI_API_KEY": "sk-test"} | env
     workers = [subprocess.Popen(
         gormes_command(db, "worker", "--concurrency", "4", "--no-governor", "--shutdown-grace", "500"),
@@ -103,6 +104,33 @@ def test_two_workers_never_pass_a_shared_limit_set_below_the_servers(tmp_path: P
     assert server.most_in_window() == 3  # the limit, reached and never passed
     assert server.arrivals[-1] - server.arrivals[0] >= 2.0 * (12 / 3 - 1) - 0.1
     assert len(workers_that_ran_jobs(db)) == 2  # both workers sent requests
+
+
+def test_on_postgres_two_workers_never_pass_the_shared_limit(tmp_path: Path) -> None:
+    from pg_helpers import PG_URL, admin, fresh_schema, url_for_schema
+
+    from gormes.events.postgres import PostgresEventStore
+
+    with fresh_schema() as schema:
+        async def main() -> list[str]:
+            async with PostgresEventStore.open(PG_URL, schema=schema) as store:
+                queue = await JobQueue.open(store)
+                return [(await queue.submit("agent", {"prompt": f"job {i}", "model": MODEL})).id for i in range(9)]
+
+        jobs = trio.run(main)
+
+        def completed() -> bool:
+            rows = admin(f'SELECT count(*) FROM "{schema}".jobs WHERE status = %s', ("completed",))
+            return rows[0][0] == len(jobs)
+
+        with RateServer(limit=4, window_s=2.0) as server, \
+                two_workers(url_for_schema(schema), server, GORMES_RATE_LIMITS="openai:gpt-test=3req/2s") as workers:
+            wait_for(completed, workers, 120, "the jobs did not complete")
+        claimed = admin(f"""SELECT count(DISTINCT data::json->>'worker_id') FROM "{schema}".events"""
+                        " WHERE type = 'job.claimed'")
+    assert server.refused == 0, server.refusals
+    assert len(server.arrivals) == 9 and server.most_in_window() == 3
+    assert claimed[0][0] == 2
 
 
 def test_without_a_shared_limit_the_same_two_workers_pass_the_servers_quota(tmp_path: Path) -> None:
