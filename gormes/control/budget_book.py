@@ -2,9 +2,10 @@
 calls these through the executor, so each change is audited).
 
 Setting a budget that exists sets its caps and policy again (lower too); raising
-only raises, and resumes, in the same transaction, every job the budget paused at
-its cap that is still paused. Both append with the stream's expected version, so
-a raise and a reservation never decide on the same state.
+only raises, and resumes, in the same transaction, every job still parked on the
+budget (gormes/actors/jobs/parking.py), none paused for another reason. Both
+append with the stream's expected version, so a raise and a reservation never
+decide on the same state.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from gormes.actors.jobs import rules as job_rules
-from gormes.actors.jobs.session import JobSession
-from gormes.actors.jobs.state import JobError
+from gormes.actors.jobs.parking import unpark_in
 from gormes.control.budget_rules import BudgetState, counted, fold, raised_cap
 from gormes.control.budgets import UnknownBudget
 from gormes.errors import UserError
@@ -161,17 +160,8 @@ class BudgetBook:
                     cost = raised_cap(state.cost, by, to)
             except ValueError as exc:
                 raise InvalidBudget(f"budget {budget_id}: {exc}") from None
-            session = JobSession(tx, now)
-            resumed = []
-            for job_id in state.paused_jobs:
-                job = session.state(job_id)
-                if job is None or job.status != "paused":
-                    continue
-                try:
-                    session.run(job_id, job_rules.Resume(now=now))
-                except (JobError, UserError):
-                    continue
-                resumed.append(job_id)
+            # the jobs it parked, if still parked on it (not those paused for another reason since)
+            resumed = [j for j in state.paused_jobs if unpark_in(tx, now, j, on=budget_stream(budget_id))]
             event = BudgetRaised(tokens=tokens, cost=cost, resumed_jobs=tuple(resumed), by=caller, at=now)
             tx.append(budget_stream(budget_id), [event], state.version)
             return fold(budget_id, [event], state)

@@ -21,9 +21,11 @@ a turn uses no more than it held (a true bound: see `worst_case`).
 
 At a cap, the budget's policy: `stop` raises `BudgetExceeded` (the run records it
 as `run.llm_failed`, error_type BudgetExceeded, and replay raises the same);
-`pause` pauses the run's job in the refusal's transaction, and the run waits for
-room (the worker cancels it for the pause; the job's next attempt resumes the run,
-decision 0011); a run of no job waits where it is. `budget raise` resumes the jobs.
+`pause` parks the run's job on the budget in the refusal's transaction
+(gormes/actors/jobs/parking.py: paused, its lease released), and the run waits
+for room (the worker cancels it for the pause; the job's next attempt resumes the
+run, decision 0011); a run of no job waits where it is. `budget raise` unparks
+the jobs parked on the budget, in its own transaction.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from gormes.actors.jobs import rules as job_rules
+from gormes.actors.jobs.parking import park_in
 from gormes.actors.jobs.session import JobSession, new_id
 from gormes.actors.jobs.state import JobError
 from gormes.control.budget_rules import Ask, BudgetState, evolve, fold, refusal, reserve, worst_case
@@ -199,8 +201,11 @@ class BudgetMeter:
             stop = any(d.policy == "stop" for _, d in refused)
             after = []
             if record:
-                paused = not stop and job_id is not None and _pause_job(tx, job_id, now)
-                after = [_append(tx, s, msgspec.structs.replace(d, job_paused=paused)) for s, d in refused]
+                first = refused[0]
+                paused = not stop and job_id is not None and _park_job(tx, job_id, now, first[0].budget_id,
+                                                                       first[1].reason)
+                after = [_append(tx, s, msgspec.structs.replace(d, job_paused=paused and s is first[0]))
+                         for s, d in refused]
             return _Refused(tuple(d.reason for _, d in refused), stop), after
 
         result, states = await self.store.transact(decide)
@@ -245,10 +250,15 @@ def _append(tx: Transaction, state: BudgetState, event: Any) -> BudgetState:
     return evolve(state, event)
 
 
-def _pause_job(tx: Transaction, job_id: str, now: int) -> bool:
-    """Pause the job in this transaction; False if it cannot be (not active any more)."""
+def _park_job(tx: Transaction, job_id: str, now: int, budget_id: str, why: str) -> bool:
+    """Park the run's job on the budget in this transaction (gormes/actors/jobs/parking.py:
+    paused, lease released, resumed by a raise); False if it is not active (nothing written).
+    The holder is the job's current lease: the run is its attempt's."""
+    job = JobSession(tx, now).state(job_id)
+    if job is None or job.status != "active" or job.lock_token is None:
+        return False
     try:
-        JobSession(tx, now).run(job_id, job_rules.Pause(now=now))
+        park_in(tx, now, job_id, job.lock_token, on=budget_stream(budget_id), why=why)
     except (JobError, UserError):
         return False
     return True

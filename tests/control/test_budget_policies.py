@@ -162,6 +162,10 @@ async def test_an_agent_job_paused_at_its_cap_goes_on_after_budget_raise_from_th
         await wait_until(lambda: status("paused"), timeout=20)
         budget = await events_of(store, budget_stream(f"job:{job.id}"))
         assert [e.job_paused for e in budget if isinstance(e, BudgetExhausted)] == [True]
+        # parked (gormes/actors/jobs/parking.py): a raise of this budget is what resumes it
+        from gormes.actors.jobs.parking import parked_on
+
+        assert parked_on(await store.read_stream(f"job-{job.id}")) == f"budget-job:{job.id}"
 
         shown = await trio.to_thread.run_sync(lambda: run_gormes(db_path, "budget", "show", f"job:{job.id}", "--json"))
         assert shown.returncode == 0, shown.stderr
