@@ -34,6 +34,7 @@ from typing import Any, Literal
 import msgspec
 
 from gormes.events.base import Event
+from gormes.events.approvals import RunApprovalDecided, RunApprovalRequested
 from gormes.events.jobs import Tokens
 
 RunStatus = Literal["running", "suspended", "completed", "failed", "cancelled"]
@@ -376,7 +377,7 @@ class RunMessageSent(Event, tag="run.message_sent", kw_only=True, gc=False):
 RunObservation = (
     RunLlmTurn | RunLlmFailed | RunToolCalled | RunInboxRead | RunClockRead
     | RunRandomDrawn | RunProgressed | RunTokensAdded | RunLogged | RunChildSpawned
-    | RunChildFinished
+    | RunChildFinished | RunApprovalRequested | RunApprovalDecided
 )
 RunEvent = (
     RunStarted | RunCompleted | RunFailed | RunCancelled | RunSuspended | RunResumed
@@ -385,6 +386,7 @@ RunEvent = (
 OBSERVATION_TYPES: tuple[type, ...] = (
     RunLlmTurn, RunLlmFailed, RunToolCalled, RunInboxRead, RunClockRead, RunRandomDrawn,
     RunProgressed, RunTokensAdded, RunLogged, RunChildSpawned, RunChildFinished,
+    RunApprovalRequested, RunApprovalDecided,  # gormes/events/approvals.py (decision 0033)
 )
 TERMINAL_TYPES: tuple[type, ...] = (RunCompleted, RunFailed, RunCancelled)
 

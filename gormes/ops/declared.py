@@ -127,13 +127,15 @@ def operation(
     timeout: float = 10.0,
     description: str | None = None,
     audit_kind: str | None = None,
+    requires_approval: bool = False,
     registry: DeclaredOperations | None = None,
 ) -> Callable[[F], F]:
     """Decorator: declare an async `(ctx: OperationContext, input: In) -> Out`
     function as the operation `name`. `input` and `output` default to its
     annotations, `description` to its docstring's first paragraph, `audit_kind`
-    to `<first segment of name>.write` when `mutating`, else `.read`. Returns the
-    function unchanged."""
+    to `<first segment of name>.write` when `mutating`, else `.read`.
+    `requires_approval`: a run's call waits for a person's `gormes approve` first
+    (decision 0033). Returns the function unchanged."""
 
     def decorate(fn: F) -> F:
         where = f"operation {name!r}"
@@ -150,6 +152,7 @@ def operation(
             handler=typing.cast(Handler, fn), trust=frozenset(classes),
             audit_kind=audit_kind if audit_kind is not None else f"{first}.{'write' if mutating else 'read'}",
             mutating=mutating, idempotent=idempotent, prompt_visible=prompt_visible, timeout=timeout,
+            requires_approval=requires_approval,
         )
         module = getattr(fn, "__module__", None) or "?"
         (declared if registry is None else registry).declare(spec, module=module, origin=_origin(fn, module))

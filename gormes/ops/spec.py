@@ -162,6 +162,9 @@ class OperationSpec:
     # Where an operation that is not in the code comes from ("mcp:time"); a run
     # records such operations in `run.started` so replay can offer them again.
     source: str | None = None
+    # A run's call waits for a person's approval first (`gormes approve`/`deny`);
+    # a deployment may require it of more operations (decision 0033).
+    requires_approval: bool = False
 
     def allows(self, trust: str) -> bool:
         return trust in self.trust
@@ -181,6 +184,7 @@ class OperationSpec:
             timeout=self.timeout,
             audit_kind=self.audit_kind,
             doctor_checks=list(self.doctor_checks),
+            requires_approval=self.requires_approval,
         )
 
 
@@ -196,6 +200,7 @@ class OperationInfo(msgspec.Struct, frozen=True, kw_only=True):
     timeout: float
     audit_kind: str
     doctor_checks: list[str]
+    requires_approval: bool = False
 
 
 class ToolSchema(msgspec.Struct, frozen=True, kw_only=True):

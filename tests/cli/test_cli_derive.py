@@ -34,6 +34,7 @@ ONE_OPERATION = {
     "run": "run.start", "runs send": "run.send", "runs resume": "run.resume", "fork": "run.fork",
     "budget set": "budget.set", "budget raise": "budget.raise", "budget show": "budget.show",
     "budget list": "budget.list",
+    "approve": "approval.approve", "deny": "approval.deny", "approvals list": "approval.list",
 }
 
 

@@ -12,7 +12,7 @@ nursery) is driven by gormes/actors/runs/manager.py; this module is only the doo
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -234,6 +234,8 @@ class LiveRunContext(RunIdentity, RunContext):
         self._as_caller: Caller | None = None
         # a resumed run: which earlier children its live spawns take over
         self.child_resumption: ChildResumption | None = None
+        # a resumed run: approvals its replayed prefix requested, by (operation, args hash)
+        self.approvals_waiting: dict[tuple[str, str], str] = {}
 
     # -- what the run is (RunIdentity reads the rest from `_identity`) ----------------
 
@@ -257,6 +259,34 @@ class LiveRunContext(RunIdentity, RunContext):
             if tokens is not NO_TOKENS:
                 self.total_tokens = self.total_tokens + tokens
         return event
+
+    async def record_observation(
+        self, make: Callable[[int], Event], *, audit: AppendRequest | None = None,
+        also: Sequence[AppendRequest] = (),
+    ) -> Event:
+        """An observation recorded with an audit event and other streams' appends, in
+        one transaction (an approval's request: gormes/actors/runs/approvals.py)."""
+        if audit is None and not also:
+            return await self._record(make)
+        async with self._lock:
+            event = make(self._seq)
+            with trio.CancelScope(shield=True):
+                if audit is None:
+                    await self._store.append_many([AppendRequest(self._stream, [event]), *also])
+                else:
+                    await append_sealed(self._store, audit, [AppendRequest(self._stream, [event]), *also])
+            self._seq += 1
+        return event
+
+    @property
+    def caller(self) -> Caller:
+        """Who the run's tool calls come from."""
+        return self._caller()
+
+    @property
+    def job(self) -> JobContext | None:
+        """The job driving this run, if it is a job's own run (not a subagent)."""
+        return self._job
 
     async def _count(self, tokens: Tokens) -> None:
         """Usage of this run's own (not a child's total): also to the job, if any."""
@@ -341,6 +371,9 @@ class LiveRunContext(RunIdentity, RunContext):
                 f"{operation} is not allowed for this run (allowed: {offered})", "ToolNotAllowed", 0,
             )
 
+        refused = await self._manager.approvals.gate(self, spec, args_text, args_hash)  # type: ignore[arg-type]
+        if refused is not None:  # denied, or timed out: a denied call (decision 0033)
+            return await self._tool_failed(operation, args_text, args_hash, "denied", refused, "ApprovalDenied", 0)
         caller = self._caller()
         started = trio.current_time()
         recorded: list[RunToolCalled] = []

@@ -29,6 +29,7 @@ import trio
 from gormes.actors.jobs.session import new_id
 from gormes.actors.runs import collector
 from gormes.actors.runs.actor import RUN, RunNotFound, SendMessage
+from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
 from gormes.actors.runs.context import (
     DEFAULT_MAX_DEPTH,
     RunContext,
@@ -193,6 +194,7 @@ class RunManager:
         llm_backoff_s: float = 0.2,
         provider_limits: ProviderLimits | None = None,  # None: GORMES_RATE_LIMITS, GORMES_OUTAGE_AFTER
         budgets: BudgetMeter | None = None,
+        approvals: ApprovalPolicy | None = None,  # None: GORMES_REQUIRE_APPROVAL... (approvals.py)
     ) -> None:
         self.store = store
         self.executor = executor
@@ -206,6 +208,8 @@ class RunManager:
         # rate limits, shared back-off, outage guard: asked around each model request
         self.provider_limits = provider_limits or ProviderLimits.from_env(store, os.environ)
         self.budgets = budgets or BudgetMeter(store, clock=clock)  # reserve before, settle after a turn
+        # the gate of tool calls that need a person's approval (decision 0033)
+        self.approvals = ApprovalGate(store, approvals or ApprovalPolicy.from_env(os.environ), clock=clock, ids=ids)
         self._nursery = nursery
         self._open_provider = providers
         self._providers: dict[str, Provider] = {}

@@ -4,7 +4,8 @@ Each call the handler makes is matched with the next recorded observation (by
 `seq`) and checked against it:
 
     llm(request)      run.llm_turn / run.llm_failed: same request hash and model
-    tool(name, args)  run.tool_called: same operation and arguments hash
+    tool(name, args)  run.tool_called: same operation and arguments hash (after the
+                      call's run.approval_requested and run.approval_decided, if it needed approval)
     spawn(h, input)   run.child_spawned: same handler, input, tools and model
     child.result()    run.child_finished: the same child
     inbox/now/random  the kind of observation
@@ -56,8 +57,10 @@ from gormes.actors.runs.context import (
     ToolCallFailed,
     UnknownRunHandler,
 )
+from gormes.actors.runs.approvals import replay_gate
 from gormes.actors.runs.live import reply_from_record, tool_specs
 from gormes.control.budgets import BudgetExceeded
+from gormes.events.approvals import RunApprovalRequested
 from gormes.events.base import Recorded, RedactedEvent
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
@@ -339,6 +342,12 @@ class ReplayContext(RunIdentity, RunContext):
             args_text, args_hash = tool_arguments(arguments)
         observations, cursor = self.recorded.observations, self.cursor
         record = observations[cursor] if cursor < len(observations) else None
+        if record is not None and type(record.event) is RunApprovalRequested:  # decision 0033
+            waiting = await replay_gate(self, operation, args_hash)
+            if waiting is not None:  # the record ends before the decision: live waits for it
+                return await self.go_live_after_approval(name, arguments, (operation, args_hash), waiting)
+            observations, cursor = self.recorded.observations, self.cursor
+            record = observations[cursor] if cursor < len(observations) else None
         if record is not None and (self.until is None or record.position <= self.until) and (
             type(e := record.event) is RunToolCalled and e.operation == operation and e.args_hash == args_hash
         ):
@@ -446,6 +455,13 @@ class ReplayContext(RunIdentity, RunContext):
 
     def go_live(self) -> RunContext:
         raise AssertionError("a replay never goes live")  # pragma: no cover - take() halts first
+
+    async def go_live_after_approval(self, name: str, arguments: Any, call: tuple[str, str], approval_id: str) -> Any:
+        """A fork's (a resumed run's) prefix ended on an approval's request: the live
+        part waits for that request's decision instead of asking again."""
+        live = self.go_live()
+        live.approvals_waiting[call] = approval_id  # type: ignore[attr-defined]
+        return await live.tool(name, arguments)
 
     async def child_finished(self, child: ReplayChildRun) -> ChildOutcome:
         asked = f"result of child {child.run_id}"

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from gormes.events.approvals import RunApprovalDecided, RunApprovalRequested
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
     RunCancelled,
@@ -199,6 +200,10 @@ def describe(event: Any) -> str:
         return f"tokens +{event.input} in, +{event.output} out, +{event.cache_read} cached{written}"
     if isinstance(event, RunLogged):
         return f"log {event.level} {_short(event.message)}"
+    if isinstance(event, RunApprovalRequested):
+        return f"approval of tool {event.operation} requested ({event.approval_id})"
+    if isinstance(event, RunApprovalDecided):
+        return f"approval {event.approval_id} {event.decision} by {event.by}"
     if isinstance(event, RunCompleted):
         return f"the end of the run (completed with {_short(event.result, 60)})"
     if isinstance(event, RunFailed):

@@ -10,7 +10,8 @@ A server is stdio (`command`, `args`, `env`, `cwd`) or streamable HTTP (`url`,
 `headers`), plus gormes' own keys: `trust` (the trust classes that may call its
 tools; default `["operator"]`), `timeout` (seconds per call, default 30),
 `startup_timeout` (seconds to start and list tools, default 10), `tools` (an
-allowlist of the server's tool names) and `enabled`. Anything wrong is one
+allowlist of the server's tool names), `require_approval` (true, or a list of
+tool names: a run's call waits for `gormes approve`) and `enabled`. Anything wrong is one
 `McpConfigError` line naming the file, the server and what.
 """
 
@@ -45,6 +46,9 @@ class McpServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     startup_timeout: float = 10.0
     tools: list[str] | None = None
     enabled: bool = True
+    # A run's call of its tools waits for a person's approval: all of them (true)
+    # or those named (decision 0033).
+    require_approval: bool | list[str] = False
     # Claude Desktop / Cursor files may say which transport; gormes infers it.
     type: str | None = None
 

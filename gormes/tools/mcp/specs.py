@@ -80,6 +80,8 @@ def tool_spec(server: McpServer, tool: CatalogTool, call: Call) -> OperationSpec
         idempotent=True if read_only else tool.idempotent is True,
         prompt_visible=trust != frozenset({"operator"}),
         timeout=config.timeout, schema=tool.input_schema, source=source_of(server.name),
+        requires_approval=config.require_approval is True or (
+            isinstance(config.require_approval, list) and real in config.require_approval),
     )
 
 
