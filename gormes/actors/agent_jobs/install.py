@@ -1,4 +1,5 @@
-"""What a worker needs to run agent jobs: the `agent` handler and the cut-off sweep.
+"""What a worker needs to run agent jobs: the `agent` handler, the cut-off sweep
+and the approvals' timeout sweep.
 
 The job worker sits below the runs an agent job drives, so it does not know agent
 jobs: whoever wires a worker (`gormes worker`, the daemon) hands it both.
@@ -17,6 +18,7 @@ from gormes.actors.jobs.context import JobContext
 from gormes.actors.jobs.handlers import HandlerRegistry
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import Sweep, WorkerConfig
+from gormes.actors.runs.approval_book import expire_due
 from gormes.ops.registry import Registry
 
 AGENT = "agent"
@@ -52,8 +54,9 @@ def install(registry: HandlerRegistry, operations: Registry | None = None) -> No
 
 
 def sweeps(queue: JobQueue, config: WorkerConfig) -> list[Sweep]:
-    """The worker's sweep for agent jobs that ended with no attempt running them
-    (gormes/actors/agent_jobs/cut_off.py), as often as it sweeps stalled leases."""
+    """The worker's sweeps, as often as it sweeps stalled leases: agent jobs that
+    ended with no attempt running them (gormes/actors/agent_jobs/cut_off.py), and
+    approval requests past their timeout (their jobs are parked: nobody else looks)."""
     # A live worker records its runs' ends itself within a lease (its renewal fails
     # at the latest) and the abort grace.
     ended = EndedJobRuns(queue, grace_ms=config.lease_ms + config.abort_grace_ms)
@@ -61,4 +64,10 @@ def sweeps(queue: JobQueue, config: WorkerConfig) -> list[Sweep]:
     async def end_runs_of_ended_jobs() -> list[str]:
         return await ended.sweep()
 
-    return [Sweep(config.stall_interval_ms, end_runs_of_ended_jobs)]
+    async def time_out_approvals() -> list[str]:
+        """Approval requests past their timeout: timed out, their parked jobs resumed
+        (decision 0033); a read of one stream when none is due."""
+        return [d.approval_id for d in await expire_due(queue.store, queue.now_ms())]
+
+    return [Sweep(config.stall_interval_ms, end_runs_of_ended_jobs),
+            Sweep(config.stall_interval_ms, time_out_approvals)]

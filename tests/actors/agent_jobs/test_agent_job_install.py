@@ -23,7 +23,7 @@ def test_a_users_own_agent_handler_is_kept() -> None:
     assert registry.get("agent") is own_agent
 
 
-def test_the_sweep_runs_as_often_as_the_stall_sweep() -> None:
+def test_the_sweeps_run_as_often_as_the_stall_sweep() -> None:
     config = WorkerConfig(stall_interval_ms=123)
-    (sweep,) = install.sweeps(object(), config)
-    assert sweep.interval_ms == 123
+    cut_off, approvals = install.sweeps(object(), config)  # the cut-off runs, the approvals' timeouts
+    assert cut_off.interval_ms == approvals.interval_ms == 123
