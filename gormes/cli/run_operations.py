@@ -15,6 +15,7 @@ This module is imported when one of its commands is asked for
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -38,6 +39,8 @@ from gormes.tools import run_admin
 from gormes.tools import runs as run_ops
 from gormes.tools.imports import load_imports
 
+REQUIRE_ENV = "GORMES_REQUIRE_APPROVAL"  # the runs' approval gate reads it (gormes/actors/runs/approvals.py)
+
 RUN = {
     "handler": Shown(metavar="HANDLER"),
     "input": Shown(metavar="JSON", help="The handler's input as JSON (instead of --prompt)."),
@@ -56,13 +59,20 @@ RUN = {
 @mcp_config_option
 @model_timeout_option
 @model_retries_option
+@click.option("--require-approval", "require_approval", multiple=True, metavar="PATTERN",
+              help="An operation (or fnmatch pattern: payments.*) whose calls wait for `gormes approve`, "
+                   "besides GORMES_REQUIRE_APPROVAL's; repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def run(call: OperatorCall, prompt: str | None, system: str | None, workspace: str | None,
-        imports: tuple[str, ...], mcp_config: str | None, model_timeout: float | None, model_retries: int | None, as_json: bool) -> None:
+        imports: tuple[str, ...], mcp_config: str | None, model_timeout: float | None, model_retries: int | None,
+        require_approval: tuple[str, ...], as_json: bool) -> None:
     """Start a run of HANDLER ("agent" for the built-in agent loop, or one that
     --import declares) and wait for it.
 
-    The start is audited (operation run.start, as the operator)."""
+    The start is audited (operation run.start, as the operator). A call that needs
+    approval waits here until `gormes approve|deny ID` (from another shell)."""
+    if require_approval:  # read by the runs' approval gate (gormes/actors/runs/approvals.py)
+        os.environ[REQUIRE_ENV] = ",".join(p for p in (os.environ.get(REQUIRE_ENV, ""), *require_approval) if p)
     load_imports(imports)
     value = call.value
     if value.input is None:
