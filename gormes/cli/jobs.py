@@ -69,19 +69,39 @@ def emit_json(value: Any) -> None:
     click.echo(msgspec.json.encode(value).decode())
 
 
-def job_json(job: Any, cost: float | None = None) -> dict[str, Any]:
-    """The job as a JSON object, with its `cost` (gormes.actors.agent_jobs.costs)."""
+def job_json(job: Any, cost: float | None = None, spending: Any = None, pricing: str = "") -> dict[str, Any]:
+    """The job as a JSON object, with its `cost` (gormes.actors.agent_jobs.costs), the
+    tokens its attempts `wasted` and their `wasted_cost`, and the `pricing` table's
+    version that priced both."""
     data = msgspec.to_builtins(job)
     data["cost"] = cost
+    data["wasted"] = msgspec.to_builtins(spending.wasted) if spending is not None else None
+    data["wasted_cost"] = spending.wasted_cost if spending is not None else None
+    data["pricing"] = pricing
     return data
 
 
 def priced_jobs(conn: Any, jobs: list[Any], table: Any) -> list[dict[str, Any]]:
     """`job_json` of each job, its cost read on `conn` and priced with `table`."""
-    from gormes.actors.agent_jobs.costs import job_costs  # lazy: only what prints a cost needs it
+    from gormes.actors.agent_jobs.costs import job_costs, job_spending  # lazy: only what prints a cost needs it
 
-    costs = job_costs(conn, [job.id for job in jobs], table)
-    return [job_json(job, costs.get(job.id)) for job in jobs]
+    ids = [job.id for job in jobs]
+    costs, spending = job_costs(conn, ids, table), job_spending(conn, ids, table)
+    return [job_json(job, costs.get(job.id), spending.get(job.id), table.version) for job in jobs]
+
+
+def cost_text(dollars: float | None, pricing: str) -> str:
+    """`$0.0123 (pricing 2025.1)`: a cost names the table that priced it."""
+    from gormes.providers.pricing import format_cost  # lazy, as the costs
+
+    return f"{format_cost(dollars)} (pricing {pricing})"
+
+
+def tokens_text(t: Any) -> str:
+    """Every kind of a Tokens (or its JSON), in its order."""
+    get = t.get if isinstance(t, dict) else lambda kind: getattr(t, kind)
+    return (f"input {get('input')} output {get('output')} cache_read {get('cache_read')}"
+            f" cache_write {get('cache_write')} reasoning {get('reasoning')}")
 
 
 def read_jobs(obj: Any, select: Callable[[Any], T], table: Any = None) -> tuple[T, Any]:
@@ -148,10 +168,8 @@ def list_(obj: Any, status: str | None, queue: str | None, name: str | None, lim
     if as_json:
         emit_json(priced)
     elif priced is not None:
-        from gormes.providers.pricing import format_cost  # lazy, as the costs
-
         for job, data in zip(found, priced, strict=True):
-            click.echo(f"{_row(job)}  cost {format_cost(data['cost'])}")
+            click.echo(f"{_row(job)}  cost {cost_text(data['cost'], data['pricing'])}")
     else:
         for job in found:
             click.echo(_row(job))
@@ -175,15 +193,15 @@ def get(obj: Any, job_id: str, pricing: str | None, as_json: bool) -> None:
         return
     for key in ("id", "name", "queue", "status", "priority", "data", "result", "error",
                 "attempts_made", "attempts_started", "stalled_counter", "max_attempts",
-                "max_stalled", "parent_id", "depth", "progress", "tokens", "cost",
-                "created_at", "started_at", "finished_at", "lock_until", "delay_until",
+                "max_stalled", "parent_id", "depth", "progress", "tokens", "wasted", "cost",
+                "wasted_cost", "created_at", "started_at", "finished_at", "lock_until", "delay_until",
                 "idempotency_key", "concurrency_key", "concurrency_limit", "debounce_key",
                 "submissions"):
         value = data.get(key)
-        if key == "cost":
-            from gormes.providers.pricing import format_cost  # lazy, as the costs
-
-            text = format_cost(value)
+        if key in ("cost", "wasted_cost"):
+            text = cost_text(value, data["pricing"])
+        elif key in ("tokens", "wasted") and value is not None:
+            text = tokens_text(value)
         else:
             text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
         click.echo(f"{key:<17} {printable(text)}")  # a newline in a name forges no line
@@ -223,17 +241,19 @@ def inbox(obj: Any, job_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def stats(obj: Any, pricing: str | None, as_json: bool) -> None:
-    """Counts by status and queue, token totals, and what the jobs' model turns cost."""
+    """Counts by status and queue, token totals (spent, and wasted by attempts whose
+    work was not kept), and what the jobs' model turns cost: priced per model from
+    the ledger's totals (a row per model, whatever the number of jobs)."""
     table = pricing_table(pricing)
-    from gormes.actors.agent_jobs.costs import ledger_cost  # lazy: only what prints a cost needs it
-    from gormes.providers.pricing import format_cost  # lazy, as the costs
+    from gormes.actors.agent_jobs.costs import LedgerCost, ledger_costs  # lazy: only what prints a cost needs it
 
-    async def read(store: EventStore, q: JobQueue) -> tuple[Any, float | None]:
-        return await q.stats(), await store.read_sql(lambda conn: ledger_cost(conn, table))
+    async def read(store: EventStore, q: JobQueue) -> tuple[Any, LedgerCost]:
+        return await q.stats(), await store.read_sql(lambda conn: ledger_costs(conn, table))
 
-    result, cost = run_queue(obj.target, read)
+    result, priced = run_queue(obj.target, read)
     data = msgspec.to_builtins(result)
-    data["cost"] = cost
+    data.update(cost=priced.cost, wasted_cost=priced.wasted_cost, unpriced=msgspec.to_builtins(priced.unpriced),
+                pricing=priced.pricing)
     if as_json:
         emit_json(data)
         return
@@ -241,9 +261,12 @@ def stats(obj: Any, pricing: str | None, as_json: bool) -> None:
     for status in STATUSES:
         if result.by_status.get(status):
             click.echo(f"  {status:<17} {result.by_status[status]}")
-    t = result.tokens
-    click.echo(f"tokens input {t.input} output {t.output} cache_read {t.cache_read}")
-    click.echo(f"cost {format_cost(cost)}")
+    click.echo(f"tokens {tokens_text(result.tokens)}")
+    click.echo(f"wasted {tokens_text(result.wasted)}")
+    click.echo(f"cost {cost_text(priced.cost, priced.pricing)}")
+    click.echo(f"wasted cost {cost_text(priced.wasted_cost, priced.pricing)}")
+    if any(msgspec.to_builtins(priced.unpriced).values()):
+        click.echo(f"not priced (no model recorded) {tokens_text(priced.unpriced)}")
 
 
 @jobs.command()

@@ -124,9 +124,13 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     jobs: tuple[JobRow, ...]
     runs: tuple[RunRow, ...]  # active runs (running or suspended)
     workers: tuple[WorkerRow, ...]
-    tokens: Tokens  # over every top-level job
+    tokens: Tokens  # every job's own tokens, each once (the ledger's per-model totals)
     breaker_trips: int = 0  # jobs the governor's circuit breaker killed
     providers: tuple[ProviderRow, ...] = ()  # each limit key's shared state (dashboard/providers.py)
+    wasted: Tokens = Tokens()  # the part of `tokens` spent by attempts whose work was not kept
+    cost: float | None = None  # `tokens` priced per model (None: a model without a price)
+    wasted_cost: float | None = None
+    pricing: str = ""  # the version of the table every cost here was priced with
     selected: str | None = None  # the selected job's id
 
     @property

@@ -7,8 +7,9 @@ The SQL is shared by SQLite and PostgreSQL (JSON access through
 Tables: `jobs` (the ledger), `runs` (the runs projection; `gormes top` catches it
 up before reading), `worker_heartbeats`, and the `events` table by stream (so by
 index) for the model turns of the runs and jobs shown, to price them as every
-command does (`gormes.actors.runs.costs`, `gormes.actors.agent_jobs.costs`). A
-table that does not exist yet reads as empty.
+command does (`gormes.actors.runs.costs`, `gormes.actors.agent_jobs.costs`), and
+the ledger's per-model totals (`model_tokens`, a row per model) for what every
+job spent and wasted together. A table that does not exist yet reads as empty.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from gormes.actors.agent_jobs.costs import job_costs
+from gormes.actors.agent_jobs.costs import job_costs, ledger_costs
 from gormes.actors.runs.costs import run_costs
 from gormes.actors.runs.process import OPEN_STATUSES, process_state, recorded_processes
 from gormes.dashboard.model import (
@@ -45,7 +46,8 @@ _decode = msgspec.json.Decoder()
 
 _JOB_COLUMNS = (
     "id, name, queue, status, priority, attempts_made, max_attempts, progress, tokens_input,"
-    " tokens_output, tokens_cache_read, worker_id, error, created_at, coalesce(updated_at, created_at)"
+    " tokens_output, tokens_cache_read, tokens_cache_write, tokens_reasoning, worker_id, error, created_at,"
+    " coalesce(updated_at, created_at)"
 )
 _RUN_COLUMNS = (
     "run_id, handler, status, depth, model, job_id, parent_run_id, started_at, iterations,"
@@ -128,17 +130,11 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: PricingTable) -> Sn
     head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
     counts: list[tuple[str, str, int]] = []
     job_rows: list[tuple[Any, ...]] = []
-    tokens = Tokens()
     breaker_trips = 0
     active_by_worker: dict[str, int] = {}
     if "jobs" in tables:
         counts = conn.execute("SELECT queue, status, count(*) FROM jobs GROUP BY queue, status").fetchall()
         job_rows = _jobs(conn)
-        i, o, c = conn.execute(
-            "SELECT coalesce(sum(tokens_input), 0), coalesce(sum(tokens_output), 0),"
-            " coalesce(sum(tokens_cache_read), 0) FROM jobs WHERE parent_id IS NULL"
-        ).fetchone()
-        tokens = Tokens(input=int(i), output=int(o), cache_read=int(c))  # numeric on PostgreSQL
         breaker_trips = conn.execute(
             "SELECT count(*) FROM jobs WHERE error = ?", (BREAKER_ERROR,)
         ).fetchone()[0]
@@ -146,6 +142,7 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: PricingTable) -> Sn
             "SELECT worker_id, count(*) FROM jobs WHERE status = 'active' AND worker_id IS NOT NULL"
             " GROUP BY worker_id"
         ).fetchall())
+    totals = ledger_costs(conn, pricing) if "model_tokens" in tables else None  # a row per model
     run_rows = _runs(conn, [r[0] for r in job_rows]) if "runs" in tables else []
     active_runs = [r for r in run_rows if r[2] in OPEN_STATUSES]
     costs = run_costs(conn, [r[0] for r in active_runs], pricing)
@@ -159,14 +156,15 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: PricingTable) -> Sn
             top_run[r[5]] = r  # the latest top-level run of the job (ordered by start)
 
     jobs = []
-    for (job_id, name, queue, status, priority, made, max_attempts, job_progress, ti, to, tc,
+    for (job_id, name, queue, status, priority, made, max_attempts, job_progress, ti, to, tc, tw, tr,
          worker_id, error, created_at, updated_at) in job_rows:
         run = top_run.get(job_id)
         jobs.append(JobRow(
             id=job_id, name=name, queue=queue, status=status, priority=priority or 0,
             attempts_made=made or 0, max_attempts=max_attempts or 0,
             progress=preview(_json(job_progress)),
-            tokens=Tokens(input=ti or 0, output=to or 0, cache_read=tc or 0),
+            tokens=Tokens(input=ti or 0, output=to or 0, cache_read=tc or 0, cache_write=tw or 0,
+                          reasoning=tr or 0),
             cost=costs_of_jobs.get(job_id),
             worker_id=worker_id, run_id=run[0] if run else None,
             last_tool=run[12] if run else None, error=error,
@@ -189,7 +187,9 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: PricingTable) -> Sn
         ),
         workers=tuple(_workers(conn, now, active_by_worker) if "worker_heartbeats" in tables else ()),
         providers=provider_rows(conn, now, tables),
-        tokens=tokens, breaker_trips=breaker_trips,
+        tokens=totals.spent if totals else Tokens(), breaker_trips=breaker_trips,
+        wasted=totals.wasted if totals else Tokens(), cost=totals.cost if totals else None,
+        wasted_cost=totals.wasted_cost if totals else None, pricing=pricing.version,
     )
 
 

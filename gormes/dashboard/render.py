@@ -81,6 +81,7 @@ def header(snapshot: Snapshot) -> Text:
     if not parts:
         text.append("none")
     text.append(f"\ntokens in/out {format_tokens(s.tokens)} (cache {s.tokens.cache_read:,})")
+    text.append(f"  cost {format_cost(s.cost)} wasted {format_cost(s.wasted_cost)} (pricing {printable(s.pricing)})")
     text.append(f"  workers {s.live_workers} live / {len(s.workers)}")
     text.append(f"  breaker trips {s.breaker_trips}", style="bold red" if s.breaker_trips else "")
     return text

@@ -104,16 +104,30 @@ class Submitter(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Tokens(msgspec.Struct, frozen=True, kw_only=True):
+    """Token counts of model usage. `input` counts every prompt token: `cache_read`
+    (served from the provider's prompt cache) and `cache_write` (written into it)
+    are parts of it. `output` counts every completion token: `reasoning` (the hidden
+    reasoning a provider reports apart: OpenAI's `reasoning_tokens`) is part of it.
+    Events recorded before a kind existed decode with 0 for it (decision 0035)."""
+
     input: int = 0
     output: int = 0
     cache_read: int = 0
+    cache_write: int = 0
+    reasoning: int = 0
 
     def __add__(self, other: Tokens) -> Tokens:
         return Tokens(
             input=self.input + other.input,
             output=self.output + other.output,
             cache_read=self.cache_read + other.cache_read,
+            cache_write=self.cache_write + other.cache_write,
+            reasoning=self.reasoning + other.reasoning,
         )
+
+
+# Every kind `Tokens` counts, in its order (the ledger's columns are named after them).
+TOKEN_KINDS: tuple[str, ...] = ("input", "output", "cache_read", "cache_write", "reasoning")
 
 
 class TranscriptEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -245,8 +259,14 @@ class JobProgressed(Event, tag="job.progressed", kw_only=True):
 
 
 class JobTokensAdded(Event, tag="job.tokens_added", kw_only=True):
+    """Tokens the job's holder spent (`from_child` None), or a terminal child's total
+    rolled up (whatever its outcome). `model`: the model whose turn they are (None:
+    reported without one, a roll-up, or recorded before it was kept); the ledger
+    keeps per-model totals of the holders' own tokens from it (decision 0035)."""
+
     tokens: Tokens
     from_child: str | None = None
+    model: str | None = None
     at: int
 
 

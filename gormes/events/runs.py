@@ -272,7 +272,8 @@ class RunLlmTurn(Event, tag="run.llm_turn", kw_only=True, gc=False):
     # recorded before it was kept (their divergences name the hash only).
     request: RecordedRequest | None = None
     # Prompt tokens this turn wrote into the provider's cache (part of usage.input).
-    # Kept here, not in `Tokens`, until the ledger has a column for it (issue 17).
+    # Also in `usage.cache_write` since `Tokens` has it (decision 0035); a turn
+    # recorded before has it only here: read a turn's usage with `turn_usage`.
     cache_write: int = 0
 
 
@@ -332,7 +333,7 @@ class RunTokensAdded(Event, tag="run.tokens_added", kw_only=True, gc=False):
     input: int = 0
     output: int = 0
     cache_read: int = 0
-    cache_write: int = 0  # as `RunLlmTurn.cache_write`: not in the run's `Tokens` yet
+    cache_write: int = 0  # part of `input`, as `Tokens.cache_write`
 
 
 class RunLogged(Event, tag="run.logged", kw_only=True, gc=False):
@@ -397,9 +398,20 @@ NO_TOKENS = Tokens()
 def tokens_of(event: Event) -> Tokens:
     """The tokens one event adds to its run's total (`NO_TOKENS` for most events)."""
     if isinstance(event, RunLlmTurn):
-        return event.usage
+        return turn_usage(event)
     if isinstance(event, RunTokensAdded):
-        return Tokens(input=event.input, output=event.output, cache_read=event.cache_read)
+        return Tokens(input=event.input, output=event.output, cache_read=event.cache_read,
+                      cache_write=event.cache_write)
     if isinstance(event, RunChildFinished):
         return event.tokens
     return NO_TOKENS
+
+
+def turn_usage(turn: RunLlmTurn) -> Tokens:
+    """A model turn's usage, its cache writes included: a turn recorded before
+    `Tokens` had them kept them only in `RunLlmTurn.cache_write` (decision 0035)."""
+    u = turn.usage
+    if turn.cache_write <= u.cache_write:
+        return u
+    return Tokens(input=u.input, output=u.output, cache_read=u.cache_read, cache_write=turn.cache_write,
+                  reasoning=u.reasoning)

@@ -43,6 +43,7 @@ from gormes.events.jobs import (
 )
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.store import EventStore, Transaction
+from gormes.projections import ledger_tokens
 from gormes.projections.ledger_sql import Spelling, Write, compile_writes, encode_json
 
 if TYPE_CHECKING:
@@ -61,7 +62,14 @@ NAME = "ledger"
 # concurrency and debounce, decision 0032). The columns are added; no earlier event
 # has a key, so the keys stay NULL as a rebuild leaves them, and `submissions` is
 # set to 1 (`BACKFILL_SUBMISSIONS`), what a rebuild writes for a job never coalesced.
-VERSION = 4
+# 5: jobs.tokens_cache_write and tokens_reasoning (Tokens' new kinds), and the token
+# tables `job_model_tokens` and `model_tokens` (spent and wasted per model,
+# gormes/projections/ledger_tokens.py; decision 0035). No earlier event has the new
+# kinds, but the token tables need every job event again (an attempt's waste reads
+# the job's row as it was then): a version-4 ledger is emptied and folded again
+# from position 0 when first opened (`reset`, then the usual catch-up), which is
+# exactly what a rebuild writes, on both backends.
+VERSION = 5
 TRANSCRIPT_CAP = 200  # entries kept per job in the ledger; the log keeps all
 
 _enc = encode_json
@@ -102,6 +110,8 @@ def _jobs_columns() -> dict[str, type]:
         "delay_until": int, "idempotency_key": str, "options": str, "version": int,
         "updated_at": int, "submitter": str,
         "concurrency_key": str, "concurrency_limit": int, "debounce_key": str, "submissions": int,
+        # last, as a migrated table has them (version 5): a rebuild's columns are in this order
+        "tokens_cache_write": int, "tokens_reasoning": int,
     }
 
 
@@ -123,6 +133,7 @@ TABLES = (
         {
             "attempts_made": 0, "attempts_started": 0, "stalled_counter": 0, "depth": 0,
             "live_children": 0, "tokens_input": 0, "tokens_output": 0, "tokens_cache_read": 0,
+            "tokens_cache_write": 0, "tokens_reasoning": 0,
         },
     ),
     Table(
@@ -134,6 +145,16 @@ TABLES = (
         "transcript",
         {"job_id": str, "seq": int, "kind": str, "text": str, "data": str, "at": int},
         ("job_id", "seq"),
+    ),
+    # What each job spent and wasted per model, and every model's totals
+    # (gormes/projections/ledger_tokens.py).
+    Table(
+        ledger_tokens.JOB_TABLE, ledger_tokens.job_columns(), ("job_id", "model"),
+        frozenset({"job_id", "model"}), ledger_tokens.zero_defaults(ledger_tokens.job_columns()),
+    ),
+    Table(
+        ledger_tokens.TOTALS_TABLE, ledger_tokens.totals_columns(), "model",
+        frozenset({"model"}), ledger_tokens.zero_defaults(ledger_tokens.totals_columns()),
     ),
 )
 
@@ -209,7 +230,10 @@ def setup(db: Any) -> None:
         )
         have = set(db[table.name].columns_dict)
         for column, type_ in table.columns.items():
-            if column not in have:  # nullable, no default: see VERSION
+            if column not in have and column in table.defaults:  # as `create` makes it (version 5)
+                db.execute(f"ALTER TABLE {table.name} ADD COLUMN {column} INTEGER"
+                           f" DEFAULT {int(table.defaults[column])}")
+            elif column not in have:  # nullable, no default: see VERSION
                 db[table.name].add_column(column, type_)
     for index in INDEXES:
         db.execute(index_sql(index))
@@ -259,6 +283,8 @@ def setup_file(path: str | Path) -> None:
                     conn.execute(REWORD_STALLED, (STALLED_ERROR, STALLED_ERROR_BEFORE))
                 if built is not None and built < 4:
                     conn.execute(BACKFILL_SUBMISSIONS)
+                if built is not None and built < 5:
+                    reset(conn)  # folded again from 0 by the catch-up (see VERSION)
                 if built != VERSION:
                     bookkeeping.set_built_version(conn, NAME, VERSION)
                 return
@@ -288,6 +314,7 @@ def _delete_job(conn: Any, job_id: str) -> None:
     conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
     conn.execute("DELETE FROM inbox WHERE job_id = ?", (job_id,))
     conn.execute("DELETE FROM transcript WHERE job_id = ?", (job_id,))
+    ledger_tokens.delete_job(conn, job_id)
 
 
 class Dialect(NamedTuple):
@@ -429,6 +456,8 @@ def apply_one(conn: Any, rec: Recorded, d: Dialect | None = None) -> None:
     if t.removes == ALWAYS:
         _delete_job(conn, rec.stream[4:])
         return
+    if type(e) in ledger_tokens.FOLDED:
+        ledger_tokens.fold(conn, rec)  # before the row's UPDATE: it reads the row as it was
     beyond = _BEYOND_THE_TABLE.get(type(e))
     if beyond is not None:
         beyond(conn, rec, e)
@@ -463,6 +492,7 @@ def _option(conn: Any, job_id: str, key: str) -> bool:
 _RUNNABLE = {
     t: w for t, w in _WRITES[SQLITE_DIALECT.name].items()
     if w is not None and t.event is not JobSubmitted and t.event not in _BEYOND_THE_TABLE
+    and t.event not in ledger_tokens.FOLDED
 }
 
 
@@ -557,7 +587,7 @@ def inline_apply(conn: Any, records: list[Recorded]) -> None:
 
 def reset(conn: Any) -> None:
     """Empty the ledger and its tracking (a rebuild then catches up from 0)."""
-    for table in ("jobs", "inbox", "transcript"):
+    for table in LedgerProjection.tables:
         conn.execute(f"DELETE FROM {table}")
     _track(conn, 0)
 
@@ -613,7 +643,7 @@ class LedgerProjection:
 
     name = NAME
     version = VERSION
-    tables = ("jobs", "inbox", "transcript")
+    tables = ("jobs", "inbox", "transcript", ledger_tokens.JOB_TABLE, ledger_tokens.TOTALS_TABLE)
     types = ("job.*",)
 
     def setup(self, db: Any) -> None:

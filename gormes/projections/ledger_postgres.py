@@ -113,7 +113,8 @@ def add_missing_columns(conn: Any, present: set[str] | None = None) -> None:
         if present is not None and table.name not in present:
             continue
         for column, type_ in table.columns.items():
-            conn.execute(f"ALTER TABLE {table.name} ADD COLUMN IF NOT EXISTS {column} {_TYPES[type_]}")
+            default = f" DEFAULT {_literal(table.defaults[column])}" if column in table.defaults else ""
+            conn.execute(f"ALTER TABLE {table.name} ADD COLUMN IF NOT EXISTS {column} {_TYPES[type_]}{default}")
 
 
 def set_up(conn: Any, name: str, version: int) -> None:
@@ -135,6 +136,8 @@ def set_up(conn: Any, name: str, version: int) -> None:
         conn.execute(ledger.REWORD_STALLED, (STALLED_ERROR, STALLED_ERROR_BEFORE))
     if built is not None and built < 4:
         conn.execute(ledger.BACKFILL_SUBMISSIONS)
+    if built is not None and built < 5:  # folded again from 0 by the catch-up (see ledger.VERSION)
+        ledger.reset(conn)
     if built != version:
         conn.execute(
             "INSERT INTO projection_versions(projection, version) VALUES (?, ?)"

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from gormes.events.base import Recorded
+from gormes.events.jobs import TOKEN_KINDS
 from gormes.events.job_machine import (
     ALWAYS, TRANSITIONS, Append, Case, Count, Effect, First, Locked, Put, StatusIn, Take,
     Transition,
@@ -44,7 +45,7 @@ def _json_text(value: Any) -> str:
 JSON_COLUMNS = frozenset({"data", "result", "progress", "options", "submitter"})
 # A field of the state that the ledger spreads over several columns.
 SPREAD: dict[str, dict[str, str]] = {
-    "tokens": {"tokens_input": "input", "tokens_output": "output", "tokens_cache_read": "cache_read"},
+    "tokens": {f"tokens_{kind}": kind for kind in TOKEN_KINDS},
 }
 _STATUS = re.compile(r"[a-z][a-z-]*")
 
@@ -207,6 +208,7 @@ def compile_write(t: Transition, columns: Mapping[str, type], spelling: Spelling
         " FROM jobs WHERE id = ?),"
         f" u AS (UPDATE jobs SET {sets}, version = ? FROM j WHERE jobs.id = j.id AND NOT j.remove),"
         " i AS (DELETE FROM inbox USING j WHERE inbox.job_id = j.id AND j.remove),"
+        " m AS (DELETE FROM job_model_tokens USING j WHERE job_model_tokens.job_id = j.id AND j.remove),"
         " t AS (DELETE FROM transcript USING j WHERE transcript.job_id = j.id AND j.remove)"
         " DELETE FROM jobs USING j WHERE jobs.id = j.id AND j.remove"
     )

@@ -59,12 +59,16 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     the part written into it by this turn (Anthropic bills those apart; OpenAI
     caches without a charge and reports none). A provider whose wire counts cached
     tokens apart from its input (Anthropic's `input_tokens`) adds them back in.
+    `reasoning` is the part of `output` a reasoning model spent thinking, where the
+    provider reports it (OpenAI's `completion_tokens_details.reasoning_tokens`;
+    Anthropic's wire has no such count: its thinking is in `output_tokens`, 0 here).
     """
 
     input: int
     output: int
     cache_read: int = 0
     cache_write: int = 0
+    reasoning: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -72,6 +76,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
             output=self.output + other.output,
             cache_read=self.cache_read + other.cache_read,
             cache_write=self.cache_write + other.cache_write,
+            reasoning=self.reasoning + other.reasoning,
         )
 
 

@@ -69,10 +69,15 @@ class _WirePromptDetails(msgspec.Struct):
     cached_tokens: int | None = None
 
 
+class _WireCompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
 class _WireUsage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_tokens_details: _WirePromptDetails | None = None
+    completion_tokens_details: _WireCompletionDetails | None = None
 
 
 class _WireError(msgspec.Struct):
@@ -196,7 +201,11 @@ def _usage(wire: _WireUsage | None) -> Usage:
     if wire is None:
         return Usage(input=0, output=0)
     cached = wire.prompt_tokens_details.cached_tokens if wire.prompt_tokens_details else None
-    return Usage(input=wire.prompt_tokens or 0, output=wire.completion_tokens or 0, cache_read=cached or 0)
+    # Reasoning models report their hidden reasoning tokens apart; they are part of
+    # `completion_tokens` (and billed as output).
+    reasoning = wire.completion_tokens_details.reasoning_tokens if wire.completion_tokens_details else None
+    return Usage(input=wire.prompt_tokens or 0, output=wire.completion_tokens or 0, cache_read=cached or 0,
+                 reasoning=reasoning or 0)
 
 
 def _read_whole(name: str, request: ModelRequest, names: ToolNames, data: bytes) -> ModelReply:

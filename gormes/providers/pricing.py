@@ -1,17 +1,24 @@
 """What model turns cost, computed when they are read, never stored.
 
-One format, read by one loader. A pricing table is TOML, one table per model:
+One format, read by one loader. A pricing table is TOML, a version and one table
+per model:
 
+    version = "acme-3"   # optional: names the table in every cost shown (default: the file's name)
     [models."gpt-4o*"]   # a model name, or a pattern with `*` wildcards
     input = 2.50         # US dollars per 1M prompt tokens
     output = 10.0        # per 1M completion tokens
     cache_read = 1.25    # per 1M prompt tokens served from the cache (default: input)
     cache_write = 3.75   # per 1M prompt tokens written into the cache (default: input)
 
+Reasoning tokens (`Tokens.reasoning`) are part of `output` and priced as output, as
+the vendors bill them; they have no price of their own.
+
 `load_table(path)` is the table every command prices with (`gormes jobs list/get/
 stats`, `runs list/show`, `top`, the `run.get` operation): the shipped one
 (`gormes/data/pricing.toml`) extended by the file `path` names (`--pricing`), else
-by the file `GORMES_PRICING` names, if any; that file's entries win. A file that is
+by the file `GORMES_PRICING` names, if any; that file's entries win. Its `version`
+is the shipped table's (`version` in gormes/data/pricing.toml), then `+` and the
+other file's version (or name): every cost shown names it (decision 0035). A file that is
 not this format is one `PricingError` line naming the file and the format; that
 includes the flat JSON `{"input": ..., "output": ...}` the jobs commands once read:
 it priced every model alike, which no entry of a per-model table means (write
@@ -42,7 +49,10 @@ from gormes.events.jobs import Tokens
 from gormes.providers.base import Usage
 
 PRICING_ENV = "GORMES_PRICING"
-FORMAT = '[models."NAME"] tables with input, output and optional cache_read, cache_write (US dollars per 1M tokens)'
+FORMAT = (
+    'an optional version = "NAME", then [models."NAME"] tables with input, output and optional'
+    " cache_read, cache_write (US dollars per 1M tokens)"
+)
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
@@ -58,6 +68,7 @@ class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
 
 class PricingFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    version: str | None = None
     models: dict[str, Price] = {}
 
 
@@ -66,7 +77,8 @@ class PricingError(UserError):
 
 
 class PricingTable:
-    def __init__(self, prices: Mapping[str, Price]) -> None:
+    def __init__(self, prices: Mapping[str, Price], version: str = "") -> None:
+        self.version = version  # what every cost priced with this table names
         self._exact = {name: price for name, price in prices.items() if "*" not in name}
         # Longest pattern first: the most specific pattern wins, whatever the file order.
         self._patterns = sorted(
@@ -77,11 +89,13 @@ class PricingTable:
 
     @classmethod
     def load(cls, path: str | Path) -> PricingTable:
-        return cls(_read(Path(path)))
+        read = _read(Path(path))
+        return cls(read.models, read.version or Path(path).name)
 
     def merged(self, other: PricingTable) -> PricingTable:
-        """This table with `other`'s entries added, `other` winning where both price a name."""
-        return PricingTable({**self._entries(), **other._entries()})
+        """This table with `other`'s entries added, `other` winning where both price a
+        name; its version names both (`2025.1+acme-3`)."""
+        return PricingTable({**self._entries(), **other._entries()}, f"{self.version}+{other.version}")
 
     def _entries(self) -> dict[str, Price]:
         return {**self._exact, **dict(self._patterns)}
@@ -134,7 +148,7 @@ class PricingTable:
         return dollars
 
 
-def _read(path: Path) -> dict[str, Price]:
+def _read(path: Path) -> PricingFile:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -150,7 +164,7 @@ def _read(path: Path) -> dict[str, Price]:
             raise PricingError(f"pricing table {path}: this is JSON; the format is TOML: {FORMAT}") from None
         raise PricingError(f"pricing table {path}: not valid TOML: {exc}; expected {FORMAT}") from None
     try:
-        return msgspec.convert(data, PricingFile).models
+        return msgspec.convert(data, PricingFile)
     except msgspec.ValidationError as exc:
         raise PricingError(f"pricing table {path}: {' '.join(str(exc).split())}; expected {FORMAT}") from None
 

@@ -56,7 +56,7 @@ def test_submit_then_a_worker_completes_it_and_get_shows_every_field(jobs_db: Pa
     job = get(jobs_db, job_id)
     assert JOB_FIELDS <= set(job)
     assert (job["status"], job["result"], job["priority"]) == ("completed", {"x": 1}, 3)
-    assert job["tokens"] == {"input": 0, "output": 0, "cache_read": 0}
+    assert job["tokens"] == {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0, "reasoning": 0}
     listed = json.loads(ok(jobs_db, "jobs", "list", "--status", "completed", "--json"))
     assert [j["id"] for j in listed] == [job_id]
     stats = json.loads(ok(jobs_db, "jobs", "stats", "--json"))

@@ -19,6 +19,7 @@ import pytest
 from cli_helpers import REPO, assert_one_line_error, cli_env, gormes_command
 
 MODEL = "acme-large-2025-01"
+SHIPPED = "2025.1"  # the version of gormes/data/pricing.toml
 PRICING = """\
 # US dollars per 1M tokens
 [models."acme-large*"]
@@ -100,6 +101,29 @@ def test_the_documented_file_prices_every_command_the_same(priced_job, tmp_path:
     assert costs(db, ids, "--pricing", str(table), env={"GORMES_PRICING": str(elsewhere)}) == given
 
 
+PRICING_OF = {  # where each command's JSON names the pricing table's version
+    "jobs list": (("jobs", "list", "--json"), lambda out: out[0]["pricing"]),
+    "jobs get": (("jobs", "get", "{job}", "--json"), lambda out: out["pricing"]),
+    "jobs stats": (("jobs", "stats", "--json"), lambda out: out["pricing"]),
+    "runs show": (("runs", "show", "{run}", "--json"), lambda out: out["pricing"]),
+    "top": (("top", "--once", "--json"), lambda out: out["pricing"]),
+}
+
+
+def test_every_cost_names_the_version_of_the_table_that_priced_it(priced_job, tmp_path: Path):
+    db, ids = priced_job
+    versioned = tmp_path / "acme.toml"
+    versioned.write_text('version = "acme-3"\n' + PRICING)
+    unversioned = tmp_path / "prices.toml"
+    unversioned.write_text(PRICING)
+    for extra, expected in (((), SHIPPED), (("--pricing", str(versioned)), f"{SHIPPED}+acme-3"),
+                            (("--pricing", str(unversioned)), f"{SHIPPED}+prices.toml")):
+        for name, (args, pick) in PRICING_OF.items():
+            argv = [a.format(**ids) for a in args]
+            out = json.loads(ok(db, *argv[:-1], *extra, argv[-1], env={"GORMES_PRICING": ""}))
+            assert pick(out) == expected, (name, extra)
+
+
 def test_a_model_without_a_price_is_unknown_everywhere(priced_job):
     db, ids = priced_job
     assert costs(db, ids, env={"GORMES_PRICING": ""}) == dict.fromkeys(COMMANDS)
@@ -132,8 +156,12 @@ def test_the_human_outputs_show_the_same_cost(priced_job, tmp_path: Path):
     assert f"cost {shown}" in ok(db, "jobs", "stats", "--pricing", str(table))
     assert f"cost {shown}" in ok(db, "runs", "show", ids["run"], "--pricing", str(table))
     get = ok(db, "jobs", "get", ids["job"], "--pricing", str(table))
-    assert next(line for line in get.splitlines() if line.startswith("cost")).split() == ["cost", shown]
+    # a cost names the table that priced it: the shipped one's version + the file's name
+    named = f"(pricing {SHIPPED}+prices.toml)"
+    assert next(line for line in get.splitlines() if line.startswith("cost ")).split() == ["cost", shown, *named.split()]
     (row,) = ok(db, "jobs", "list", "--pricing", str(table)).splitlines()
-    assert row.startswith(ids["job"]) and row.endswith(f"  cost {shown}")
+    assert row.startswith(ids["job"]) and row.endswith(f"  cost {shown} {named}")
+    assert f"cost {shown} {named}" in ok(db, "jobs", "stats", "--pricing", str(table))
+    assert named in ok(db, "runs", "show", ids["run"], "--pricing", str(table))
     assert "cost" not in ok(db, "jobs", "list", env={"GORMES_PRICING": ""})  # no cost asked for, none read
     assert "cost unknown price" in ok(db, "jobs", "stats", env={"GORMES_PRICING": ""})

@@ -37,6 +37,7 @@ class TextReply:
     prompt_tokens: int = 11
     completion_tokens: int = 7
     cached_tokens: int = 0
+    reasoning_tokens: int = 0  # reported in completion_tokens_details when set
     fragment: int = 4  # characters per streamed content delta
     send_usage: bool = True
     model: str = "gpt-test-2025-01-01"
@@ -220,6 +221,8 @@ def _usage(plan: TextReply | ToolCallsReply) -> dict[str, Any]:
         "completion_tokens": plan.completion_tokens,
         "total_tokens": plan.prompt_tokens + plan.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": plan.cached_tokens},
+        **({"completion_tokens_details": {"reasoning_tokens": plan.reasoning_tokens}}
+           if getattr(plan, "reasoning_tokens", 0) else {}),
     }
 
 

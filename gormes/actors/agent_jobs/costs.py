@@ -13,19 +13,30 @@ that ran no model turn has no cost and is left out: one whose handler reports to
 itself (`ctx.tokens`) has tokens without a model to price them by. A child job's
 cost is the child's own, not added to its parent's.
 
-Reads the `events` table by stream (indexed) and the job ledger's ids, in `?` SQL
-for SQLite or PostgreSQL.
+What the jobs spent TOGETHER (`ledger_costs`: `gormes jobs stats`, `gormes top`)
+is priced from the ledger's per-model totals instead (gormes/projections/
+ledger_tokens.py), a handful of rows whatever the size of the log: every job's
+own tokens, as its runs reported them with their model, and the part wasted by
+attempts whose work was not kept. A job's spent and wasted tokens per model are
+its rows there (`job_spending`, `gormes jobs get`).
+
+Reads the `events` table by stream (indexed) and the job ledger, in `?` SQL for
+SQLite or PostgreSQL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import msgspec
 
 from gormes.actors.agent_jobs.attempts import AGENT_RUN
 from gormes.actors.runs.costs import CHUNK, Turn, children, live_turns, price
-from gormes.events.jobs import job_stream
+from gormes.events.jobs import Tokens, job_stream
 from gormes.events.sql_fragments import json_text
+from gormes.projections import ledger_tokens
+from gormes.projections.ledger_tokens import NO_MODEL, ModelTokens
 from gormes.providers.pricing import PricingTable
 
 
@@ -59,12 +70,48 @@ def job_costs(conn: Any, job_ids: Sequence[str], table: PricingTable) -> dict[st
     return {job_id: price(found, table) for job_id, found in by_job.items()}
 
 
+class LedgerCost(msgspec.Struct, frozen=True, kw_only=True):
+    """What the jobs of the ledger spent together, priced (`gormes jobs stats`, `top`).
+
+    `cost`: the price of every job's own tokens, per model (None when a model has no
+    price; 0.0 when none ran a model turn); `wasted_cost` the part of it spent by
+    attempts whose work was not kept (gormes/projections/ledger_tokens.py);
+    `unpriced` the tokens with no model to price them by (a handler's own report, or
+    recorded before the model was kept); `pricing` the table's version."""
+
+    cost: float | None
+    wasted_cost: float | None
+    spent: Tokens
+    wasted: Tokens
+    unpriced: Tokens
+    pricing: str
+
+
+def price_rows(rows: Iterable[ModelTokens], table: PricingTable) -> LedgerCost:
+    """Rows of per-model tokens (one job's, or the totals), priced per model."""
+    rows = list(rows)
+    priced = [r for r in rows if r.model != NO_MODEL]
+    unpriced = sum((r.spent for r in rows if r.model == NO_MODEL), Tokens())
+    return LedgerCost(
+        cost=table.total((r.model, r.spent) for r in priced),
+        wasted_cost=table.total((r.model, r.wasted) for r in priced),
+        spent=sum((r.spent for r in rows), Tokens()), wasted=sum((r.wasted for r in rows), Tokens()),
+        unpriced=unpriced, pricing=table.version,
+    )
+
+
+def ledger_costs(conn: Any, table: PricingTable) -> LedgerCost:
+    """What every job spent together (see `LedgerCost`): the ledger's per-model totals
+    priced, a row per model whatever the number of jobs."""
+    return price_rows(ledger_tokens.totals(conn), table)
+
+
 def ledger_cost(conn: Any, table: PricingTable) -> float | None:
-    """What every job in the ledger cost together (`gormes jobs stats`): the sum of
-    the jobs' costs, in id order (0.0 when no job ran a model turn); None if one of
-    them is unknown."""
-    ids = [row[0] for row in conn.execute("SELECT id FROM jobs ORDER BY id").fetchall()]
-    costs = job_costs(conn, ids, table)
-    if any(c is None for c in costs.values()):
-        return None
-    return sum((costs[j] or 0.0 for j in sorted(costs)), 0.0)
+    """`ledger_costs(...).cost`: what every job's own model turns cost together."""
+    return ledger_costs(conn, table).cost
+
+
+def job_spending(conn: Any, job_ids: Sequence[str], table: PricingTable) -> dict[str, LedgerCost]:
+    """Each job's own tokens, spent and wasted, priced per model (jobs that were
+    given no tokens left out)."""
+    return {job_id: price_rows(rows, table) for job_id, rows in ledger_tokens.of_jobs(conn, job_ids).items()}

@@ -52,7 +52,7 @@ import msgspec
 
 from gormes.actors.agent_jobs.attempts import AGENT_RUN, attempt_runs, last_attempt_run
 from gormes.actors.agent_jobs.cut_off import cut_off_reason
-from gormes.actors.agent_jobs.tokens import missed_tokens
+from gormes.actors.agent_jobs.tokens import missed_tokens, total
 from gormes.actors.jobs.context import JobContext
 from gormes.actors.jobs.handlers import UnrecoverableError
 from gormes.actors.runs.agent import AgentInput
@@ -178,10 +178,16 @@ async def _count_missed_tokens(ctx: JobContext, store: EventStore, job_records: 
         return await store.read_stream(run_stream(run_id))
 
     missed = await missed_tokens(read_run, job_records, attempt_runs(job_records))
-    if missed.input or missed.output or missed.cache_read:
+    if missed:
         await ctx.log("tokens earlier attempts used but the job was not given are counted now",
-                      data={"missed_tokens": msgspec.to_builtins(missed)})
-        await ctx.tokens(input=missed.input, output=missed.output, cache_read=missed.cache_read)
+                      data={"missed_tokens": msgspec.to_builtins(total(missed))})
+        for model in sorted(missed, key=lambda m: (m is not None, m or "")):
+            await _to_job(ctx, missed[model], model)
+
+
+async def _to_job(ctx: JobContext, tokens: Tokens, model: str | None) -> None:
+    await ctx.tokens(input=tokens.input, output=tokens.output, cache_read=tokens.cache_read,
+                     cache_write=tokens.cache_write, reasoning=tokens.reasoning, model=model)
 
 
 async def _end_cut_off(ctx: JobContext, store: EventStore, run_id: str) -> None:
@@ -207,8 +213,8 @@ async def agent_job(ctx: JobContext, data: Any, *, operations: Registry | None =
     if earlier is not None and earlier.end is None:
         await _end_cut_off(ctx, store, earlier.run_id)
 
-    async def to_job(tokens: Tokens) -> None:
-        await ctx.tokens(input=tokens.input, output=tokens.output, cache_read=tokens.cache_read)
+    async def to_job(tokens: Tokens, model: str | None) -> None:
+        await _to_job(ctx, tokens, model)
 
     def outside_reason() -> str | None:
         return f"job {ctx.abort_reason}" if ctx.abort_reason else None

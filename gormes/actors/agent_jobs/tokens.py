@@ -12,69 +12,95 @@ without counting it again. So each attempt first compares
 - with what the job was given by its runs (its token deltas, child-job rollups
   excluded),
 
-and adds the difference to the job (`missed_tokens`). The job's totals then equal
-what its runs used, whatever the timing of a pause.
+and adds the difference to the job (`missed_tokens`), per model: each model
+turn's usage is counted under its model, a handler's own report under None, as
+the runs report them (`JobTokensAdded.model`). A job given tokens before they
+carried a model (decision 0035) has them under None: if the per-model difference
+would give the job more than the difference of the totals, the totals' difference
+is given, under None (never more than what is missing). The job's totals then
+equal what its runs used, whatever the timing of a pause.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from gormes.events.base import Recorded
-from gormes.events.jobs import JobTokensAdded, Tokens
+from gormes.events.jobs import TOKEN_KINDS, JobTokensAdded, Tokens
 from gormes.events.runs import (
     OBSERVATION_TYPES,
     RunChildSpawned,
     RunLlmTurn,
     RunStarted,
     RunTokensAdded,
+    turn_usage,
 )
 
 ReadRun = Callable[[str], Awaitable[list[Recorded]]]  # run id -> its stream's records
+ByModel = dict["str | None", Tokens]  # model (None: reported without one) -> tokens
 
 
-def given_by_runs(job_records: Iterable[Recorded]) -> Tokens:
-    """The token deltas the job was given by its own handler (its runs), child-job
-    rollups excluded."""
-    total = Tokens()
+def _add(into: ByModel, model: str | None, tokens: Tokens) -> None:
+    into[model] = into.get(model, Tokens()) + tokens
+
+
+def total(by_model: ByModel) -> Tokens:
+    return sum(by_model.values(), Tokens())
+
+
+def given_by_runs(job_records: Iterable[Recorded]) -> ByModel:
+    """The token deltas the job was given by its own handler (its runs), per model,
+    child-job rollups excluded."""
+    given: ByModel = {}
     for record in job_records:
         event = record.event
         if isinstance(event, JobTokensAdded) and event.from_child is None:
-            total = total + event.tokens
-    return total
+            _add(given, event.model, event.tokens)
+    return given
 
 
 def observations(records: Iterable[Recorded]) -> list[Recorded]:
     return sorted((r for r in records if isinstance(r.event, OBSERVATION_TYPES)), key=lambda r: r.event.seq)  # type: ignore[union-attr]
 
 
-def own_usage(observed: Iterable[Recorded]) -> tuple[Tokens, list[str]]:
-    """(the tokens these observations reported to the job themselves, the runs they
-    spawned). A finished child's total is not counted here: the child reported it."""
-    total = Tokens()
+def own_usage(observed: Iterable[Recorded]) -> tuple[ByModel, list[str]]:
+    """(the tokens these observations reported to the job themselves, per model; the
+    runs they spawned). A finished child's total is not counted here: the child
+    reported it."""
+    used: ByModel = {}
     children: list[str] = []
     for record in observed:
         event = record.event
         if isinstance(event, RunLlmTurn):
-            total = total + event.usage
+            _add(used, event.model, turn_usage(event))
         elif isinstance(event, RunTokensAdded):
-            total = total + Tokens(input=event.input, output=event.output, cache_read=event.cache_read)
+            _add(used, None, Tokens(input=event.input, output=event.output, cache_read=event.cache_read,
+                                    cache_write=event.cache_write))
         elif isinstance(event, RunChildSpawned):
             children.append(event.child_run_id)
-    return total, children
+    return used, children
 
 
 def missing(used: Tokens, given: Tokens) -> Tokens:
     """What `used` has beyond `given`, per kind (never negative)."""
-    return Tokens(
-        input=max(0, used.input - given.input),
-        output=max(0, used.output - given.output),
-        cache_read=max(0, used.cache_read - given.cache_read),
-    )
+    return Tokens(**{kind: max(0, getattr(used, kind) - getattr(given, kind)) for kind in TOKEN_KINDS})
 
 
-async def used_live(read_run: ReadRun, run_ids: Iterable[str]) -> Tokens:
+def missing_by_model(used: ByModel, given: ByModel) -> ByModel:
+    """What `used` has beyond `given`, per model (see the module doc); models with
+    nothing missing left out."""
+    per_model = {model: missing(tokens, given.get(model, Tokens())) for model, tokens in used.items()}
+    per_model = {model: tokens for model, tokens in per_model.items() if tokens != Tokens()}
+    overall = missing(total(used), total(given))
+    summed = total(per_model)
+    if any(getattr(summed, kind) > getattr(overall, kind) for kind in TOKEN_KINDS):
+        return {None: overall} if overall != Tokens() else {}
+    return per_model
+
+
+async def used_live(read_run: ReadRun, run_ids: Iterable[str]) -> ByModel:
     """The tokens the runs `run_ids` (attempts of one job) and their subagents used
-    live: a resumed run's copied prefix (a top-level run's or a subagent's) excluded."""
+    live, per model: a resumed run's copied prefix (a top-level run's or a
+    subagent's) excluded."""
     read: dict[str, list[Recorded]] = {}
 
     async def read_once(run_id: str) -> list[Recorded]:  # a resumed run's origin is an attempt too
@@ -82,30 +108,32 @@ async def used_live(read_run: ReadRun, run_ids: Iterable[str]) -> Tokens:
             read[run_id] = await read_run(run_id)
         return read[run_id]
 
-    total = Tokens()
+    used: ByModel = {}
     for run_id in run_ids:
-        total = total + await _run_usage(read_once, run_id)
-    return total
+        await _run_usage(read_once, run_id, used)
+    return used
 
 
-async def _run_usage(read_run: ReadRun, run_id: str) -> Tokens:
+async def _run_usage(read_run: ReadRun, run_id: str, into: ByModel) -> None:
     records = await read_run(run_id)
     if not records:
-        return Tokens()
+        return
     observed = observations(records)
     started = records[0].event
     copied = 0
     if isinstance(started, RunStarted) and started.resumed_from is not None:
         origin = started.resumed_from
         copied = sum(1 for r in observations(await read_run(origin.run_id)) if r.position <= origin.position)
-    total, children = own_usage(observed[copied:])
+    used, children = own_usage(observed[copied:])
+    for model, tokens in used.items():
+        _add(into, model, tokens)
     for child in children:
-        total = total + await _run_usage(read_run, child)
-    return total
+        await _run_usage(read_run, child, into)
 
 
-async def missed_tokens(read_run: ReadRun, job_records: list[Recorded], run_ids: list[str]) -> Tokens:
-    """What the runs of a job's earlier attempts used that the job was not given."""
+async def missed_tokens(read_run: ReadRun, job_records: list[Recorded], run_ids: list[str]) -> ByModel:
+    """What the runs of a job's earlier attempts used that the job was not given,
+    per model (empty: nothing missed)."""
     if not run_ids:
-        return Tokens()
-    return missing(await used_live(read_run, run_ids), given_by_runs(job_records))
+        return {}
+    return missing_by_model(await used_live(read_run, run_ids), given_by_runs(job_records))

@@ -90,11 +90,15 @@ class JobContext:
         """Record progress: a dict like {step, total, message, ...} or any JSON."""
         await self._fenced(self._queue.progress(self.id, self.lock_token, progress))
 
-    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0) -> None:
-        """Add token usage deltas to the job's totals."""
+    async def tokens(self, input: int = 0, output: int = 0, cache_read: int = 0, cache_write: int = 0,
+                     reasoning: int = 0, *, model: str | None = None) -> None:
+        """Add token usage deltas to the job's totals (`cache_read`, `cache_write`:
+        parts of `input`; `reasoning`: part of `output`), spent on `model` if given
+        (the ledger keeps per-model totals to price them: decision 0035)."""
         await self._fenced(
             self._queue.add_tokens(
-                self.id, self.lock_token, input=input, output=output, cache_read=cache_read
+                self.id, self.lock_token, input=input, output=output, cache_read=cache_read,
+                cache_write=cache_write, reasoning=reasoning, model=model,
             )
         )
 

@@ -44,7 +44,7 @@ from gormes.events.jobs import (
     MAX_COALESCED, STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
 )
 from gormes.events.store import EventStore, Transaction
-from gormes.projections import ledger
+from gormes.projections import ledger, ledger_tokens
 
 # Re-exported so that callers need one import.
 SubmitOptions = JobOptions
@@ -261,13 +261,11 @@ class JobQueue(QueueBatches, QueueAdmin):
                 by_status[status] = by_status.get(status, 0) + n
                 by_queue.setdefault(queue, {})[status] = n
                 total += n
-            i, o, c = conn.execute(
-                "SELECT coalesce(sum(tokens_input), 0), coalesce(sum(tokens_output), 0),"
-                " coalesce(sum(tokens_cache_read), 0) FROM jobs WHERE parent_id IS NULL"
-            ).fetchone()
-            return JobStats(  # int(): PostgreSQL sums BIGINTs as numeric
+            models = ledger_tokens.totals(conn)  # a row per model, whatever the number of jobs
+            return JobStats(
                 total=total, by_status=by_status, by_queue=by_queue,
-                tokens=Tokens(input=int(i), output=int(o), cache_read=int(c)),
+                tokens=sum((m.spent for m in models), Tokens()),
+                wasted=sum((m.wasted for m in models), Tokens()),
             )
 
         return await self._read(read)
@@ -384,12 +382,14 @@ class JobQueue(QueueBatches, QueueAdmin):
         )
 
     async def add_tokens(
-        self, job_id: str, token: str, input: int = 0, output: int = 0, cache_read: int = 0
+        self, job_id: str, token: str, input: int = 0, output: int = 0, cache_read: int = 0,
+        cache_write: int = 0, reasoning: int = 0, model: str | None = None,
     ) -> None:
-        """Add token deltas (fenced)."""
-        tokens = Tokens(input=input, output=output, cache_read=cache_read)
+        """Add token deltas (fenced), spent on `model` if given."""
+        tokens = Tokens(input=input, output=output, cache_read=cache_read, cache_write=cache_write,
+                        reasoning=reasoning)
         await self._holder_command(
-            job_id, lambda now: rules.AddTokens(now=now, token=token, tokens=tokens)
+            job_id, lambda now: rules.AddTokens(now=now, token=token, tokens=tokens, model=model)
         )
 
     async def log(self, job_id: str, token: str, entry: TranscriptEntry | str) -> None:

@@ -129,6 +129,7 @@ class AddTokens(Command, kw_only=True):
     token: str | None  # None only for a child's roll-up (`from_child` set)
     tokens: Tokens
     from_child: str | None = None
+    model: str | None = None  # the model the holder's tokens were spent on
 
 
 class Transcribe(Command, kw_only=True):
@@ -359,13 +360,13 @@ def decide(state: JobState | None, cmd: Command) -> list[Event]:  # noqa: C901 -
 
     if isinstance(cmd, AddTokens):
         t = cmd.tokens
-        if min(t.input, t.output, t.cache_read) < 0:
+        if min(t.input, t.output, t.cache_read, t.cache_write, t.reasoning) < 0:
             raise InvalidJob("token deltas must not be negative")
         if cmd.from_child is None:
             _holder(state, cmd.token)
         elif state.terminal:
             return []
-        return [JobTokensAdded(tokens=t, from_child=cmd.from_child, at=now)]
+        return [JobTokensAdded(tokens=t, from_child=cmd.from_child, model=cmd.model, at=now)]
 
     if isinstance(cmd, Transcribe):
         _holder(state, cmd.token)

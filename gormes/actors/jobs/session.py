@@ -4,7 +4,7 @@ A `JobSession` lives for one `store.transact` call, in the writer thread. It fol
 each job's stream once (then keeps the state current as it appends), runs the
 pure `decide`, appends with the expected version, and carries out what a
 terminal transition implies for the parent in the same transaction: the child's
-tokens rolled up (on completion) and a `child_done` in the parent's inbox, with
+tokens rolled up (whatever its outcome) and a `child_done` in the parent's inbox, with
 the parent's own reaction (fail_parent, settled) and so on up the tree.
 """
 
@@ -123,7 +123,9 @@ class JobSession:
         parent = self.state(parent_id)
         if parent is None or parent.terminal or child.id not in parent.live_children:
             return
-        if child.status == "completed" and child.tokens != Tokens():
+        # Whatever the child's outcome: a failed, dead or cancelled child spent its
+        # tokens too (decision 0035).
+        if child.tokens != Tokens():
             self.run(parent_id, AddTokens(
                 now=self.now, token=None, tokens=child.tokens, from_child=child.id
             ))

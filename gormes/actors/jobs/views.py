@@ -85,7 +85,11 @@ class JobStats(msgspec.Struct, kw_only=True):
     total: int
     by_status: dict[str, int]
     by_queue: dict[str, dict[str, int]]
+    # Every job's own tokens, each counted once (a child's roll-up into its parent
+    # not again), removed jobs' included; `wasted` the part spent by attempts whose
+    # work was not kept (gormes/projections/ledger_tokens.py).
     tokens: Tokens = Tokens()
+    wasted: Tokens = Tokens()
 
 
 class PruneResult(msgspec.Struct, kw_only=True):
@@ -112,7 +116,8 @@ def job_from_row(columns: Sequence[str], row: Sequence[Any], *, coalesced: bool 
         parent_id=r["parent_id"], depth=r["depth"], progress=_json(r["progress"]),
         tokens=Tokens(
             input=r["tokens_input"], output=r["tokens_output"],
-            cache_read=r["tokens_cache_read"],
+            cache_read=r["tokens_cache_read"], cache_write=r["tokens_cache_write"] or 0,
+            reasoning=r["tokens_reasoning"] or 0,
         ),
         created_at=r["created_at"], started_at=r["started_at"],
         finished_at=r["finished_at"], lock_token=r["lock_token"],

@@ -21,6 +21,7 @@ from gormes.errors import UserError
 from gormes.events.base import Event, UnknownEvent
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
+    NO_TOKENS,
     RUN_TERMINAL,
     RunCancelled,
     RunChildSpawned,
@@ -72,7 +73,7 @@ def evolve(state: RunLife | None, event: Event | UnknownEvent) -> RunLife | None
     if isinstance(event, RunChildSpawned):
         return msgspec.structs.replace(state, children=(*state.children, event.child_run_id))
     added = tokens_of(event)  # type: ignore[arg-type]
-    if added.input or added.output or added.cache_read:
+    if added != NO_TOKENS:
         return msgspec.structs.replace(state, tokens=state.tokens + added)
     return state
 

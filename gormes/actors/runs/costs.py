@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from gormes.events.jobs import Tokens
+from gormes.events.jobs import TOKEN_KINDS, Tokens
 from gormes.events.runs import OBSERVATION_TYPES, run_stream
 from gormes.events.sql_fragments import json_number, json_text
 from gormes.providers.pricing import PricingTable
@@ -51,7 +51,9 @@ def _marks(values: Sequence[Any]) -> str:
 def turns(conn: Any, run_ids: Sequence[str]) -> list[Turn]:
     """Every model turn of these runs, in log order."""
     found: list[Turn] = []
-    usage = [f"coalesce({json_number(conn, f'$.usage.{kind}')}, 0)" for kind in ("input", "output", "cache_read")]
+    usage = [f"coalesce({json_number(conn, f'$.usage.{kind}')}, 0)" for kind in TOKEN_KINDS]
+    # a turn recorded before `Tokens` had cache writes kept them beside its usage (`turn_usage`)
+    usage.append(f"coalesce({json_number(conn, '$.cache_write')}, 0)")
     for chunk in _chunks(run_ids):
         streams = [run_stream(r) for r in chunk]
         rows = conn.execute(
@@ -60,8 +62,9 @@ def turns(conn: Any, run_ids: Sequence[str]) -> list[Turn]:
             " AND type = 'run.llm_turn' ORDER BY position", streams,
         ).fetchall()
         found += [  # int(): PostgreSQL gives the seq as text and the usage as numeric
-            Turn(run_id, int(seq), model or "", Tokens(input=int(i), output=int(o), cache_read=int(c)))
-            for run_id, seq, model, i, o, c in rows
+            Turn(run_id, int(seq), model or "", Tokens(input=int(i), output=int(o), cache_read=int(c),
+                                                       cache_write=max(int(w), int(old_w)), reasoning=int(r)))
+            for run_id, seq, model, i, o, c, w, r, old_w in rows
         ]
     return found
 

@@ -63,6 +63,7 @@ from gormes.events.runs import (
     canonical_arguments,
     run_stream,
     tokens_of,
+    turn_usage,
 )
 from gormes.events.store import AppendRequest
 from gormes.ops.executor import refusal_request
@@ -75,7 +76,7 @@ if TYPE_CHECKING:
     from gormes.actors.runs.manager import LiveRun, RunManager
     from gormes.ops.registry import Registry
 
-TokenSink = Callable[[Tokens], Awaitable[None]]
+TokenSink = Callable[[Tokens, "str | None"], Awaitable[None]]  # (usage, the model of its turn)
 
 CHILD_TRUST = "child-agent"
 
@@ -100,8 +101,9 @@ def reply_from_record(turn: RunLlmTurn) -> ModelReply:
     r = turn.reply
     calls = tuple([ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in r.tool_calls]) if r.tool_calls else ()
     message = Message(role="assistant", content=r.content, tool_calls=calls)
-    u = turn.usage
-    usage = Usage(input=u.input, output=u.output, cache_read=u.cache_read, cache_write=turn.cache_write)
+    u = turn_usage(turn)
+    usage = Usage(input=u.input, output=u.output, cache_read=u.cache_read, cache_write=u.cache_write,
+                  reasoning=u.reasoning)
     return ModelReply(message=message, usage=usage, finish_reason=r.finish_reason, model=r.model)
 
 
@@ -288,10 +290,11 @@ class LiveRunContext(RunIdentity, RunContext):
         """The job driving this run, if it is a job's own run (not a subagent)."""
         return self._job
 
-    async def _count(self, tokens: Tokens) -> None:
-        """Usage of this run's own (not a child's total): also to the job, if any."""
-        if self._token_sink is not None and (tokens.input or tokens.output or tokens.cache_read):
-            await self._token_sink(tokens)
+    async def _count(self, tokens: Tokens, model: str | None = None) -> None:
+        """Usage of this run's own (not a child's total): also to the job, if any,
+        with the model of the turn (None: reported by the handler)."""
+        if self._token_sink is not None and tokens != NO_TOKENS:
+            await self._token_sink(tokens, model)
 
     # -- observations ------------------------------------------------------------------
 
@@ -341,14 +344,15 @@ class LiveRunContext(RunIdentity, RunContext):
                 await trio.sleep(retry_wait(exc, self._manager.llm_backoff_s, attempt))
                 continue
             u = reply.usage
-            usage = Tokens(input=u.input, output=u.output, cache_read=u.cache_read)
+            usage = Tokens(input=u.input, output=u.output, cache_read=u.cache_read, cache_write=u.cache_write,
+                           reasoning=u.reasoning)
             recorded, duration_ms = record_reply(reply), _ms(started)
             await self._record(lambda seq: RunLlmTurn(
                 seq=seq, request_hash=digest, model=request.model, message_count=len(request.messages),
                 reply=recorded, usage=usage, duration_ms=duration_ms, request=self._requests.record(request),
                 cache_write=u.cache_write,
             ))
-            await self._count(usage)
+            await self._count(usage, request.model)
             return reply
 
     async def tool(self, name: str, arguments: Any) -> Any:
@@ -537,7 +541,7 @@ class LiveRunContext(RunIdentity, RunContext):
         await self._record(lambda seq: RunTokensAdded(
             seq=seq, input=input, output=output, cache_read=cache_read, cache_write=cache_write,
         ))
-        await self._count(Tokens(input=input, output=output, cache_read=cache_read))
+        await self._count(Tokens(input=input, output=output, cache_read=cache_read, cache_write=cache_write))
 
     async def now(self) -> float:
         value = self._manager.clock()

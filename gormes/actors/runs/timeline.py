@@ -4,7 +4,15 @@ Cost is computed here, at read time, from a pricing table (the one
 `gormes.providers.pricing.load_table` gives unless the caller passes its own); it
 is never stored. Each turn is priced, and the run's `cost` is its turns priced
 together (`PricingTable.total`, as `gormes.actors.runs.costs` prices them for the
-other commands). A model without a price gives `cost: null`.
+other commands). A model without a price gives `cost: null`. `pricing` names the
+table's version.
+
+Tokens: `tokens` is the run's total as it recorded it (its own usage and the
+totals of the children it awaited); `own_tokens` its own usage alone; and
+`tree_tokens` (with `tree_cost`) every run of its tree, each counted once
+whatever its end: a child that failed, was cancelled with its parent, was never
+awaited or was cut off with no end spent its tokens too (decision 0035). The
+tree is read from the children's own streams, so it costs the size of the tree.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from gormes.events.runs import (
     RunTokensAdded,
     RunToolCalled,
     run_stream,
+    tokens_of,
+    turn_usage,
 )
 from gormes.events.store import EventStore
 from gormes.providers.pricing import PricingTable, format_cost, load_table
@@ -51,7 +61,8 @@ def _entry(r: Any, table: PricingTable) -> dict[str, Any] | None:
     base: dict[str, Any] = {"position": r.position, "type": r.type, "seq": getattr(e, "seq", None)}
     if isinstance(e, RunLlmTurn):
         calls = [c.name for c in e.reply.tool_calls]
-        base.update(model=e.model, tokens=msgspec.to_builtins(e.usage), cost=table.cost(e.model, e.usage),
+        usage = turn_usage(e)
+        base.update(model=e.model, tokens=msgspec.to_builtins(usage), cost=table.cost(e.model, usage),
                     tool_calls=calls, text=_preview(e.reply.content), duration_ms=e.duration_ms)
     elif isinstance(e, RunLlmFailed):
         base.update(error=e.error, retryable=e.retryable)
@@ -74,7 +85,7 @@ def _entry(r: Any, table: PricingTable) -> dict[str, Any] | None:
     elif isinstance(e, RunProgressed):
         base.update(text=_preview(e.progress))
     elif isinstance(e, RunTokensAdded):
-        base.update(tokens={"input": e.input, "output": e.output, "cache_read": e.cache_read})
+        base.update(tokens=msgspec.to_builtins(tokens_of(e)))
     elif isinstance(e, RunLogged):
         base.update(level=e.level, text=e.message)
     elif isinstance(e, (RunCompleted, RunFailed, RunCancelled)):
@@ -87,18 +98,19 @@ def _entry(r: Any, table: PricingTable) -> dict[str, Any] | None:
 
 
 async def run_view(store: EventStore, run_id: str, *, tree: bool, table: PricingTable | None = None) -> dict[str, Any]:
-    """The run as `gormes runs show --json` prints it, priced with `table`; with
-    `tree`, its children's views in it, each view with a `tree_cost`: the price of
-    every model turn in its tree (None when one has no price)."""
-    view, _ = await _view(store, run_id, tree, load_table() if table is None else table)
+    """The run as `gormes runs show --json` prints it, priced with `table`, with its
+    `tree_tokens` and `tree_cost`: every run of its tree, the price of every model
+    turn in it (None when one has no price); with `tree`, its children's views in it."""
+    view, _, _ = await _view(store, run_id, tree, load_table() if table is None else table)
     return view
 
 
 Turns = list[tuple[str, Tokens]]  # (model, usage) of model turns
 
 
-async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable) -> tuple[dict[str, Any], Turns]:
-    """(the view, the model turns of its tree: its own, and with `tree` its children's)."""
+async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
+                ) -> tuple[dict[str, Any], Turns, Tokens]:
+    """(the view, the model turns of its tree, the own tokens of every run in its tree)."""
     records = await store.read_stream(run_stream(run_id))
     if not records or not isinstance(records[0].event, RunStarted):
         raise UserError(f"no run with id {run_id!r}")
@@ -108,13 +120,14 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable)
         "status": "running", "depth": s.depth, "parent_run_id": s.parent_run_id,
         "job_id": s.job_id, "model": s.model, "trust": s.trust, "scope": s.scope, "input": s.input,
         "started_at": records[0].recorded_at, "finished_at": None, "result": None, "error": None,
-        "iterations": 0, "tokens": None, "cost": None, "timeline": [],
+        "iterations": 0, "tokens": None, "own_tokens": None, "cost": None, "pricing": table.version,
+        "timeline": [],
         # where a fork's or a resumed job attempt's copied prefix came from (decision 0011)
         "forked_from": msgspec.to_builtins(s.forked_from),
         "resumed_from": msgspec.to_builtins(s.resumed_from),
     }
     turns: Turns = []
-    tokens = Tokens()
+    tokens = own = Tokens()
     children: list[str] = []
     for r in records[1:]:
         e = r.event
@@ -123,10 +136,11 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable)
             view["timeline"].append(entry)
         if isinstance(e, RunLlmTurn):
             view["iterations"] += 1
-            tokens = tokens + e.usage
-            turns.append((e.model, e.usage))
+            usage = turn_usage(e)
+            tokens, own = tokens + usage, own + usage
+            turns.append((e.model, usage))
         elif isinstance(e, RunTokensAdded):
-            tokens = tokens + Tokens(input=e.input, output=e.output, cache_read=e.cache_read)
+            tokens, own = tokens + tokens_of(e), own + tokens_of(e)
         elif isinstance(e, RunChildFinished):
             tokens = tokens + e.tokens
         elif isinstance(e, RunChildSpawned):
@@ -137,6 +151,7 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable)
             view["result"] = e.result if isinstance(e, RunCompleted) else None
             view["error"] = e.error if isinstance(e, RunFailed) else e.reason if isinstance(e, RunCancelled) else None
     view["tokens"] = msgspec.to_builtins(tokens)
+    view["own_tokens"] = msgspec.to_builtins(own)
     view["cost"] = table.total(turns) if turns else None
     # The process that drives it; while the run has no end, whether that process is
     # still there ("gone": killed, so no end can come: gormes/actors/runs/process.py).
@@ -144,16 +159,16 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable)
         "host": s.process.host, "pid": s.process.pid,
         "state": process_state(s.process) if view["finished_at"] is None else None,
     }
-    if not tree:
-        view["children"] = children
-        return view, turns
-    view["children"], in_tree = [], list(turns)
-    for child in children:
-        child_view, child_turns = await _view(store, child, True, table)
-        view["children"].append(child_view)
+    child_views, in_tree, tree_tokens = [], list(turns), own
+    for child in children:  # every child, whatever its end (or none: cut off)
+        child_view, child_turns, child_tokens = await _view(store, child, True, table)
+        child_views.append(child_view)
         in_tree += child_turns
+        tree_tokens = tree_tokens + child_tokens
+    view["children"] = child_views if tree else children
+    view["tree_tokens"] = msgspec.to_builtins(tree_tokens)
     view["tree_cost"] = table.total(in_tree)  # 0.0 for a tree with no model turn
-    return view, in_tree
+    return view, in_tree, tree_tokens
 
 
 _PROCESS_STATES = {
@@ -166,9 +181,15 @@ _PROCESS_STATES = {
 def format_view(view: dict[str, Any], indent: str = "") -> list[str]:
     t = view["tokens"]
     head = (f"{indent}{view['run_id']}  {view['handler']}  {view['status']}  depth {view['depth']}  "
-            f"turns {view['iterations']}  tokens in {t['input']} out {t['output']} cache {t['cache_read']}  "
+            f"turns {view['iterations']}  tokens in {t['input']} out {t['output']} cache {t['cache_read']}"
+            f" written {t.get('cache_write', 0)} reasoning {t.get('reasoning', 0)}  "
             f"cost {format_cost(view['cost']) if view['iterations'] else '-'}")
     lines = [head]
+    if not indent:  # the tree's totals, once, at its root
+        tt = view["tree_tokens"]
+        lines.append(f"  tree: tokens in {tt['input']} out {tt['output']} cache {tt['cache_read']}"
+                     f" written {tt['cache_write']} reasoning {tt['reasoning']}  cost {format_cost(view['tree_cost'])}"
+                     f"  (pricing {view['pricing']})")
     # whom its tool calls act for (decision 0016); no scope: its class's default
     scope = view["scope"] or "(its class's default)"
     lines.append(f"{indent}  trust {view['trust']}  scope {scope}")

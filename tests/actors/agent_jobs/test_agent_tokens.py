@@ -4,7 +4,7 @@ the job's own token deltas."""
 
 from __future__ import annotations
 
-from gormes.actors.agent_jobs.tokens import given_by_runs, missed_tokens, used_live
+from gormes.actors.agent_jobs.tokens import given_by_runs, missed_tokens, total, used_live
 from gormes.events.base import Recorded
 from gormes.events.jobs import JobTokensAdded, Tokens
 from gormes.events.runs import (
@@ -19,8 +19,8 @@ from gormes.events.runs import (
 )
 
 
-def turn(seq: int, input: int, output: int = 1) -> RunLlmTurn:
-    return RunLlmTurn(seq=seq, request_hash="h", model="m", message_count=1,
+def turn(seq: int, input: int, output: int = 1, model: str = "m") -> RunLlmTurn:
+    return RunLlmTurn(seq=seq, request_hash="h", model=model, message_count=1,
                       reply=RecordedReply(content="ok"), usage=Tokens(input=input, output=output))
 
 
@@ -59,24 +59,40 @@ async def test_a_resumed_runs_copied_prefix_is_not_counted_twice_and_subagents_a
 
     used = await used_live(log.read_run, ["r1", "r2"])
     # r1's turns, its child's turn and token report (not the child's total again), r2's own turn
-    assert used == Tokens(input=100 + 10 + 5 + 200 + 1000, output=1 + 1 + 1 + 1)
+    assert total(used) == Tokens(input=100 + 10 + 5 + 200 + 1000, output=1 + 1 + 1 + 1)
+    # per model: the handler's own report (RunTokensAdded) has none
+    assert used == {"m": Tokens(input=100 + 10 + 200 + 1000, output=4), None: Tokens(input=5)}
 
 
 async def test_missed_is_what_the_runs_used_beyond_what_the_job_was_given() -> None:
     log = Log()
     log.add("r1", started("r1"), turn(1, 100), turn(2, 50), RunCancelled(reason="job lease lost"))
     given = [
-        Recorded(1, "job-j", 1, "job.tokens_added", JobTokensAdded(tokens=Tokens(input=100, output=1), at=0), 0.0),
+        Recorded(1, "job-j", 1, "job.tokens_added",
+                 JobTokensAdded(tokens=Tokens(input=100, output=1), model="m", at=0), 0.0),
         # a child job's rollup is not what the job's own runs gave
         Recorded(2, "job-j", 2, "job.tokens_added",
                  JobTokensAdded(tokens=Tokens(input=7), from_child="k", at=0), 0.0),
     ]
-    assert given_by_runs(given) == Tokens(input=100, output=1)
-    assert await missed_tokens(log.read_run, given, ["r1"]) == Tokens(input=50, output=1)
-    assert await missed_tokens(log.read_run, given, []) == Tokens()
+    assert given_by_runs(given) == {"m": Tokens(input=100, output=1)}
+    assert await missed_tokens(log.read_run, given, ["r1"]) == {"m": Tokens(input=50, output=1)}
+    assert await missed_tokens(log.read_run, given, []) == {}
     # once given, nothing is missed any more
-    given.append(Recorded(3, "job-j", 3, "job.tokens_added", JobTokensAdded(tokens=Tokens(input=50, output=1), at=0), 0.0))
-    assert await missed_tokens(log.read_run, given, ["r1"]) == Tokens()
+    given.append(Recorded(3, "job-j", 3, "job.tokens_added",
+                          JobTokensAdded(tokens=Tokens(input=50, output=1), model="m", at=0), 0.0))
+    assert await missed_tokens(log.read_run, given, ["r1"]) == {}
+
+
+async def test_missed_tokens_are_per_model_and_never_more_than_the_totals_miss() -> None:
+    log = Log()
+    log.add("r1", started("r1"), turn(1, 100, model="a"), turn(2, 40, model="b"), RunCancelled(reason="job paused"))
+    given = [Recorded(1, "job-j", 1, "job.tokens_added",
+                      JobTokensAdded(tokens=Tokens(input=100, output=1), model="a", at=0), 0.0)]
+    assert await missed_tokens(log.read_run, given, ["r1"]) == {"b": Tokens(input=40, output=1)}
+    # a job given its tokens before they carried a model: they are under None, and the
+    # per-model difference would count them again; the totals' difference is given instead
+    old = [Recorded(1, "job-j", 1, "job.tokens_added", JobTokensAdded(tokens=Tokens(input=100, output=1), at=0), 0.0)]
+    assert await missed_tokens(log.read_run, old, ["r1"]) == {None: Tokens(input=40, output=1)}
 
 
 async def test_a_resumed_subagents_copied_prefix_is_not_counted_twice() -> None:
@@ -89,4 +105,4 @@ async def test_a_resumed_subagents_copied_prefix_is_not_counted_twice() -> None:
             RunChildSpawned(seq=1, child_run_id="c2", handler="agent"), turn(3, 1000))
     log.add("c2", started("c2", ForkOrigin(run_id="c1", position=first_child[2].position)),
             first_child[1].event, first_child[2].event, turn(3, 300))
-    assert await used_live(log.read_run, ["r1", "r2"]) == Tokens(input=10 + 20 + 1000 + 300, output=4)
+    assert total(await used_live(log.read_run, ["r1", "r2"])) == Tokens(input=10 + 20 + 1000 + 300, output=4)

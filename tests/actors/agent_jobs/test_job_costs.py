@@ -7,7 +7,7 @@ import pytest
 from pg_helpers import backend, store_on_both_backends  # noqa: F401 (fixtures)
 
 from gormes.actors.agent_jobs.attempts import AGENT_RUN
-from gormes.actors.agent_jobs.costs import job_costs, job_runs, ledger_cost
+from gormes.actors.agent_jobs.costs import job_costs, job_runs, ledger_cost, ledger_costs
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.runs.costs import live_turns, run_costs
 from gormes.events.jobs import Tokens, TranscriptEntry
@@ -42,12 +42,24 @@ async def record(store, run_id: str, *events, job_id: str, parent: str | None = 
     await store.append(run_stream(run_id), [started, *events], expected_version=0)
 
 
+LOCKS: dict[str, str] = {}  # job id -> the lock token its (one) claim got
+
+
 async def agent_job(queue: JobQueue, *runs: str) -> str:
     job = await queue.submit("agent", {"prompt": "hi"})
     claimed = await queue.claim({"agent"}, worker_id="w")
+    LOCKS[job.id] = claimed.lock_token
     for run_id in runs:  # each attempt names its run in the job's log before starting it
         await queue.log(job.id, claimed.lock_token, TranscriptEntry(text=f"run {run_id}", data={AGENT_RUN: run_id}))
     return job.id
+
+
+async def given(queue: JobQueue, job_id: str, made: list[tuple[str, Tokens]]) -> None:
+    """What the job's runs reported of the turns they `made`, each with its model
+    (the ledger's per-model totals, which `ledger_cost` prices, are folded from these)."""
+    for model, t in made:
+        await queue.add_tokens(job_id, LOCKS[job_id], input=t.input, output=t.output, cache_read=t.cache_read,
+                               model=model)
 
 
 async def test_a_resumed_run_s_copied_turns_count_once_for_the_job(store):
@@ -76,6 +88,9 @@ async def test_a_resumed_run_s_copied_turns_count_once_for_the_job(store):
         "R2": TABLE.total([*made[:2], made[2]]),
         "C1": TABLE.total(made[3:]),
     }
+    # what every job cost together is priced from the ledger's per-model totals:
+    # the same figure, from what the job's runs reported with their model
+    await given(queue, job, made)
     assert await store.read_sql(lambda conn: ledger_cost(conn, TABLE)) == costs[job]
 
 
@@ -93,6 +108,12 @@ async def test_an_unknown_price_is_none_and_a_job_without_model_turns_has_no_cos
 
     costs = await store.read_sql(lambda conn: job_costs(conn, [priced, mystery, plain], TABLE))
     assert costs == {priced: pytest.approx((10 * 1.0 + 10 * 2.0) / 1e6), mystery: None}
+    await given(queue, priced, [("m-a", Tokens(input=10, output=10))])
+    # tokens with no model are not priced: they are counted apart
+    totals = await store.read_sql(lambda conn: ledger_costs(conn, TABLE))
+    assert totals.cost == pytest.approx(30 / 1e6) and totals.unpriced == Tokens(input=500, output=50)
+    assert totals.pricing == TABLE.version
+    await given(queue, mystery, [("m-a", Tokens(input=10, output=10)), ("mystery-model", Tokens(input=10, output=10))])
     assert await store.read_sql(lambda conn: ledger_cost(conn, TABLE)) is None
 
 

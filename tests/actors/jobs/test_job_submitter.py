@@ -72,11 +72,15 @@ async def test_a_version_1_sqlite_ledger_is_migrated_in_place(tmp_path):
         queue = await JobQueue.open(store)
         old = await queue.submit("echo", {"x": 1})
     # What a version-1 gormes left: no submitter column (nor version 4's key columns,
-    # decision 0032), version 1 recorded.
+    # decision 0032, nor version 5's token columns and tables, decision 0035),
+    # version 1 recorded.
     conn = sqlite3.connect(path)
     for index in ("jobs_key_held", "jobs_debounce"):
         conn.execute(f"DROP INDEX {index}")
-    for column in ("submitter", "concurrency_key", "concurrency_limit", "debounce_key", "submissions"):
+    for table in ("job_model_tokens", "model_tokens"):
+        conn.execute(f"DROP TABLE {table}")
+    for column in ("submitter", "concurrency_key", "concurrency_limit", "debounce_key", "submissions",
+                   "tokens_cache_write", "tokens_reasoning"):
         conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
     bookkeeping.set_built_version(conn, ledger.NAME, 1)
     conn.commit()
