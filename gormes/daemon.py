@@ -41,6 +41,9 @@ from gormes.actors.jobs.handlers import HandlerRegistry, default_registry
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import Worker, WorkerConfig, new_worker_id
 from gormes.actors.runs.cut_off import GoneProcessRuns
+from gormes.actors.runs.approvals import (
+    DEFAULT_TIMEOUT_S, ON_TIMEOUT_ENV, REQUIRE_ENV, TIMEOUT_ENV, ApprovalPolicy,
+)
 from gormes.control.rate_rules import OUTAGE_AFTER_ENV, RATE_LIMITS_ENV, outage_after, parse_rule
 from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
@@ -101,6 +104,12 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # 0: never): docs/control.md.
     rate_limits: tuple[str, ...] = ()
     outage_after: int | None = None
+    # Operations (names, fnmatch patterns) whose calls by runs wait for `gormes approve`,
+    # how long a request waits (None: a day) and what its timeout does: deny or fail
+    # (GORMES_REQUIRE_APPROVAL, ..._TIMEOUT, ..._ON_TIMEOUT; decision 0033).
+    require_approval: tuple[str, ...] = ()
+    approval_timeout_s: float | None = None
+    approval_on_timeout: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 10_000:
@@ -120,6 +129,11 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                 outage_after(self.outage_after)
         except UserError as exc:
             raise InvalidSettings(f"rate_limits: {exc}") from None
+        try:
+            ApprovalPolicy(require=self.require_approval, on_timeout=self.approval_on_timeout or "deny",  # type: ignore[arg-type]
+                           timeout_s=DEFAULT_TIMEOUT_S if self.approval_timeout_s is None else self.approval_timeout_s)
+        except UserError as exc:
+            raise InvalidSettings(f"approvals: {exc}") from None
         try:
             self.governor_policy.policy(ceiling=self.concurrency)
         except ValueError as exc:
@@ -153,6 +167,12 @@ def apply_model_timeout(settings: DaemonSettings) -> None:
         os.environ[RATE_LIMITS_ENV] = " ".join(settings.rate_limits)
     if settings.outage_after is not None:
         os.environ[OUTAGE_AFTER_ENV] = str(settings.outage_after)
+    if settings.require_approval:
+        os.environ[REQUIRE_ENV] = ",".join(settings.require_approval)
+    if settings.approval_timeout_s is not None:
+        os.environ[TIMEOUT_ENV] = repr(settings.approval_timeout_s)
+    if settings.approval_on_timeout is not None:
+        os.environ[ON_TIMEOUT_ENV] = settings.approval_on_timeout
 
 
 class HandlerLoader:

@@ -1,0 +1,30 @@
+"""The daemon's approval settings (decision 0033): checked when read, and handed to
+every run the daemon's workers drive through the environment the approval gate reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from gormes.actors.runs.approvals import ApprovalPolicy
+from gormes.daemon import InvalidSettings, apply_model_timeout, load_settings
+
+
+def test_the_settings_reach_the_runs_approval_policy(monkeypatch, tmp_path) -> None:
+    for name in ("GORMES_REQUIRE_APPROVAL", "GORMES_APPROVAL_TIMEOUT", "GORMES_APPROVAL_ON_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "gormes.toml"
+    config.write_text('require_approval = ["shell.run", "payments.*"]\napproval_timeout_s = 600\n'
+                      'approval_on_timeout = "fail"\n')
+    settings = load_settings(config, {})
+    apply_model_timeout(settings)
+    import os
+
+    assert ApprovalPolicy.from_env(os.environ) == ApprovalPolicy(
+        require=("shell.run", "payments.*"), timeout_s=600.0, on_timeout="fail")
+
+
+@pytest.mark.parametrize("bad", [{"approval_on_timeout": "maybe"}, {"approval_timeout_s": 0},
+                                 {"approval_timeout_s": -5}])
+def test_bad_approval_settings_are_one_line(bad) -> None:
+    with pytest.raises(InvalidSettings, match="approvals: "):
+        load_settings(None, bad)
