@@ -92,6 +92,12 @@ class WriteBatchBase:
         lock, so it is current): spares `version` its lookup."""
         self._versions.setdefault(stream, version)
 
+    def forget_streams(self, streams: Iterable[str]) -> None:
+        """Streams whose events this batch deleted (retention, decision 0029): at
+        version 0 from now on, here and, after COMMIT, in the cache."""
+        for stream in streams:
+            self._versions[stream] = 0
+
     def prefetch_versions(self, streams: Iterable[str]) -> None:
         """Look up the versions of many streams in one query (a batch of appends).
 
