@@ -49,8 +49,9 @@ from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
 from gormes.events.store import EventStore
 from gormes.ops.declared import declared
+from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry
-from gormes.ops.spec import OperationSpec
+from gormes.ops.spec import Caller, OperationSpec
 from gormes.projections import ledger, registry
 from gormes.projections.runner import ProjectionRunner
 from gormes.projections.schema import supports
@@ -58,6 +59,7 @@ from gormes.systemd import Notifier
 from gormes.telemetry import daemon as telemetry
 from gormes.tools.builtin import default_registry as default_operations
 from gormes.tools.imports import load_imports
+from gormes.tools.retention import RetainInput
 from gormes.tools.sources import operation_registry
 
 log = logging.getLogger("gormes.daemon")
@@ -98,6 +100,12 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     model_retries: int | None = None
     # Prometheus `/metrics` on this loopback port (None: off); docs/observe.md.
     metrics_port: int | None = None
+    # Retention (docs/retention.md): every `retain_every_s`, the job, run and cron
+    # streams that ended more than `retain_older_than_days` ago are archived to
+    # `retain_archive` (SQLite default: beside the file) and deleted (None: off).
+    retain_older_than_days: float | None = None
+    retain_archive: str | None = None
+    retain_every_s: float = 86_400.0
     # Provider rate limits shared by every worker (rules as GORMES_RATE_LIMITS takes,
     # "openai:gpt-4o=500rpm,200000tpm"; empty: GORMES_RATE_LIMITS), and the consecutive
     # retryable failures that halt a provider's turns (None: GORMES_OUTAGE_AFTER, else 5;
@@ -120,6 +128,10 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise InvalidSettings(f"model_retries must be 0 or more, got {self.model_retries}")
         if self.model_timeout_s is not None and not self.model_timeout_s > 0:
             raise InvalidSettings(f"model_timeout_s must be > 0 seconds, got {self.model_timeout_s}")
+        if self.retain_older_than_days is not None and not self.retain_older_than_days >= 0:
+            raise InvalidSettings(f"retain_older_than_days must be 0 or more, got {self.retain_older_than_days}")
+        if not self.retain_every_s > 0:
+            raise InvalidSettings(f"retain_every_s must be > 0 seconds, got {self.retain_every_s}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise InvalidSettings(f"metrics_port must be 0..65535, got {self.metrics_port}")
         try:
@@ -257,6 +269,8 @@ class Daemon:
                     nursery.start_soon(self._answer_signals, signals, nursery)
                     nursery.start_soon(self._report_status)
                     nursery.start_soon(self._end_runs_of_gone_processes, store)
+                    if self.settings.retain_older_than_days is not None:
+                        nursery.start_soon(self._retain, Executor(operations, store, jobs=queue))
                     if self.notifier.watchdog_interval is not None:
                         nursery.start_soon(self._keep_watchdog_fed, store)
                     await telemetry.start(nursery, store, self.settings.metrics_port, self._worker_gauges)
@@ -312,6 +326,24 @@ class Daemon:
             except Exception:  # noqa: BLE001 - a sweep bug must not stop the daemon's jobs
                 log.exception("sweep of runs whose process is gone crashed")
             await trio.sleep(GONE_PROCESS_SWEEP_S)
+
+    async def _retain(self, executor: Executor) -> None:
+        """The retention policy: log.retain as `system`, at start-up and then every
+        `retain_every_s` (audited like the operator's `gormes retain`)."""
+        settings = self.settings
+        assert settings.retain_older_than_days is not None
+        value = RetainInput(older_than_s=settings.retain_older_than_days * 86_400.0, archive=settings.retain_archive)
+        while True:
+            try:
+                done = await executor.call("log.retain", value, Caller(trust="system", id="daemon"))
+                if done.streams:
+                    log.info("retention: archived %d stream(s), %d event(s) to %s",
+                             done.streams, done.events, done.segment)
+            except GormesError as exc:
+                log.error("retention failed: %s", exc)
+            except Exception:  # noqa: BLE001 - a retention bug must not stop the daemon's jobs
+                log.exception("retention crashed")
+            await trio.sleep(settings.retain_every_s)
 
     async def _run_cron(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         assert self.scheduler is not None

@@ -46,6 +46,7 @@ from gormes.health import (
     providers,
     queue,
     replay,
+    retention,
     runs,
     scan,
     skills,
@@ -93,7 +94,7 @@ def all_checks() -> list[Check]:
     return [
         *store.CHECKS, *projections.CHECKS, *queue.CHECKS, *workers.CHECKS,
         *operations.CHECKS, *replay.CHECKS, *runs.CHECKS, *disk.CHECKS, *postgres.CHECKS, *memory.CHECKS,
-        *skills.CHECKS, *audit.CHECKS, *providers.CHECKS,
+        *skills.CHECKS, *audit.CHECKS, *providers.CHECKS, *retention.CHECKS,
     ]
 
 

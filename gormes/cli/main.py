@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "import": ("gormes.cli.jsonl", "import_", "Append events from a JSONL file (one event per line)."),
     "export": ("gormes.cli.jsonl", "export", "Write the log (or part of it) as JSONL."),
     "redact": ("gormes.cli.redact", "redact", "Erase the data of a stream's events or of one event (tombstones; operator only)."),
+    "retain": ("gormes.cli.retain", "retain", "Archive the job, run and cron streams that ended before a horizon, then delete them (operator only)."),
     "types": ("gormes.cli.events", "types", "List the event types this gormes knows."),
     "query": ("gormes.cli.query", "query", "Run a read-only SQL query against the database."),
     "projections": ("gormes.cli.projections", "projections", "Show, rebuild or check projections."),

@@ -14,7 +14,8 @@ from gormes.cli.imports import import_option
 @click.command()
 @click.argument("run_id", required=False, metavar="RUN")
 @click.option("--file", "file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Replay from a JSONL file (`gormes export RUN --children`); no database needed. "
+              help="Replay from a JSONL file (`gormes export RUN --children`, or an archived segment of "
+              "`gormes retain`, gzip); no database needed. "
               "RUN defaults to the file's top run.")
 @click.option("--until", type=click.IntRange(min=0), metavar="POSITION",
               help="Stop serving after this log position and print the run's state there.")

@@ -18,6 +18,7 @@ DOMAIN_MODULES = (
     "gormes.events.memory",
     "gormes.events.mcp",
     "gormes.events.redaction",
+    "gormes.events.retention",
     "gormes.events.budgets",
     "gormes.events.approvals",
 )

@@ -194,6 +194,10 @@ def connect(
             conn = sqlite3.connect(
                 p, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
             )
+            if empty:
+                # Before WAL writes the header: only a file with no pages yet takes it.
+                # Retention's freed pages then go back to the filesystem (decision 0029).
+                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             _enable_wal(conn)
             conn.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
             if empty:

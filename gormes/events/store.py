@@ -91,6 +91,11 @@ class Transaction(Protocol):
         """Run SQL on the transaction's connection (projection tables, inline ledgers)."""
         ...
 
+    def forget_streams(self, streams: Iterable[str]) -> None:
+        """Streams whose events this transaction deleted (retention, decision 0029):
+        their versions are 0 from now on."""
+        ...
+
     def flush(self) -> None:
         """Send what was appended so far to the database, still inside the
         transaction: a long write (an import) keeps its memory bounded."""

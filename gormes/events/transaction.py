@@ -62,6 +62,10 @@ class BatchTransaction:
     def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         return self._batch.append(requests)
 
+    def forget_streams(self, streams: Iterable[str]) -> None:
+        """Streams whose events this transaction deleted (retention): at version 0 now."""
+        self._batch.forget_streams(streams)
+
     def flush(self) -> None:
         """Send the rows staged so far to the database (still inside the transaction,
         undone with it): a long write keeps its memory bounded."""

@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
+from gormes.events.retention import retained_events
 from gormes.events.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION, read_only_uri
 from gormes.health import Check, DoctorContext, Verdict, age, fail, listing, ok, warn
 from gormes.health.scan import split_key
@@ -114,10 +115,16 @@ def check_positions(ctx: DoctorContext) -> Verdict:
         return ok("the log is empty")
     if low == 1 and high == count:
         return ok(f"positions 1..{high}, no gaps")
-    holes = _holes(ctx.db, low, high)
     missing = high - count
+    retained = retained_events(ctx.db)
+    if missing == retained:  # the holes retention left, each recorded (decision 0029)
+        return ok(f"positions up to {high}: {retained} archived by retention (`gormes retain`), no other gaps")
+    holes = _holes(ctx.db, low, high)
+    if retained:
+        missing -= retained
     return fail(
-        f"{missing} position(s) missing from the log: {listing(holes)}",
+        f"{missing} position(s) missing from the log"
+        f"{f' beyond the {retained} archived by retention' if retained else ''}: {listing(holes)}",
         "events were deleted outside gormes: restore the file from a backup; read models "
         "built from the damaged log may be wrong (`gormes projections rebuild` after restoring)",
     )

@@ -15,7 +15,7 @@ from gormes.ops.registry import Registry, wire_name
 from gormes.ops.spec import InvalidOperationSpec, OperationSpec
 from gormes.tools import budgets, cron, fs, jobs, jobs_admin, knowledge, log_admin, memory_admin, runs, shell, skills, skills_admin
 from gormes.tools import memory as memory_ops
-from gormes.tools import approvals, log_redact, projections_admin, run_admin
+from gormes.tools import approvals, log_redact, projections_admin, retention, run_admin
 from gormes.tools import time as time_ops
 
 BUILTIN_SPECS: tuple[OperationSpec, ...] = (
@@ -26,6 +26,7 @@ BUILTIN_SPECS: tuple[OperationSpec, ...] = (
     *approvals.SPECS,
     *log_admin.SPECS,
     *log_redact.SPECS,
+    *retention.SPECS,
     *run_admin.SPECS,
     *projections_admin.SPECS,
 )

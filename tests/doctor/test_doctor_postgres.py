@@ -28,8 +28,8 @@ from gormes.events.runs import RunClockRead, RunCompleted, RunStarted
 from gormes.events.sql_fragments import glob
 from gormes.health import Check, Thresholds, module_exists, ok
 
-SQLITE_ONLY = {"store.wal", "store.integrity", "disk.free"}
-POSTGRES_ONLY = {"store.server", "disk.database_size"}
+SQLITE_ONLY = {"store.wal", "store.integrity", "disk.free", "store.size"}
+POSTGRES_ONLY = {"store.server", "disk.database_size", "store.retention"}
 SCOPE = "project:default"
 
 

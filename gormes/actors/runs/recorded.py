@@ -19,6 +19,7 @@ recorded, only their hashes, which replay compares with the requests it makes.)
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
 import operator
 from collections.abc import Iterable
@@ -32,6 +33,7 @@ from gormes.errors import InvalidEventData, UnknownEventType, UserError
 from gormes.events.base import Recorded, RedactedEvent, UnknownEvent
 from gormes.events.catalog import load_all
 from gormes.events.codec import default_codec
+from gormes.events.jsonl import GZIP_MAGIC
 from gormes.events.open import is_postgres_url
 from gormes.events.run_export import UnknownRun, run_stream_name
 from gormes.events.runs import (
@@ -318,7 +320,8 @@ def _decode_line(number: int, text: bytes, where: str) -> Recorded:
 
 
 class FileRuns:
-    """Runs read from a JSONL file (the shape of `gormes export`): no database."""
+    """Runs read from a JSONL file (the shape of `gormes export`; gzip-compressed
+    too, as an archived segment is): no database."""
 
     def __init__(self, path: str | Path) -> None:
         load_all()
@@ -329,6 +332,11 @@ class FileRuns:
             raise UserError(f"{path}: no such file") from None
         except OSError as exc:
             raise UserError(f"cannot read {path}: {exc.strerror}") from None
+        if data[:2] == GZIP_MAGIC:  # an archived segment (`gormes retain`, decision 0029)
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError) as exc:
+                raise UserError(f"cannot read {path}: {exc}") from None
         where = str(path)
         streams: dict[str, list[Recorded]] = {}
         order: list[Recorded] = []
