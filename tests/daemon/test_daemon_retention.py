@@ -1,0 +1,45 @@
+"""The daemon's retention policy (docs/retention.md): with `retain_older_than_days` set
+it calls log.retain as `system` at start-up, archiving what ended before the horizon
+(audited); without it, nothing is retained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from gormes.daemon import Daemon, DaemonSettings, HandlerLoader, InvalidSettings
+from gormes.events.audit import OperationAudited
+from gormes.events.retention import RETENTION_STREAM
+from gormes.events.runs import RunCompleted, RunStarted
+from gormes.systemd import Notifier
+
+HANG_GUARD = 60  # seconds; only stops a broken test from hanging, never asserted on
+
+
+async def test_the_daemon_retains_what_ended_before_its_horizon_as_system(store, tmp_path: Path) -> None:
+    await store.append("run-old", [RunStarted(run_id="old", handler="agent", handler_version="v"),
+                                   RunCompleted(result=1)])
+    loader = HandlerLoader()
+    settings = DaemonSettings(governor=False, cron=False, status_interval_s=60, retain_older_than_days=0,
+                              retain_archive=str(tmp_path / "archive"))
+    daemon = Daemon(store.path, settings, notifier=Notifier(None), loader=loader, handlers=loader.load(()))
+    with trio.fail_after(HANG_GUARD):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(daemon.run)
+            while not [r for r in await store.read_all(types=["audit.*"])
+                       if isinstance(r.event, OperationAudited) and r.event.operation == "log.retain"]:
+                await trio.sleep(0.02)  # until the call has ended (stopping sooner would cancel it)
+            daemon._stop.set()
+    assert await store.read_stream("run-old") == []
+    assert len(await store.read_stream(RETENTION_STREAM)) == 1
+    assert len(list((tmp_path / "archive").glob("retained-*.jsonl.gz"))) == 1
+    audits = [r.event for r in await store.read_all() if isinstance(r.event, OperationAudited)]
+    assert [(a.operation, a.trust, a.outcome) for a in audits] == [("log.retain", "system", "ok")]
+
+
+@pytest.mark.parametrize("bad", [{"retain_older_than_days": -1}, {"retain_every_s": 0}])
+def test_bad_retention_settings_are_refused(bad: dict) -> None:
+    with pytest.raises(InvalidSettings):
+        DaemonSettings(**bad)
