@@ -1,8 +1,15 @@
-"""Fused recall: reciprocal-rank fusion of the modes that ran. Pure.
+"""Fused recall: weighted reciprocal-rank fusion of the modes that ran. Pure.
 
-fused(item) = sum over modes of 1 / (RRF_K + rank in that mode). RRF needs no
-calibration between bm25, path strength and cosine similarity, which live on
-different scales; an item found by several modes rises above one found by one.
+fused(item) = sum over modes of WEIGHT[mode] / (RRF_K + rank in that mode). Ranks
+need no calibration between bm25, path strength and cosine similarity, which live
+on different scales; an item found by several modes rises above one found by one.
+
+The constants were tuned on the shipped recall fixtures (a grid over RRF_K 1-60,
+graph 0-1, semantic 0.5-3; docs/decisions/0036-fused-recall-weights.md): plain RRF
+(k=60, equal weights) let the graph walk, the weakest mode, pull its guesses up
+among the top hits and fell below the best single mode. With a small RRF_K a
+mode's first hits dominate, and the graph's low weight makes it fill the places
+the text modes leave empty (its multi-hop finds) without displacing their firsts.
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ import msgspec
 from gormes.recall.api import ModeScore, ScoreBreakdown, Why
 from gormes.recall.items import MemoryItem, ModeHit
 
-RRF_K = 60
+RRF_K = 1
+WEIGHTS = {"lexical": 1.0, "semantic": 2.0, "graph": 0.15}
 
 
 class Ranked(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,8 +48,10 @@ def single(hits: Sequence[ModeHit], mode: str) -> list[Ranked]:
     ]
 
 
-def fuse(lists: Mapping[str, Sequence[ModeHit]], *, rrf_k: int = RRF_K) -> list[Ranked]:
-    """Reciprocal-rank fusion; ties broken by item id, so the order is stable."""
+def fuse(
+    lists: Mapping[str, Sequence[ModeHit]], *, rrf_k: int = RRF_K, weights: Mapping[str, float] = WEIGHTS,
+) -> list[Ranked]:
+    """Weighted reciprocal-rank fusion; ties broken by item id, so the order is stable."""
     items: dict[str, MemoryItem] = {}
     per_mode: dict[str, dict[str, ModeScore]] = {}
     whys: dict[str, list[Why]] = {}
@@ -52,7 +62,7 @@ def fuse(lists: Mapping[str, Sequence[ModeHit]], *, rrf_k: int = RRF_K) -> list[
             items.setdefault(key, hit.item)
             per_mode.setdefault(key, {})[mode] = ModeScore(score=hit.score, rank=rank, ranking=hit.ranking)
             whys.setdefault(key, []).append(hit.why)
-            totals[key] = totals.get(key, 0.0) + 1.0 / (rrf_k + rank)
+            totals[key] = totals.get(key, 0.0) + weights.get(mode, 1.0) / (rrf_k + rank)
     order = sorted(totals, key=lambda key: (-totals[key], key))
     return [
         Ranked(

@@ -69,8 +69,19 @@ def test_fusion_rewards_agreement_and_keeps_each_breakdown():
     def hits(mode, ids):
         return [ModeHit(item=edge(i, "a", "b"), score=10.0 - n, why=Why(mode=mode, reason=mode)) for n, i in enumerate(ids)]
 
-    ranked = fuse({"lexical": hits("lexical", ["x", "y"]), "graph": hits("graph", ["z", "y"])})
-    assert [r.item.id for r in ranked] == ["y", "x", "z"]
+    # two text modes agreeing on their second hit lift it over either's first
+    ranked = fuse({"lexical": hits("lexical", ["x", "y"]), "semantic": hits("semantic", ["z", "y"])})
+    assert [r.item.id for r in ranked] == ["y", "z", "x"]
     y = ranked[0]
-    assert (y.scores.lexical.rank, y.scores.graph.rank, y.scores.fused.rank) == (2, 2, 1)
-    assert [w.mode for w in y.why] == ["lexical", "graph"]
+    assert (y.scores.lexical.rank, y.scores.semantic.rank, y.scores.fused.rank) == (2, 2, 1)
+    assert [w.mode for w in y.why] == ["lexical", "semantic"]
+
+
+def test_the_graph_fills_places_without_displacing_the_text_modes_firsts():
+    def hits(mode, ids):
+        return [ModeHit(item=edge(i, "a", "b"), score=10.0 - n, why=Why(mode=mode, reason=mode)) for n, i in enumerate(ids)]
+
+    ranked = fuse({"lexical": hits("lexical", ["x", "y"]), "graph": hits("graph", ["z", "y", "w"])})
+    # lexical's hits keep the top places; the graph's own guesses follow them
+    assert [r.item.id for r in ranked] == ["x", "y", "z", "w"]
+    assert ranked[1].scores.graph.rank == 2 and ranked[2].scores.lexical is None
