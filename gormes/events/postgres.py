@@ -333,6 +333,7 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
             req.error = translate_error(exc, self.where) if isinstance(exc, psycopg.Error) else exc
             return
         wb.defer(_RELEASE)
+        wb.release(mark)
 
     # -- reads --------------------------------------------------------------
 

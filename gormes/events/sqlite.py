@@ -145,20 +145,34 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
 
     @staticmethod
     def _run_transact(wb: WriteBatch, req: _Request) -> None:
+        # With no inline projection the SAVEPOINT waits until the function runs
+        # SQL (`WriteBatch.defer_savepoint`): one that only appends sends nothing.
         conn = wb.log.conn
-        wb.flush()
-        mark = wb.mark()
-        conn.execute("SAVEPOINT transact")
+        if wb.inline:
+            wb.flush()
+            mark = wb.mark()
+            conn.execute("SAVEPOINT transact")
+            sent = True
+        else:
+            mark = wb.defer_savepoint()
+            sent = False
         try:
             req.result = req.payload(BatchTransaction(wb))
-            wb.flush()
+            sent = sent or wb.savepoint_sent
+            if sent:
+                wb.flush()
         except Exception as exc:
-            conn.execute("ROLLBACK TO transact")
-            conn.execute("RELEASE transact")
+            wb.end_deferred()
+            if sent or wb.savepoint_sent:
+                conn.execute("ROLLBACK TO transact")
+                conn.execute("RELEASE transact")
             wb.restore(mark)
             req.error = translate_error(exc, wb.log.path) if isinstance(exc, sqlite3.Error) else exc
             return
-        conn.execute("RELEASE transact")
+        wb.end_deferred()
+        if sent:
+            conn.execute("RELEASE transact")
+        wb.release(mark)
 
     # -- reads --------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from gormes.events.sqlite_schema import (
     translate_error,
 )
 from gormes.events.store import AppendRequest, AppendResult, InlineApply
-from gormes.events.write_batch import WriteBatchBase
+from gormes.events.write_batch import Mark, WriteBatchBase
 
 _INSERT = (
     "INSERT INTO events(position, stream, version, type, type_version, data, recorded_at) "
@@ -145,20 +145,64 @@ class WriteBatch(WriteBatchBase):
 
     def __init__(self, log: SQLiteLog) -> None:
         super().__init__(log, log.head(), inline=log.inline, cache=log.version_cache)
+        self._deferred: Mark | None = None  # a savepoint not sent yet (`defer_savepoint`)
+        self.savepoint_sent = False
+
+    def defer_savepoint(self) -> Mark:
+        """Mark a savepoint whose SAVEPOINT is sent only when SQL is about to run in
+        it (a read, `execute`, a flush): a transact function that only appends
+        (an audit record) then costs no statement of its own, and its rows go in
+        with the batch's next INSERT. Only with no inline projection: their
+        statements would otherwise run outside the savepoint."""
+        assert not self.inline, "a deferred savepoint with inline projections"
+        mark = self._deferred = self.mark()
+        self.savepoint_sent = False
+        return mark
+
+    def send_pending(self) -> None:
+        """The deferred SAVEPOINT, after the rows staged before it."""
+        mark = self._deferred
+        if mark is None:
+            return
+        self._deferred = None
+        if mark.rows:
+            self._insert(mark.rows)
+        self.log.conn.execute("SAVEPOINT transact")
+        self.savepoint_sent = True
+
+    def end_deferred(self) -> None:
+        self._deferred = None
 
     def flush(self, then: Callable[[], T] | None = None) -> T | None:
+        self.send_pending()
         if self._rows:
-            conn = self.log.conn
-            try:
-                conn.executemany(_INSERT, self._rows)
-            except sqlite3.Error as exc:
-                raise translate_error(exc, self.log.path) from None
-            last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-            if last != self._next_position - 1:  # pragma: no cover - would mean a gap
-                raise StoreError(f"position mismatch: expected {self._next_position - 1}, got {last}")
-            if self.inline:
-                records = self.staged_records()
-                for apply in self.inline:
-                    apply(conn, records)
-            self.clear_staged()
+            self._insert(len(self._rows))
         return None if then is None else then()
+
+    def _insert(self, n: int) -> None:
+        """Insert the first `n` staged rows (and run the inline projections on them)."""
+        conn = self.log.conn
+        rows = self._rows if n == len(self._rows) else self._rows[:n]
+        try:
+            conn.executemany(_INSERT, rows)
+        except sqlite3.Error as exc:
+            raise translate_error(exc, self.log.path) from None
+        last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        expected = rows[-1][0]
+        if last != expected:  # pragma: no cover - would mean a gap
+            raise StoreError(f"position mismatch: expected {expected}, got {last}")
+        if self.inline:
+            records = self.staged_records()
+            if n < len(records):
+                records = records[:n]
+            for apply in self.inline:
+                apply(conn, records)
+        if n == len(self._rows):
+            self.clear_staged()
+        else:
+            del self._rows[:n]
+            del self._events[:n]
+            mark = self._mark
+            while mark is not None:  # what was staged before them is sent now
+                mark.rows = max(0, mark.rows - n)
+                mark = mark.outer

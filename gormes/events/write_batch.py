@@ -8,6 +8,12 @@ executemany on SQLite, a pipelined INSERT on PostgreSQL) and hands them to the
 inline projections. Versions are looked up once per stream per batch and kept
 current as rows are staged, so a batch of single-event appends costs one lookup
 for all of its streams.
+
+A savepoint (a transact function's writes, undone alone if it raises) is a
+`mark`: it remembers only what changes after it (the versions it moves, in an
+undo journal, and how many rows were staged), so taking one costs the same
+whatever the batch holds: a batch of ten thousand transact calls would
+otherwise copy ten thousand versions ten thousand times (decision 0025).
 """
 
 from __future__ import annotations
@@ -26,6 +32,21 @@ from gormes.events.store import AppendRequest, AppendResult, InlineApply
 T = TypeVar("T")
 
 PREFETCH_CHUNK = 20000  # streams per version lookup
+
+
+_ABSENT = -1  # in an undo journal: the stream had no version in the batch
+
+
+class Mark:
+    """Where a savepoint began (see `WriteBatchBase.mark`)."""
+
+    __slots__ = ("outer", "position", "rows", "undo")
+
+    def __init__(self, outer: Mark | None, position: int, rows: int) -> None:
+        self.outer = outer  # the savepoint this one is inside, if any
+        self.position = position
+        self.rows = rows  # rows staged (not yet flushed) when it was taken
+        self.undo: dict[str, int] = {}  # stream -> its version before the mark
 
 
 def _first_stream(item: Any) -> str:
@@ -57,6 +78,7 @@ class WriteBatchBase:
         self._rows: list[Row] = []
         self._events: list[Any] = []  # the event of each staged row (None: decode it)
         self._next_position = head + 1
+        self._mark: Mark | None = None  # the innermost open savepoint
 
     # -- the backend's part ---------------------------------------------------
 
@@ -84,19 +106,26 @@ class WriteBatchBase:
             v = self._cache.get(stream)
             if v is None:
                 v = self.log.stream_version(stream)
-            self._versions[stream] = v
+            self._set_version(stream, v)
         return v
+
+    def _set_version(self, stream: str, version: int) -> None:
+        mark = self._mark
+        if mark is not None and stream not in mark.undo:
+            mark.undo[stream] = self._versions.get(stream, _ABSENT)
+        self._versions[stream] = version
 
     def learn_version(self, stream: str, version: int) -> None:
         """A version just read in this transaction (after `flush`, under the write
         lock, so it is current): spares `version` its lookup."""
-        self._versions.setdefault(stream, version)
+        if stream not in self._versions:
+            self._set_version(stream, version)
 
     def forget_streams(self, streams: Iterable[str]) -> None:
         """Streams whose events this batch deleted (retention, decision 0029): at
         version 0 from now on, here and, after COMMIT, in the cache."""
         for stream in streams:
-            self._versions[stream] = 0
+            self._set_version(stream, 0)
 
     def prefetch_versions(self, streams: Iterable[str]) -> None:
         """Look up the versions of many streams in one query (a batch of appends).
@@ -106,6 +135,10 @@ class WriteBatchBase:
         versions, cache = self._versions, self._cache
         missing = list({s for s in streams if s not in cache and s not in versions})
         conn = self.log.sql
+        mark = self._mark
+        if mark is not None:
+            for s in missing:
+                mark.undo.setdefault(s, _ABSENT)
         for i in range(0, len(missing), PREFETCH_CHUNK):
             chunk = missing[i : i + PREFETCH_CHUNK]
             for s in chunk:
@@ -158,7 +191,7 @@ class WriteBatchBase:
                 position += 1
             events.extend(req.events)
             self._next_position = position
-            self._versions[stream] = version
+            self._set_version(stream, version)
             results.append(AppendResult(stream, first, position - 1, version))
         return results
 
@@ -171,6 +204,7 @@ class WriteBatchBase:
         single-request single-event append is written out here, one loop for all.
         """
         versions, cache, rows, staged = self._versions, self._cache, self._rows, self._events
+        undo = None if self._mark is None else self._mark.undo
         encode = self.log.codec.encode
         now = self.now
         # In stream order: the rows then go into the (stream, version) index in key
@@ -204,6 +238,8 @@ class WriteBatchBase:
                 item.error = exc
                 continue
             version += 1
+            if undo is not None and stream not in undo:
+                undo[stream] = versions.get(stream, _ABSENT)
             versions[stream] = version
             position = self._next_position
             rows.append((position, stream, version, type_, tv, data, now))
@@ -231,14 +267,39 @@ class WriteBatchBase:
     def clear_staged(self) -> None:
         self._rows.clear()
         self._events.clear()
+        mark = self._mark
+        while mark is not None:  # what was staged before them is sent now
+            mark.rows = 0
+            mark = mark.outer
 
     # -- savepoints -----------------------------------------------------------
 
-    def mark(self) -> tuple[dict[str, int], int]:
-        """A point to return to if a savepoint is rolled back (call after `flush`)."""
-        return dict(self._versions), self._next_position
+    def mark(self) -> Mark:
+        """A point to return to if a savepoint is rolled back (call after `flush`,
+        or where the rows staged before it stay staged: `restore` keeps them).
+        End it with `restore` or `release`, innermost first."""
+        self._mark = mark = Mark(self._mark, self._next_position, len(self._rows))
+        return mark
 
-    def restore(self, mark: tuple[dict[str, int], int]) -> None:
-        self._versions, self._next_position = dict(mark[0]), mark[1]
-        self.clear_staged()
+    def restore(self, mark: Mark) -> None:
+        """Back to `mark`: the versions it saw, the rows staged before it (what was
+        flushed since is the database's to undo: ROLLBACK TO the savepoint)."""
+        versions = self._versions
+        for stream, version in mark.undo.items():
+            if version == _ABSENT:
+                versions.pop(stream, None)
+            else:
+                versions[stream] = version
+        self._next_position = mark.position
+        keep = min(mark.rows, len(self._rows))
+        del self._rows[keep:]
+        del self._events[keep:]
+        self._mark = mark.outer
+
+    def release(self, mark: Mark) -> None:
+        """Keep what was written since `mark` (its savepoint was released)."""
+        outer = self._mark = mark.outer
+        if outer is not None:
+            for stream, version in mark.undo.items():
+                outer.undo.setdefault(stream, version)
 
