@@ -52,24 +52,30 @@ def recorded_message(message: Message) -> RecordedMessage:
     )
 
 
-_digests: dict[int, tuple[tuple[ToolSpec, ...], tuple[RecordedToolDigest, ...]]] = {}
-_DIGESTS_MAX = 256
+_digests: dict[int, tuple[ToolSpec, RecordedToolDigest]] = {}
+_DIGESTS_MAX = 4096  # distinct ToolSpec objects (not runs, not tuples)
 
 
-def tool_digests(tools: tuple[ToolSpec, ...]) -> tuple[RecordedToolDigest, ...]:
-    """Each tool's name and schema digest; kept per tuple (a run offers the same
-    tuple every turn, see `live.tool_specs`)."""
-    hit = _digests.get(id(tools))
-    if hit is not None and hit[0] is tools:
+def tool_digest(tool: ToolSpec) -> RecordedToolDigest:
+    """The tool's name and schema digest, computed once per ToolSpec object: every
+    run with the same trust and allowlist offers the same ToolSpecs (each in a tuple
+    of its own, see `live.tool_specs`), so ten thousand runs hash each schema once,
+    not once per run. The entry keeps its ToolSpec alive, so its id stays its own."""
+    hit = _digests.get(id(tool))
+    if hit is not None and hit[0] is tool:
         return hit[1]
-    digests = tuple(
-        RecordedToolDigest(name=t.name, digest=hashlib.sha256(_sorted.encode(t)).hexdigest()[:DIGEST_LENGTH])
-        for t in tools
+    digest = RecordedToolDigest(
+        name=tool.name, digest=hashlib.sha256(_sorted.encode(tool)).hexdigest()[:DIGEST_LENGTH],
     )
     if len(_digests) >= _DIGESTS_MAX:
         _digests.clear()
-    _digests[id(tools)] = (tools, digests)
-    return digests
+    _digests[id(tool)] = (tool, digest)
+    return digest
+
+
+def tool_digests(tools: tuple[ToolSpec, ...]) -> tuple[RecordedToolDigest, ...]:
+    """Each tool's name and schema digest (`tool_digest`)."""
+    return tuple([tool_digest(t) for t in tools])
 
 
 def whole_request(request: ModelRequest) -> WholeRequest:
