@@ -47,6 +47,7 @@ heartbeat row in `worker_heartbeats` says which workers are alive (see
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
@@ -63,8 +64,8 @@ from gormes.actors.jobs.governor import BREAKER_ERROR, Governor
 from gormes.actors.jobs.handlers import Handler, HandlerRegistry, UnrecoverableError
 from gormes.actors.jobs.heartbeat import Heartbeat
 from gormes.actors.jobs.context import JobContext
-from gormes.actors.jobs.leases import keep_leases
-from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, LockLost
+from gormes.actors.jobs.leases import keep_leases, renew_leases
+from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, JobState, LockLost
 from gormes.actors.jobs.queue import Job, JobQueue
 from gormes.errors import GormesError
 from gormes.events.store import EventStore
@@ -175,6 +176,8 @@ class RunningJob:
         self.renew_at = math.inf
         self.renewal: trio.CancelScope | None = None
         self.renewals_stopped = False
+        self.lease_id, self.lease_token = job.id, self.token
+        self.lease_state: JobState | None = None  # as the last renewal left it
         # Called once, when the job first settles (a job without an executor).
         self.on_settled: Callable[[], None] | None = None
 
@@ -299,9 +302,10 @@ class Worker:
                 services.start_soon(self._every, self.config.heartbeat_interval_ms, heartbeat.beat)
                 for sweep in self.sweeps:
                     services.start_soon(self._every, sweep.interval_ms, sweep.run)
-                services.start_soon(
-                    keep_leases, self.active, self.config.lease_ms / 2000, self._renew_lease
-                )
+                services.start_soon(functools.partial(
+                    keep_leases, self.active, self.config.lease_ms / 2000, self._renew_leases,
+                    self._lease_refused, log=self._log,
+                ))
                 if self.governor is not None:
                     services.start_soon(self.governor.run, self._trip_breaker)
                 async with trio.open_nursery() as handlers:
@@ -617,12 +621,18 @@ class Worker:
         else:
             self.completed += 1
 
-    async def _renew_lease(self, run: RunningJob) -> bool:
-        """One renewal (the lease keeper calls this every lease/2); a refused renewal
-        is re-checked once before giving up, which aborts the handler."""
+    async def _renew_leases(self, runs: Sequence[RunningJob]) -> list[JobState | None]:
+        """The leases of every job due (the lease keeper calls this every lease/2
+        with all of them): one transaction (leases.py)."""
+        return await renew_leases(
+            self.store, self.queue.now_ms, [(r.job.id, r.token) for r in runs], self.config.lease_ms,
+            [r.lease_state for r in runs if r.lease_state is not None],
+        )
+
+    async def _lease_refused(self, run: RunningJob) -> bool:
+        """A refused renewal is re-checked once before giving up, which aborts the
+        handler: True if the job's lease was renewed after all."""
         lease_ms = self.config.lease_ms
-        if await self._renewed(run, lease_ms):
-            return True
         # One re-check: a transient failure (busy database) is not a lost lease.
         if await self._still_ours(run) and await self._renewed(run, lease_ms):
             return True
