@@ -32,6 +32,7 @@ import gzip
 import hashlib
 import json
 import os
+import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +43,7 @@ from gormes.events.base import Event, Recorded
 from gormes.events.jsonl import STORED_JSON, to_line
 from gormes.events.postgres_sql import POSTGRES, dialect_of, iter_rows
 from gormes.events.sql_fragments import json_number
+from gormes.events.sqlite_schema import BUSY_TIMEOUT_S
 from gormes.events.store import Transaction
 
 RETENTION_STREAM = "log-retention"
@@ -237,3 +239,15 @@ def space(sql: Any) -> Space:
     free = sql.execute("PRAGMA freelist_count").fetchone()[0]
     mode = sql.execute("PRAGMA auto_vacuum").fetchone()[0]
     return Space(file_bytes=page * pages, free_bytes=page * free, auto_vacuum=_AUTO_VACUUM.get(mode, str(mode)))
+
+
+def incremental_vacuum(path: str | os.PathLike[str]) -> None:
+    """SQLite: give the free pages back to the filesystem (`auto_vacuum=INCREMENTAL`
+    files; nothing on others), on a connection of its own, after the retention's
+    commit. `executescript` steps the pragma to its end; `execute` would free one
+    page at most. The file shrinks at the next checkpoint (`redaction.reclaim`)."""
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        conn.executescript("PRAGMA incremental_vacuum;")
+    finally:
+        conn.close()

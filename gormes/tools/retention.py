@@ -10,7 +10,7 @@ writes them to a gzip JSONL segment with its manifest, deletes them, appends the
 `log.retained` record and empties the projections that folded them (the ledger
 is folded again inside it) (gormes/events/retention.py). After the commit the
 emptied projections are folded again, and on SQLite the freed pages go back to
-the filesystem: `PRAGMA incremental_vacuum` when the file was made with
+the filesystem: `PRAGMA incremental_vacuum` (on a connection of its own) when the file was made with
 `auto_vacuum=INCREMENTAL` (every file gormes creates now), then a WAL checkpoint
 that truncates the WAL. A file made before keeps its size but reuses the freed
 pages for what is written next (docs/retention.md says how to convert it once).
@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import msgspec
+import trio
 
 from gormes.errors import UserError
 from gormes.events.postgres_sql import POSTGRES
 from gormes.events.redaction import reclaim
-from gormes.events.retention import Space, archive_and_delete, manifest_path, space
+from gormes.events.retention import Space, archive_and_delete, incremental_vacuum, manifest_path, space
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 from gormes.projections import ledger
 from gormes.projections import retention as chosen
@@ -79,11 +80,6 @@ def by_of(ctx: OperationContext) -> str:
     return f"{ctx.caller.trust}:{ctx.caller.id}"
 
 
-def _incremental_vacuum(tx: Transaction) -> None:
-    if tx.dialect != POSTGRES:
-        tx.execute("PRAGMA incremental_vacuum").fetchall()
-
-
 async def retain(ctx: OperationContext, value: RetainInput) -> Retention:
     store = ctx.store
     if store is None:
@@ -109,8 +105,9 @@ async def retain(ctx: OperationContext, value: RetainInput) -> Retention:
     selection, got, names = await store.transact(write)
     if got is not None:
         await catch_up(store, names)
-        await store.transact(_incremental_vacuum)
-        await store.read_with(reclaim)
+        if store.dialect != POSTGRES:
+            await trio.to_thread.run_sync(incremental_vacuum, cast(Any, store).path)
+            await store.read_with(reclaim)
     after = await store.read_sql(space)
     return _result(selection, got, names, before, after, dry_run=False)
 
