@@ -89,14 +89,14 @@ SUBMIT = {
                                          "(default 1)", metavar="N"),
     "options.debounce_key": Shown(metavar="K", help="Submissions of this job name with this key "
                                   "inside the window become one job (docs/control.md)."),
-    "options.debounce_ms": Shown(flag="--debounce", type=DURATION_MS, metavar="DURATION",
-                                 help="The window: the job runs once this passes with no new "
-                                 "submission: 500ms, 5s, 2m (a bare number is seconds)."),
+    "options.debounce_ms": bounded("debounce_ms", "The window: the job runs once this passes with no new "
+                                   "submission: 500ms, 5s, 2m (a bare number is seconds); in ms",
+                                   flag="--debounce", type=DURATION_MS, metavar="DURATION"),
     "options.debounce_mode": Shown(help="last: the last submission's data; merge: the list of "
                                    "every submission's data."),
-    "options.debounce_max_ms": Shown(flag="--debounce-max", type=DURATION_MS, metavar="DURATION",
-                                     help="The job runs at most this long after its first "
-                                     "submission, however many follow."),
+    "options.debounce_max_ms": bounded("debounce_max_ms", "The job runs at most this long after its "
+                                       "first submission, however many follow; in ms",
+                                       flag="--debounce-max", type=DURATION_MS, metavar="DURATION"),
 }
 
 

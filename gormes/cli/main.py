@@ -50,7 +50,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "doctor": ("gormes.cli.doctor", "doctor", "Check the health of the database, queue, workers and operations."),
     "audit": ("gormes.cli.audit", "audit", "Export the audit trail of operation calls as JSON lines."),
     "skills": ("gormes.cli.skills", "skills", "Check, list, route and promote the SKILL.md skills."),
-    "eval": ("gormes.cli.eval", "eval_", "Run evals: `gormes eval skills` scores skill routing."),
+    "eval": ("gormes.cli.eval", "eval_", "Run evals: skill routing, recall, and recorded runs re-run as forks on another model or prompt."),
     "memory": ("gormes.cli.memory", "memory", "Add, review and mirror memory (entities, relationships, facts with provenance)."),
     "recall": ("gormes.cli.recall", "recall", "Recall memory for a query: lexical, graph, semantic or fused, with scores and reasons."),
     "top": ("gormes.cli.top", "top", "A live view of jobs, runs, workers and the governor; keys pause, resume, cancel."),
