@@ -3,10 +3,15 @@
 A thin adapter over the operation registry and the audited executor. The tools
 are exactly the prompt-visible operations the configured trust class (default
 `gateway`) may call, listed under their wire names (`job.submit` -> `job__submit`,
-since many clients allow only [A-Za-z0-9_-] in tool names). The executor behind
-the server knows only those operations, so what is not listed cannot be called:
-an operator-only operation (never prompt-visible) is refused whatever the trust
-class, and the refusal is audited (`outcome: denied`) like every call.
+since many clients allow only [A-Za-z0-9_-] in tool names), and, for the
+`operator` class only (`OPERATOR_MCP`), the operations marked `operator_mcp`:
+the approval and budget operations an operator's own client may use (list,
+approve, deny; show, list, raise), which no model's tool list ever holds
+(decision 0037). The executor behind the server knows only the operations it
+serves, so what is not listed cannot be called: any other operator-only
+operation (`shell.run`) is refused whatever the trust class, and `approval.approve`
+is refused to a gateway or child-agent server just the same; each refusal is
+audited (`outcome: denied`) like every call.
 
 Each call runs as `Caller(trust=<class>, id="mcp:<client name>")`. Its output is
 the operation's JSON (text content, and the same value as structured content);
@@ -38,13 +43,19 @@ if TYPE_CHECKING:
 SERVER_NAME = "gormes"
 DEFAULT_TRUST = "gateway"
 UNNAMED_CLIENT = "unnamed"
+# The one trust class whose MCP callers are also served the `operator_mcp` operations.
+OPERATOR_MCP = "operator"
 
 
 def served_registry(registry: Registry, trust: str) -> Registry:
-    """The operations a `trust` caller is served: prompt-visible and allowed."""
+    """The operations a `trust` caller is served: prompt-visible and allowed; for
+    an `OPERATOR_MCP` caller also those marked `operator_mcp`."""
     if trust not in TRUST_CLASSES:
         raise ValueError(f"unknown trust class {trust!r} (known: {', '.join(TRUST_CLASSES)})")
-    return Registry(registry.list(trust=trust, prompt_visible=True))
+    served = registry.list(trust=trust, prompt_visible=True)
+    if trust == OPERATOR_MCP:
+        served += [spec for spec in registry.list(trust=trust, prompt_visible=False) if spec.operator_mcp]
+    return Registry(served)
 
 
 def tool_for(spec: OperationSpec, schema: dict[str, Any]) -> types.Tool:

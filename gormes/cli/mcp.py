@@ -19,7 +19,8 @@ from gormes.ops.spec import TRUST_CLASSES
 @click.option("--trust", type=click.Choice(TRUST_CLASSES), default="gateway", show_default=True,
               envvar="GORMES_MCP_TRUST",
               help="The trust class every MCP caller gets (env GORMES_MCP_TRUST). "
-              "Operator-only operations are never served, whatever the class.")
+              "Operator-only operations are never served, but for `operator`: the approval "
+              "and budget operations an operator's client may use (decision 0037).")
 @click.option("--workspace", type=click.Path(file_okay=False, exists=True), envvar="GORMES_WORKSPACE",
               help="Root of the fs tools (env GORMES_WORKSPACE); without it they are unavailable.")
 @import_option

@@ -3,7 +3,9 @@
 Registration refuses a spec that could not be called safely: a bad name, no trust
 class or an unknown one, no audit kind, an input type msgspec cannot describe as a
 JSON object, a non-positive timeout, and above all an operator-only operation
-marked prompt-visible (a model must never be offered what only an operator may run).
+marked prompt-visible (a model must never be offered what only an operator may run);
+`operator_mcp` (served to an operator's MCP client, decision 0037) is refused on
+an operation the operator may not call.
 
 Names are neutral and dotted (`fs.read`, `mcp.time.get_current_time`): segments of
 [A-Za-z0-9_-], the first starting with a lowercase letter. Each also has a wire
@@ -149,6 +151,9 @@ def _validate(spec: OperationSpec) -> dict[str, Any]:
         )
     if spec.operator_only and spec.prompt_visible:
         raise InvalidOperationSpec(f"{where}: an operator-only operation must never be prompt-visible")
+    if spec.operator_mcp and not spec.allows("operator"):
+        raise InvalidOperationSpec(f"{where}: operator_mcp serves it to operator MCP callers, "
+                                   "but the operator may not call it")
     if not spec.audit_kind or not spec.audit_kind.strip():
         raise InvalidOperationSpec(f"{where}: no audit kind")
     if not spec.timeout > 0:

@@ -165,6 +165,11 @@ class OperationSpec:
     # A run's call waits for a person's approval first (`gormes approve`/`deny`);
     # a deployment may require it of more operations (decision 0033).
     requires_approval: bool = False
+    # Served over MCP to an operator-class caller (`gormes mcp --trust operator`,
+    # gormes/mcp_server.py) although not prompt-visible: an operator's own MCP client
+    # may decide approvals and read or raise budgets; no model's tool list and no other
+    # class's MCP server ever offers it (decision 0037).
+    operator_mcp: bool = False
 
     def allows(self, trust: str) -> bool:
         return trust in self.trust
@@ -185,6 +190,7 @@ class OperationSpec:
             audit_kind=self.audit_kind,
             doctor_checks=list(self.doctor_checks),
             requires_approval=self.requires_approval,
+            operator_mcp=self.operator_mcp,
         )
 
 
@@ -201,6 +207,7 @@ class OperationInfo(msgspec.Struct, frozen=True, kw_only=True):
     audit_kind: str
     doctor_checks: list[str]
     requires_approval: bool = False
+    operator_mcp: bool = False
 
 
 class ToolSchema(msgspec.Struct, frozen=True, kw_only=True):

@@ -117,18 +117,18 @@ SPECS = (
     OperationSpec(
         name="approval.list", description="List approval requests (pending by default), newest first.",
         input_type=ApprovalListInput, output_type=ApprovalList, handler=approval_list, trust=READERS,
-        audit_kind="approval.read", timeout=30.0,
+        audit_kind="approval.read", timeout=30.0, operator_mcp=True,
     ),
     OperationSpec(
         name="approval.approve",
         description="Approve a pending approval request: the run's call goes on (its parked job resumes).",
         input_type=ApprovalDecideInput, output_type=ApprovalView, handler=approval_approve, trust=OPERATOR,
-        audit_kind="approval.write", mutating=True, idempotent=False, timeout=30.0,
+        audit_kind="approval.write", mutating=True, idempotent=False, timeout=30.0, operator_mcp=True,
     ),
     OperationSpec(
         name="approval.deny",
         description="Deny a pending approval request: the run's call fails as a denied tool call.",
         input_type=ApprovalDecideInput, output_type=ApprovalView, handler=approval_deny, trust=OPERATOR,
-        audit_kind="approval.write", mutating=True, idempotent=False, timeout=30.0,
+        audit_kind="approval.write", mutating=True, idempotent=False, timeout=30.0, operator_mcp=True,
     ),
 )

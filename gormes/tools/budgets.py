@@ -3,9 +3,10 @@
 Operator-only and never offered to models: a budget caps what every run charged
 to it may spend, so a run or a gateway that could raise one would lift its own
 cap. `gormes budget set|raise|show|list` call these, audited like every other
-operation (decision 0019). Being operator-only, none is an MCP tool (`gormes mcp`
-serves no operator-only operation). The meter is gormes/control/budgets.py
-(decision 0030).
+operation (decision 0019). `gormes mcp --trust operator` serves show, list and
+raise to an operator's own MCP client (`operator_mcp`, decision 0037); no other
+class's server and no model's tool list has any of them. The meter is
+gormes/control/budgets.py (decision 0030).
 """
 
 from __future__ import annotations
@@ -113,16 +114,16 @@ SPECS = (
     OperationSpec(
         name="budget.raise", description="Raise a budget's cap; the jobs it paused at the cap go on.",
         input_type=BudgetRaiseInput, output_type=BudgetView, handler=budget_raise, trust=OPERATOR,
-        audit_kind="budget.write", mutating=True, idempotent=False, timeout=10.0,
+        audit_kind="budget.write", mutating=True, idempotent=False, timeout=10.0, operator_mcp=True,
     ),
     OperationSpec(
         name="budget.show", description="A budget: its caps, what was spent and what is held, priced now.",
         input_type=BudgetIdInput, output_type=BudgetView, handler=budget_show, trust=OPERATOR,
-        audit_kind="budget.read", mutating=False, idempotent=True, timeout=10.0,
+        audit_kind="budget.read", mutating=False, idempotent=True, timeout=10.0, operator_mcp=True,
     ),
     OperationSpec(
         name="budget.list", description="Every budget with what it spent and holds.",
         input_type=BudgetListInput, output_type=BudgetList, handler=budget_list, trust=OPERATOR,
-        audit_kind="budget.read", mutating=False, idempotent=True, timeout=10.0,
+        audit_kind="budget.read", mutating=False, idempotent=True, timeout=10.0, operator_mcp=True,
     ),
 )

@@ -58,11 +58,12 @@ async def test_an_operator_only_operation_called_by_name_is_refused_and_audited_
     assert {(e.caller, e.trust) for e in events} == {(f"mcp:{CLIENT_NAME}", "gateway")}
 
 
-async def test_even_an_operator_trust_server_never_serves_operator_only_operations(db_path, store):
+async def test_an_operator_trust_server_serves_no_operator_only_operation_but_the_operator_mcp_ones(db_path, store):
     async with gormes_mcp(db_path, "--trust", "operator") as client:
         names = await tool_names(client)
         refused = await call_refused(client, "shell__run", command="true")
-    assert names == served("operator")
+    operator_mcp = {wire_name(s.name) for s in default_registry().list() if s.operator_mcp}
+    assert names == served("operator") | operator_mcp  # approvals and budgets: decision 0037
     assert "shell__run" not in names
     assert refused.startswith("UnknownOperation")
     (denied,) = await audit_events(store)

@@ -46,6 +46,7 @@ def test_an_operator_only_operation_can_never_be_prompt_visible(recorder):
     ({"name": "fs.read."}, "name must be dotted words"),
     ({"timeout": 0}, "timeout must be > 0"),
     ({"description": ""}, "description is empty"),
+    ({"operator_mcp": True}, "operator_mcp serves it to operator MCP callers, but the operator may not call it"),
 ])
 def test_registration_refuses_incomplete_specs(recorder, changes, message):
     base = spec("x.ok", make_echo(recorder, "x"), trust={"gateway"})
