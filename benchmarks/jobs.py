@@ -1,6 +1,6 @@
 """Durable jobs: end-to-end no-op throughput against huey's SqliteHuey, and idle pickup latency.
 
-Throughput: 2,000 no-op jobs are submitted, then one worker process is started
+Throughput: 20,000 no-op jobs (`BENCH_JOBS`) are submitted, then one worker process is started
 and the clock runs from its start until every job is recorded as done (gormes:
 `completed` in the ledger; huey: a result stored for every task). Both stores are
 SQLite in WAL mode with synchronous=FULL (huey: `SqliteHuey(fsync=True)`, which
@@ -29,6 +29,20 @@ bare `python -c "import trio"` (median of 5), the least any worker whose actors
 are trio tasks takes before its first job; `five_x_budget_s` is the whole time
 gormes may take for the N jobs to be 5 times huey (N / (5 x huey's jobs/s)).
 
+CPU: each worker's (and huey consumer's) user+sys CPU, read with
+`resource.getrusage(RUSAGE_CHILDREN)` around the process (start-up and shutdown
+included), is reported per job (`*_cpu_us_per_job`, medians); with the one-job
+run's CPU taken out, `gormes_drain_cpu_us_per_job` is the CPU a job costs a
+running worker.
+
+Where it goes (`BENCH_PROFILE`, default on; 0 skips it): after the timed runs,
+one more gormes worker drains N jobs under cProfile (benchmarks/profile_worker.py:
+the main thread and the store's writer thread both, since `python -m cProfile`
+sees the main thread only and the writer does the claims, completions, ledger
+and commits). `profile_top` lists the costliest gormes functions by cumulative
+share of the profiled CPU (the trio loop's wait in epoll taken out); profiling
+slows the worker down about twofold, so the shares are what to read, not times.
+
 Prints one JSON line.
 """
 
@@ -37,6 +51,8 @@ from __future__ import annotations
 import compileall
 import json
 import os
+import pstats
+import resource
 import signal
 import sqlite3
 import statistics
@@ -47,11 +63,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-N_JOBS = int(os.environ.get("BENCH_JOBS", "2000"))
+N_JOBS = int(os.environ.get("BENCH_JOBS", "20000"))
 N_PICKUPS = int(os.environ.get("BENCH_PICKUPS", "200"))
 GORMES_CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "128"))
 HUEY_WORKERS = int(os.environ.get("BENCH_HUEY_WORKERS", "8"))
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
+PROFILE = os.environ.get("BENCH_PROFILE", "1") != "0"
+PROFILE_TOP = 10
 
 HANDLERS = """
 import time
@@ -95,6 +113,12 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def children_cpu() -> float:
+    """User+sys CPU seconds of every child process waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def wait_until(check, timeout: float = 300.0, every: float = 0.005) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -130,22 +154,27 @@ def completed_count(db: Path) -> int:
         conn.close()
 
 
-def gormes_throughput(tmp: Path, n: int = N_JOBS) -> float:
+def gormes_throughput(tmp: Path, n: int = N_JOBS, profile: Path | None = None) -> tuple[float, float]:
+    """(jobs/s, the worker's CPU seconds) for draining `n` jobs; with `profile`,
+    the worker runs under benchmarks/profile_worker.py, which writes its stats there."""
     db = tmp / "gormes.db"
     handlers = tmp / "bench_handlers.py"
     handlers.write_text(HANDLERS)
     submit_gormes(db, n)
+    args = ["--db", str(db), "worker", "--import", str(handlers), "--concurrency", str(GORMES_CONCURRENCY)]
+    if profile is None:
+        command = [sys.executable, "-m", "gormes", *args]
+    else:
+        command = [sys.executable, str(REPO / "benchmarks" / "profile_worker.py"), str(profile), *args]
+    cpu_before = children_cpu()
     start = time.perf_counter()
-    worker = subprocess.Popen(
-        gormes(db, "worker", "--import", str(handlers), "--concurrency", str(GORMES_CONCURRENCY)),
-        env=env(), stderr=subprocess.DEVNULL,
-    )
+    worker = subprocess.Popen(command, env=env(), stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: completed_count(db) >= n)
         elapsed = time.perf_counter() - start
     finally:
         stop(worker)
-    return n / elapsed
+    return n / elapsed, children_cpu() - cpu_before
 
 
 def gormes_pickup(tmp: Path) -> list[float]:
@@ -199,7 +228,7 @@ def gormes_pickup(tmp: Path) -> list[float]:
 # -- huey ------------------------------------------------------------------------------
 
 
-def huey_throughput(tmp: Path, n: int = N_JOBS) -> float:
+def huey_throughput(tmp: Path, n: int = N_JOBS) -> tuple[float, float]:
     db = tmp / "huey.db"
     app = tmp / "huey_bench_app.py"
     app.write_text(HUEY_APP.format(db=str(db)))
@@ -213,6 +242,7 @@ def huey_throughput(tmp: Path, n: int = N_JOBS) -> float:
         huey_bench_app.noop()
     consumer_env = env()
     consumer_env["PYTHONPATH"] = str(tmp) + os.pathsep + consumer_env["PYTHONPATH"]
+    cpu_before = children_cpu()
     start = time.perf_counter()
     consumer = subprocess.Popen(
         [sys.executable, "-m", "huey.bin.huey_consumer", "huey_bench_app.huey",
@@ -232,7 +262,7 @@ def huey_throughput(tmp: Path, n: int = N_JOBS) -> float:
         elapsed = time.perf_counter() - start
     finally:
         stop(consumer)
-    return n / elapsed
+    return n / elapsed, children_cpu() - cpu_before
 
 
 def drain_rate(jobs_per_s: float, one_job_s: float) -> float | None:
@@ -252,6 +282,57 @@ def python_trio_start() -> float:
     return statistics.median(times)
 
 
+def profile_top(path: Path, top: int = PROFILE_TOP) -> tuple[list[dict[str, object]], dict[str, float]]:
+    """The gormes functions with the largest cumulative share of the profiled CPU
+    (every function's own time summed over both threads, less the trio loop's
+    wait in epoll: idle, not CPU), and the shares of three parts: the writer
+    thread's transactions, the sqlite3 calls (SQLite itself: statements, commits
+    with their fsync) and trio's own code (scheduling tasks, cancel scopes, the
+    thread hand-offs). Frames that only hold others' work (the CLI, the worker's
+    `run`, the store's writer loop and transaction wrappers) are left out."""
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    idle = sum(tt for (file, _, name), (_, _, tt, _, _) in stats.items() if "poll" in name and "epoll" in name)
+    total = sum(tt for (_, _, tt, _, _) in stats.values()) - idle
+    writer = sum(ct for (file, _, name), (_, _, _, ct, _) in stats.items()
+                 if file.endswith(os.path.join("gormes", "events", "sqlite.py")) and name == "_commit")
+    sqlite_calls = sum(tt for (file, _, name), (_, _, tt, _, _) in stats.items()
+                       if file == "~" and "sqlite3" in name)
+    trio_own = sum(tt for (file, _, name), (_, _, tt, _, _) in stats.items()
+                   if os.sep + "trio" + os.sep in file)
+    parts = {
+        "writer_thread": round(writer / total, 3),
+        "sqlite3_calls": round(sqlite_calls / total, 3),
+        "trio_internals": round(trio_own / total, 3),
+    }
+    root = str(REPO) + os.sep
+    holders = ("gormes/cli/", "gormes/__main__.py")
+    rows = []
+    for (file, line, name), (_, calls, _, ct, _) in stats.items():
+        if not file.startswith(root + "gormes" + os.sep):
+            continue
+        rel = file[len(root):]
+        if rel.startswith(holders) or (rel, name) in _WRAPPERS:
+            continue
+        rows.append((ct, f"{rel}:{line}({name})", calls))
+    rows.sort(reverse=True)
+    return [
+        {"function": where, "cumulative_share": round(ct / total, 3), "calls": calls}
+        for ct, where, calls in rows[:top]
+    ], parts
+
+
+# Frames that only hold others' work: the worker's and the store's loops.
+_WRAPPERS = {
+    ("gormes/actors/jobs/worker.py", "run"),
+    ("gormes/events/sqlite.py", "_commit"),
+    ("gormes/events/sqlite.py", "_writer"),
+    ("gormes/events/store_base.py", "_writer"),
+    ("gormes/events/sqlite.py", "_run_transact"),
+    ("gormes/events/write_batch.py", "run"),
+    ("gormes/actors/jobs/queue.py", "<lambda>"),
+}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
@@ -263,22 +344,43 @@ def main() -> None:
     hs: list[float] = []
     g1: list[float] = []  # seconds to start and drain ONE job: mostly process start-up
     h1: list[float] = []
+    g_cpu: list[float] = []  # the worker's user+sys CPU seconds, N jobs
+    h_cpu: list[float] = []
+    g1_cpu: list[float] = []  # ... and one job
+    h1_cpu: list[float] = []
+    top: list[dict[str, object]] | None = None
+    parts: dict[str, float] | None = None
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         for i in range(RUNS):
             run_dir = tmp / f"run{i}"
             run_dir.mkdir()
-            gs.append(gormes_throughput(run_dir))
-            hs.append(huey_throughput(run_dir))
+            for rates, cpus, (rate, cpu) in (
+                (gs, g_cpu, gormes_throughput(run_dir)), (hs, h_cpu, huey_throughput(run_dir)),
+            ):
+                rates.append(rate)
+                cpus.append(cpu)
             one_dir = tmp / f"one{i}"
             one_dir.mkdir()
-            g1.append(1 / gormes_throughput(one_dir, 1))
-            h1.append(1 / huey_throughput(one_dir, 1))
+            for times, cpus, (rate, cpu) in (
+                (g1, g1_cpu, gormes_throughput(one_dir, 1)), (h1, h1_cpu, huey_throughput(one_dir, 1)),
+            ):
+                times.append(1 / rate)
+                cpus.append(cpu)
         pickups = gormes_pickup(tmp)
+        if PROFILE:
+            profile_dir = tmp / "profile"
+            profile_dir.mkdir()
+            gormes_throughput(profile_dir, profile=profile_dir / "worker.prof")
+            top, parts = profile_top(profile_dir / "worker.prof")
     trio_start = python_trio_start()
     g, h = statistics.median(gs), statistics.median(hs)
     g_start, h_start = statistics.median(g1), statistics.median(h1)
     g_drain, h_drain = drain_rate(g, g_start), drain_rate(h, h_start)
+    per_job = lambda cpu: round(statistics.median(cpu) / N_JOBS * 1e6, 1)  # noqa: E731
+    drain_cpu = lambda cpu, one: round(  # noqa: E731
+        (statistics.median(cpu) - statistics.median(one)) / max(1, N_JOBS - 1) * 1e6, 1
+    )
     print(json.dumps({
         "jobs": N_JOBS,
         "gormes_jobs_per_s": round(g, 1),
@@ -302,6 +404,17 @@ def main() -> None:
         "python_trio_start_s": round(trio_start, 3),
         "five_x_budget_s": round(N_JOBS / (5 * h), 3),
         "durability": "WAL, synchronous=FULL (both)",
+        # CPU (user+sys) of the worker process / jobs, start-up included (medians);
+        # drain: the one-job run's CPU taken out (a running worker's cost per job).
+        "gormes_cpu_us_per_job": per_job(g_cpu),
+        "huey_cpu_us_per_job": per_job(h_cpu),
+        "gormes_drain_cpu_us_per_job": drain_cpu(g_cpu, g1_cpu),
+        "huey_drain_cpu_us_per_job": drain_cpu(h_cpu, h1_cpu),
+        "gormes_one_job_cpu_s": round(statistics.median(g1_cpu), 3),
+        # Where the worker's CPU goes: cProfile of both of its threads draining N jobs.
+        "profile_top": top,
+        "profile_parts": parts,
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }))
 
 

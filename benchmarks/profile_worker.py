@@ -1,0 +1,65 @@
+"""Run a command of the gormes CLI under cProfile, its writer threads included.
+
+    python benchmarks/profile_worker.py OUT.prof --db DB worker --import H ...
+
+`python -m cProfile` profiles the main thread only, and a gormes worker spends
+much of its CPU in the store's writer thread (every commit, claim and
+completion runs there, through `trio.to_thread.run_sync`). This wrapper
+profiles the main thread as cProfile would and every call handed to
+`trio.to_thread.run_sync` with one profiler per thread, then writes both into
+OUT.prof (the threads' stats added to the main thread's) when the process
+exits (the worker stops on SIGINT). Used by benchmarks/jobs.py.
+"""
+
+from __future__ import annotations
+
+import atexit
+import cProfile
+import pstats
+import sys
+import threading
+
+import trio
+import trio.to_thread
+
+_profiles: dict[int, cProfile.Profile] = {}
+_run_sync = trio.to_thread.run_sync
+
+
+async def _profiled_run_sync(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def profiled(*inner):  # type: ignore[no-untyped-def]
+        profile = _profiles.setdefault(threading.get_ident(), cProfile.Profile())
+        profile.enable()
+        try:
+            return fn(*inner)
+        finally:
+            profile.disable()
+
+    return await _run_sync(profiled, *args, **kwargs)
+
+
+def main() -> None:
+    out, args = sys.argv[1], sys.argv[2:]
+    trio.to_thread.run_sync = _profiled_run_sync  # type: ignore[assignment]
+    main_profile = cProfile.Profile()
+
+    def dump() -> None:
+        main_profile.disable()
+        stats = pstats.Stats(main_profile)
+        for profile in _profiles.values():
+            stats.add(profile)
+        stats.dump_stats(out)
+
+    atexit.register(dump)
+    sys.argv = ["gormes", *args]
+    main_profile.enable()
+    from gormes.cli.main import main as cli
+
+    try:
+        cli()
+    except SystemExit:
+        pass
+
+
+if __name__ == "__main__":
+    main()
