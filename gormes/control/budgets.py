@@ -7,7 +7,9 @@ settles to what it used after (decision 0030).
         spend.used(reply.usage)                        # settle (a raise: release)
 
 A run is charged to the budgets named on its `run.started` (`budgets`): the one
-it was started with, `job:<its job>` and `scope:<its memory scope>` when those
+it was started with, `job:<its job>`, `job:<each ancestor job>` (the job tree: the
+`parent_id` chain in the ledger, any depth, so a child job's runs pay into the
+budget of the job that submitted it) and `scope:<its memory scope>` when those
 exist (`applicable`); its subagents, resumes and forks carry the same ones, so
 no child escapes its parent's budget. A run charged to none pays nothing here.
 
@@ -46,6 +48,7 @@ from gormes.errors import UserError
 from gormes.events.budgets import BudgetExhausted, BudgetReleased, BudgetSettled, budget_stream
 from gormes.events.jobs import Tokens
 from gormes.events.store import EventStore, Transaction
+from gormes.projections.bookkeeping import has_table
 from gormes.providers.base import ModelRequest, ProviderError, Usage
 from gormes.providers.pricing import PricingTable, load_table
 
@@ -96,17 +99,41 @@ def job_budget(job_id: str) -> str:
     return f"job:{job_id}"
 
 
+MAX_TREE_DEPTH = 1000  # ancestors looked up at most (a bound on a chain, never reached)
+
+# The job's ancestors, nearest first: the ledger's parent_id chain (primary-key
+# lookups, one statement; SQLite and PostgreSQL both speak WITH RECURSIVE).
+_ANCESTORS = (
+    "WITH RECURSIVE up(id, parent_id, n) AS ("
+    " SELECT id, parent_id, 0 FROM jobs WHERE id = ?"
+    " UNION ALL SELECT j.id, j.parent_id, up.n + 1 FROM jobs j JOIN up ON j.id = up.parent_id"
+    " WHERE up.n < ?) SELECT id FROM up WHERE n > 0 ORDER BY n"
+)
+
+
+def job_ancestors(conn: Any, job_id: str) -> list[str]:
+    """The jobs above `job_id` in its tree, nearest first (none without a ledger)."""
+    if not has_table(conn, "jobs"):
+        return []
+    return [row[0] for row in conn.execute(_ANCESTORS, (job_id, MAX_TREE_DEPTH)).fetchall()]
+
+
 async def applicable(store: EventStore, budget: str | None, *, job_id: str | None,
                      scope: str | None) -> tuple[str, ...]:
     """The budgets a top-level run is charged to: `budget` (which must exist), and
-    `job:<job_id>` and `scope:<scope>` if they do. One read; none for a run with
-    neither a budget, a job nor a scope."""
-    names = [n for n in (budget, job_budget(job_id) if job_id else None, scope_budget(scope) if scope else None)
-             if n is not None]
-    if not names:
+    `job:<job_id>`, `job:<ancestor>` for each job above it in its tree, and
+    `scope:<scope>` if they do. One read; none for a run with neither a budget, a
+    job nor a scope."""
+    if budget is None and job_id is None and scope is None:
         return ()
-    names = list(dict.fromkeys(names))
-    versions = await store.read_with(lambda log: [log.stream_version(budget_stream(n)) for n in names])
+
+    def look(log: Any) -> tuple[list[str], list[int]]:
+        jobs = [job_id, *job_ancestors(log.sql, job_id)] if job_id else []
+        names = list(dict.fromkeys(n for n in (budget, *map(job_budget, jobs),
+                                               scope_budget(scope) if scope else None) if n is not None))
+        return names, [log.stream_version(budget_stream(n)) for n in names]
+
+    names, versions = await store.read_with(look)
     if budget is not None and versions[0] == 0:
         raise UnknownBudget(f"unknown budget {budget!r}: create it with `gormes budget set {budget} ...`")
     return tuple(n for n, v in zip(names, versions, strict=True) if v)
