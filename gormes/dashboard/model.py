@@ -14,11 +14,12 @@ from typing import Any
 
 import msgspec
 
+from gormes.dashboard.control import ApprovalRow, BudgetRow
 from gormes.dashboard.providers import ProviderRow
 from gormes.events.jobs import STATUSES, TERMINAL, Tokens
 from gormes.events.runs import RunInboxRead
+from gormes.projections.ledger import BREAKER_ERROR  # noqa: F401 - the error a breaker kill records
 
-BREAKER_ERROR = "circuit breaker: memory pressure"  # as gormes/actors/jobs/governor.py records it
 STALE_AFTER_S = 20.0  # a heartbeat older than this (default interval 5 s) is not a live worker
 PROGRESS_WIDTH = 40
 
@@ -127,6 +128,8 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     tokens: Tokens  # every job's own tokens, each once (the ledger's per-model totals)
     breaker_trips: int = 0  # jobs the governor's circuit breaker killed
     providers: tuple[ProviderRow, ...] = ()  # each limit key's shared state (dashboard/providers.py)
+    approvals: tuple[ApprovalRow, ...] = ()  # pending approval requests, oldest first (dashboard/control.py)
+    budgets: tuple[BudgetRow, ...] = ()  # every budget: spent, held, caps
     wasted: Tokens = Tokens()  # the part of `tokens` spent by attempts whose work was not kept
     cost: float | None = None  # `tokens` priced per model (None: a model without a price)
     wasted_cost: float | None = None

@@ -24,7 +24,6 @@ from gormes.actors.agent_jobs.costs import job_costs, ledger_costs
 from gormes.actors.runs.costs import run_costs
 from gormes.actors.runs.process import OPEN_STATUSES, process_state, recorded_processes
 from gormes.dashboard.model import (
-    BREAKER_ERROR,
     JobRow,
     RunRow,
     Snapshot,
@@ -38,6 +37,7 @@ from gormes.events.jobs import TERMINAL, Tokens
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.sql_fragments import json_value
 from gormes.events.store import EventStore
+from gormes.projections.ledger import BREAKER_KILLED, LIVE_JOBS
 from gormes.providers.pricing import PricingTable
 
 JOBS_LIMIT = 200  # live jobs are all shown up to this; terminal ones fill the rest
@@ -79,16 +79,24 @@ def _marks(values: tuple[str, ...] | list[str]) -> str:
     return ",".join("?" * len(values))
 
 
-def _jobs(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+def _jobs(conn: sqlite3.Connection, counts: list[tuple[str, str, int]]) -> list[tuple[Any, ...]]:
+    """The live jobs, newest first (the partial index `jobs_live`: its WHERE is
+    written out, as SQLite matches a partial index only to the same text), then
+    the latest finished ones: each (status, queue) of `counts` read newest first
+    from `jobs_status` and merged, so neither read walks the drained ledger."""
     live = conn.execute(
-        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status NOT IN ({_marks(_TERMINAL)})"
-        " ORDER BY created_at DESC, id DESC LIMIT ?", (*_TERMINAL, JOBS_LIMIT),
+        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {LIVE_JOBS} ORDER BY created_at DESC, id DESC LIMIT ?",
+        (JOBS_LIMIT,),
     ).fetchall()
-    done = conn.execute(
-        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status IN ({_marks(_TERMINAL)})"
-        " ORDER BY finished_at DESC, id DESC LIMIT ?", (*_TERMINAL, RECENT_DONE),
-    ).fetchall()
-    return live + done
+    done: list[tuple[Any, ...]] = []
+    for queue, status, _ in counts:
+        if status in TERMINAL:
+            done += conn.execute(
+                f"SELECT {_JOB_COLUMNS}, finished_at FROM jobs WHERE status = ? AND queue = ?"
+                " ORDER BY finished_at DESC LIMIT ?", (status, queue, RECENT_DONE),
+            ).fetchall()
+    done.sort(key=lambda row: (row[-1] or 0, row[0]), reverse=True)
+    return live + [row[:-1] for row in done[:RECENT_DONE]]
 
 
 def _runs(conn: sqlite3.Connection, job_ids: list[str]) -> list[tuple[Any, ...]]:
@@ -134,10 +142,8 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: PricingTable) -> Sn
     active_by_worker: dict[str, int] = {}
     if "jobs" in tables:
         counts = conn.execute("SELECT queue, status, count(*) FROM jobs GROUP BY queue, status").fetchall()
-        job_rows = _jobs(conn)
-        breaker_trips = conn.execute(
-            "SELECT count(*) FROM jobs WHERE error = ?", (BREAKER_ERROR,)
-        ).fetchone()[0]
+        job_rows = _jobs(conn, counts)
+        breaker_trips = conn.execute(f"SELECT count(*) FROM jobs WHERE {BREAKER_KILLED}").fetchone()[0]
         active_by_worker = dict(conn.execute(
             "SELECT worker_id, count(*) FROM jobs WHERE status = 'active' AND worker_id IS NOT NULL"
             " GROUP BY worker_id"

@@ -38,7 +38,7 @@ from gormes.events.base import Recorded
 from gormes.events.codec import default_codec
 from gormes.events.job_machine import ALWAYS, STALLED_ERROR, STALLED_ERROR_BEFORE, Transition, transition_of
 from gormes.events.jobs import (
-    STATUSES, JobChildAdded, JobChildDone, JobInboxRead, JobMessageSent, JobSubmitted,
+    STATUSES, TERMINAL, JobChildAdded, JobChildDone, JobInboxRead, JobMessageSent, JobSubmitted,
     JobTranscribed,
 )
 from gormes.events.postgres_sql import POSTGRES, dialect_of
@@ -158,6 +158,11 @@ TABLES = (
     ),
 )
 
+LIVE_JOBS = f"status NOT IN ({', '.join(repr(t) for t in sorted(TERMINAL))})"
+BREAKER_ERROR = "circuit breaker: memory pressure"  # as gormes/actors/jobs/governor.py records it
+BREAKER_KILLED = f"error = '{BREAKER_ERROR}'"
+
+
 class LedgerIndex(NamedTuple):
     """One ledger index; `where` makes it partial (the same SQL on both databases)."""
 
@@ -209,6 +214,13 @@ INDEXES = (
         "jobs_debounce", "jobs", ("debounce_key", "name"),
         "status = 'delayed' AND debounce_key IS NOT NULL",
     ),
+    # `top`'s live jobs, newest first: only jobs not yet ended are in it (a job
+    # leaves it once, when it ends), so a drained ledger of any size costs nothing
+    # to walk. `LIVE_JOBS` is its WHERE, literally: SQLite uses a partial index
+    # only for a query whose WHERE says the same (bound parameters do not).
+    LedgerIndex("jobs_live", "jobs", ("created_at", "id"), LIVE_JOBS),
+    # The memory governor's breaker kills, counted by `top`: few, whatever the size.
+    LedgerIndex("jobs_breaker", "jobs", ("id",), BREAKER_KILLED),
     LedgerIndex("inbox_job", "inbox", ("job_id", "sent_at")),
 )
 # A version-2 ledger's stall deaths in version 3's words (see VERSION).

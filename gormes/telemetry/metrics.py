@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from gormes.actors.jobs.governor import BREAKER_ERROR
+from gormes.projections.ledger import BREAKER_KILLED
 from gormes.actors.runs.costs import copied_counts
 from gormes.events.jobs import Tokens
 from gormes.events.sql_fragments import json_number, json_text
@@ -148,8 +148,7 @@ def _read_ledger(conn: Any) -> tuple[Any, ...]:
     ):
         queue, count, total_ms, *buckets = row
         latency.append((queue, [int(b or 0) for b in buckets], int(count), int(total_ms) / 1000))
-    trips = int(conn.execute("SELECT count(*) FROM jobs WHERE status = 'dead' AND error = ?",
-                             (BREAKER_ERROR,)).fetchone()[0])
+    trips = int(conn.execute(f"SELECT count(*) FROM jobs WHERE {BREAKER_KILLED} AND status = 'dead'").fetchone()[0])
     head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
     lag = {name: head - int(position) for name, position in
            conn.execute("SELECT projection, position FROM tracking ORDER BY projection")}

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import msgspec
 import trio
 
-BREAKER_ERROR = "circuit breaker: memory pressure"
+from gormes.projections.ledger import BREAKER_ERROR  # noqa: F401 - what the worker records, and top counts
 CpuSource = Literal["process", "machine"]
 RECENT = 8  # limit changes and breaker trips a report carries
 
