@@ -26,14 +26,14 @@ def snapshot_once(target: Path | str, pricing: Any) -> Any:
     import trio
 
     # lazy, each: start-up time (`gormes --help` loads this module's command)
-    from gormes.dashboard.app import open_views  # lazy
-    from gormes.dashboard.read import read_snapshot  # lazy
+    from gormes.dashboard.app import open_views, read_view  # lazy
+    from gormes.dashboard.control import ControlWatch  # lazy
     from gormes.events.open import open_store  # lazy
 
     async def main() -> Any:
         async with open_store(target) as store:
             await open_views(store)
-            snapshot = await read_snapshot(store, pricing=pricing)
+            snapshot = await read_view(store, pricing=pricing, watch=ControlWatch(store))
         return snapshot.with_selected(snapshot.jobs[0].id if snapshot.jobs else None)
 
     return trio.run(main)

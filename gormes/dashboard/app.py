@@ -6,12 +6,14 @@
 Three trio tasks share one `TopApp`:
 - `follow`: a subscription on the log from its head; every event marks the view
   stale (a one-second tick does too, for heartbeats and ages, which are no events);
-- `refresh`: when stale, catch the `runs` projection up, read a Snapshot and draw,
-  at most `fps` times a second;
+- `refresh`: when stale, catch the `runs` projection up, read a Snapshot (with
+  the pending approvals and the budgets, read from where the last refresh left
+  their streams: gormes/dashboard/control.py) and draw, at most `fps` times a second;
 - `keyboard`: stdin in cbreak mode, read when trio says it is readable; each key
   goes through the pure `handle_key`, and its action (pause, resume, cancel, a
   message, as the operator, through the audited executor: job.pause, job.resume,
-  job.cancel, run.send, job.send, decision 0019; open a run's timeline) runs here.
+  job.cancel, run.send, job.send, approval.approve, approval.deny, decision 0019;
+  open a run's timeline) runs here.
   A sent message's receipt is looked for at each refresh until it is read
   (gormes/dashboard/steer.py).
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 import termios
 import tty
 from collections.abc import Iterator
@@ -37,11 +40,12 @@ from rich.live import Live
 
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.runs.timeline import format_view, run_view
+from gormes.dashboard.control import ControlWatch
 from gormes.dashboard.keys import Action, UiState, decode_keys, handle_key, sync_rows
 from gormes.dashboard.model import Snapshot
 from gormes.dashboard.read import read_snapshot
 from gormes.dashboard.render import render_dashboard, render_timeline
-from gormes.dashboard.steer import check_receipt, send_message
+from gormes.dashboard.steer import check_receipt, decide_approval, send_message
 from gormes.errors import GormesError, UserError
 from gormes.events.open import open_store
 from gormes.events.store import EventStore
@@ -72,6 +76,16 @@ async def open_views(store: EventStore) -> tuple[JobQueue, ProjectionRunner]:
     return queue, runner
 
 
+async def read_view(store: EventStore, *, pricing: PricingTable, watch: ControlWatch,
+                    now: float | None = None) -> Snapshot:
+    """A Snapshot with its approvals panel and budgets line (`watch` reads only what
+    is new since its last read)."""
+    when = time.time() if now is None else now
+    snapshot = await read_snapshot(store, pricing=pricing, now=when)
+    approvals, budgets = await watch.read(now=when, pricing=pricing)
+    return msgspec.structs.replace(snapshot, approvals=approvals, budgets=budgets)
+
+
 class TopApp:
     def __init__(self, store: EventStore, queue: JobQueue, runner: ProjectionRunner, pricing: PricingTable,
                  live: Live, *, fps: float) -> None:
@@ -82,6 +96,7 @@ class TopApp:
         self.live = live
         self.min_interval = 1.0 / fps
         self.ui = UiState()
+        self.watch = ControlWatch(store)
         self.snapshot: Snapshot | None = None
         self.timeline_lines: list[str] = []
         self.stale = trio.Event()
@@ -105,7 +120,7 @@ class TopApp:
 
     async def reload(self) -> None:
         await self.runner.catch_up()
-        self.snapshot = await read_snapshot(self.store, pricing=self.pricing)
+        self.snapshot = await read_view(self.store, pricing=self.pricing, watch=self.watch)
         self.ui = sync_rows(self.ui, self.snapshot)
         await self.check_receipt()
         if self.ui.timeline is not None:
@@ -187,6 +202,14 @@ class TopApp:
                 self.ui = msgspec.structs.replace(self.ui, message=f"not sent: {exc}")
             else:
                 self.ui = msgspec.structs.replace(self.ui, receipt=receipt, message="")
+            self.mark_stale()
+            return
+        if action.kind in ("approve", "deny"):
+            try:
+                message = await decide_approval(executor, action, operator)
+            except GormesError as exc:
+                message = f"not decided: {exc}"
+            self.ui = msgspec.structs.replace(self.ui, message=message)
             self.mark_stale()
             return
         try:

@@ -5,17 +5,21 @@
 The live loop (app.py) carries the state, performs the action (through the
 JobQueue, as the operator) and renders; nothing here does I/O.
 
-Main view: up/k, down/j, home/g, end/G move; tab switches between the jobs and
-the active runs; p pause, r resume, c cancel the selected job (in the runs pane:
-the run's job), after a y/n confirmation (any key but y keeps it); enter/t open
-the selected run's timeline; m write a message; q quit.
+Main view: up/k, down/j, home/g, end/G move; tab goes from the jobs to the
+active runs to the pending approvals and back; p pause, r resume, c cancel the
+selected job (in the runs pane: the run's job), after a y/n confirmation (any key
+but y keeps it); enter/t open the selected run's timeline (in the approvals pane:
+the asking run's); m write a message; in the approvals pane a approve, d deny the
+selected request, each after typing its reason; q quit.
 Timeline view: up/k, down/j scroll; esc, backspace, left, t or enter go back;
 m write a message to this run; q quit.
 
 A message goes to the selected run's inbox (runs pane, timeline: run.send) or the
 selected job's (jobs pane: job.send; an agent job's run reads it at its next
 inbox read too). While one is typed every key is text: enter sends it (Action
-"send"), esc drops it, backspace deletes a character.
+"send"), esc drops it, backspace deletes a character. A reason for an approval's
+decision is typed the same way; enter decides (Action "approve" or "deny", the
+reason as its text); an empty reason decides nothing.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import msgspec
 
 from gormes.dashboard.model import Receipt, Snapshot
 
-Pane = Literal["jobs", "runs"]
-ActionKind = Literal["pause", "resume", "cancel", "open", "send", "quit"]
+Pane = Literal["jobs", "runs", "approvals"]
+PANES: tuple[Pane, ...] = ("jobs", "runs", "approvals")
+ActionKind = Literal["pause", "resume", "cancel", "open", "send", "approve", "deny", "quit"]
 MAX_MESSAGE = 4000  # characters typed into one message
 
 _SEQUENCES = {
@@ -82,18 +87,24 @@ class Action(msgspec.Struct, frozen=True, kw_only=True):
     kind: ActionKind
     job_id: str | None = None
     run_id: str | None = None
-    text: str | None = None  # a message's text (kind "send": to run_id, else to job_id)
+    text: str | None = None  # a message's text (kind "send": to run_id, else to job_id), or a decision's reason
+    approval_id: str | None = None  # kinds "approve" and "deny": the request decided
 
 
 class Draft(msgspec.Struct, frozen=True, kw_only=True):
-    """A message being typed, and where it goes (a run's inbox, else a job's)."""
+    """A message being typed, and where it goes (a run's inbox, else a job's); or
+    the reason of a decision (`decision`) on the approval request `approval_id`."""
 
     run_id: str | None = None
     job_id: str | None = None
     text: str = ""
+    approval_id: str | None = None
+    decision: Literal["approve", "deny"] | None = None
 
     @property
     def target(self) -> str:
+        if self.approval_id is not None:
+            return f"{self.decision} {self.approval_id}, because"
         return f"run {self.run_id}" if self.run_id is not None else f"job {self.job_id}"
 
 
@@ -103,8 +114,11 @@ class UiState(msgspec.Struct, frozen=True, kw_only=True):
     job_runs: tuple[str | None, ...] = ()  # each job's top-level run
     run_ids: tuple[str, ...] = ()
     run_jobs: tuple[str | None, ...] = ()  # each run's job
+    approval_ids: tuple[str, ...] = ()  # the pending approval requests
+    approval_runs: tuple[str, ...] = ()  # each request's run
     selected_job: str | None = None
     selected_run: str | None = None
+    selected_approval: str | None = None
     timeline: str | None = None  # the run whose timeline is open
     scroll: int = 0  # first timeline line shown
     message: str = ""
@@ -127,12 +141,15 @@ def sync_rows(state: UiState, snapshot: Snapshot) -> UiState:
     """Take the rows of a new snapshot, keeping the selection on the same job and run."""
     job_ids = tuple(j.id for j in snapshot.jobs)
     run_ids = tuple(r.run_id for r in snapshot.runs)
+    approval_ids = tuple(a.id for a in snapshot.approvals)
     return msgspec.structs.replace(
         state,
         job_ids=job_ids, job_runs=tuple(j.run_id for j in snapshot.jobs),
         run_ids=run_ids, run_jobs=tuple(r.job_id for r in snapshot.runs),
+        approval_ids=approval_ids, approval_runs=tuple(a.run_id for a in snapshot.approvals),
         selected_job=_keep(job_ids, state.job_ids, state.selected_job),
         selected_run=_keep(run_ids, state.run_ids, state.selected_run),
+        selected_approval=_keep(approval_ids, state.approval_ids, state.selected_approval),
     )
 
 
@@ -153,6 +170,8 @@ def _move(ids: tuple[str, ...], selected: str | None, key: str) -> str | None:
 def _selected_job(state: UiState) -> str | None:
     if state.pane == "jobs":
         return state.selected_job
+    if state.pane == "approvals":
+        return None
     if state.selected_run in state.run_ids:
         return state.run_jobs[state.run_ids.index(state.selected_run)]
     return None
@@ -161,6 +180,10 @@ def _selected_job(state: UiState) -> str | None:
 def _selected_run(state: UiState) -> str | None:
     if state.pane == "runs":
         return state.selected_run
+    if state.pane == "approvals":
+        if state.selected_approval in state.approval_ids:
+            return state.approval_runs[state.approval_ids.index(state.selected_approval)]
+        return None
     if state.selected_job in state.job_ids:
         return state.job_runs[state.job_ids.index(state.selected_job)]
     return None
@@ -173,8 +196,16 @@ _BACK = frozenset({"esc", "backspace", "left", "t", "enter"})
 def _typing(state: UiState, draft: Draft, key: str) -> tuple[UiState, Action | None]:
     replace = msgspec.structs.replace
     if key == "esc":
+        if draft.approval_id is not None:
+            return replace(state, draft=None, message=f"approval {draft.approval_id} not decided"), None
         return replace(state, draft=None, message="message dropped"), None
     if key == "enter":
+        if draft.approval_id is not None:
+            if not draft.text.strip():
+                return replace(state, draft=None, message=f"approval {draft.approval_id} not decided: "
+                               "a decision needs a reason"), None
+            return replace(state, draft=None, message=f"{draft.decision} {draft.approval_id}"), Action(
+                kind=draft.decision or "deny", approval_id=draft.approval_id, text=draft.text.strip())
         if not draft.text.strip():
             return replace(state, draft=None, message="nothing to send"), None
         return replace(state, draft=None, message=f"sending to {draft.target}"), Action(
@@ -197,10 +228,11 @@ def _compose(state: UiState) -> tuple[UiState, Action | None]:
     replace = msgspec.structs.replace
     if state.timeline is not None:
         return replace(state, draft=Draft(run_id=state.timeline), message=""), None
-    if state.pane == "runs":
-        if state.selected_run is None:
+    if state.pane in ("runs", "approvals"):
+        run_id = _selected_run(state)
+        if run_id is None:
             return replace(state, message="no run selected"), None
-        return replace(state, draft=Draft(run_id=state.selected_run), message=""), None
+        return replace(state, draft=Draft(run_id=run_id), message=""), None
     if state.selected_job is None:
         return replace(state, message="no job selected"), None
     return replace(state, draft=Draft(job_id=state.selected_job), message=""), None
@@ -228,13 +260,23 @@ def handle_key(state: UiState, key: str) -> tuple[UiState, Action | None]:
     if key in _MOVES:
         if state.pane == "jobs":
             return replace(state, selected_job=_move(state.job_ids, state.selected_job, key), message=""), None
+        if state.pane == "approvals":
+            return replace(state, selected_approval=_move(state.approval_ids, state.selected_approval, key),
+                           message=""), None
         return replace(state, selected_run=_move(state.run_ids, state.selected_run, key), message=""), None
     if key == "tab":
-        return replace(state, pane="runs" if state.pane == "jobs" else "jobs", message=""), None
+        return replace(state, pane=PANES[(PANES.index(state.pane) + 1) % len(PANES)], message=""), None
+    if key in ("a", "d"):
+        if state.pane != "approvals":
+            return replace(state, message="a approve, d deny: in the approvals pane (tab)"), None
+        if state.selected_approval is None:
+            return replace(state, message="no approval pending"), None
+        decision: Literal["approve", "deny"] = "approve" if key == "a" else "deny"
+        return replace(state, draft=Draft(approval_id=state.selected_approval, decision=decision), message=""), None
     if key in ("p", "r", "c"):
         job_id = _selected_job(state)
         if job_id is None:
-            what = "no job selected" if state.pane == "jobs" else "this run has no job"
+            what = {"jobs": "no job selected", "runs": "this run has no job"}.get(state.pane, "no job selected")
             return replace(state, message=what), None
         if key == "c":
             return replace(state, confirm_cancel=job_id,
@@ -244,7 +286,7 @@ def handle_key(state: UiState, key: str) -> tuple[UiState, Action | None]:
     if key in ("enter", "t"):
         run_id = _selected_run(state)
         if run_id is None:
-            what = "no run selected" if state.pane == "runs" else "this job has no run"
+            what = "this job has no run" if state.pane == "jobs" else "no run selected"
             return replace(state, message=what), None
         return replace(state, timeline=run_id, scroll=0, message=""), Action(kind="open", run_id=run_id)
     return state, None

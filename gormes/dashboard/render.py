@@ -19,6 +19,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from gormes.dashboard.control import approval_cells, budgets_line
 from gormes.dashboard.keys import UiState
 from gormes.dashboard.model import JobRow, Receipt, RunRow, Snapshot, WorkerRow, governor_log
 from gormes.dashboard.providers import provider_cells
@@ -33,7 +34,7 @@ STATUS_STYLE = {
     "cancelled": "dim", "running": "bold green", "suspended": "yellow",
 }
 SHORT_STATUS = {"waiting-children": "w-child"}
-KEYS_HELP = "up/down select  tab jobs/runs  p pause  r resume  c cancel  m message  enter timeline  q quit"
+KEYS_HELP = "up/down select  tab pane  p pause  r resume  c cancel  m message  enter timeline  a/d approve/deny  q quit"
 TIMELINE_HELP = "up/down scroll  m message  esc back  q quit"
 DRAFT_HELP = "enter send  esc drop"
 # header, titles, table headers, footer and its receipt line: what the job rows must leave room for
@@ -203,6 +204,23 @@ def _worker_cells(w: WorkerRow) -> list[RenderableType]:
     ]
 
 
+def approvals_table(snapshot: Snapshot, ui: UiState) -> list[Table]:
+    """The pending approval requests, oldest first: shown while there are any, or
+    while its pane has the focus (a and d decide the selected one)."""
+    focused = ui.pane == "approvals"
+    if not snapshot.approvals and not focused:
+        return []
+    table = _table(f"approvals pending ({len(snapshot.approvals)})", focused=focused)
+    _columns(table, ("  approval", 28), ("operation", 9), ("job/run", 8), ("who", 8), ("age", 3),
+             ("timeout", 7), ("why", 10))
+    for row in snapshot.approvals:
+        selected = focused and row.id == ui.selected_approval
+        table.add_row(*approval_cells(row, MARKER if selected else " "), style="reverse" if selected else None)
+    if not snapshot.approvals:
+        table.add_row("  (none pending)")
+    return [table]
+
+
 def providers_table(snapshot: Snapshot) -> list[Table]:
     """Each provider limit key: the outage guard, a back-off, the last minute's leases
     (none shown until a model turn went through the limits)."""
@@ -273,12 +291,15 @@ def footer(text: str, message: str, ui: UiState | None = None) -> Text:
     return line
 
 
-def job_rows_fitting(snapshot: Snapshot, height: int | None) -> int | None:
+def job_rows_fitting(snapshot: Snapshot, height: int | None, ui: UiState | None = None) -> int | None:
     if height is None:
         return None
+    approvals = bool(snapshot.approvals) or (ui is not None and ui.pane == "approvals")
     used = (FIXED_LINES + max(1, len(snapshot.by_queue)) + max(1, len(snapshot.runs))
             + max(1, len(snapshot.workers)) + GOVERNOR_ROWS
-            + (len(snapshot.providers) + 3 if snapshot.providers else 0))
+            + (len(snapshot.providers) + 3 if snapshot.providers else 0)
+            + (max(1, len(snapshot.approvals)) + 3 if approvals else 0)
+            + (1 if snapshot.budgets else 0))
     return max(3, height - used)
 
 
@@ -286,11 +307,14 @@ def render_dashboard(snapshot: Snapshot, ui: UiState | None = None, *, height: i
     """The whole screen. `height` (terminal lines) limits the job rows shown
     (a window that follows the selection); None shows every job."""
     ui = ui or UiState()
+    budgets = budgets_line(snapshot.budgets)
     return Group(
         header(snapshot),
+        *([budgets] if budgets is not None else []),
         queues_table(snapshot),
-        jobs_table(snapshot, focused=ui.pane == "jobs", rows=job_rows_fitting(snapshot, height)),
+        jobs_table(snapshot, focused=ui.pane == "jobs", rows=job_rows_fitting(snapshot, height, ui)),
         runs_table(snapshot, ui),
+        *approvals_table(snapshot, ui),
         workers_table(snapshot),
         *providers_table(snapshot),
         governor_table(snapshot),

@@ -1,7 +1,9 @@
-"""Steering from `gormes top`: the operator's messages and their receipts.
+"""Steering from `gormes top`: the operator's messages and their receipts, and
+decisions on approval requests.
 
     receipt = await send_message(executor, action)          # through the audited door
     receipt = await check_receipt(store, queue, receipt, job_run=...)  # read yet?
+    line = await decide_approval(executor, action, caller)  # approval.approve / approval.deny
 
 A message to a run goes through `run.send` (the run's own inbox, `run.message_sent`);
 one to a job through `job.send` (the job's inbox, which an agent job's run also
@@ -9,6 +11,10 @@ reads). Both are calls on the executor as the operator, so each is validated and
 audited once (decision 0019). The receipt is read, not written: the run's
 `run.inbox_read` event that returned the message (its seq), or for a job without
 a run the inbox row's `read_at`, so watching a receipt adds nothing to the log.
+
+An approval is decided through `approval.approve` or `approval.deny` with the
+typed reason, as the operator, audited like `gormes approve|deny` (decision 0033):
+a request no longer pending is refused by the operation, and its one line shown.
 """
 
 from __future__ import annotations
@@ -51,3 +57,12 @@ async def check_receipt(store: EventStore, queue: JobQueue, receipt: Receipt, *,
                 return msgspec.structs.replace(receipt, read=True)
     return receipt
 
+
+
+async def decide_approval(executor: Any, action: Action, caller: Any) -> str:
+    """`action` (kind "approve" or "deny") through the executor as `caller`; the line
+    to show. Raises what the operation raises."""
+    operation = "approval.approve" if action.kind == "approve" else "approval.deny"
+    decided = await executor.call(operation, {"id": action.approval_id, "reason": action.text}, caller)
+    resumed = f"; job {decided.resumed_job} resumed" if decided.resumed_job else ""
+    return f"approval {decided.id} {decided.status}: {decided.operation} for run {decided.run_id}{resumed}"

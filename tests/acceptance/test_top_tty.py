@@ -188,3 +188,47 @@ def test_top_in_a_terminal_pauses_the_selected_job_then_quits_and_restores_it(tm
     assert screen.rfind(b"\x1b[?1049l") > screen.rfind(b"\x1b[?1049h") >= 0  # left the alternate screen
     assert screen.rfind(b"\x1b[?25h") > screen.rfind(b"\x1b[?25l") >= 0  # the cursor is shown again
     assert job_status(db, job_id) == "paused"
+
+
+def request_approval(db: Path) -> str:
+    """A pending approval request, as a run's call of a gated operation records it."""
+    from gormes.events.approvals import APPROVALS_STREAM, ApprovalRequested
+    from gormes.events.sqlite import SQLiteEventStore
+
+    async def main() -> str:
+        async with SQLiteEventStore.open(db) as store:
+            await store.append(APPROVALS_STREAM, [ApprovalRequested(
+                approval_id="APPROVALTTY1", operation="shell.run", arguments="{}", args_hash="h",
+                run_id="RUNASKS1", caller="run-RUNASKS1", trust="operator", why="deployment rule 'shell.*'", at=1,
+            )])
+        return "APPROVALTTY1"
+
+    return trio.run(main)
+
+
+def approval_status(db: Path, approval_id: str) -> str | None:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT type, data FROM events WHERE stream = 'approvals' ORDER BY version").fetchall()
+    finally:
+        conn.close()
+    decided = [d for t, d in rows if t == "approval.decided" and approval_id in d]
+    return None if not decided else ("approved" if '"approved"' in decided[0] else "other")
+
+
+def test_a_pending_approval_is_approved_from_top_with_a_reason(tmp_path: Path):
+    db = tmp_path / "gormes.db"
+    approval_id = request_approval(db)
+    term = Terminal(db)
+    try:
+        term.output.wait_for(b"approvals pending (1)")
+        mark = term.press(b"\t\ta")  # the approvals pane; a: approve the selected request
+        term.output.wait_for(f"approve {approval_id}, because".encode(), after=mark)
+        term.press(b"fine by me\r")
+        wait_until(lambda: approval_status(db, approval_id) == "approved", "the approval decided in the database",
+                   term.output.bytes)
+    finally:
+        term.press(b"q")
+        returncode, before, after, screen = term.close()
+    assert returncode == 0, screen[-2000:]
+    assert after == before

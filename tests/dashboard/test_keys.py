@@ -60,7 +60,8 @@ def test_in_the_runs_pane_p_acts_on_the_runs_job_and_moves_select_runs():
     assert state.pane == "runs" and state.selected_run == CHILD
     assert state.selected_job == ACTIVE  # the jobs selection is untouched
     assert press(state, "p")[1] == [Action(kind="pause", job_id=ACTIVE)]
-    assert press(state, "tab")[0].pane == "jobs"
+    assert press(state, "tab")[0].pane == "approvals"  # then back to the jobs
+    assert press(state, "tab", "tab")[0].pane == "jobs"
 
 
 def test_enter_opens_the_selected_run_and_esc_goes_back():
