@@ -53,7 +53,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "eval": ("gormes.cli.eval", "eval_", "Run evals: skill routing, recall, and recorded runs re-run as forks on another model or prompt."),
     "memory": ("gormes.cli.memory", "memory", "Add, review and mirror memory (entities, relationships, facts with provenance)."),
     "recall": ("gormes.cli.recall", "recall", "Recall memory for a query: lexical, graph, semantic or fused, with scores and reasons."),
-    "top": ("gormes.cli.top", "top", "A live view of jobs, runs, workers and the governor; keys pause, resume, cancel."),
+    "top": ("gormes.cli.top", "top", "A live view of jobs, runs, workers, approvals and budgets; keys pause, resume, cancel, approve, deny."),
     "migrate": ("gormes.cli.migrate", "migrate", "Copy the event log from SQLite to PostgreSQL, positions preserved, verified by counts and a hash."),
 }
 
