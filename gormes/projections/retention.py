@@ -37,7 +37,6 @@ the whole log again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -48,9 +47,8 @@ from gormes.events.jobs import TERMINAL
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.runs import TERMINAL_TYPES
 from gormes.events.sql_fragments import glob, json_text
-from gormes.projections import bookkeeping, ledger
-from gormes.projections.registry import all_projections
-from gormes.projections.runner import Projection, reset_in
+from gormes.projections import bookkeeping
+from gormes.projections.refold import empty_reached
 
 if TYPE_CHECKING:
     from gormes.events.store import Transaction
@@ -194,38 +192,12 @@ def select(conn: Any, horizon: float) -> Selection:
                      first_position=first, last_position=last)
 
 
-def affected(projections: Iterable[Projection], types: Iterable[str], first: int,
-             tracked: dict[str, int]) -> list[Projection]:
-    """The projections among `projections` that fold one of `types` and have folded
-    past position `first`."""
-    types = set(types)
-    found = []
-    for p in projections:
-        if tracked.get(p.name, 0) < first:
-            continue
-        patterns = getattr(p, "types", None)
-        if patterns is None or any(fnmatchcase(t, pattern) for t in types for pattern in patterns):
-            found.append(p)
-    return found
-
-
 def reset_affected(tx: Transaction, types: Iterable[str], first: int) -> list[str]:
     """Inside the retention's transaction, after the delete: empty what it reaches
     (the ledger is folded again at once) and drop the doctor's remembered scan; the
     names of the projections emptied."""
+    names = empty_reached(tx, types, first)
     conn = tx.conn
-    bookkeeping.ensure_tables(conn)
-    projections = all_projections()
-    tracked = {p.name: bookkeeping.tracked_position(conn, p.name) for p in projections}
-    names = []
-    for p in affected(projections, types, first, tracked):
-        if p.name == ledger.NAME:
-            tx.execute("SELECT 1")  # flush what is staged, so the fold sees it
-            ledger.reset(tx.conn)
-            ledger.catch_up(tx.conn)
-        else:
-            reset_in(tx, p)
-        names.append(p.name)
     if dialect_of(conn) != POSTGRES and bookkeeping.has_table(conn, DOCTOR_SCAN):
         tx.execute(f"DELETE FROM {DOCTOR_SCAN}")
     return names

@@ -32,7 +32,7 @@ from gormes.events.retention import Space, archive_and_delete, incremental_vacuu
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 from gormes.projections import ledger
 from gormes.projections import retention as chosen
-from gormes.projections.redaction import catch_up
+from gormes.projections.refold import catch_up
 
 if TYPE_CHECKING:
     from gormes.events.store import EventStore, Transaction
