@@ -126,7 +126,7 @@ def test_a_worker_killed_while_a_subagent_works_resumes_parent_and_subagent(tmp_
             if t == "run.llm_turn":
                 answered.setdefault(d["request_hash"], d["usage"])
     assert len(answered) == 4  # parent: spawn, final; child: tool, answer
-    assert job["tokens"] == {k: sum(u.get(k, 0) for u in answered.values()) for k in ("input", "output", "cache_read")}
+    assert job["tokens"] == {k: sum(u.get(k, 0) for u in answered.values()) for k in ("input", "output", "cache_read", "cache_write", "reasoning")}
 
     replayed = run_gormes(db, "replay", second, "--json")
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr

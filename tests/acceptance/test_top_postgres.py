@@ -76,7 +76,7 @@ def test_once_json_shows_what_sqlite_shows(schema: str, tmp_path: Path):
     pg_snap = comparable(json.loads(pg.stdout), pg_ids)
     assert pg_snap == comparable(json.loads(lite.stdout), lite_ids)
     assert pg_snap["jobs"][0] == ("agent", "active", "default", {"input": 1200, "output": 300,
-                                  "cache_read": 0}, "w-1", "RUNPG1", "fs.list")
+                                  "cache_read": 0, "cache_write": 0, "reasoning": 0}, "w-1", "RUNPG1", "fs.list")
     assert pg_snap["runs"] == [("RUNPG1", "running", "fs.list", 0)]
     assert pg_snap["workers"] == [("w-1", True, 1)]
     assert {s: n for s, n in pg_snap["by_status"].items() if n} == {"waiting": 1, "paused": 1,

@@ -28,5 +28,5 @@ async def test_the_daemons_worker_sweeps_the_runs_of_ended_agent_jobs(store) -> 
             worker = daemon.worker
             daemon._stop.set()
     assert "agent" in worker.registry
-    assert [sweep.run.__name__ for sweep in worker.sweeps] == ["end_runs_of_ended_jobs"]
-    assert [sweep.interval_ms for sweep in worker.sweeps] == [worker.config.stall_interval_ms]
+    assert [sweep.run.__name__ for sweep in worker.sweeps] == ["end_runs_of_ended_jobs", "time_out_approvals"]
+    assert [sweep.interval_ms for sweep in worker.sweeps] == [worker.config.stall_interval_ms] * 2

@@ -261,14 +261,17 @@ def test_nesting_up_to_the_limit_is_accepted(db: Path):
 
 
 def test_deeply_nested_import_is_refused_in_one_line(db: Path, tmp_path: Path):
-    before = events_json(db)
     source = tmp_path / "deep.jsonl"
     good = json.dumps({"stream": "s", "type": "note.added", "data": {"text": "ok"}})
     source.write_text(good + "\n" + '{"stream": "s", "type": "note.added", "data": {"text": "x", "y": '
                       + deep(100_000) + "}}\n")
+    before = logged_events(db)
     line = assert_one_line_error(run_gormes(db, "import", str(source)))
     assert "line 2" in line and "nested" in line, line
-    assert events_json(db) == before
+    assert logged_events(db) == before  # line 1 was streamed in and undone with the refusal
+    refused = [e["data"] for e in events_json(db) if e["type"] == "audit.operation"
+               and e["data"]["operation"] == "events.import"]
+    assert [(a["outcome"], "line 2" in (a["error"] or "")) for a in refused] == [("invalid", True)]
     rebuild_check(db)
 
 
@@ -424,13 +427,13 @@ def test_a_full_disk_is_called_a_full_disk(tmp_path: Path, tmpfs: Path):
 
 
 def test_import_of_invalid_utf8_and_nul_is_one_line(db: Path, tmp_path: Path):
-    before = events_json(db)
+    before = logged_events(db)
     for name, raw in (("bad-utf8.jsonl", b'{"stream": "s", "type": "note.added", "data": {"text": "\xff\xfe"}}\n'),
                       ("nul.jsonl", b'{"stream": "s", "type": "note.added", "data": {"text": "a"}}\0\n')):
         source = tmp_path / name
         source.write_bytes(raw)
         assert_one_line_error(run_gormes(db, "import", str(source)))
-    assert events_json(db) == before
+    assert logged_events(db) == before  # the refusals are audited, nothing else written
 
 
 def test_db_that_is_a_fifo_is_refused_without_hanging(tmp_path: Path):
