@@ -9,7 +9,7 @@ and closes (`SNAPSHOT`, `_end_snapshot`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gormes.events import log_sql
@@ -45,14 +45,20 @@ class LogBase:
         rows = self.sql.execute(log_sql.READ_STREAM, (stream, after_version)).fetchall()
         return self.decode(rows)
 
-    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
-        """Several whole streams in one query: {stream: its events in version order}
-        (an empty list for a stream with no events)."""
+    def read_streams(
+        self, streams: Iterable[str], after: Mapping[str, int] | None = None
+    ) -> dict[str, list[Recorded]]:
+        """Several streams in one query: {stream: its events in version order}
+        (an empty list for a stream with no events). `after`: a version for some
+        of them, whose events up to it are left out (what a kept state has seen)."""
         wanted = list(dict.fromkeys(streams))
         out: dict[str, list[Recorded]] = {stream: [] for stream in wanted}
         if not wanted:
             return out
-        sql, params = log_sql.read_streams(self.sql, wanted)
+        if after:
+            sql, params = log_sql.read_stream_tails(self.sql, [(s, after.get(s, 0)) for s in wanted])
+        else:
+            sql, params = log_sql.read_streams(self.sql, wanted)
         for record in self.decode(self.sql.execute(sql, params).fetchall()):
             out[record.stream].append(record)
         return out

@@ -9,9 +9,11 @@ GLOB, a list of streams as one parameter) the query takes the fragment of
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
+from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.sql_fragments import matching, one_of
 
 COLUMNS = "position, stream, version, type, type_version, data, recorded_at"
@@ -27,6 +29,26 @@ def read_streams(conn: Any, streams: Sequence[str]) -> tuple[str, list[Any]]:
     params: list[Any] = []
     where = one_of(conn, "stream", streams, params)
     return f"SELECT {COLUMNS} FROM events WHERE {where} ORDER BY stream, version", params
+
+
+def read_stream_tails(conn: Any, tails: Sequence[tuple[str, int]]) -> tuple[str, list[Any]]:
+    """Each (stream, version) of `tails`: that stream's events after the version,
+    in stream then version order; one query whatever their number (a JSON array
+    of pairs on SQLite, two arrays unnested on PostgreSQL), each stream read
+    through the (stream, version) index."""
+    columns = ", ".join(f"e.{c}" for c in COLUMNS.split(", "))
+    order = "ORDER BY e.stream, e.version"
+    if dialect_of(conn) == POSTGRES:
+        params: list[Any] = [[s for s, _ in tails], [v for _, v in tails]]
+        return (
+            f"SELECT {columns} FROM unnest(?::text[], ?::bigint[]) AS w(stream, after)"
+            f" JOIN events AS e ON e.stream = w.stream AND e.version > w.after {order}"
+        ), params
+    return (
+        f"SELECT {columns} FROM json_each(?) AS w CROSS JOIN events AS e"
+        " ON e.stream = json_extract(w.value, '$[0]') AND e.version > json_extract(w.value, '$[1]')"
+        f" {order}"
+    ), [json.dumps([[s, v] for s, v in tails])]
 
 
 def stream_versions(conn: Any, streams: Sequence[str]) -> tuple[str, list[Any]]:

@@ -15,7 +15,7 @@ run (`read_sql`, `Transaction.execute`, `EventLog.sql`) is SQLite-style, with
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import msgspec
@@ -75,8 +75,11 @@ class Transaction(Protocol):
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]: ...
 
-    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
-        """Several whole streams, each in version order (empty for one without events)."""
+    def read_streams(
+        self, streams: Iterable[str], after: Mapping[str, int] | None = None
+    ) -> dict[str, list[Recorded]]:
+        """Several streams, each in version order (empty for one without events):
+        whole, or only the events after its version in `after`."""
         ...
 
     def append(
@@ -121,7 +124,9 @@ class EventLog(Protocol):
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]: ...
 
-    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]: ...
+    def read_streams(
+        self, streams: Iterable[str], after: Mapping[str, int] | None = None
+    ) -> dict[str, list[Recorded]]: ...
 
     def select_rows(
         self,

@@ -8,7 +8,7 @@ take SQLite-style SQL (`?` placeholders) on both databases.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gormes.events.base import Event, Recorded
@@ -46,12 +46,16 @@ class BatchTransaction:
             self._batch.learn_version(stream, records[-1].version if records else 0)
         return records
 
-    def read_streams(self, streams: Iterable[str]) -> dict[str, list[Recorded]]:
-        """Several whole streams in one query (see `LogBase.read_streams`)."""
+    def read_streams(
+        self, streams: Iterable[str], after: Mapping[str, int] | None = None
+    ) -> dict[str, list[Recorded]]:
+        """Several streams in one query, each whole or after a version of `after`
+        (see `LogBase.read_streams`)."""
         log = self._batch.log
-        found = self._batch.flush(lambda: log.read_streams(streams))
+        found = self._batch.flush(lambda: log.read_streams(streams, after))
         for stream, records in found.items():
-            self._batch.learn_version(stream, records[-1].version if records else 0)
+            if records or not after or stream not in after:  # a tail that is empty tells no version
+                self._batch.learn_version(stream, records[-1].version if records else 0)
         return found
 
     def append(

@@ -455,3 +455,23 @@ async def test_type_globs_match_like_sqlite_glob(pg_schema):
         for pattern, expected in [("note.*", 1), ("n?te.added", 1), ("note.[a]dded", 1),
                                   ("note", 0), ("*.added", 1), ("note.%", 0), ("note._dded", 0)]:
             assert len(await store.read_all(types=[pattern])) == expected, pattern
+
+
+async def test_read_streams_after_versions_reads_only_the_tails_on_both(store):
+    await store.append("a", [note("1"), note("2"), note("3")], 0)
+    await store.append("b", [note("4")], 0)
+
+    def read(log: Any) -> dict[str, list[str]]:
+        found = log.read_streams(["a", "b", "c", "none"], after={"a": 1, "b": 1, "none": 5})
+        return {s: [r.event.text for r in rs] for s, rs in found.items()}
+
+    expected = {"a": ["2", "3"], "b": [], "c": [], "none": []}
+    assert await store.read_with(read) == expected
+
+    def work(tx: Any) -> tuple[dict[str, list[int]], int]:
+        tx.append("c", [note("5"), note("6")], 0)
+        found = tx.read_streams(["a", "c"], after={"a": 2, "c": 1})  # sees its own staged append
+        appended = tx.append("a", [note("7")], 3)  # the version the tail ended at
+        return {s: [r.version for r in rs] for s, rs in found.items()}, appended.version
+
+    assert await store.transact(work) == ({"a": [3], "c": [2]}, 4)

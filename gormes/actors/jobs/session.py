@@ -85,14 +85,32 @@ class JobSession:
             self._states[job_id] = fold(JOB, [r.event for r in streams[job_stream(job_id)]])
 
     def know(self, states: Iterable[JobState]) -> None:
-        """Take states folded in an earlier transaction (a claim's) for jobs whose
-        stream has had nothing appended since (its version is still the state's),
-        so that `state` and `preload` need not read those streams again."""
+        """Take states folded in an earlier transaction (a claim's, a renewal's), so
+        that `state` and `preload` need not fold those jobs' whole streams again:
+        one whose stream has not moved is taken as it is; the others are brought
+        up to date by folding only the events after them, all with one read
+        (an agent job appends `job.tokens_added` every turn, so a kept state is
+        stale by the next renewal; decision 0025)."""
+        behind: dict[str, State[JobState | None]] = {}  # by job id
         for state in states:
-            if state.id not in self._states and (
-                self.tx.stream_version(job_stream(state.id)) == state.version
-            ):
+            if state.id in self._states:
+                continue
+            version = self.tx.stream_version(job_stream(state.id))
+            if version == state.version:
                 self._states[state.id] = State(state.version, state)
+            elif version > state.version:
+                behind[state.id] = State(state.version, state)
+            # (a stream shorter than the state lost events: folded whole when asked)
+        if not behind:
+            return
+        after = {job_stream(job_id): kept.version for job_id, kept in behind.items()}
+        read_streams = getattr(self.tx, "read_streams", None)
+        if read_streams is None:
+            tails = {stream: self.tx.read_stream(stream, v) for stream, v in after.items()}
+        else:
+            tails = read_streams(list(after), after=after)
+        for job_id, kept in behind.items():
+            self._states[job_id] = fold(JOB, [r.event for r in tails[job_stream(job_id)]], kept)
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.tx.execute(sql, params).fetchall()

@@ -158,6 +158,50 @@ async def test_renew_leases_renews_many_jobs_in_one_transaction_and_refuses_a_st
     assert again[0] is not None and again[0].version == states[0].version + 1
 
 
+async def test_given_kept_states_gone_stale_then_a_renewal_folds_only_the_events_after_them(
+    queue, mock_clock, monkeypatch
+):
+    """An agent job appends `job.tokens_added` every turn, so the state a renewal
+    kept is behind by the next one: the next renewal reads only the events after
+    it (one read of all the tails), decides on the state brought up to date, and
+    still refuses a holder whose job was taken over meanwhile."""
+    from gormes.actors.actor import fold
+    from gormes.actors.jobs.actor import JOB
+    from gormes.events.log_base import LogBase
+
+    await submit(queue, 3, "echo")
+    claimed = await queue.claim_many({"echo"}, worker_id="w", lease_ms=10_000, limit=3)
+    leased = [(j.id, j.lock_token) for j in claimed]
+    kept = await renew_leases(queue.store, queue.now_ms, leased, 10_000)
+    assert all(s is not None for s in kept)
+    # meanwhile: tokens on the first two; the third released and claimed by another holder
+    await queue.add_tokens(leased[0][0], leased[0][1], input=5, model="m")
+    await queue.add_tokens(leased[1][0], leased[1][1], input=7, model="m")
+    await queue.release(leased[2][0], leased[2][1], "taken over")
+    other = await queue.claim({"echo"}, worker_id="w2", lease_ms=10_000)
+    assert other is not None and other.id == leased[2][0]
+
+    reads: list[Any] = []
+    whole = LogBase.read_streams
+
+    def spy(self: Any, streams: Any, after: Any = None) -> Any:
+        streams = list(streams)
+        reads.append((streams, dict(after or {})))
+        return whole(self, streams, after)
+
+    monkeypatch.setattr(LogBase, "read_streams", spy)
+    mock_clock.jump(3)
+    states = await renew_leases(queue.store, queue.now_ms, leased, 10_000, known=kept)
+    assert states[2] is None  # its token no longer holds it
+    assert len(reads) == 1  # one read of all three tails
+    streams, after = reads[0]
+    assert after == {f"job-{jid}": s.version for (jid, _), s in zip(leased, kept, strict=True)}
+    for (job_id, _), state in zip(leased[:2], states[:2], strict=True):
+        folded = fold(JOB, [r.event for r in await queue.store.read_stream(f"job-{job_id}")])
+        assert state == folded.value  # the tail fold is the whole fold
+    assert states[0].tokens.input == 5 and states[1].tokens.input == 7
+
+
 async def test_given_a_worker_running_500_gated_jobs_then_each_interval_renews_them_in_one_transaction(
     queue, mock_clock, monkeypatch,
 ):
