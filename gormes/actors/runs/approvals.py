@@ -11,7 +11,7 @@ does (`ApprovalPolicy`: GORMES_REQUIRE_APPROVAL, a comma-separated list of names
    `approval.requested` on `approvals` (operation, arguments, who, why, the timeout
    policy) and an audit event, in one transaction;
 2. waits for the decision:
-   - a run driven by a job (an `agent` job's run) PARKS its job
+   - a run driven by a job (an `agent` job's run, or a subagent of one) PARKS its job
      (gormes/actors/jobs/parking.py): paused, its lease released, no worker held;
      the worker cancels the attempt. The decision resumes the job, and its next
      attempt resumes the run from its record (decision 0011): the replayed prefix
@@ -28,8 +28,9 @@ does (`ApprovalPolicy`: GORMES_REQUIRE_APPROVAL, a comma-separated list of names
 Replay serves both recorded events and the call's own record (`replay_gate`) and
 never asks again, whatever the policy is now.
 
-Not built: a subagent's call waits in its process (it holds its job's lease), since
-only the job's own run has the job to park.
+A subagent's call parks the job its root run is the attempt of (`holding_job`):
+the whole tree is cancelled, and the resumed root takes the subagent over from
+its record (decision 0011), whose prefix ends with the request.
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ class ApprovalGate:
         return request
 
     async def _decision(self, ctx: LiveRunContext, request: ApprovalRequested) -> ApprovalDecided:
-        job = ctx.job
+        job = ctx.holding_job  # a subagent's call parks the job its root run is the attempt of
         if job is not None:
             approval_id = request.approval_id
             with trio.CancelScope(shield=True):

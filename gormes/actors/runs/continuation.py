@@ -269,6 +269,7 @@ async def _continuation(
     token_sink: TokenSink | None = None,
     job: JobContext | None = None,
     source: RecordedRun | None = None,
+    holding_job: JobContext | None = None,
 ) -> tuple[LiveRunContext, ForkContext]:
     """`continue_run` up to driving: `started` recorded, the two contexts made.
 
@@ -283,7 +284,7 @@ async def _continuation(
     provider = manager.provider(run.model) if run.model else None
     tokens = sum((tokens_of(r.event) for r in prefix), Tokens())
     live = LiveRunContext(manager, run, provider, next_seq=len(prefix) + 1, tokens=tokens,
-                          token_sink=token_sink, job=job)
+                          token_sink=token_sink, job=job, holding_job=holding_job)
     live.mark_read({m.id for r in prefix if isinstance(r.event, RunInboxRead) for m in r.event.messages})
     if source is not None:
         live.child_resumption = ChildResumption.after(source.observations, len(prefix))
@@ -384,6 +385,7 @@ async def resumable_run(manager: RunManager, run_id: str) -> Resumable | None:
 
 async def drive_continuation(
     manager: RunManager, run: LiveRun, resumable: Resumable, token_sink: TokenSink | None,
+    holding_job: JobContext | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """A subagent run continuing `resumable` (in its parent's nursery, as
@@ -393,6 +395,7 @@ async def drive_continuation(
     live, ctx = await _continuation(
         manager, run, prefix, run.started_event(handler_version(fn), resumed_from=resumable.origin, external_tools=manager.external_tools(run)),
         messages=carried_messages(source, prefix), token_sink=token_sink, source=source,
+        holding_job=holding_job,
     )
     task_status.started()
     await manager.drive(run, ctx, live, fn)

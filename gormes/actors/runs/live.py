@@ -130,6 +130,7 @@ def error_text(exc: BaseException) -> str:
 
 BACKOFF_MAX_S = 30.0  # the longest wait our own backoff makes between two attempts
 RETRY_AFTER_MAX_S = 120.0  # the longest a server's retry-after may make us wait
+_MESSAGE_TYPES = (RunMessageSent.__struct_config__.tag,)  # what an inbox read decodes of its run's stream
 
 
 def retry_wait(exc: ProviderError, backoff_s: float, attempt: int) -> float:
@@ -218,6 +219,7 @@ class LiveRunContext(RunIdentity, RunContext):
         tokens: Tokens | None = None,
         token_sink: TokenSink | None = None,
         job: JobContext | None = None,
+        holding_job: JobContext | None = None,
     ) -> None:
         self._manager = manager
         self._run = self._identity = run
@@ -230,6 +232,7 @@ class LiveRunContext(RunIdentity, RunContext):
         self.total_tokens = tokens or Tokens()
         self._token_sink = token_sink
         self._job = job
+        self._holding_job = job or holding_job
         self._inbox_after = 0  # the stream version the run's inbox was read up to
         self._read_ids: set[str] = set()
         self.children_nursery: trio.Nursery | None = None  # set by the driver
@@ -289,6 +292,13 @@ class LiveRunContext(RunIdentity, RunContext):
     def job(self) -> JobContext | None:
         """The job driving this run, if it is a job's own run (not a subagent)."""
         return self._job
+
+    @property
+    def holding_job(self) -> JobContext | None:
+        """The job whose attempt this run is part of: its own, or (a subagent) its
+        root run's. What a wait parks (its lease released), never what the run
+        reads its inbox from or reports progress to."""
+        return self._holding_job
 
     async def _count(self, tokens: Tokens, model: str | None = None) -> None:
         """Usage of this run's own (not a child's total): also to the job, if any,
@@ -509,7 +519,8 @@ class LiveRunContext(RunIdentity, RunContext):
 
         def read_and_receipt(tx: Any, seq: int) -> tuple[Event, int, list[InboxItem]]:
             items = list(job_items)
-            for r in tx.read_stream(stream, after):
+            # the messages only: the run's own turns since the last read are not decoded
+            for r in tx.read_stream(stream, after, _MESSAGE_TYPES):
                 e = r.event
                 if isinstance(e, RunMessageSent) and e.message_id not in read_ids:
                     items.append(InboxItem(id=e.message_id, sender=e.sender, payload=e.payload, sent_at=e.sent_at))

@@ -314,10 +314,11 @@ class RunManager:
         if resume is not None:
             from gormes.actors.runs.continuation import drive_continuation
 
-            await parent.children_nursery.start(drive_continuation, self, run, resume, parent.token_sink)
+            await parent.children_nursery.start(
+                drive_continuation, self, run, resume, parent.token_sink, parent.holding_job)
             return run
         provider = self.provider(model) if model else None
-        ctx = LiveRunContext(self, run, provider, token_sink=parent.token_sink)
+        ctx = LiveRunContext(self, run, provider, token_sink=parent.token_sink, holding_job=parent.holding_job)
         await parent.children_nursery.start(self._new_run, run, ctx, fn)
         return run
 

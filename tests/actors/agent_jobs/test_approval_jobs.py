@@ -160,3 +160,31 @@ async def test_the_timeout_sweep_times_out_a_parked_request_and_resumes_its_job(
     assert (served.decision, served.on_timeout) == ("timed_out", "deny")
     assert [e.outcome for e in events if isinstance(e, RunToolCalled)] == ["denied"]
     await _replays_exactly(db_path, second)
+
+
+async def test_a_subagents_gated_call_parks_the_job_and_the_resumed_tree_runs_it_once(
+    store, db_path, script, workspace, monkeypatch,
+) -> None:
+    monkeypatch.setenv("GORMES_WORKSPACE", str(workspace))
+    monkeypatch.setenv("GORMES_REQUIRE_APPROVAL", "fs.read")
+    model = script(
+        {"match": "CHILD", "replies": [{"tool_calls": [call("fs.read", path="README.md")]}, {"text": "child read it"}]},
+        {"replies": [{"tool_calls": [call("agent.spawn", prompt="CHILD read the readme")]}, {"text": "parent done"}]},
+    )
+    queue = await JobQueue.open(store)
+    job, approval = await _parked_job(store, queue, model)  # the job's slot and lease are free
+    child_run = approval.request.run_id
+    first, = await _job_runs(store, job.id)
+    assert child_run != first  # the subagent asked, and its root's job was parked
+
+    await Executor(default_registry(), store).call(
+        "approval.approve", {"id": approval.request.approval_id, "reason": "fine"}, OPERATOR)
+    finished = await _finish(store, queue, job.id)
+    assert finished.status == "completed", finished.error
+    assert finished.result["result"] == "parent done"
+    audits = [r.event for r in await store.read_all(types=["audit.operation"])]
+    assert sum(1 for a in audits if a.operation == "fs.read" and a.outcome == "ok") == 1  # run once
+    assert sum(1 for a in audits if a.operation == "approval.request") == 1  # asked once
+    _, second = await _job_runs(store, job.id)
+    await _replays_exactly(db_path, first)
+    await _replays_exactly(db_path, second)
