@@ -41,7 +41,14 @@ class LogBase:
     def stream_version(self, stream: str) -> int:
         return self.sql.execute(log_sql.STREAM_VERSION, (stream,)).fetchone()[0]
 
-    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+    def read_stream(
+        self, stream: str, after_version: int = 0, types: Sequence[str] | None = None
+    ) -> list[Recorded]:
+        """The stream's events after `after_version`; with `types`, only those
+        (names or GLOB patterns), the others not even decoded."""
+        if types:
+            sql, params = log_sql.read_stream_of_types(self.sql, stream, after_version, types)
+            return self.decode(self.sql.execute(sql, params).fetchall())
         rows = self.sql.execute(log_sql.READ_STREAM, (stream, after_version)).fetchall()
         return self.decode(rows)
 

@@ -24,6 +24,16 @@ STREAM_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream = ?"
 READ_STREAM = f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? ORDER BY version"
 
 
+def read_stream_of_types(
+    conn: Any, stream: str, after_version: int, types: Sequence[str]
+) -> tuple[str, list[Any]]:
+    """A stream's events after a version, only those of `types` (names or GLOB
+    patterns): the others are skipped in the database, never decoded."""
+    params: list[Any] = [stream, after_version]
+    where = matching(conn, "type", types, params)
+    return f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? AND {where} ORDER BY version", params
+
+
 def read_streams(conn: Any, streams: Sequence[str]) -> tuple[str, list[Any]]:
     """Several whole streams, in stream then version order."""
     params: list[Any] = []

@@ -73,7 +73,12 @@ class Transaction(Protocol):
 
     def stream_version(self, stream: str) -> int: ...
 
-    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]: ...
+    def read_stream(
+        self, stream: str, after_version: int = 0, types: Sequence[str] | None = None
+    ) -> list[Recorded]:
+        """The stream's events after `after_version`; with `types` (names or GLOB
+        patterns), only those: the others are not decoded."""
+        ...
 
     def read_streams(
         self, streams: Iterable[str], after: Mapping[str, int] | None = None
@@ -122,7 +127,9 @@ class EventLog(Protocol):
 
     def stream_version(self, stream: str) -> int: ...
 
-    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]: ...
+    def read_stream(
+        self, stream: str, after_version: int = 0, types: Sequence[str] | None = None
+    ) -> list[Recorded]: ...
 
     def read_streams(
         self, streams: Iterable[str], after: Mapping[str, int] | None = None

@@ -39,10 +39,12 @@ class BatchTransaction:
     def stream_version(self, stream: str) -> int:
         return self._batch.version(stream)
 
-    def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]:
+    def read_stream(
+        self, stream: str, after_version: int = 0, types: Sequence[str] | None = None
+    ) -> list[Recorded]:
         log = self._batch.log
-        records = self._batch.flush(lambda: log.read_stream(stream, after_version))
-        if after_version == 0:  # the whole stream: its version, for the next append
+        records = self._batch.flush(lambda: log.read_stream(stream, after_version, types))
+        if after_version == 0 and not types:  # the whole stream: its version, for the next append
             self._batch.learn_version(stream, records[-1].version if records else 0)
         return records
 

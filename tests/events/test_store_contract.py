@@ -475,3 +475,20 @@ async def test_read_streams_after_versions_reads_only_the_tails_on_both(store):
         return {s: [r.version for r in rs] for s, rs in found.items()}, appended.version
 
     assert await store.transact(work) == ({"a": [3], "c": [2]}, 4)
+
+
+async def test_a_transaction_reads_a_stream_after_a_version_of_the_given_types_only_on_both(store):
+    from gormes.events.runs import RunMessageSent
+
+    def sent(i: int) -> RunMessageSent:
+        return RunMessageSent(message_id=f"M{i}", sender="s", payload=i, sent_at=i)
+
+    await store.append("run-x", [note("1"), sent(1), note("2"), sent(2), note("3")], 0)
+
+    def work(tx: Any) -> tuple[list[int], list[int], int]:
+        typed = [r.version for r in tx.read_stream("run-x", 1, ["run.message_sent"])]
+        from_start = [r.version for r in tx.read_stream("run-x", 0, ["run.message_sent"])]
+        # a typed read tells no version: the append still lands after the last event
+        return typed, from_start, tx.append("run-x", [note("4")]).version
+
+    assert await store.transact(work) == ([2, 4], [2, 4], 6)

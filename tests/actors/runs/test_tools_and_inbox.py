@@ -194,3 +194,43 @@ async def test_messages_sent_while_a_run_reads_its_inbox_are_each_read_exactly_o
     assert sorted(outcome.result) == sorted(sent)  # every message once, none lost, none twice
     reads = [e for e in await run_events(store, handle.run_id) if isinstance(e, RunInboxRead)]
     assert sorted(m.payload for r in reads for m in r.messages) == sorted(sent)
+
+
+async def test_an_inbox_read_decodes_the_messages_only_not_the_runs_own_turns(store, executor, script, monkeypatch):
+    """Each step's inbox read reads the run's stream after the last receipt: it
+    asks the log for messages only, so the run's own turns (a model turn holds
+    its request) are skipped in the database instead of decoded (issue 20)."""
+    from gormes.events.log_base import LogBase
+    from gormes.events.runs import RunMessageSent
+
+    decoded: list[tuple[str, list[str]]] = []  # the typed reads
+    untyped: list[list[str]] = []  # reads of a run's tail that decode every type
+    whole = LogBase.read_stream
+
+    def spy(self, stream, after_version=0, types=None):
+        records = whole(self, stream, after_version, types)
+        if stream.startswith("run-") and after_version > 0 and types is None:
+            untyped.append([r.type for r in records])
+        elif types is not None:
+            decoded.append((stream, [r.type for r in records]))
+        return records
+
+    monkeypatch.setattr(LogBase, "read_stream", spy)
+    model = script({"replies": [
+        {"tool_calls": [call("fs.read", path="README.md")]},
+        {"tool_calls": [call("fs.read", path="README.md")]},
+        {"text": "done"},
+    ]})
+    async with RunManager.open(store, executor=executor) as runs:
+        handle = await runs.start("agent", {"prompt": "p"}, model=model, tools=["fs.read"])
+        await store.append(f"run-{handle.run_id}", [RunMessageSent(
+            message_id="M1", sender="test", payload="hi", sent_at=1)])
+        outcome = await handle.outcome()
+    assert outcome.status == "completed"
+    own = [types for stream, types in decoded if stream == f"run-{handle.run_id}"]
+    assert len(own) >= 3  # the inbox read before each turn, of messages only
+    assert all(set(types) <= {"run.message_sent"} for types in own), own
+    assert len(untyped) <= 1, untyped  # the run's end reads its last event, nothing else its tail
+    events = await run_events(store, outcome.run_id)
+    reads = [e for e in events if isinstance(e, RunInboxRead)]
+    assert [m.id for r in reads for m in r.messages] == ["M1"]  # read once, whenever it landed
