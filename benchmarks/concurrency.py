@@ -192,7 +192,7 @@ def summary(cases: list[dict[str, Any]], jobs: dict[str, Any] | None) -> dict[st
         "replay": replay_ok,
     }
     if jobs is not None:
-        met["jobs_no_stall"] = jobs["stalled_while_alive"] == 0
+        met["jobs_no_stall"] = jobs["stalled_while_alive"] == 0 and jobs.get("completed") == jobs["jobs"]
     return {
         "cases": cases,
         "ratio_10k_vs_100": ratio,

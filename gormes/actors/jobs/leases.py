@@ -4,8 +4,10 @@ Each running job has `renew_at` (trio time): lease/2 after its handler started,
 then lease/2 after its previous renewal committed; `math.inf` while a renewal is
 in flight or once the job settled. The keeper sleeps until the earliest
 `renew_at`, then renews every job due by then in ONE transaction
-(`renew_leases`): one fold of all their streams (one read), one decision and one
-appended `job.lease_renewed` per job, one commit. Ten thousand jobs in flight
+(`renew_leases`): one read of what their streams gained since the states the
+previous renewal left (`JobSession.know`: an agent job appends
+`job.tokens_added` every turn, so only those tails are folded, never the whole
+streams), one decision and one appended `job.lease_renewed` per job, one commit. Ten thousand jobs in flight
 cost one transaction per look, not ten thousand (decision 0025). A job that runs
 for less than lease/2 (most of them) costs the keeper nothing at all.
 

@@ -21,7 +21,8 @@ CASE_KEYS = {
 }
 JOB_KEYS = {
     "jobs", "concurrency", "delay_ms", "lease_ms", "steps", "steps_per_s", "wall_s", "ideal_s",
-    "wall_vs_ideal", "worker_rss_mb", "stalled_while_alive", "replayed", "replayed_exactly",
+    "wall_vs_ideal", "worker_rss_mb", "completed", "stalled_while_alive", "renewal_gap_ms", "replayed",
+    "replayed_exactly",
 }
 
 
@@ -49,6 +50,9 @@ def test_quick_mode_prints_one_json_line_and_every_sample_replays_exactly() -> N
     assert jobs["steps"] == jobs["jobs"] * 11
     assert jobs["replayed_exactly"] == jobs["replayed"] > 0
     assert jobs["stalled_while_alive"] == 0
+    assert jobs["completed"] == jobs["jobs"]
+    gaps = jobs["renewal_gap_ms"]  # claim, renewals, completion: in order, none negative
+    assert set(gaps) == {"p50", "p99", "max"} and 0 <= gaps["p50"] <= gaps["p99"] <= gaps["max"]
     assert result["replayed_exactly"] is True
     assert result["ratio_of"] == [50, 20]
     assert set(result["targets_met"]) == {"ratio", "wall_vs_ideal", "rss", "replay", "jobs_no_stall"}
