@@ -520,7 +520,7 @@ class LiveRunContext(RunIdentity, RunContext):
         def read_and_receipt(tx: Any, seq: int) -> tuple[Event, int, list[InboxItem]]:
             items = list(job_items)
             # the messages only: the run's own turns since the last read are not decoded
-            for r in tx.read_stream(stream, after):
+            for r in tx.read_stream(stream, after, _MESSAGE_TYPES):
                 e = r.event
                 if isinstance(e, RunMessageSent) and e.message_id not in read_ids:
                     items.append(InboxItem(id=e.message_id, sender=e.sender, payload=e.payload, sent_at=e.sent_at))
