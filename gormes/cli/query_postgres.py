@@ -32,6 +32,8 @@ statement, not from running it again.
 
 from __future__ import annotations
 
+import signal
+
 import decimal
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -115,6 +117,9 @@ def run(
     from gormes.events.postgres_sql import stream_rows
 
     limit = f"{max(1, round(timeout * 1000))}ms"
+    # Ctrl-C cancels the statement (psycopg cancels on KeyboardInterrupt) even when
+    # this process inherited SIGINT ignored: Python then installs no handler of its own.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     conn.execute("BEGIN TRANSACTION READ ONLY")
     try:
         # Limits for this transaction only; reading them fixes its mode as well.
@@ -138,6 +143,7 @@ def run(
             columns = _described_columns(conn)
         yield columns, _rows(first, rows, timeout)
     finally:
+        signal.signal(signal.SIGINT, previous)
         if not conn.closed:
             conn.execute("ROLLBACK")
 
