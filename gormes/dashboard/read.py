@@ -80,7 +80,7 @@ def _marks(values: tuple[str, ...] | list[str]) -> str:
 
 
 def _jobs(conn: sqlite3.Connection, counts: list[tuple[str, str, int]]) -> list[tuple[Any, ...]]:
-    """The live jobs, newest first (the partial index `jobs_live`: its WHERE is
+    """The live jobs, newest first (the partial index `jobs_unended`: its WHERE is
     written out, as SQLite matches a partial index only to the same text), then
     the latest finished ones: each (status, queue) of `counts` read newest first
     from `jobs_status` and merged, so neither read walks the drained ledger."""

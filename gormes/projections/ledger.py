@@ -158,7 +158,11 @@ TABLES = (
     ),
 )
 
-LIVE_JOBS = f"status NOT IN ({', '.join(repr(t) for t in sorted(TERMINAL))})"
+# A job not yet ended, as the partial index `jobs_unended` says it. Not `status NOT
+# IN (...)`: SQLite builds the IN list's lookup table each time it tests a row, and
+# it tests the old and the new row of every UPDATE of `status`, so that spelling
+# cost every claim and every completion ~13 us (half their UPDATE's CPU).
+LIVE_JOBS = " AND ".join(f"status <> '{t}'" for t in sorted(TERMINAL))
 BREAKER_ERROR = "circuit breaker: memory pressure"  # as gormes/actors/jobs/governor.py records it
 BREAKER_KILLED = f"error = '{BREAKER_ERROR}'"
 
@@ -218,7 +222,7 @@ INDEXES = (
     # leaves it once, when it ends), so a drained ledger of any size costs nothing
     # to walk. `LIVE_JOBS` is its WHERE, literally: SQLite uses a partial index
     # only for a query whose WHERE says the same (bound parameters do not).
-    LedgerIndex("jobs_live", "jobs", ("created_at", "id"), LIVE_JOBS),
+    LedgerIndex("jobs_unended", "jobs", ("created_at", "id"), LIVE_JOBS),
     # The memory governor's breaker kills, counted by `top`: few, whatever the size.
     LedgerIndex("jobs_breaker", "jobs", ("id",), BREAKER_KILLED),
     LedgerIndex("inbox_job", "inbox", ("job_id", "sent_at")),
@@ -228,8 +232,9 @@ REWORD_STALLED = "UPDATE jobs SET error = ? WHERE status = 'dead' AND error = ?"
 # A version-3 ledger's rows, as version 4 writes them (see VERSION).
 BACKFILL_SUBMISSIONS = "UPDATE jobs SET submissions = 1 WHERE submissions IS NULL"
 
-# Indexes of earlier versions, dropped where found (decision 0012).
-RETIRED_INDEXES = ("jobs_claim", "jobs_pick", "jobs_delay", "jobs_lock", "jobs_done")
+# Indexes of earlier versions, dropped where found (decision 0012); `jobs_live` was
+# `jobs_unended` spelt with `NOT IN`.
+RETIRED_INDEXES = ("jobs_claim", "jobs_pick", "jobs_delay", "jobs_lock", "jobs_done", "jobs_live")
 
 
 def setup(db: Any) -> None:

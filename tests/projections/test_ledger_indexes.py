@@ -16,9 +16,12 @@ OLD_INDEXES = (
     "CREATE INDEX jobs_delay ON jobs(status, delay_until)",
     "CREATE INDEX jobs_lock ON jobs(status, lock_until)",
     "CREATE INDEX jobs_done ON jobs(status, finished_at)",
+    # `jobs_unended` as it was first spelt
+    "CREATE INDEX jobs_live ON jobs(created_at, id)"
+    " WHERE status NOT IN ('cancelled', 'completed', 'dead', 'failed')",
 )
 NEW = {index.name for index in ledger.INDEXES if index.table == "jobs"}
-REPLACED = {"jobs_waiting", "jobs_delayed", "jobs_status"}
+REPLACED = {"jobs_waiting", "jobs_delayed", "jobs_status", "jobs_unended"}
 
 
 def _job_indexes(tx: Any) -> set[str]:
@@ -92,3 +95,21 @@ async def test_on_sqlite_the_newest_jobs_are_read_from_the_created_index_without
     assert len(steps) == 1 and "INDEX jobs_created" in steps[0], steps
     newest = await store.transact(lambda tx: select_jobs(tx, None, None, None, 3))
     assert [j.id for j in newest] == [j.id for j in reversed(submitted)][:3]
+
+
+async def test_on_sqlite_the_live_jobs_are_read_from_the_unended_index_without_sorting(store):
+    if getattr(store, "dialect", "sqlite") == "postgres":
+        return  # PostgreSQL plans by its statistics; the SQLite planner has none
+    queue = await JobQueue.open(store)
+    submitted = [await queue.submit("a", i) for i in range(4)]
+    [claimed] = await queue.claim_many({"a"}, limit=1)
+    await queue.complete(claimed.id, claimed.lock_token, None)
+    sql = f"SELECT id FROM jobs WHERE {ledger.LIVE_JOBS} ORDER BY created_at DESC, id DESC LIMIT ?"
+
+    def plan(tx: Any) -> list[str]:
+        return [row[3] for row in tx.execute(f"EXPLAIN QUERY PLAN {sql}", (20,))]
+
+    steps = await store.transact(plan)
+    assert len(steps) == 1 and "INDEX jobs_unended" in steps[0], steps
+    live = await store.transact(lambda tx: [row[0] for row in tx.execute(sql, (20,)).fetchall()])
+    assert live == [j.id for j in reversed(submitted) if j.id != claimed.id]
