@@ -30,7 +30,7 @@ def read_stream_of_types(
     """A stream's events after a version, only those of `types` (names or GLOB
     patterns): the others are skipped in the database, never decoded."""
     params: list[Any] = [stream, after_version]
-    where = matching(conn, "type", types, params)
+    where = matching(conn, "type", types, params, indexed=False)
     return f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? AND {where} ORDER BY version", params
 
 
@@ -85,7 +85,7 @@ def select_events(
         sql += " AND position <= ?"
         params.append(upto)
     if types:
-        sql += " AND " + matching(conn, "type", types, params)
+        sql += " AND " + matching(conn, "type", types, params, indexed=False)
     if streams:
         sql += " AND " + matching(conn, "stream", streams, params)
     sql += " ORDER BY position"
