@@ -234,6 +234,7 @@ class LiveRunContext(RunIdentity, RunContext):
         self._job = job
         self._holding_job = job or holding_job
         self._inbox_after = 0  # the stream version the run's inbox was read up to
+        self._inbox_seq: int | None = None  # `_seq` just after that read's receipt (None: no read yet)
         self._read_ids: set[str] = set()
         self.children_nursery: trio.Nursery | None = None  # set by the driver
         self._as_caller: Caller | None = None
@@ -515,25 +516,34 @@ class LiveRunContext(RunIdentity, RunContext):
         if self._job is not None:
             for m in await self._job.inbox():
                 job_items.append(InboxItem(id=m.id, sender=m.sender, payload=m.payload, sent_at=m.sent_at))
-        stream, after, read_ids = self._stream, self._inbox_after, self._read_ids
+        stream, read_ids = self._stream, self._read_ids
 
-        def read_and_receipt(tx: Any, seq: int) -> tuple[Event, int, list[InboxItem]]:
+        def read_and_receipt(tx: Any, seq: int, after: int, own: int | None) -> tuple[Event, int, list[InboxItem]]:
             items = list(job_items)
-            # the messages only: the run's own turns since the last read are not decoded
-            for r in tx.read_stream(stream, after, _MESSAGE_TYPES):
-                e = r.event
-                if isinstance(e, RunMessageSent) and e.message_id not in read_ids:
-                    items.append(InboxItem(id=e.message_id, sender=e.sender, payload=e.payload, sent_at=e.sent_at))
+            # `own`: the stream's version if only this run wrote to it since the last
+            # receipt (one event per seq, under this lock, each committed before the
+            # next). A stream still at it holds no new message: the read is skipped.
+            # The stream's version comes from the writer's version map (no SQL
+            # while no other process wrote), so a step's read costs a lookup.
+            if own is None or tx.stream_version(stream) != own:
+                # the messages only: the run's own turns since the last read are not decoded
+                for r in tx.read_stream(stream, after, _MESSAGE_TYPES):
+                    e = r.event
+                    if isinstance(e, RunMessageSent) and e.message_id not in read_ids:
+                        items.append(InboxItem(id=e.message_id, sender=e.sender, payload=e.payload,
+                                               sent_at=e.sent_at))
             items.sort(key=lambda m: (m.sent_at, m.id))
             event = RunInboxRead(seq=seq, messages=tuple(items))
             # everything up to the receipt has been read: the next read starts after it
             return event, tx.append(stream, [event]).version, items
 
         async with self._lock:
-            seq = self._seq
+            seq, after = self._seq, self._inbox_after
+            own = None if self._inbox_seq is None else after + (seq - self._inbox_seq)
             with trio.CancelScope(shield=True):
-                _, self._inbox_after, items = await self._store.transact(lambda tx: read_and_receipt(tx, seq))
-            self._seq += 1
+                _, self._inbox_after, items = await self._store.transact(
+                    lambda tx: read_and_receipt(tx, seq, after, own))
+            self._seq = self._inbox_seq = seq + 1
         self._read_ids.update(m.id for m in items)
         return items
 
