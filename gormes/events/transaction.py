@@ -63,7 +63,7 @@ class BatchTransaction:
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None
     ) -> AppendResult:
-        return self._batch.append([AppendRequest(stream, events, expected_version)])[0]
+        return self._batch.append_one(stream, events, expected_version)
 
     def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         return self._batch.append(requests)

@@ -168,6 +168,9 @@ class WriteBatchBase:
 
     def append(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         """Check every request's expected version, then stage all or none of them."""
+        if len(requests) == 1:
+            req = requests[0]
+            return [self.append_one(req.stream, req.events, req.expected_version)]
         staged: dict[str, int] = {}
         for req in requests:
             actual = staged.get(req.stream)
@@ -179,21 +182,35 @@ class WriteBatchBase:
         encode = self.log.codec.encode
         # every event encoded before any is staged: one that cannot be fails the call alone
         encoded = [[encode(event) for event in req.events] for req in requests]
-        rows, events, now = self._rows, self._events, self.now
-        results = []
-        for req, coded in zip(requests, encoded):
-            stream = req.stream
-            version = self._versions[stream]
-            first = position = self._next_position
-            for type_, tv, data in coded:
-                version += 1
-                rows.append((position, stream, version, type_, tv, data, now))
-                position += 1
-            events.extend(req.events)
-            self._next_position = position
-            self._set_version(stream, version)
-            results.append(AppendResult(stream, first, position - 1, version))
-        return results
+        return [
+            self._stage(req.stream, self._versions[req.stream], coded, req.events)
+            for req, coded in zip(requests, encoded)
+        ]
+
+    def append_one(
+        self, stream: str, events: Sequence[Any], expected_version: int | None = None
+    ) -> AppendResult:
+        """`append` of one request (a transact function's usual append)."""
+        actual = self.version(stream)
+        if expected_version is not None and expected_version != actual:
+            raise ConcurrencyError(stream, expected_version, actual)
+        encode = self.log.codec.encode
+        return self._stage(stream, actual, [encode(event) for event in events], events)
+
+    def _stage(
+        self, stream: str, version: int, coded: list[tuple[str, int, str]], events: Sequence[Any]
+    ) -> AppendResult:
+        """Stage a stream's encoded events after `version`."""
+        rows, now = self._rows, self.now
+        first = position = self._next_position
+        for type_, tv, data in coded:
+            version += 1
+            rows.append((position, stream, version, type_, tv, data, now))
+            position += 1
+        self._events.extend(events)
+        self._next_position = position
+        self._set_version(stream, version)
+        return AppendResult(stream, first, position - 1, version)
 
     def append_each(self, requests: Iterable[Any]) -> None:
         """Stage many callers' appends, each all or none and independently of the others.
