@@ -26,7 +26,6 @@ import trio
 from gormes.actors.jobs.handlers import HandlerImportError, file_module_name, import_handlers, is_file_spec
 from gormes.actors.runs.context import run_handlers
 from gormes.ops.declared import declared
-from gormes.tools.builtin import default_registry
 
 
 def load_imports(specs: Iterable[str], *, reload: Container[str] = ()) -> None:
@@ -40,7 +39,13 @@ def load_imports(specs: Iterable[str], *, reload: Container[str] = ()) -> None:
     try:
         for spec in specs:
             _load(spec, reload=spec in reload)
-        default_registry()
+        if declared.snapshot() != saved:
+            # Lazy for start-up time: the built-ins (knowledge, skills, their
+            # sqlite-utils and yaml) load only to check operations declared against
+            # them; a worker importing job handlers alone starts ~0.15 s sooner.
+            from gormes.tools.builtin import default_registry
+
+            default_registry()
     except BaseException:
         declared.restore(saved)
         raise
