@@ -158,6 +158,11 @@ class ProviderLimits:
         return self.rules.for_key(key) is not None or (
             key.partition(":")[0] not in UNGUARDED_SCHEMES and self.outage_after > 0)
 
+    def watches(self, provider_name: str, model: str) -> bool:
+        """Whether `turn` does anything for a turn of this provider and model; when
+        not, it yields at once and a caller may run the request without it."""
+        return not self.store.readonly and self.guarded(limit_key(provider_name, model))
+
     # -- a turn ------------------------------------------------------------------------
 
     @asynccontextmanager

@@ -333,17 +333,24 @@ class LiveRunContext(RunIdentity, RunContext):
         if self._provider is None:
             raise UserError(f"run {self.run_id} has no model: start it with a model spec")
         digest = request_hash(request)
+        limits = self._manager.provider_limits
         attempt = 0
         while True:
             attempt += 1
             try:
-                # budgets reserve the worst case (or refuse: BudgetExceeded) and settle after
-                async with self._manager.budgets.turn(self._run, request) as spend, \
-                        self._manager.provider_limits.turn(self._provider.name, request) as turn:
-                    started = trio.current_time()  # the request's time, not its wait for room
+                if not self._run.budgets and not limits.watches(self._provider.name, request.model):
+                    # charged to no budget, no rate rule or outage guard: both turns below
+                    # would yield at once; spared their two context managers a turn
+                    started = trio.current_time()
                     reply = await self._provider.complete(request)
-                    turn.used(reply.usage)
-                    spend.used(reply.usage)
+                else:
+                    # budgets reserve the worst case (or refuse: BudgetExceeded) and settle after
+                    async with self._manager.budgets.turn(self._run, request) as spend, \
+                            limits.turn(self._provider.name, request) as turn:
+                        started = trio.current_time()  # the request's time, not its wait for room
+                        reply = await self._provider.complete(request)
+                        turn.used(reply.usage)
+                        spend.used(reply.usage)
             except ProviderError as exc:
                 await self._record(lambda seq, exc=exc, n=attempt: RunLlmFailed(
                     seq=seq, request_hash=digest, error=error_text(exc), retryable=exc.retryable,
