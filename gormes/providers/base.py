@@ -154,24 +154,36 @@ def tools_json(tools: tuple[ToolSpec, ...]) -> bytes:
     return data
 
 
+def _request_parts(request: ModelRequest) -> tuple[bytes, bytes, bytes]:
+    """A request with tools, as its canonical JSON in three parts: what comes before
+    the tools, the tools (shared by every turn: kept, see `tools_json`), and `}`."""
+    enc = _sorted.encode
+    head = b"".join((
+        _MAX_TOKENS, enc(request.max_tokens), _MESSAGES, enc(request.messages), _MODEL,
+        enc(request.model), _TEMPERATURE, enc(request.temperature), _TOOLS,
+    ))
+    return head, tools_json(request.tools), b"}"
+
+
 def request_json(request: ModelRequest) -> bytes:
     """The request's canonical JSON: keys sorted, every field present; the same bytes
     as `msgspec.json.encode(request, order="sorted")`."""
     if not request.tools or type(request) is not ModelRequest:
         return _sorted.encode(request)
-    enc = _sorted.encode
-    return b"".join((
-        _MAX_TOKENS, enc(request.max_tokens), _MESSAGES, enc(request.messages), _MODEL,
-        enc(request.model), _TEMPERATURE, enc(request.temperature), _TOOLS,
-        tools_json(request.tools), b"}",
-    ))
+    return b"".join(_request_parts(request))
 
 
 def request_hash(request: ModelRequest) -> str:
-    """sha256 (hex) of the request's canonical JSON: keys sorted, every field present."""
-    if request.tools:
-        return hashlib.sha256(request_json(request)).hexdigest()
-    return hashlib.sha256(_sorted.encode(request)).hexdigest()
+    """sha256 (hex) of the request's canonical JSON: keys sorted, every field present.
+    The parts are hashed one after the other: the tools' ~10 KB are not copied into
+    one string first (the digest is the same)."""
+    if not request.tools or type(request) is not ModelRequest:
+        return hashlib.sha256(_sorted.encode(request)).hexdigest()
+    head, tools, tail = _request_parts(request)
+    h = hashlib.sha256(head)
+    h.update(tools)
+    h.update(tail)
+    return h.hexdigest()
 
 
 class ProviderError(GormesError):
