@@ -191,6 +191,9 @@ class ScriptedProvider:
         self._attempts: weakref.WeakKeyDictionary[trio.lowlevel.Task, dict[tuple[str, int, str], int]] = (
             weakref.WeakKeyDictionary()
         )
+        # a step's tool calls, made (and checked) once: by (id of the step, turn index);
+        # the steps live as long as the provider (`_agents`), so their ids stay theirs
+        self._calls: dict[tuple[int, int], tuple[ToolCall, ...]] = {}
 
     @classmethod
     def open(cls, path: str | Path, **config: Any) -> ScriptedProvider:
@@ -237,6 +240,18 @@ class ScriptedProvider:
         )
 
     def _reply(self, request: ModelRequest, step: ScriptStep, turn_index: int) -> ModelReply:
+        calls = self._calls.get((id(step), turn_index))
+        if calls is None:
+            calls = self._calls[(id(step), turn_index)] = self._tool_calls(step, turn_index)
+        message = Message(role="assistant", content=step.text or "", tool_calls=calls)
+        return ModelReply(
+            message=message,
+            usage=step.usage or estimate_usage(request, message),
+            finish_reason=step.finish_reason or ("tool_calls" if calls else "stop"),
+            model=self.model,
+        )
+
+    def _tool_calls(self, step: ScriptStep, turn_index: int) -> tuple[ToolCall, ...]:
         calls = tuple(
             ToolCall(
                 id=call.id or f"call-{turn_index + 1}-{i + 1}",
@@ -251,13 +266,7 @@ class ScriptedProvider:
         )
         for call in calls:
             parse_tool_arguments(call, source=self.name)
-        message = Message(role="assistant", content=step.text or "", tool_calls=calls)
-        return ModelReply(
-            message=message,
-            usage=step.usage or estimate_usage(request, message),
-            finish_reason=step.finish_reason or ("tool_calls" if calls else "stop"),
-            model=self.model,
-        )
+        return calls
 
 
 __all__ = ["InvalidModelReply", "ScriptError", "ScriptedProvider", "load_script"]
