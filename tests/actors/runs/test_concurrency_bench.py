@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 CASE_KEYS = {
     "runs", "delay_ms", "steps", "steps_per_s", "wall_s", "ideal_s", "wall_vs_ideal", "rss_mb",
-    "replayed", "replayed_exactly",
+    "replayed", "replayed_exactly", "cpu_s", "cpu_us_per_step",
 }
 JOB_KEYS = {
     "jobs", "concurrency", "delay_ms", "lease_ms", "steps", "steps_per_s", "wall_s", "ideal_s",
