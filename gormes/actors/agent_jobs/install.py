@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gormes.actors.agent_jobs.cut_off import EndedJobRuns
 from gormes.actors.jobs.context import JobContext
 from gormes.actors.jobs.handlers import HandlerRegistry
 from gormes.actors.jobs.queue import JobQueue
@@ -57,12 +56,19 @@ def sweeps(queue: JobQueue, config: WorkerConfig) -> list[Sweep]:
     """The worker's sweeps, as often as it sweeps stalled leases: agent jobs that
     ended with no attempt running them (gormes/actors/agent_jobs/cut_off.py), and
     approval requests past their timeout (their jobs are parked: nobody else looks)."""
-    # A live worker records its runs' ends itself within a lease (its renewal fails
-    # at the latest) and the abort grace.
-    ended = EndedJobRuns(queue, grace_ms=config.lease_ms + config.abort_grace_ms)
+    ended: list[Any] = []  # the EndedJobRuns, made by the first sweep
 
     async def end_runs_of_ended_jobs() -> list[str]:
-        return await ended.sweep()
+        if not ended:
+            # Lazy for start-up time: the runs' cut-off machinery loads with the
+            # first sweep, not before a worker's first job (its window starts
+            # at the first sweep either way).
+            from gormes.actors.agent_jobs.cut_off import EndedJobRuns
+
+            # A live worker records its runs' ends itself within a lease (its
+            # renewal fails at the latest) and the abort grace.
+            ended.append(EndedJobRuns(queue, grace_ms=config.lease_ms + config.abort_grace_ms))
+        return await ended[0].sweep()
 
     async def time_out_approvals() -> list[str]:
         """Approval requests past their timeout: timed out, their parked jobs resumed
