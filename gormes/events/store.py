@@ -179,6 +179,18 @@ class EventStore(Protocol):
 
     async def transact(self, fn: Callable[[Transaction], T]) -> T: ...
 
+    async def append_held(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = ANY
+    ) -> AppendResult:
+        """`append`, returning only once the commit did, whatever cancel comes (it
+        reaches the caller at its next checkpoint): a recording that must not be
+        cut off between the append and its caller seeing the result."""
+        ...
+
+    async def transact_held(self, fn: Callable[[Transaction], T]) -> T:
+        """`transact`, held against cancellation like `append_held`."""
+        ...
+
     async def read_stream(self, stream: str, after_version: int = 0) -> list[Recorded]: ...
 
     async def read_all(

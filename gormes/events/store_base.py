@@ -50,6 +50,14 @@ class _Request:
         self.task = None
         return Abort.SUCCEEDED
 
+    @staticmethod
+    def hold(_raise_cancel: Any) -> Abort:
+        """Abort callback of a held wait (`append_held`, `transact_held`): the caller
+        waits for the commit whatever cancel comes, which reaches it at its next
+        checkpoint; what a shielded cancel scope around the wait does, without
+        the scope's cost (decision 0038)."""
+        return Abort.FAILED
+
 
 class _Batch:
     """Requests that will share one transaction; `done.set()` once it committed
@@ -188,8 +196,18 @@ class GroupCommitCalls:
             self._work.set()
         return (await wait_task_rescheduled(req.abandon))[0]
 
+    async def append_held(
+        self, stream: str, events: Sequence[Event], expected_version: int | None = None
+    ) -> AppendResult:
+        """`append`, its wait for the commit held against cancellation (`_Request.hold`)."""
+        return (await self._submit("append", [AppendRequest(stream, events, expected_version)], held=True))[0]
+
     async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         return await self._submit("append", list(requests))
+
+    async def transact_held(self, fn: Callable[[Any], T]) -> T:
+        """`transact`, its wait for the commit held against cancellation (`_Request.hold`)."""
+        return await self._submit("transact", fn, held=True)  # type: ignore[no-any-return]
 
     async def transact_urgent(self, fn: Callable[[Any], T]) -> T:
         """`transact`, committed in a transaction of its own ahead of the batch
@@ -199,7 +217,7 @@ class GroupCommitCalls:
         in time; everything else should share the group commit."""
         return await self._submit("transact", fn, urgent=True)  # type: ignore[no-any-return]
 
-    async def _submit(self, kind: str, payload: Any, *, urgent: bool = False) -> Any:
+    async def _submit(self, kind: str, payload: Any, *, urgent: bool = False, held: bool = False) -> Any:
         if self.readonly:
             raise self._read_only_error()
         if self._closed:
@@ -209,7 +227,7 @@ class GroupCommitCalls:
         requests.append(req)
         if len(requests) == 1:
             self._work.set()
-        return await wait_task_rescheduled(req.abandon)
+        return await wait_task_rescheduled(_Request.hold if held else req.abandon)
 
 
 class Changes:

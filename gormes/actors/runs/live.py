@@ -2,7 +2,11 @@
 
 Recording is `append, durable, then return`: the append is shielded from
 cancellation, so an observation on the log is always one the handler received
-(a deadline or a cancel lands at the handler's next checkpoint instead).
+(a deadline or a cancel lands at the handler's next checkpoint instead). The
+common recordings (a model turn, an inbox read) wait for their commit with the
+store's held waits (`append_held`, `transact_held`), which do what a shielded
+scope around the wait does without entering a scope: a scope cost more than
+anything else a step does (decision 0038).
 A lock keeps `seq` order and stream order the same.
 
 The run's lifecycle (run.started, the terminal event, cancel scopes, children's
@@ -258,8 +262,7 @@ class LiveRunContext(RunIdentity, RunContext):
     async def _record(self, make: Callable[[int], Event]) -> Event:
         async with self._lock:
             event = make(self._seq)
-            with trio.CancelScope(shield=True):
-                await self._store.append(self._stream, [event])
+            await self._store.append_held(self._stream, [event])
             self._seq += 1
             tokens = tokens_of(event)
             if tokens is not NO_TOKENS:
@@ -547,9 +550,8 @@ class LiveRunContext(RunIdentity, RunContext):
         async with self._lock:
             seq, after = self._seq, self._inbox_after
             own = None if self._inbox_seq is None else after + (seq - self._inbox_seq)
-            with trio.CancelScope(shield=True):
-                _, self._inbox_after, items = await self._store.transact(
-                    lambda tx: read_and_receipt(tx, seq, after, own))
+            _, self._inbox_after, items = await self._store.transact_held(
+                lambda tx: read_and_receipt(tx, seq, after, own))
             self._seq = self._inbox_seq = seq + 1
         self._read_ids.update(m.id for m in items)
         return items
