@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -169,6 +169,20 @@ class WriteBatch(WriteBatchBase):
             self._insert(mark.rows)
         self.log.conn.execute("SAVEPOINT transact")
         self.savepoint_sent = True
+
+    def read(self, then: Callable[[], T], streams: Iterable[str]) -> T:
+        """A read of streams with nothing staged runs as it is: what is staged
+        cannot change its answer. Otherwise it needs no savepoint of its own:
+        with one deferred and nothing staged since it, the rows staged before it
+        go in and the SAVEPOINT stays unsent (a transact function that reads,
+        then appends, sends none)."""
+        if self._staged_streams.isdisjoint(streams):
+            return then()
+        mark = self._deferred
+        if mark is None or len(self._rows) > mark.rows:
+            return self.flush(then)  # type: ignore[return-value]
+        self._insert(len(self._rows))
+        return then()
 
     def end_deferred(self) -> None:
         self._deferred = None

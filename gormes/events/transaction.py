@@ -43,7 +43,7 @@ class BatchTransaction:
         self, stream: str, after_version: int = 0, types: Sequence[str] | None = None
     ) -> list[Recorded]:
         log = self._batch.log
-        records = self._batch.flush(lambda: log.read_stream(stream, after_version, types))
+        records = self._batch.read(lambda: log.read_stream(stream, after_version, types), (stream,))
         if after_version == 0 and not types:  # the whole stream: its version, for the next append
             self._batch.learn_version(stream, records[-1].version if records else 0)
         return records
@@ -54,7 +54,8 @@ class BatchTransaction:
         """Several streams in one query, each whole or after a version of `after`
         (see `LogBase.read_streams`)."""
         log = self._batch.log
-        found = self._batch.flush(lambda: log.read_streams(streams, after))
+        wanted = list(streams)
+        found = self._batch.read(lambda: log.read_streams(wanted, after), wanted)
         for stream, records in found.items():
             if records or not after or stream not in after:  # a tail that is empty tells no version
                 self._batch.learn_version(stream, records[-1].version if records else 0)

@@ -77,6 +77,8 @@ class WriteBatchBase:
         self._versions: dict[str, int] = {}
         self._rows: list[Row] = []
         self._events: list[Any] = []  # the event of each staged row (None: decode it)
+        # streams that may have rows staged (emptied when none is): what a read must flush for
+        self._staged_streams: set[str] = set()
         self._next_position = head + 1
         self._mark: Mark | None = None  # the innermost open savepoint
 
@@ -86,6 +88,11 @@ class WriteBatchBase:
         """Insert the staged rows so that SQL run next in the transaction sees
         them, then run `then` (SQL of the caller) and return its result."""
         raise NotImplementedError
+
+    def read(self, then: Callable[[], T], streams: Iterable[str]) -> T:
+        """`then()`, SQL that reads only the events of `streams`, seeing every
+        write staged before it."""
+        return self.flush(then)  # type: ignore[return-value]
 
     def send_pending(self) -> None:
         """Send statements the batch holds back (PostgreSQL's deferred SAVEPOINT)."""
@@ -208,6 +215,7 @@ class WriteBatchBase:
             rows.append((position, stream, version, type_, tv, data, now))
             position += 1
         self._events.extend(events)
+        self._staged_streams.add(stream)
         self._next_position = position
         self._set_version(stream, version)
         return AppendResult(stream, first, position - 1, version)
@@ -221,6 +229,7 @@ class WriteBatchBase:
         single-request single-event append is written out here, one loop for all.
         """
         versions, cache, rows, staged = self._versions, self._cache, self._rows, self._events
+        staged_streams = self._staged_streams
         undo = None if self._mark is None else self._mark.undo
         encode = self.log.codec.encode
         now = self.now
@@ -261,6 +270,7 @@ class WriteBatchBase:
             position = self._next_position
             rows.append((position, stream, version, type_, tv, data, now))
             staged.append(event)
+            staged_streams.add(stream)
             self._next_position = position + 1
             item.result = [AppendResult(stream, position, position, version)]
 
@@ -268,6 +278,7 @@ class WriteBatchBase:
         """Stage stored rows as they are (a migration), at the positions they carry."""
         self._rows.extend(rows)
         self._events.extend([None] * len(rows))
+        self._staged_streams.update(row[1] for row in rows)
         if rows:
             self._next_position = rows[-1][0] + 1
 
@@ -284,6 +295,7 @@ class WriteBatchBase:
     def clear_staged(self) -> None:
         self._rows.clear()
         self._events.clear()
+        self._staged_streams.clear()
         mark = self._mark
         while mark is not None:  # what was staged before them is sent now
             mark.rows = 0

@@ -492,3 +492,53 @@ async def test_a_transaction_reads_a_stream_after_a_version_of_the_given_types_o
         return typed, from_start, tx.append("run-x", [note("4")]).version
 
     assert await store.transact(work) == ([2, 4], [2, 4], 6)
+
+
+async def test_a_transaction_in_a_batch_reads_the_appends_queued_before_it_and_a_failing_reader_leaves_nothing(store):
+    import threading
+
+    from trio.testing import wait_all_tasks_blocked
+
+    started, release = threading.Event(), threading.Event()
+    results: dict[str, Any] = {}
+
+    def hold(tx: Any) -> None:
+        started.set()
+        release.wait()
+
+    def reads_a_and_b(tx: Any) -> tuple[list[str], list[str]]:
+        return [r.event.text for r in tx.read_stream("a")], [r.event.text for r in tx.read_stream("b")]
+
+    def reads_then_fails(tx: Any) -> None:
+        tx.read_stream("a")
+        tx.append("c", [note("undone")], expected_version=0)
+        raise RuntimeError("boom")
+
+    def reads_b_then_appends(tx: Any) -> list[str]:
+        seen = [r.event.text for r in tx.read_stream("b")]
+        tx.append("b", [note("after")], expected_version=len(seen))
+        return seen
+
+    async def run(name: str, fn: Any) -> None:
+        try:
+            results[name] = await store.transact(fn)
+        except RuntimeError as exc:
+            results[name] = str(exc)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.transact, hold)
+            await trio.to_thread.run_sync(started.wait)  # the writer is in its thread
+            # queued in this order behind it, so that all of them share the next batch
+            nursery.start_soon(store.append, "a", [note("staged")], 0)
+            await wait_all_tasks_blocked()
+            for name, fn in [("ab", reads_a_and_b), ("fails", reads_then_fails), ("b", reads_b_then_appends)]:
+                nursery.start_soon(run, name, fn)
+                await wait_all_tasks_blocked()
+            release.set()
+    assert results == {"ab": (["staged"], []), "fails": "boom", "b": []}
+    assert [r.event.text for r in await store.read_stream("a")] == ["staged"]
+    assert [r.event.text for r in await store.read_stream("b")] == ["after"]
+    assert await store.read_stream("c") == []
+    positions, _ = await all_positions_and_versions(store)
+    assert positions == [1, 2]
