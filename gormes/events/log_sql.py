@@ -24,14 +24,29 @@ STREAM_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream = ?"
 READ_STREAM = f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? ORDER BY version"
 
 
+_TYPED_READS: dict[tuple[type, tuple[str, ...]], tuple[str, list[Any]]] = {}  # see below
+_TYPED_READS_MAX = 256
+
+
 def read_stream_of_types(
     conn: Any, stream: str, after_version: int, types: Sequence[str]
 ) -> tuple[str, list[Any]]:
     """A stream's events after a version, only those of `types` (names or GLOB
-    patterns): the others are skipped in the database, never decoded."""
-    params: list[Any] = [stream, after_version]
-    where = matching(conn, "type", types, params, indexed=False)
-    return f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? AND {where} ORDER BY version", params
+    patterns): the others are skipped in the database, never decoded.
+
+    The SQL and the patterns' parameters are made once per connection class and types
+    (a run's inbox asks for the same type at every step)."""
+    key = (type(conn), tuple(types))  # a connection's class tells its dialect
+    known = _TYPED_READS.get(key)
+    if known is None:
+        patterns: list[Any] = []
+        where = matching(conn, "type", types, patterns, indexed=False)
+        if len(_TYPED_READS) >= _TYPED_READS_MAX:
+            _TYPED_READS.clear()
+        sql = f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? AND {where} ORDER BY version"
+        known = _TYPED_READS[key] = (sql, patterns)
+    sql, patterns = known
+    return sql, [stream, after_version, *patterns]
 
 
 def read_streams(conn: Any, streams: Sequence[str]) -> tuple[str, list[Any]]:
