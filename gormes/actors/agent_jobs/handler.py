@@ -46,15 +46,19 @@ abort reason. The next attempt looks at the run the previous one named
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import msgspec
+import trio
 
 from gormes.actors.agent_jobs.attempts import AGENT_RUN, attempt_runs, last_attempt_run
 from gormes.actors.agent_jobs.cut_off import cut_off_reason
 from gormes.actors.agent_jobs.tokens import missed_tokens, total
 from gormes.actors.jobs.context import JobContext
 from gormes.actors.jobs.handlers import UnrecoverableError
+from gormes.actors.jobs.state import LockLost
 from gormes.actors.runs.agent import AgentInput
 from gormes.actors.runs.continuation import resume_run
 from gormes.actors.runs.cut_off import end_cut_off_runs
@@ -214,11 +218,44 @@ async def agent_job(ctx: JobContext, data: Any, *, operations: Registry | None =
         await _end_cut_off(ctx, store, earlier.run_id)
 
     async def to_job(tokens: Tokens, model: str | None) -> None:
-        await _to_job(ctx, tokens, model)
+        # With the job's next inbox read, which the run makes before its next turn:
+        # a step costs the job one transaction, not two (decision 0025). A turn with
+        # no inbox read since the last (a subagent's, or a handler that reads none)
+        # writes both now, so the job is never more than a turn behind; a park
+        # writes them first (approvals.py), the attempt's end what is left (`_flushed`).
+        ctx.tokens_later(tokens, model=model)
+        if ctx.tokens_waiting > 1:
+            await ctx.flush_tokens()
 
     def outside_reason() -> str | None:
         return f"job {ctx.abort_reason}" if ctx.abort_reason else None
 
+    async with _flushed(ctx):
+        return await _drive(ctx, store, options, run_input, earlier, operations, to_job, outside_reason)
+
+
+@asynccontextmanager
+async def _flushed(ctx: JobContext) -> AsyncIterator[None]:
+    """Write the tokens the run reported since the job's last inbox read, however the
+    attempt ends: shielded, so that a paused or cancelled attempt gives them too
+    while its token still holds the job; a token that no longer does is refused
+    (LockLost), and the next attempt counts them (`tokens.py`)."""
+    try:
+        yield
+    finally:
+        with trio.CancelScope(shield=True):
+            try:
+                await ctx.flush_tokens()
+            except LockLost:
+                pass
+
+
+async def _drive(
+    ctx: JobContext, store: EventStore, options: AgentJobData, run_input: Any, earlier: RecordedRun | None,
+    operations: Registry | None, to_job: Callable[[Tokens, str | None], Awaitable[None]],
+    outside_reason: Callable[[], str | None],
+) -> Any:
+    """The attempt's run: `earlier` resumed, or a fresh one."""
     acts_for = run_identity(ctx.id, ctx.submitter)
     async with RunManager.open(store, executor=_executor(store, operations)) as runs:
         run_id = runs.new_id()

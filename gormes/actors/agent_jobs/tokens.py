@@ -1,10 +1,11 @@
 """What an agent job's earlier attempts spent in tokens but never gave the job.
 
-A run reports each model turn's usage to its job right after recording the turn.
-If the job is paused, cancelled or loses its lease between the two, the job's
-fenced token write is refused: the run's stream has the turn, the job lacks its
-tokens, and a later attempt that resumes the run serves that turn from the record
-without counting it again. So each attempt first compares
+A run reports each model turn's usage to its job after recording the turn: with
+the job's next inbox read (the same transaction), before a park, or at the
+attempt's end (handler.py). If the job is paused, cancelled or loses its lease
+in between, the job's fenced token write is refused: the run's stream has the
+turn, the job lacks its tokens, and a later attempt that resumes the run serves
+that turn from the record without counting it again. So each attempt first compares
 
 - what the runs of earlier attempts used live: their own model turns and token
   reports (not the prefix a resumed run copied from the run before it, which was

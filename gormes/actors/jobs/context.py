@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gormes.actors.jobs.state import LockLost
-from gormes.events.jobs import Submitter, TranscriptEntry
+from gormes.events.jobs import Submitter, Tokens, TranscriptEntry
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.queue import InboxMessage, Job, JobQueue
@@ -37,6 +37,7 @@ class JobContext:
         self._job = job
         self._on_lock_lost = on_lock_lost
         self.abort_reason: str | None = None
+        self._later: list[tuple[Tokens, str | None]] = []  # tokens_later's, not yet written
 
     # -- what the job is --------------------------------------------------------
 
@@ -102,14 +103,35 @@ class JobContext:
             )
         )
 
+    def tokens_later(self, tokens: Tokens, *, model: str | None = None) -> None:
+        """`tokens`, written with the job's next `inbox()` read (one transaction for
+        both) or at `flush_tokens()`: what an agent job's run reports after every
+        model turn, right before its next inbox read (decision 0025)."""
+        self._later.append((tokens, model))
+
+    @property
+    def tokens_waiting(self) -> int:
+        """How many `tokens_later` reports are not written yet."""
+        return len(self._later)
+
+    async def flush_tokens(self) -> None:
+        """Write what `tokens_later` holds (nothing if it holds nothing)."""
+        later, self._later = self._later, []
+        if later:
+            await self._fenced(self._queue.add_tokens_many(self.id, self.lock_token, later))
+
     async def log(self, text: str, *, kind: str = "log", data: Any = None) -> None:
         """Append a transcript entry (kind: log, tool_call, llm_turn or error)."""
         entry = TranscriptEntry(kind=kind, text=text, data=data)  # type: ignore[arg-type]
         await self._fenced(self._queue.log(self.id, self.lock_token, entry))
 
     async def inbox(self) -> list[InboxMessage]:
-        """Unread messages (child_done, operator or parent messages), marked read."""
-        return await self._queue.read_inbox(self.id, self.lock_token)
+        """Unread messages (child_done, operator or parent messages), marked read;
+        the tokens `tokens_later` holds are written first, in the same transaction."""
+        later, self._later = self._later, []
+        if not later:
+            return await self._queue.read_inbox(self.id, self.lock_token)
+        return await self._fenced(self._queue.read_inbox(self.id, self.lock_token, tokens=later))  # type: ignore[no-any-return]
 
     async def spawn(
         self, name: str, data: Any = None, options: Mapping[str, Any] | None = None

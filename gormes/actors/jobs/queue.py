@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random as _random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gormes.actors.jobs import rules
@@ -56,6 +56,7 @@ __all__ = [
 
 DEFAULT_STALL_GRACE_MS = 15_000
 DEFAULT_MAX_DEPTH = 5
+UNREAD_ONE = "SELECT 1 FROM inbox WHERE job_id = ? AND read_at IS NULL LIMIT 1"  # any unread message?
 # A job that ended without a result frees its idempotency key for a new job; a
 # live or completed one holds it (a resubmission is given that job).
 _KEY_HELD = ledger.status_in(TERMINAL - {"completed"}, negate=True)
@@ -335,6 +336,15 @@ class JobQueue(QueueBatches, QueueAdmin):
 
         return await self._transact(run)
 
+    async def _holder_write(self, job_id: str, make: Callable[[int], rules.Command]) -> None:
+        """`_holder_command` for a write whose caller wants no Job back (tokens, log,
+        progress: an agent job's every turn), so the ledger row is not read back."""
+        def run(s: JobSession) -> None:
+            self._existing(s, job_id)
+            s.run(job_id, make(s.now))
+
+        await self._transact(run)
+
     async def complete(self, job_id: str, token: str, result: Any = None) -> Job | None:
         """Finish the attempt. With live children the job goes `waiting-children`
         (and runs again when they are all terminal) instead of `completed`.
@@ -377,7 +387,7 @@ class JobQueue(QueueBatches, QueueAdmin):
 
     async def progress(self, job_id: str, token: str, progress: Any) -> None:
         progress = json_data(progress, "progress")
-        await self._holder_command(
+        await self._holder_write(
             job_id, lambda now: rules.Progress(now=now, token=token, progress=progress)
         )
 
@@ -388,9 +398,19 @@ class JobQueue(QueueBatches, QueueAdmin):
         """Add token deltas (fenced), spent on `model` if given."""
         tokens = Tokens(input=input, output=output, cache_read=cache_read, cache_write=cache_write,
                         reasoning=reasoning)
-        await self._holder_command(
+        await self._holder_write(
             job_id, lambda now: rules.AddTokens(now=now, token=token, tokens=tokens, model=model)
         )
+
+    async def add_tokens_many(self, job_id: str, token: str, tokens: Sequence[tuple[Tokens, str | None]]) -> None:
+        """`add_tokens` of each (deltas, model), in one transaction."""
+        await self._transact(lambda s: self._add_tokens_in(s, job_id, token, tokens))
+
+    def _add_tokens_in(self, s: JobSession, job_id: str, token: str,
+                       tokens: Sequence[tuple[Tokens, str | None]]) -> None:
+        self._existing(s, job_id)
+        for delta, model in tokens:
+            s.run(job_id, rules.AddTokens(now=s.now, token=token, tokens=delta, model=model))
 
     async def log(self, job_id: str, token: str, entry: TranscriptEntry | str) -> None:
         """Append a transcript entry (fenced)."""
@@ -399,15 +419,23 @@ class JobQueue(QueueBatches, QueueAdmin):
         entry = TranscriptEntry(
             kind=entry.kind, text=entry.text, data=json_data(entry.data, "transcript data")
         )
-        await self._holder_command(
+        await self._holder_write(
             job_id, lambda now: rules.Transcribe(now=now, token=token, entry=entry)
         )
 
-    async def read_inbox(self, job_id: str, token: str) -> list[InboxMessage]:
+    async def read_inbox(
+        self, job_id: str, token: str, tokens: Sequence[tuple[Tokens, str | None]] = (),
+    ) -> list[InboxMessage]:
         """Unread messages, marking them read (a receipt event). A second read
-        returns nothing new; a wrong token reads nothing."""
+        returns nothing new; a wrong token reads nothing. `tokens`: (deltas, model)
+        added first, fenced, in the same transaction (LockLost as `add_tokens`)."""
         def read(s: JobSession) -> list[InboxMessage]:
-            if s.state(job_id) is None:
+            if tokens:
+                self._add_tokens_in(s, job_id, token, tokens)
+            # Nothing unread in the ledger (inline: current in this transaction) is
+            # nothing to decide: the job's stream is not folded (an agent job reads
+            # its inbox before every turn, nearly always empty).
+            if not s.rows(UNREAD_ONE, (job_id,)) or s.state(job_id) is None:
                 return []
             events = s.run(job_id, rules.ReadInbox(now=s.now, token=token))
             if not events:

@@ -186,6 +186,7 @@ class ApprovalGate:
         if job is not None:
             approval_id = request.approval_id
             with trio.CancelScope(shield=True):
+                await job.flush_tokens()  # what the job is owed, while the lease it gives up holds
                 looked = await park(
                     self.store, self._now(), job.id, job.lock_token, on=approval_key(approval_id),
                     why=f"waiting for approval {approval_id} of {request.operation} "

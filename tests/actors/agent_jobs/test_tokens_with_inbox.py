@@ -1,0 +1,68 @@
+"""An agent job's turn tokens ride on its next inbox read (one transaction a step,
+decision 0025): JobContext.tokens_later, then inbox() or flush_tokens()."""
+
+from __future__ import annotations
+
+import pytest
+
+from gormes.actors.jobs.context import JobContext
+from gormes.actors.jobs.queue import JobQueue, LockLost
+from gormes.actors.jobs.session import JobSession
+from gormes.events.jobs import JobInboxRead, JobTokensAdded, Tokens, job_stream
+from gormes.events.sqlite import SQLiteEventStore
+
+
+async def _claimed(store, **kw) -> tuple[JobQueue, JobContext]:
+    queue = await JobQueue.open(store)
+    await queue.submit("a")
+    job = await queue.claim({"a"})
+    return queue, JobContext(queue, job, **kw)
+
+
+async def test_the_inbox_read_writes_the_waiting_tokens_in_its_transaction(tmp_path) -> None:
+    async with SQLiteEventStore.open(tmp_path / "db") as store:
+        queue, ctx = await _claimed(store)
+        await queue.send(ctx.id, {"hi": 1})
+        ctx.tokens_later(Tokens(input=3, output=1), model="m")
+        ctx.tokens_later(Tokens(input=2), model=None)
+        assert ctx.tokens_waiting == 2
+        assert (await queue.get(ctx.id)).tokens == Tokens()  # nothing written yet
+        head = await store.head()
+        [message] = await ctx.inbox()
+        assert message.payload == {"hi": 1} and ctx.tokens_waiting == 0
+        written = await store.read_all(after_position=head)
+        assert [type(r.event) for r in written] == [JobTokensAdded, JobTokensAdded, JobInboxRead]
+        assert len({r.event.at for r in written}) == 1  # one session's now: one transaction
+        assert (await queue.get(ctx.id)).tokens == Tokens(input=5, output=1)
+        ctx.tokens_later(Tokens(output=4))
+        await ctx.flush_tokens()
+        await ctx.flush_tokens()  # nothing waiting: nothing written
+        assert (await queue.get(ctx.id)).tokens == Tokens(input=5, output=5)
+
+
+async def test_an_empty_inbox_is_answered_without_folding_the_job(tmp_path, monkeypatch) -> None:
+    async with SQLiteEventStore.open(tmp_path / "db") as store:
+        queue, ctx = await _claimed(store)
+        folds: list[str] = []
+        state = JobSession.state
+        monkeypatch.setattr(JobSession, "state", lambda s, job_id: folds.append(job_id) or state(s, job_id))
+        assert await ctx.inbox() == []
+        assert folds == []
+        await queue.send(ctx.id, "x")
+        assert [m.payload for m in await ctx.inbox()] == ["x"]
+        assert folds  # a message to read: the job is folded and decides as before
+
+
+async def test_a_token_that_no_longer_holds_the_job_writes_nothing(tmp_path) -> None:
+    async with SQLiteEventStore.open(tmp_path / "db") as store:
+        lost: list[bool] = []
+        queue, ctx = await _claimed(store, on_lock_lost=lambda: lost.append(True))
+        await queue.release(ctx.id, ctx.lock_token)
+        ctx.tokens_later(Tokens(input=1))
+        head = await store.head()
+        with pytest.raises(LockLost):
+            await ctx.inbox()
+        ctx.tokens_later(Tokens(input=1))
+        with pytest.raises(LockLost):
+            await ctx.flush_tokens()
+        assert await store.head() == head and lost == [True, True]
