@@ -104,8 +104,11 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
         read_mcp_config(mcp_config)
 
     # Lazy for start-up time: loaded when the command runs, not for its --help.
+    from gormes.actors.jobs.leases import renewal_warning
     from gormes.actors.jobs.worker import WorkerConfig
 
+    if (warning := renewal_warning(concurrency, lease_ms)) is not None:
+        click.echo(warning, err=True)
     config = WorkerConfig(
         queues=queues or None, concurrency=concurrency, lease_ms=lease_ms,
         stall_interval_ms=stall_interval_ms, stall_grace_ms=stall_grace_ms,

@@ -1,0 +1,14 @@
+"""`gormes worker` warns when its jobs in flight need more lease renewals a second
+than a log records alongside them (leases.renewal_warning)."""
+
+from __future__ import annotations
+
+from gormes.actors.jobs.leases import RENEWALS_PER_S_WARN, renewal_warning
+
+
+def test_the_warning_names_the_figures_past_the_rate() -> None:
+    assert renewal_warning(10_000, 30_000) is None  # 667/s
+    assert renewal_warning(RENEWALS_PER_S_WARN, 2_000) is None  # exactly the rate
+    warning = renewal_warning(10_000, 2_000)
+    assert warning is not None
+    assert "--concurrency 10000" in warning and "--lease 2000 ms" in warning and "10,000 lease renewals/s" in warning
