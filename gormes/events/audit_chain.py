@@ -145,10 +145,11 @@ def _prev_of(tx: Transaction, stream: str, version: int, known: Head | None) -> 
 
 
 async def append_sealed(
-    store: EventStore, audit: AppendRequest, also: Iterable[AppendRequest] = ()
+    store: EventStore, audit: AppendRequest, also: Iterable[AppendRequest] = (), *, held: bool = False
 ) -> list[AppendResult]:
     """Seal and append the audit request, and append `also` (a run's record of the
-    same call), in one transaction. Returns the audit's result, then `also`'s."""
+    same call), in one transaction. Returns the audit's result, then `also`'s.
+    `held`: wait for the commit whatever cancel comes (`EventStore.transact_held`)."""
     try:
         heads = _heads.setdefault(store, _Heads())
     except TypeError:  # a store that takes no weak reference: nothing remembered
@@ -162,7 +163,7 @@ async def append_sealed(
         heads.sealed(stream, head)
         return results, head
 
-    results, head = await store.transact(write)
+    results, head = await (store.transact_held(write) if held else store.transact(write))
     heads.committed_head(stream, head)
     return results
 

@@ -51,7 +51,9 @@ RawInput = bytes | bytearray | memoryview | str | dict | msgspec.Struct | None
 
 # audit(request, output, error): append `request` (the call's audit event), and the
 # caller's own record of the call with it. `output` is the call's output when
-# `error` is None. Called shielded from cancellation, exactly once per call.
+# `error` is None. Called exactly once per call, possibly with a cancel pending: it
+# must append without a checkpoint a cancel could end (the store's held waits), so
+# that a cancelled call is still audited; the executor enters no scope for it.
 AuditWriter = Callable[[AppendRequest, Any, BaseException | None], Awaitable[None]]
 
 ERROR_TEXT_MAX = 300
@@ -171,12 +173,12 @@ class Executor:
         duration_ms = round((trio.current_time() - started) * 1000, 3)
         at = int(self.clock() * 1000)
         event = record.event(duration_ms=duration_ms, at=at)
+        if audit is not None:  # it holds against cancellation itself (see AuditWriter)
+            await audit(AppendRequest(audit_stream(at), [event]), output, error)
+            return
         # Shielded so that a cancelled call is still audited.
         with trio.CancelScope(shield=True):
-            if audit is None:
-                await append_sealed(self.store, AppendRequest(audit_stream(at), [event]))
-            else:
-                await audit(AppendRequest(audit_stream(at), [event]), output, error)
+            await append_sealed(self.store, AppendRequest(audit_stream(at), [event]))
 
 
 def refusal_request(

@@ -173,6 +173,18 @@ class _RecordingLock:
     async def __aexit__(self, *exc_info: object) -> None:
         self._free.release()
 
+    async def acquire_held(self) -> None:
+        """Take the lock whatever cancel is pending (a tool call's audit, which must
+        be recorded): at once when it is free, else waiting shielded."""
+        try:
+            self._free.acquire_nowait()
+        except trio.WouldBlock:
+            with trio.CancelScope(shield=True):
+                await self._free.acquire()
+
+    def release(self) -> None:
+        self._free.release()
+
 
 class LiveChildRun(ChildRun):
     def __init__(self, parent: LiveRunContext, child: LiveRun) -> None:
@@ -404,18 +416,20 @@ class LiveRunContext(RunIdentity, RunContext):
         recorded: list[RunToolCalled] = []
 
         async def audit_and_record(audit: AppendRequest, output: Any, error: BaseException | None) -> None:
-            """The executor's audit event and `run.tool_called`, in one transaction."""
+            """The executor's audit event and `run.tool_called`, in one transaction;
+            held against a pending cancel (the executor's AuditWriter contract)."""
             if error is not None and not isinstance(error, Exception):
-                await append_sealed(self._store, audit)  # cancelled: no observation
+                await append_sealed(self._store, audit, held=True)  # cancelled: no observation
                 return
             duration_ms = _ms(started)
             if error is None:
                 try:
                     result = msgspec.to_builtins(output)
                 except Exception:
-                    await append_sealed(self._store, audit)
+                    await append_sealed(self._store, audit, held=True)
                     raise
-            async with self._lock:
+            await self._lock.acquire_held()
+            try:
                 if error is None:
                     event = RunToolCalled(
                         seq=self._seq, operation=operation, arguments=args_text, args_hash=args_hash,
@@ -427,8 +441,10 @@ class LiveRunContext(RunIdentity, RunContext):
                         outcome="denied" if isinstance(error, OperationDenied) else "error",
                         error=error_text(error), error_type=type(error).__name__, duration_ms=duration_ms,
                     )
-                await append_sealed(self._store, audit, [AppendRequest(self._stream, [event])])
+                await append_sealed(self._store, audit, [AppendRequest(self._stream, [event])], held=True)
                 self._seq += 1
+            finally:
+                self._lock.release()
             recorded.append(event)
 
         try:
