@@ -181,7 +181,8 @@ class WriteBatch(WriteBatchBase):
         mark = self._deferred
         if mark is None or len(self._rows) > mark.rows:
             return self.flush(then)  # type: ignore[return-value]
-        self._insert(len(self._rows))
+        if self._rows:
+            self._insert(len(self._rows))
         return then()
 
     def end_deferred(self) -> None:
