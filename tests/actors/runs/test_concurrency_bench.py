@@ -20,7 +20,7 @@ CASE_KEYS = {
     "replayed", "replayed_exactly", "cpu_s", "cpu_us_per_step",
 }
 JOB_KEYS = {
-    "jobs", "concurrency", "delay_ms", "lease_ms", "steps", "steps_per_s", "wall_s", "ideal_s",
+    "jobs", "concurrency", "delay_ms", "lease_ms", "renewals_per_s", "steps", "steps_per_s", "wall_s", "ideal_s",
     "wall_vs_ideal", "worker_rss_mb", "completed", "stalled_while_alive", "renewal_gap_ms", "replayed",
     "replayed_exactly",
 }
