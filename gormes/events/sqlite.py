@@ -31,6 +31,7 @@ from gormes.events.sqlite_schema import translate_error
 from gormes.events.store import InlineApply
 from gormes.events.store_base import Changes, GroupCommitCalls, LogReads, _Request
 from gormes.events.transaction import BatchTransaction
+from gormes.events.wal_watch import FALLBACK_POLL_S, SETTLE_S, watch_wal
 
 T = TypeVar("T")
 
@@ -38,12 +39,19 @@ T = TypeVar("T")
 class _Changes(Changes):
     """Across processes, a poll reads `PRAGMA data_version` on a connection of its
     own, which changes whenever another connection committed: a cheap check with
-    no read of the events table."""
+    no read of the events table. Where the WAL file can be watched (wal_watch.py),
+    `watch` reads it when the file was written, as long as somebody waits, and
+    the poll beside it slows to `FALLBACK_POLL_S`."""
 
     def __init__(self, watcher: SQLiteLog, poll_interval: float) -> None:
         super().__init__(poll_interval)
         self._watcher = watcher
         self._data_version = self._read_data_version()
+        self._wal = watch_wal(watcher.path)
+        if self._wal is not None:
+            self._poll_interval = max(poll_interval, FALLBACK_POLL_S)
+        self._waiting = 0
+        self._first_waiter = trio.Event()
 
     def _read_data_version(self) -> int:
         return self._watcher.conn.execute("PRAGMA data_version").fetchone()[0]
@@ -53,6 +61,45 @@ class _Changes(Changes):
         if dv != self._data_version:
             self._data_version = dv
             self.bump()
+
+    async def wait(self, seen_generation: int) -> None:
+        self._waiting += 1
+        self._first_waiter.set()
+        try:
+            await super().wait(seen_generation)
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._first_waiter = trio.Event()
+
+    async def watch(self) -> None:
+        """The store's background task: bump when another process committed, heard
+        on the WAL file while somebody waits (nothing to do without a watch)."""
+        wal = self._wal
+        if wal is None:
+            return
+        while True:
+            if not self._waiting:
+                await self._first_waiter.wait()
+                wal.drain()  # writes made while nobody waited: the check below sees them
+                await self.poll()
+            await wal.written()
+            # The commit becomes visible a moment after its last write, and a write
+            # heard may be one of several commits: check at once, then again after
+            # each gap of SETTLE_S; a write heard during a gap starts over.
+            await self.poll()
+            step = 0
+            while step < len(SETTLE_S):
+                with trio.move_on_after(SETTLE_S[step]):
+                    await wal.written()
+                    step = -1
+                step += 1
+                await self.poll()
+
+    def close(self) -> None:
+        if self._wal is not None:
+            self._wal.close()
+        self._watcher.close()
 
 
 class SQLiteEventStore(GroupCommitCalls, LogReads):
@@ -93,7 +140,7 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
             )
         )
         store = cls(log, poll_interval=poll_interval)
-        async with store._running():
+        async with store._running(store._changes.watch):
             yield store
 
     @property
@@ -105,7 +152,7 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
         for reader in self._readers:
             reader.close()
         self._readers.clear()
-        self._changes._watcher.close()
+        self._changes.close()
         self.log.close()
 
     # -- writes -------------------------------------------------------------

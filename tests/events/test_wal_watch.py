@@ -1,0 +1,108 @@
+"""Another process's commits heard on the WAL file (gormes/events/wal_watch.py).
+
+Each store here polls once an hour, so only the watch can wake it: a waiter that
+wakes heard the other process's commit through inotify. The other process is a
+real `python` appending through its own SQLiteEventStore. The `fail_after` guards
+only keep a broken watch from hanging the suite; nothing is timed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import trio
+
+from gormes.events.notes import NoteAdded
+from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.wal_watch import INotify, watch_wal
+
+pytestmark = pytest.mark.skipif(INotify is None, reason="inotify is Linux only")
+
+HOUR = 3600.0
+REPO = Path(__file__).resolve().parents[2]
+
+APPENDER = textwrap.dedent("""
+    import sys, trio
+    from gormes.events.notes import NoteAdded
+    from gormes.events.sqlite import SQLiteEventStore
+
+    async def main(path, n):
+        async with SQLiteEventStore.open(path) as store:
+            for i in range(n):
+                await store.append("other", [NoteAdded(text=str(i))])
+
+    trio.run(main, sys.argv[1], int(sys.argv[2]))
+""")
+
+
+def note(text: str) -> NoteAdded:
+    return NoteAdded(text=text)
+
+
+def append_from_another_process(db: Path, n: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", APPENDER, str(db), str(n)], cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+
+
+async def test_a_waiter_wakes_on_another_process_s_commit_with_polling_off(tmp_path):
+    db = tmp_path / "w.db"
+    async with SQLiteEventStore.open(db, poll_interval=HOUR) as store:
+        await store.append("mine", [note('mine')])
+        seen = store.generation
+        proc = append_from_another_process(db, 1)
+        with trio.fail_after(60):
+            await store.wait_for_change(seen)
+            while await store.stream_version("other") < 1:  # woken early by our own commit's echo
+                seen = store.generation
+                await store.wait_for_change(seen)
+        await trio.to_thread.run_sync(proc.wait)
+        assert proc.returncode == 0
+        assert await store.stream_version("other") == 1
+
+
+async def test_every_commit_of_a_burst_is_heard(tmp_path):
+    db = tmp_path / "w.db"
+    n = 200
+    async with SQLiteEventStore.open(db, poll_interval=HOUR) as store:
+        await store.append("mine", [note('mine')])
+        proc = append_from_another_process(db, n)
+        with trio.fail_after(120):
+            while await store.stream_version("other") < n:
+                await store.wait_for_change(store.generation)
+        await trio.to_thread.run_sync(proc.wait)
+        assert await store.stream_version("other") == n
+
+
+async def test_nobody_waiting_means_no_checks_however_much_is_written(tmp_path, monkeypatch):
+    db = tmp_path / "w.db"
+    async with SQLiteEventStore.open(db, poll_interval=HOUR) as store:
+        checks = 0
+        real_poll = store._changes.poll
+
+        async def counted() -> None:
+            nonlocal checks
+            checks += 1
+            await real_poll()
+
+        monkeypatch.setattr(store._changes, "poll", counted)
+        proc = append_from_another_process(db, 50)
+        await trio.to_thread.run_sync(proc.wait)
+        assert proc.returncode == 0
+        await trio.sleep(0.1)  # let the watch task run, were it going to
+        assert checks == 0
+        with trio.fail_after(60):  # the writes made meanwhile are seen by the next waiter
+            seen = store.generation
+            await store.wait_for_change(seen)
+        assert checks >= 1
+        assert await store.stream_version("other") == 50
+
+
+def test_nothing_to_watch_without_a_wal_file(tmp_path):
+    assert watch_wal(":memory:") is None
+    assert watch_wal(tmp_path / "never-opened.db") is None
