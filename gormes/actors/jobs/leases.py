@@ -57,7 +57,7 @@ def renewal_warning(concurrency: int, lease_ms: int) -> str | None:
     per_s = concurrency * 2 * 1000 / lease_ms
     if per_s <= RENEWALS_PER_S_WARN:
         return None
-    return (f"warning: --concurrency {concurrency} at --lease {lease_ms} ms needs {per_s:,.0f} lease renewals/s "
+    return (f"gormes: warning: --concurrency {concurrency} at --lease {lease_ms} ms needs {per_s:,.0f} lease renewals/s "
             f"(one a job every lease/2); above ~{RENEWALS_PER_S_WARN:,}/s leases may lapse: a longer --lease needs fewer")
 
 

@@ -12,3 +12,25 @@ def test_the_warning_names_the_figures_past_the_rate() -> None:
     warning = renewal_warning(10_000, 2_000)
     assert warning is not None
     assert "--concurrency 10000" in warning and "--lease 2000 ms" in warning and "10,000 lease renewals/s" in warning
+
+
+def test_the_worker_says_it_on_stderr_at_start(tmp_path) -> None:
+    """The real command: the one line comes before any job, and the worker runs on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "gormes", "--db", str(tmp_path / "w.db"), "worker",
+         "--concurrency", "10000", "--lease", "2000"],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert worker.stderr is not None
+        first = worker.stderr.readline()
+        assert first.startswith("gormes: warning: --concurrency 10000 at --lease 2000 ms needs 10,000 lease renewals/s")
+        assert worker.poll() is None
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.communicate(timeout=60)
