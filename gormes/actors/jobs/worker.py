@@ -36,8 +36,8 @@ which also claims the jobs that take their slots (`JobQueue.complete_and_claim`)
 a busy worker commits once per round of jobs, not once to record and once to claim.
 
 An idle worker waits for the log to grow (`store.wait_for_change`: in-process
-wake-up, or `PRAGMA data_version` every few ms across processes), so a new job is
-picked up within milliseconds. Sweeps run on intervals: stalled leases, due
+wake-up; across processes, on SQLite, a write to the WAL file heard through
+inotify, decision 0040, else a poll), so a new job is picked up within milliseconds. Sweeps run on intervals: stalled leases, due
 delayed jobs, wall-clock timeouts, stranded parents, and the `sweeps` the worker
 is handed by whoever wires it (the CLI and the daemon hand it the agent jobs'
 cut-off sweep with the `agent` handler: gormes/actors/agent_jobs/install.py). A
