@@ -13,14 +13,16 @@ then says which.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gormes.actors.jobs.state import LockLost
 from gormes.events.jobs import Submitter, Tokens, TranscriptEntry
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.queue import InboxMessage, Job, JobQueue
-    from gormes.events.store import EventStore
+    from gormes.events.store import EventStore, Transaction
+
+T = TypeVar("T")
 
 
 class JobContext:
@@ -132,6 +134,14 @@ class JobContext:
         if not later:
             return await self._queue.read_inbox(self.id, self.lock_token)
         return await self._fenced(self._queue.read_inbox(self.id, self.lock_token, tokens=later))  # type: ignore[no-any-return]
+
+    async def inbox_with(self, also: Callable[[Transaction, list[InboxMessage]], T]) -> T:
+        """`inbox()`, then `also(tx, messages)` in the same transaction, its commit
+        waited for whatever cancel comes: a run's own inbox receipt (live.py), so
+        that an agent job's step waits for one commit, not two (decision 0025).
+        `also` runs in the store's writer; what it raises undoes both."""
+        later, self._later = self._later, []
+        return await self._fenced(self._queue.read_inbox_with(self.id, self.lock_token, later, also))  # type: ignore[no-any-return]
 
     async def spawn(
         self, name: str, data: Any = None, options: Mapping[str, Any] | None = None

@@ -28,7 +28,7 @@ from __future__ import annotations
 import random as _random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from gormes.actors.jobs import rules
 from gormes.actors.jobs.session import JobSession, new_id
@@ -54,6 +54,7 @@ __all__ = [
     "TranscriptEntry",
 ]
 
+T = TypeVar("T")
 DEFAULT_STALL_GRACE_MS = 15_000
 DEFAULT_MAX_DEPTH = 5
 UNREAD_ONE = "SELECT 1 FROM inbox WHERE job_id = ? AND read_at IS NULL LIMIT 1"  # any unread message?
@@ -429,25 +430,40 @@ class JobQueue(QueueBatches, QueueAdmin):
         """Unread messages, marking them read (a receipt event). A second read
         returns nothing new; a wrong token reads nothing. `tokens`: (deltas, model)
         added first, fenced, in the same transaction (LockLost as `add_tokens`)."""
-        def read(s: JobSession) -> list[InboxMessage]:
-            if tokens:
-                self._add_tokens_in(s, job_id, token, tokens)
-            # Nothing unread in the ledger (inline: current in this transaction) is
-            # nothing to decide: the job's stream is not folded (an agent job reads
-            # its inbox before every turn, nearly always empty).
-            if not s.rows(UNREAD_ONE, (job_id,)) or s.state(job_id) is None:
-                return []
-            events = s.run(job_id, rules.ReadInbox(now=s.now, token=token))
-            if not events:
-                return []
-            ids = events[0].message_ids  # type: ignore[attr-defined]
-            rows = s.rows(
-                f"SELECT {MESSAGE_COLUMNS} FROM inbox WHERE id IN ({','.join('?' * len(ids))})"
-                " ORDER BY sent_at, id", ids,
-            )
-            return [message_from_row(row) for row in rows]
+        return await self._transact(lambda s: self._read_inbox_in(s, job_id, token, tokens))  # type: ignore[no-any-return]
 
-        return await self._transact(read)
+    async def read_inbox_with(
+        self, job_id: str, token: str, tokens: Sequence[tuple[Tokens, str | None]],
+        also: Callable[[Transaction, list[InboxMessage]], T],
+    ) -> T:
+        """`read_inbox`, then `also(tx, messages)` in the same transaction (a run's
+        own inbox receipt: live.py), its commit waited for whatever cancel comes
+        (`transact_held`): messages marked read here are never lost to a cancel
+        between the job's read and the reader's record of them."""
+        def read(tx: Transaction) -> T:
+            return also(tx, self._read_inbox_in(JobSession(tx, self.now_ms()), job_id, token, tokens))
+
+        return await self.store.transact_held(read)
+
+    def _read_inbox_in(
+        self, s: JobSession, job_id: str, token: str, tokens: Sequence[tuple[Tokens, str | None]],
+    ) -> list[InboxMessage]:
+        if tokens:
+            self._add_tokens_in(s, job_id, token, tokens)
+        # Nothing unread in the ledger (inline: current in this transaction) is
+        # nothing to decide: the job's stream is not folded (an agent job reads
+        # its inbox before every turn, nearly always empty).
+        if not s.rows(UNREAD_ONE, (job_id,)) or s.state(job_id) is None:
+            return []
+        events = s.run(job_id, rules.ReadInbox(now=s.now, token=token))
+        if not events:
+            return []
+        ids = events[0].message_ids  # type: ignore[attr-defined]
+        rows = s.rows(
+            f"SELECT {MESSAGE_COLUMNS} FROM inbox WHERE id IN ({','.join('?' * len(ids))})"
+            " ORDER BY sent_at, id", ids,
+        )
+        return [message_from_row(row) for row in rows]
 
     # -- waking idle workers -------------------------------------------------------
 

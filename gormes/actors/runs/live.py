@@ -76,6 +76,7 @@ from gormes.ops.spec import Caller, OperationDenied
 if TYPE_CHECKING:
     from gormes.actors.runs.child_resumption import ChildResumption
     from gormes.actors.jobs.context import JobContext
+    from gormes.actors.jobs.views import InboxMessage
     from gormes.providers.base import Provider
     from gormes.actors.runs.manager import LiveRun, RunManager
     from gormes.ops.registry import Registry
@@ -534,18 +535,19 @@ class LiveRunContext(RunIdentity, RunContext):
         return self._token_sink
 
     async def inbox(self) -> list[InboxItem]:
-        """The job's unread messages (the job marks them read itself), then, in ONE
-        transaction, the run's own new messages and the `run.inbox_read` receipt: no
-        message can land between the read and its receipt, and a step costs one
-        commit instead of a read and a commit."""
-        job_items: list[InboxItem] = []
-        if self._job is not None:
-            for m in await self._job.inbox():
-                job_items.append(InboxItem(id=m.id, sender=m.sender, payload=m.payload, sent_at=m.sent_at))
+        """In ONE transaction: the job's unread messages (the job marks them read
+        itself, and writes the tokens waiting for it: `JobContext.inbox_with`), the
+        run's own new messages and the `run.inbox_read` receipt: no message can land
+        between the read and its receipt, none the job marked read is lost to a
+        cancel before the receipt, and a step waits for one commit, not two. The
+        job's queue is on the run's store (agent_job opens the manager on it)."""
         stream, read_ids = self._stream, self._read_ids
 
-        def read_and_receipt(tx: Any, seq: int, after: int, own: int | None) -> tuple[Event, int, list[InboxItem]]:
-            items = list(job_items)
+        def read_and_receipt(
+            tx: Any, seq: int, after: int, own: int | None, job_messages: Sequence[InboxMessage],
+        ) -> tuple[int, list[InboxItem]]:
+            items = [InboxItem(id=m.id, sender=m.sender, payload=m.payload, sent_at=m.sent_at)
+                     for m in job_messages]
             # `own`: the stream's version if only this run wrote to it since the last
             # receipt (one event per seq, under this lock, each committed before the
             # next). A stream still at it holds no new message: the read is skipped.
@@ -561,13 +563,17 @@ class LiveRunContext(RunIdentity, RunContext):
             items.sort(key=lambda m: (m.sent_at, m.id))
             event = RunInboxRead(seq=seq, messages=tuple(items))
             # everything up to the receipt has been read: the next read starts after it
-            return event, tx.append(stream, [event]).version, items
+            return tx.append(stream, [event]).version, items
 
         async with self._lock:
             seq, after = self._seq, self._inbox_after
             own = None if self._inbox_seq is None else after + (seq - self._inbox_seq)
-            _, self._inbox_after, items = await self._store.transact_held(
-                lambda tx: read_and_receipt(tx, seq, after, own))
+            if self._job is None:
+                self._inbox_after, items = await self._store.transact_held(
+                    lambda tx: read_and_receipt(tx, seq, after, own, ()))
+            else:
+                self._inbox_after, items = await self._job.inbox_with(
+                    lambda tx, messages: read_and_receipt(tx, seq, after, own, messages))
             self._seq = self._inbox_seq = seq + 1
         self._read_ids.update(m.id for m in items)
         return items

@@ -4,11 +4,14 @@ decision 0025): JobContext.tokens_later, then inbox() or flush_tokens()."""
 from __future__ import annotations
 
 import pytest
+from run_helpers import run_events
 
+from gormes.actors.agent_jobs.handler import agent_job
 from gormes.actors.jobs.context import JobContext
 from gormes.actors.jobs.queue import JobQueue, LockLost
 from gormes.actors.jobs.session import JobSession
 from gormes.events.jobs import JobInboxRead, JobTokensAdded, Tokens, job_stream
+from gormes.events.runs import RunInboxRead, run_stream
 from gormes.events.sqlite import SQLiteEventStore
 
 
@@ -66,3 +69,66 @@ async def test_a_token_that_no_longer_holds_the_job_writes_nothing(tmp_path) -> 
         with pytest.raises(LockLost):
             await ctx.flush_tokens()
         assert await store.head() == head and lost == [True, True]
+
+
+class _Appends:
+    """Each transaction's appends, as (stream, event type): the store's transact
+    and transact_held wrapped, every `tx.append` seen on its way."""
+
+    def __init__(self, store, monkeypatch) -> None:
+        self.transactions: list[list[tuple[str, str]]] = []
+        for name in ("transact", "transact_held"):
+            monkeypatch.setattr(store, name, self._spy(getattr(store, name)))
+
+    def _spy(self, submit):
+        async def spied(fn):
+            seen: list[tuple[str, str]] = []
+            self.transactions.append(seen)
+
+            def run(tx):
+                append = tx.append
+
+                def recorded(stream, events, *args, **kw):
+                    seen.extend((stream, e.type) for e in events)
+                    return append(stream, events, *args, **kw)
+
+                tx.append = recorded
+                try:
+                    return fn(tx)
+                finally:
+                    tx.append = append
+
+            return await submit(run)
+
+        return spied
+
+
+async def test_a_runs_inbox_read_and_its_jobs_are_one_transaction(tmp_path, script, monkeypatch) -> None:
+    async with SQLiteEventStore.open(tmp_path / "db") as store:
+        model = script({"replies": [{"text": "done"}]})
+        queue = await JobQueue.open(store)
+        await queue.submit("agent", {"prompt": "p", "model": model})
+        job = await queue.claim({"agent"})
+        await queue.send(job.id, {"note": 1})
+        appends = _Appends(store, monkeypatch)
+        result = await agent_job(JobContext(queue, job), job.data)
+        run = run_stream(result["run_id"])
+        [read] = [t for t in appends.transactions if (job_stream(job.id), "job.inbox_read") in t]
+        assert read == [(job_stream(job.id), "job.inbox_read"), (run, "run.inbox_read")]
+        [receipt] = [e for e in await run_events(store, result["run_id"]) if isinstance(e, RunInboxRead)]
+        assert [m.payload for m in receipt.messages] == [{"note": 1}]
+        tokens = [t for t in appends.transactions if (job_stream(job.id), "job.tokens_added") in t]
+        assert tokens and all((run, "run.inbox_read") not in t for t in tokens)  # the one turn: at the end
+
+
+async def test_a_lost_lease_undoes_the_runs_receipt_with_the_jobs_read(tmp_path) -> None:
+    async with SQLiteEventStore.open(tmp_path / "db") as store:
+        lost: list[bool] = []
+        queue, ctx = await _claimed(store, on_lock_lost=lambda: lost.append(True))
+        await queue.send(ctx.id, "x")
+        await queue.release(ctx.id, ctx.lock_token)
+        ctx.tokens_later(Tokens(input=1))
+        head = await store.head()
+        with pytest.raises(LockLost):
+            await ctx.inbox_with(lambda tx, messages: tx.append("run-r", [RunInboxRead(seq=1, messages=())]))
+        assert await store.head() == head and lost == [True]
