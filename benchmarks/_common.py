@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -12,6 +13,25 @@ from contextlib import contextmanager
 from pathlib import Path
 
 PAYLOAD = "x" * 120  # rows of ~200 bytes, as in the measured facts
+
+# What the raw sqlite3 comparators insert: the row gormes writes for a NoteAdded.
+RAW_NOTE = '{"type":"note.added","text":"%s","author":"bench","tags":[]}' % PAYLOAD
+RAW_INSERT = (
+    "INSERT INTO events(stream, version, type, type_version, data, recorded_at) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
+def raw_connection(path: Path, schema: str) -> sqlite3.Connection:
+    """Raw sqlite3 on gormes' `schema` (events/sqlite_schema.py's), WAL and
+    synchronous=FULL as the store: the comparator the writer is measured against."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    for statement in schema.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    return conn
 
 
 @contextmanager

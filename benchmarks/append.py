@@ -12,7 +12,6 @@ All three use WAL and synchronous=FULL. Prints one JSON line; figures are median
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 import time
 import uuid
@@ -22,7 +21,7 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import PAYLOAD, median, progress, report, scratch_dir  # noqa: E402
+from _common import PAYLOAD, RAW_INSERT, RAW_NOTE, median, progress, raw_connection, report, scratch_dir  # noqa: E402
 
 from gormes.events.notes import NoteAdded  # noqa: E402
 from gormes.events.sqlite import SQLiteEventStore  # noqa: E402
@@ -78,17 +77,8 @@ def bench_gormes(path: Path) -> float:
 
 
 def bench_raw(path: Path) -> float:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    for statement in _SCHEMA.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-    data = '{"type":"note.added","text":"%s","author":"bench","tags":[]}' % PAYLOAD
-    insert = (
-        "INSERT INTO events(stream, version, type, type_version, data, recorded_at) "
-        "VALUES (?, ?, ?, ?, ?, ?)"
-    )
+    conn = raw_connection(path, _SCHEMA)
+    data, insert = RAW_NOTE, RAW_INSERT
 
     def commit(version: int) -> None:
         rows = [(STREAMS[i], version, "note.added", 1, data, time.time()) for i in range(APPENDERS)]

@@ -23,7 +23,6 @@ each shape's ratio to the floor.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 import time
 import uuid
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import PAYLOAD, median, progress, report, scratch_dir  # noqa: E402
+from _common import PAYLOAD, RAW_INSERT, RAW_NOTE, median, progress, raw_connection, report, scratch_dir  # noqa: E402
 
 from gormes.events.notes import NoteAdded  # noqa: E402
 from gormes.events.sqlite import SQLiteEventStore  # noqa: E402
@@ -109,17 +108,8 @@ def _read_then_append(tx: Any, stream: str) -> Any:
 
 
 def bench_floor(path: Path, streams: list[str]) -> float:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    for statement in _SCHEMA.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-    data = '{"type":"note.added","text":"%s","author":"bench","tags":[]}' % PAYLOAD
-    insert = (
-        "INSERT INTO events(stream, version, type, type_version, data, recorded_at) "
-        "VALUES (?, ?, ?, ?, ?, ?)"
-    )
+    conn = raw_connection(path, _SCHEMA)
+    data, insert = RAW_NOTE, RAW_INSERT
 
     def commit(r: int) -> int:
         now = time.time()
