@@ -32,5 +32,12 @@ def test_the_worker_says_it_on_stderr_at_start(tmp_path) -> None:
         assert first.startswith("gormes: warning: --concurrency 10000 at --lease 2000 ms needs 10,000 lease renewals/s")
         assert worker.poll() is None
     finally:
-        worker.send_signal(signal.SIGINT)
-        worker.communicate(timeout=60)
+        # SIGTERM: it stops the worker even before trio listens (the suite's process
+        # may hand its children SIGINT ignored, and this line comes before trio runs).
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.communicate()
+            raise
