@@ -51,6 +51,12 @@ async def _ended(store: Any, run_id: str) -> bool:
     return any(isinstance(e, RunCancelled) for e in await run_events(store, run_id))
 
 
+def _no_active(worker: Any) -> Any:
+    async def check() -> bool:
+        return not worker.active
+    return check
+
+
 async def _replays_exactly(db_path: Path, run_id: str) -> None:
     with DatabaseRuns(db_path) as source:
         report = await replay(source, run_id, registry=default_registry())
@@ -66,7 +72,9 @@ async def _parked_job(store: Any, queue: JobQueue, model: str) -> tuple[Any, Any
         await wait_until(lambda: _status(queue, job.id, "paused"), timeout=10)
         [first] = await _job_runs(store, job.id)
         await wait_until(lambda: _ended(store, first), timeout=10)
-        assert not worker.active  # the slot is free: nothing holds the job
+        # the slot is freed: nothing holds the job (the worker lets go of it
+        # just after the run's cancel commits, so wait for that, do not race it)
+        await wait_until(_no_active(worker), timeout=10)
         worker.stop()
         await worker.wait_stopped()
     parked = await queue.get(job.id)
