@@ -48,7 +48,7 @@ from gormes.events.postgres_schema import (
 from gormes.events.postgres_sql import POSTGRES
 from gormes.events.sqlite_schema import DURABILITY, default_durability
 from gormes.events.store import InlineApply
-from gormes.events.store_base import Changes, GroupCommitCalls, LogReads, _Request
+from gormes.events.store_base import READ_CONNECTIONS, Changes, GroupCommitCalls, LogReads, _Request
 from gormes.events.transaction import BatchTransaction
 
 T = TypeVar("T")
@@ -135,6 +135,7 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         self.channel = channel_name(schema)
         self._writer_log: PostgresLog | None = None if readonly else writer
         self._readers: list[PostgresLog] = [writer] if readonly else []
+        self._read_slots = trio.CapacityLimiter(READ_CONNECTIONS)
         self._init_group_commit()
         self._changes = _Changes(self, poll_interval, head)
         self.writer_reconnects = 0
@@ -343,23 +344,24 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         For read models that need SQL of their own; `fn` must only read, since it is
         run again on a new connection if the old one is lost.
         """
-        while True:
-            log = self._readers.pop() if self._readers else await self._reconnect()
-            try:
-                result = await trio.to_thread.run_sync(fn, log)
-            except psycopg.Error as exc:
-                if is_connection_lost(exc, log.conn):
-                    log.close()
-                    continue
-                self._rollback(log)
+        async with self._read_slots:
+            while True:
+                log = self._readers.pop() if self._readers else await self._reconnect()
+                try:
+                    result = await trio.to_thread.run_sync(fn, log)
+                except psycopg.Error as exc:
+                    if is_connection_lost(exc, log.conn):
+                        log.close()
+                        continue
+                    self._rollback(log)
+                    self._readers.append(log)
+                    raise translate_error(exc, self.where) from None
+                except BaseException:
+                    self._rollback(log)
+                    self._readers.append(log)
+                    raise
                 self._readers.append(log)
-                raise translate_error(exc, self.where) from None
-            except BaseException:
-                self._rollback(log)
-                self._readers.append(log)
-                raise
-            self._readers.append(log)
-            return result
+                return result
 
     # -- LISTEN/NOTIFY --------------------------------------------------------
 

@@ -29,7 +29,7 @@ from gormes.events.postgres_sql import SQLITE
 from gormes.events.sqlite_log import SQLiteLog, WriteBatch
 from gormes.events.sqlite_schema import translate_error
 from gormes.events.store import InlineApply
-from gormes.events.store_base import Changes, GroupCommitCalls, LogReads, _Request
+from gormes.events.store_base import READ_CONNECTIONS, Changes, GroupCommitCalls, LogReads, _Request
 from gormes.events.transaction import BatchTransaction
 from gormes.events.wal_watch import FALLBACK_POLL_S, SETTLE_S, watch_wal
 
@@ -120,6 +120,7 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
         self.readonly = log.readonly
         self._init_group_commit()
         self._readers: list[SQLiteLog] = []
+        self._read_slots = trio.CapacityLimiter(READ_CONNECTIONS)
         self._changes = _Changes(log.reader(), poll_interval)
 
     @classmethod
@@ -229,13 +230,14 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
         For read models (projection tables) that need SQL of their own; `fn` must
         only read. Each call sees one consistent snapshot if it opens a transaction.
         """
-        reader = self._readers.pop() if self._readers else None
-        if reader is None:
-            reader = await trio.to_thread.run_sync(self.log.reader)
-        try:
-            return await trio.to_thread.run_sync(fn, reader)
-        finally:
-            self._readers.append(reader)
+        async with self._read_slots:
+            reader = self._readers.pop() if self._readers else None
+            if reader is None:
+                reader = await trio.to_thread.run_sync(self.log.reader)
+            try:
+                return await trio.to_thread.run_sync(fn, reader)
+            finally:
+                self._readers.append(reader)
 
 @asynccontextmanager
 async def open_store(path: str | PathLike[str], **kwargs: Any) -> AsyncIterator[SQLiteEventStore]:

@@ -259,10 +259,20 @@ class Changes:
                 await self.poll()
 
 
+# The most read connections a store opens (and reads it runs at once): a burst of
+# concurrent reads (thousands of jobs starting together) waits for one, instead of
+# each opening a connection of its own (on SQLite ~1 ms of schema checks each, on
+# PostgreSQL a backend each, past its max_connections). The readers are threads
+# under one GIL, so more than a few run no faster.
+READ_CONNECTIONS = 8
+
+
 class LogReads:
-    """Reads and subscriptions over `read_with` and `_changes` (see the module doc)."""
+    """Reads and subscriptions over `read_with` and `_changes` (see the module doc).
+    A store's `read_with` holds one of its `_read_slots` while it reads."""
 
     _changes: Changes
+    _read_slots: trio.CapacityLimiter
 
     async def read_with(self, fn: Callable[[Any], T]) -> T:  # pragma: no cover - abstract
         raise NotImplementedError
