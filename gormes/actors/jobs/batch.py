@@ -20,8 +20,9 @@ write transaction takes (decision 0008), so the count it reads is the count.
 from __future__ import annotations
 
 import secrets
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gormes.actors.jobs import rules
 from gormes.actors.jobs.session import JobSession
@@ -78,6 +79,9 @@ def jobs_by_id(s: JobSession, job_ids: Sequence[str]) -> dict[str, Job]:
     columns = [d[0] for d in cur.description]
     jobs = (job_from_row(columns, row) for row in cur.fetchall())
     return {job.id: job for job in jobs}
+
+
+T = TypeVar("T")
 
 
 class QueueBatches:
@@ -161,18 +165,49 @@ class QueueBatches:
         self._keep_states(states)
         return outcomes, jobs
 
-    # States of the jobs this queue claimed, as their claims left them: completing
-    # one of them needs no read of its stream while nothing was appended to it
-    # since (`JobSession.know` checks the version). Taken by the completion;
-    # dropped all at once past a bound (jobs that ended otherwise).
-    _KEEP_STATES = 4096
+    # States of the jobs this queue holds, as their claims or their holder's last
+    # writes left them: completing one, or writing its tokens, needs no fold of its
+    # stream while nothing was appended to it since, and only of the tail if
+    # something was (`JobSession.know` checks the version). Taken by the
+    # completion; past a bound the least recently kept go first (jobs that ended
+    # otherwise, or more in flight than the bound: a `--concurrency 10000` worker
+    # keeps them all).
+    _KEEP_STATES = 16_384
 
     def _keep_states(self, states: list[JobState]) -> None:
-        kept = self.__dict__.setdefault("_claimed_states", {})
-        if len(kept) + len(states) > self._KEEP_STATES:
-            kept.clear()
+        kept = self.__dict__.get("_claimed_states")
+        if kept is None:
+            kept = self.__dict__["_claimed_states"] = OrderedDict()
         for state in states:
             kept[state.id] = state
+            kept.move_to_end(state.id)
+        while len(kept) > self._KEEP_STATES:
+            kept.popitem(last=False)
+
+    def _holder_transact(
+        self, job_id: str, fn: Callable[[JobSession], T],
+    ) -> tuple[Callable[[JobSession], tuple[T, JobState | None]], Callable[[tuple[T, JobState | None]], T]]:
+        """For a write by the job's holder (its tokens, log, inbox read: an agent
+        job's every step): the transact function, which starts from the state kept
+        of the job (its claim's or its last such write's) and so folds only what
+        was appended since, and what to do with its result once committed: keep the
+        state the write left (not before the commit: a rolled-back write's state
+        could match a later stream of the same version) and return `fn`'s value."""
+        kept_states = self.__dict__.get("_claimed_states")
+        kept = None if not kept_states else kept_states.get(job_id)
+
+        def run(s: JobSession) -> tuple[T, JobState | None]:
+            if kept is not None:
+                _know(s, [kept])
+            return fn(s), s.known(job_id)
+
+        def committed(out: tuple[T, JobState | None]) -> T:
+            value, after = out
+            if after is not None:
+                self._keep_states([after])
+            return value
+
+        return run, committed
 
     def _known_states(self, todo: Todo) -> list[JobState]:
         kept = self.__dict__.get("_claimed_states")

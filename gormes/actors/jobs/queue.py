@@ -340,11 +340,12 @@ class JobQueue(QueueBatches, QueueAdmin):
     async def _holder_write(self, job_id: str, make: Callable[[int], rules.Command]) -> None:
         """`_holder_command` for a write whose caller wants no Job back (tokens, log,
         progress: an agent job's every turn), so the ledger row is not read back."""
-        def run(s: JobSession) -> None:
+        def write(s: JobSession) -> None:
             self._existing(s, job_id)
             s.run(job_id, make(s.now))
 
-        await self._transact(run)
+        run, committed = self._holder_transact(job_id, write)
+        committed(await self._transact(run))
 
     async def complete(self, job_id: str, token: str, result: Any = None) -> Job | None:
         """Finish the attempt. With live children the job goes `waiting-children`
@@ -405,7 +406,8 @@ class JobQueue(QueueBatches, QueueAdmin):
 
     async def add_tokens_many(self, job_id: str, token: str, tokens: Sequence[tuple[Tokens, str | None]]) -> None:
         """`add_tokens` of each (deltas, model), in one transaction."""
-        await self._transact(lambda s: self._add_tokens_in(s, job_id, token, tokens))
+        run, committed = self._holder_transact(job_id, lambda s: self._add_tokens_in(s, job_id, token, tokens))
+        committed(await self._transact(run))
 
     def _add_tokens_in(self, s: JobSession, job_id: str, token: str,
                        tokens: Sequence[tuple[Tokens, str | None]]) -> None:
@@ -430,7 +432,8 @@ class JobQueue(QueueBatches, QueueAdmin):
         """Unread messages, marking them read (a receipt event). A second read
         returns nothing new; a wrong token reads nothing. `tokens`: (deltas, model)
         added first, fenced, in the same transaction (LockLost as `add_tokens`)."""
-        return await self._transact(lambda s: self._read_inbox_in(s, job_id, token, tokens))  # type: ignore[no-any-return]
+        run, committed = self._holder_transact(job_id, lambda s: self._read_inbox_in(s, job_id, token, tokens))
+        return committed(await self._transact(run))
 
     async def read_inbox_with(
         self, job_id: str, token: str, tokens: Sequence[tuple[Tokens, str | None]],
@@ -440,10 +443,9 @@ class JobQueue(QueueBatches, QueueAdmin):
         own inbox receipt: live.py), its commit waited for whatever cancel comes
         (`transact_held`): messages marked read here are never lost to a cancel
         between the job's read and the reader's record of them."""
-        def read(tx: Transaction) -> T:
-            return also(tx, self._read_inbox_in(JobSession(tx, self.now_ms()), job_id, token, tokens))
-
-        return await self.store.transact_held(read)
+        run, committed = self._holder_transact(
+            job_id, lambda s: also(s.tx, self._read_inbox_in(s, job_id, token, tokens)))
+        return committed(await self.store.transact_held(lambda tx: run(JobSession(tx, self.now_ms()))))
 
     def _read_inbox_in(
         self, s: JobSession, job_id: str, token: str, tokens: Sequence[tuple[Tokens, str | None]],

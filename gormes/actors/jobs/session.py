@@ -72,6 +72,11 @@ class JobSession:
             known = self._states[job_id] = load(self.tx, JOB, job_id)
         return known
 
+    def known(self, job_id: str) -> JobState | None:
+        """The job's state as this session has it, if it folded or was told it."""
+        known = self._states.get(job_id)
+        return None if known is None else known.value
+
     def preload(self, job_ids: Sequence[str]) -> None:
         """Fold many jobs' streams with one read (what `state` would fold, one by one)."""
         missing = [job_id for job_id in job_ids if job_id not in self._states]

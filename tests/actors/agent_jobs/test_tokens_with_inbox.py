@@ -56,6 +56,34 @@ async def test_an_empty_inbox_is_answered_without_folding_the_job(tmp_path, monk
         assert folds  # a message to read: the job is folded and decides as before
 
 
+async def test_the_holders_writes_fold_the_job_from_the_state_kept_not_its_whole_stream(tmp_path, monkeypatch) -> None:
+    import gormes.actors.jobs.session as session
+
+    async with SQLiteEventStore.open(tmp_path / "db") as store:
+        queue, ctx = await _claimed(store)
+        whole: list[str] = []
+        load = session.load
+        monkeypatch.setattr(session, "load", lambda tx, b, job_id: whole.append(job_id) or load(tx, b, job_id))
+        for i in range(3):  # the claim's state, then each write's
+            ctx.tokens_later(Tokens(input=i + 1), model="m")
+            await ctx.flush_tokens()
+            await ctx.log(f"step {i}")
+        assert whole == []
+        await queue.send(ctx.id, "x")  # another writer (which folds): the kept state falls behind
+        whole.clear()
+        ctx.tokens_later(Tokens(output=2))
+        assert [m.payload for m in await ctx.inbox()] == ["x"]
+        assert whole == []  # the tail after the kept state was folded, not the stream
+        job = await queue.get(ctx.id)
+        assert job.tokens == Tokens(input=6, output=2) and job.status == "active"
+        monkeypatch.setattr(session, "load", load)
+
+        def fold(tx):  # what a session that kept nothing decides from: the same state
+            return JobSession(tx, 0).state(ctx.id)
+        kept = queue._claimed_states[ctx.id]
+        assert await store.transact(fold) == kept
+
+
 async def test_a_token_that_no_longer_holds_the_job_writes_nothing(tmp_path) -> None:
     async with SQLiteEventStore.open(tmp_path / "db") as store:
         lost: list[bool] = []
