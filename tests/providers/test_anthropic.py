@@ -4,6 +4,7 @@ import json
 
 import pytest
 import trio
+from call_deadline import deadline_once_received
 from anthropic_server import Error, MessagesServer, RawEvents, Reply, Stall, request_problems
 
 from gormes.errors import UserError
@@ -233,21 +234,12 @@ async def test_an_unreachable_server_names_the_url_and_is_retryable():
     assert caught.value.retryable
 
 
-async def _deadline_once_received(server, scope: trio.CancelScope, after: float) -> None:
-    """Set the call's deadline `after` seconds from the moment the server took its
-    request (and its queued reply): a deadline counted from before the request is
-    sent can fire first on a loaded machine, and the next call gets the wrong reply."""
-    while not server.requests:
-        await trio.sleep(0.005)
-    scope.deadline = trio.current_time() + after
-
-
 async def test_a_deadline_cancels_a_call_and_the_next_call_works(server):
     server.queue(Stall(), Reply("next"))
     provider = provider_for(server)
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_deadline_once_received, server, scope, 0.1)
+            nursery.start_soon(deadline_once_received, server, scope, 0.1)
             await provider.complete(ASK)
     assert scope.cancelled_caught
     assert (await provider.complete(ASK)).message.content == "next"

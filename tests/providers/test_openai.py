@@ -4,6 +4,7 @@ import json
 
 import pytest
 import trio
+from call_deadline import deadline_once_received
 from openai_server import (
     ChatServer,
     ErrorReply,
@@ -232,21 +233,12 @@ async def test_a_malformed_whole_reply_is_an_invalid_reply(server, body, problem
         await provider_for(server, stream=False).complete(ASK)
 
 
-async def _deadline_once_received(server, scope: trio.CancelScope, after: float) -> None:
-    """Set the call's deadline `after` seconds from the moment the server took its
-    request (and its queued reply): a deadline counted from before the request is
-    sent can fire first on a loaded machine, and the next call gets the wrong reply."""
-    while not server.requests:
-        await trio.sleep(0.005)
-    scope.deadline = trio.current_time() + after
-
-
 async def test_a_deadline_cancels_a_call_mid_stream(server):
     server.queue(TextReply("a slow and steady reply", fragment=2, pause=0.02), TextReply("next"))
     provider = provider_for(server)  # the stream takes at least 12 x 0.02 s once received
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_deadline_once_received, server, scope, 0.05)
+            nursery.start_soon(deadline_once_received, server, scope, 0.05)
             await provider.complete(ASK)
     assert scope.cancelled_caught
     assert (await provider.complete(ASK)).message.content == "next"
