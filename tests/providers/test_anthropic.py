@@ -4,8 +4,8 @@ import json
 
 import pytest
 import trio
-from call_deadline import deadline_once_received
 from anthropic_server import Error, MessagesServer, RawEvents, Reply, Stall, request_problems
+from call_deadline import deadline_once_received
 
 from gormes.errors import UserError
 from gormes.providers import (

@@ -22,7 +22,7 @@ from __future__ import annotations
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from gormes.actors.jobs import rules
 from gormes.actors.jobs.session import JobSession
@@ -81,9 +81,6 @@ def jobs_by_id(s: JobSession, job_ids: Sequence[str]) -> dict[str, Job]:
     return {job.id: job for job in jobs}
 
 
-T = TypeVar("T")
-
-
 class QueueBatches:
     """`claim_many`, `complete_many` and `complete_and_claim`."""
 
@@ -124,7 +121,7 @@ class QueueBatches:
         known = self._known_states(todo)
 
         def run(s: JobSession) -> list[CompleteOutcome]:
-            _know(s, known)
+            know_kept(s, known)
             return _complete_in(s, todo, outcomes)
 
         return await self._transact(run)
@@ -155,7 +152,7 @@ class QueueBatches:
 
         def run(s: JobSession) -> tuple[list[CompleteOutcome], tuple[list[Job], list[JobState]]]:
             if todo:
-                _know(s, known)
+                know_kept(s, known)
                 _complete_in(s, todo, outcomes, rows)
             return outcomes, ([], []) if claim is None else claim(s)
 
@@ -184,30 +181,9 @@ class QueueBatches:
         while len(kept) > self._KEEP_STATES:
             kept.popitem(last=False)
 
-    def _holder_transact(
-        self, job_id: str, fn: Callable[[JobSession], T],
-    ) -> tuple[Callable[[JobSession], tuple[T, JobState | None]], Callable[[tuple[T, JobState | None]], T]]:
-        """For a write by the job's holder (its tokens, log, inbox read: an agent
-        job's every step): the transact function, which starts from the state kept
-        of the job (its claim's or its last such write's) and so folds only what
-        was appended since, and what to do with its result once committed: keep the
-        state the write left (not before the commit: a rolled-back write's state
-        could match a later stream of the same version) and return `fn`'s value."""
-        kept_states = self.__dict__.get("_claimed_states")
-        kept = None if not kept_states else kept_states.get(job_id)
-
-        def run(s: JobSession) -> tuple[T, JobState | None]:
-            if kept is not None:
-                _know(s, [kept])
-            return fn(s), s.known(job_id)
-
-        def committed(out: tuple[T, JobState | None]) -> T:
-            value, after = out
-            if after is not None:
-                self._keep_states([after])
-            return value
-
-        return run, committed
+    def _kept_state(self, job_id: str) -> JobState | None:
+        kept = self.__dict__.get("_claimed_states")
+        return None if not kept else kept.get(job_id)
 
     def _known_states(self, todo: Todo) -> list[JobState]:
         kept = self.__dict__.get("_claimed_states")
@@ -219,7 +195,7 @@ class QueueBatches:
 Todo = list[tuple[int, str, str, Any]]
 
 
-def _know(s: JobSession, states: list[JobState]) -> None:
+def know_kept(s: JobSession, states: list[JobState]) -> None:
     # Checking a version is a lookup in SQLite's version cache (while no other
     # process wrote); PostgreSQL would ask its server once per job, where reading
     # the streams is one query: there the streams are read.

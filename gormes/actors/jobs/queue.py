@@ -36,9 +36,9 @@ from gormes.actors.jobs.views import (
     MESSAGE_COLUMNS, InboxMessage, Job, JobStats, PruneResult, job_from_row, message_from_row,
     select_job, select_jobs,
 )
-from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, LockLost
+from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, JobState, LockLost
 from gormes.actors.jobs.admin import SWEEP_LIMIT, QueueAdmin, deep_merge, json_data, plain
-from gormes.actors.jobs.batch import DEFAULT_LEASE_MS, CompleteOutcome, QueueBatches
+from gormes.actors.jobs.batch import DEFAULT_LEASE_MS, CompleteOutcome, QueueBatches, know_kept
 from gormes.events.job_machine import LIVE, TERMINAL
 from gormes.events.jobs import (
     MAX_COALESCED, STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
@@ -337,6 +337,26 @@ class JobQueue(QueueBatches, QueueAdmin):
 
         return await self._transact(run)
 
+    async def _as_holder(self, job_id: str, fn: Callable[[JobSession], T], *, held: bool = False) -> T:
+        """`fn` in a transaction, for a write by the job's holder (its tokens, log,
+        inbox read: an agent job's every step): the session starts from the state
+        kept of the job (its claim's or its last such write's) and folds only what
+        was appended since; the state the write left is kept once it committed (not
+        before: a rolled-back write's state could match a later stream of the same
+        version). `held`: the commit waited for whatever cancel comes."""
+        kept = self._kept_state(job_id)
+
+        def run(tx: Transaction) -> tuple[T, JobState | None]:
+            s = JobSession(tx, self.now_ms())
+            if kept is not None:
+                know_kept(s, [kept])
+            return fn(s), s.known(job_id)
+
+        value, after = await (self.store.transact_held(run) if held else self.store.transact(run))
+        if after is not None:
+            self._keep_states([after])
+        return value
+
     async def _holder_write(self, job_id: str, make: Callable[[int], rules.Command]) -> None:
         """`_holder_command` for a write whose caller wants no Job back (tokens, log,
         progress: an agent job's every turn), so the ledger row is not read back."""
@@ -344,8 +364,7 @@ class JobQueue(QueueBatches, QueueAdmin):
             self._existing(s, job_id)
             s.run(job_id, make(s.now))
 
-        run, committed = self._holder_transact(job_id, write)
-        committed(await self._transact(run))
+        await self._as_holder(job_id, write)
 
     async def complete(self, job_id: str, token: str, result: Any = None) -> Job | None:
         """Finish the attempt. With live children the job goes `waiting-children`
@@ -406,8 +425,7 @@ class JobQueue(QueueBatches, QueueAdmin):
 
     async def add_tokens_many(self, job_id: str, token: str, tokens: Sequence[tuple[Tokens, str | None]]) -> None:
         """`add_tokens` of each (deltas, model), in one transaction."""
-        run, committed = self._holder_transact(job_id, lambda s: self._add_tokens_in(s, job_id, token, tokens))
-        committed(await self._transact(run))
+        await self._as_holder(job_id, lambda s: self._add_tokens_in(s, job_id, token, tokens))
 
     def _add_tokens_in(self, s: JobSession, job_id: str, token: str,
                        tokens: Sequence[tuple[Tokens, str | None]]) -> None:
@@ -432,8 +450,7 @@ class JobQueue(QueueBatches, QueueAdmin):
         """Unread messages, marking them read (a receipt event). A second read
         returns nothing new; a wrong token reads nothing. `tokens`: (deltas, model)
         added first, fenced, in the same transaction (LockLost as `add_tokens`)."""
-        run, committed = self._holder_transact(job_id, lambda s: self._read_inbox_in(s, job_id, token, tokens))
-        return committed(await self._transact(run))
+        return await self._as_holder(job_id, lambda s: self._read_inbox_in(s, job_id, token, tokens))
 
     async def read_inbox_with(
         self, job_id: str, token: str, tokens: Sequence[tuple[Tokens, str | None]],
@@ -443,9 +460,8 @@ class JobQueue(QueueBatches, QueueAdmin):
         own inbox receipt: live.py), its commit waited for whatever cancel comes
         (`transact_held`): messages marked read here are never lost to a cancel
         between the job's read and the reader's record of them."""
-        run, committed = self._holder_transact(
-            job_id, lambda s: also(s.tx, self._read_inbox_in(s, job_id, token, tokens)))
-        return committed(await self.store.transact_held(lambda tx: run(JobSession(tx, self.now_ms()))))
+        return await self._as_holder(
+            job_id, lambda s: also(s.tx, self._read_inbox_in(s, job_id, token, tokens)), held=True)
 
     def _read_inbox_in(
         self, s: JobSession, job_id: str, token: str, tokens: Sequence[tuple[Tokens, str | None]],
