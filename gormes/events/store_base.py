@@ -31,6 +31,14 @@ from gormes.events.store import PAGE, AppendRequest, AppendResult, InlineApply
 
 T = TypeVar("T")
 
+# At most this many requests share one commit. An uncapped batch takes everything
+# queued while the previous one committed: with thousands of runs waking in one
+# scheduler pass, that is all of them, and they then move through every step
+# together and sleep together, the loop idle while they do (decision 0041). A
+# capped batch wakes its callers a thousand at a time, so their steps spread
+# over time and one run's wait overlaps another's work.
+MAX_BATCH = 1024
+
 
 class _Request:
     """One caller's write, and the task waiting for it to commit."""
@@ -72,6 +80,14 @@ class _Batch:
 
     def __init__(self) -> None:
         self.requests: list[_Request] = []
+
+    def split(self, size: int) -> _Batch:
+        """Keep the first `size` requests; return the rest, in order, as a new batch."""
+        rest = _Batch()
+        if len(self.requests) > size:
+            rest.requests = self.requests[size:]
+            del self.requests[size:]
+        return rest
 
     @property
     def done(self) -> _Batch:
@@ -167,7 +183,9 @@ class GroupCommitCalls:
                         if self._closed:
                             return
                         continue
-                    self._batch = _Batch()
+                    self._batch = batch.split(MAX_BATCH)
+                    if self._batch.requests:
+                        self._work.set()  # the rest is the next batch, already waiting
                 await self._commit_batch(batch.requests)
                 self.batches_committed += 1
                 batch.done.set()

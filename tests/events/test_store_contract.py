@@ -419,6 +419,39 @@ async def test_transactions_committed_together_share_their_commit_group(store):
     assert groups[1] is groups[2] and groups[0] is not groups[1]
 
 
+
+async def test_a_burst_of_appends_commits_in_batches_of_at_most_max_batch_in_order(store):
+    from gormes.events.store_base import MAX_BATCH
+
+    n = MAX_BATCH * 3 + 7
+    woken_after: dict[int, int] = {}  # appender -> commits done when its append returned
+    results: dict[int, Any] = {}
+
+    async def appender(i: int) -> None:
+        results[i] = await store.append(f"burst-{i}", [note(str(i))], expected_version=0)
+        woken_after[i] = store.batches_committed
+
+    before = store.batches_committed
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            for i in range(n):  # all queued in one scheduler pass, before the writer looks
+                nursery.start_soon(appender, i)
+    # Uncapped, the writer would take all n in one batch and wake them together.
+    per_commit: dict[int, int] = {}
+    for commits in woken_after.values():
+        per_commit[commits] = per_commit.get(commits, 0) + 1
+    assert store.batches_committed - before == -(-n // MAX_BATCH)
+    assert max(per_commit.values()) <= MAX_BATCH
+    assert len(per_commit) == -(-n // MAX_BATCH)
+    positions, streams = await all_positions_and_versions(store)
+    assert positions == list(range(1, n + 1))
+    by_position = {r.position: r.stream for r in await store.read_all()}
+    assert all(by_position[r.last_position] == f"burst-{i}" for i, r in results.items())
+    # callers of an earlier commit hold earlier positions
+    order = sorted(results, key=lambda i: results[i].last_position)
+    assert [woken_after[i] for i in order] == sorted(woken_after[i] for i in order)
+
+
 # -- Postgres only ------------------------------------------------------------
 
 
