@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import trio
 
+from gormes.providers import timer
 from gormes.providers.base import (
     InvalidModelReply,
     Message,
@@ -225,7 +226,7 @@ class ScriptedProvider:
                 raise ProviderError(f"{self.name}: {failure.error}", retryable=failure.retryable)
         assert turn.reply is not None
         if turn.reply.delay_ms:
-            await trio.sleep(turn.reply.delay_ms / 1000)
+            await timer.sleep(turn.reply.delay_ms / 1000)
         return self._reply(request, turn.reply, turn_index)
 
     def _agent_for(self, request: ModelRequest) -> ScriptedAgent:
