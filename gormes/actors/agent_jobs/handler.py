@@ -52,6 +52,7 @@ from typing import Any
 
 import msgspec
 import trio
+from trio.lowlevel import RunVar
 
 from gormes.actors.agent_jobs.attempts import AGENT_RUN, attempt_runs, last_attempt_run
 from gormes.actors.agent_jobs.cut_off import cut_off_reason
@@ -70,6 +71,7 @@ from gormes.events.jobs import Submitter, Tokens, job_stream
 from gormes.events.runs import RunCompleted, run_stream
 from gormes.events.store import EventStore
 from gormes.ops.executor import Executor
+from gormes.providers import Provider, open_provider
 from gormes.ops.registry import Registry
 from gormes.ops.declared import declared
 from gormes.tools.builtin import default_registry
@@ -160,6 +162,28 @@ def _default_operations() -> Registry:
     if _shared_default is None or _shared_default[0] != key:
         _shared_default = (key, entries, default_registry())  # `entries` kept: their ids stay theirs
     return _shared_default[2]
+
+
+_providers: RunVar[dict[str, Provider]] = RunVar("gormes_agent_job_providers")
+
+
+def _shared_provider(spec: str) -> Provider:
+    """One provider per model spec for the whole trio run (a worker's life), shared
+    by every agent job's run: a real model's SDK client, and its pool of open
+    connections, once per worker instead of once per job; the scripted provider's
+    script read and checked once, not at every job's start (decision 0041).
+    Providers keep no per-run state between calls (the scripted one counts a
+    script's errors per task). Kept per trio run, not per process: an HTTP
+    client's connections belong to the run that opened them."""
+    try:
+        cache = _providers.get()
+    except LookupError:
+        cache = {}
+        _providers.set(cache)
+    provider = cache.get(spec)
+    if provider is None:
+        provider = cache[spec] = open_provider(spec)
+    return provider
 
 
 def _executor(store: EventStore, operations: Registry | None) -> Executor:
@@ -257,7 +281,7 @@ async def _drive(
 ) -> Any:
     """The attempt's run: `earlier` resumed, or a fresh one."""
     acts_for = run_identity(ctx.id, ctx.submitter)
-    async with RunManager.open(store, executor=_executor(store, operations)) as runs:
+    async with RunManager.open(store, executor=_executor(store, operations), providers=_shared_provider) as runs:
         run_id = runs.new_id()
         if earlier is not None and (earlier.end is None or earlier.end.type == "run.cancelled"):
             await ctx.log(f"run {run_id} resumes run {earlier.run_id}",

@@ -92,3 +92,37 @@ async def test_the_runs_projection_folds_runs_and_rebuilds_to_the_same_rows(stor
     before = await _rows(store)
     await runner.rebuild()
     assert await _rows(store) == before
+
+
+async def test_a_worker_s_agent_jobs_share_one_provider_per_model(store, script, monkeypatch):
+    from gormes.actors.agent_jobs import handler
+
+    opened: list[str] = []
+    real_open = handler.open_provider
+
+    def counting_open(spec: str):
+        opened.append(spec)
+        return real_open(spec)
+
+    monkeypatch.setattr(handler, "open_provider", counting_open)
+    model = script({"replies": [{"text": "done"}]})
+    other = script({"replies": [{"text": "done too"}]})
+    queue = await JobQueue.open(store)
+    jobs = [await queue.submit("agent", {"prompt": f"job {i}", "model": model if i < 5 else other})
+            for i in range(7)]
+    worker = agent_worker(queue, WorkerConfig(concurrency=3), store=store, log=lambda _: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+
+        async def done() -> bool:
+            statuses = [(await queue.get(j.id)).status for j in jobs]
+            return all(s in ("completed", "failed", "dead") for s in statuses)
+
+        await wait_until(done, timeout=10)
+        worker.stop()
+        await worker.wait_stopped()
+
+    results = [(await queue.get(j.id)).result["result"] for j in jobs]
+    assert results == ["done"] * 5 + ["done too"] * 2
+    # seven jobs, two models: two providers opened, not seven
+    assert sorted(opened) == sorted([model, other])
