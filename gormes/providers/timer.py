@@ -24,7 +24,6 @@ from outcome import Value
 from trio.lowlevel import Abort, RunVar, Task, current_task, reschedule, wait_task_rescheduled
 
 
-
 class _Sleeper:
     __slots__ = ("task",)
 

@@ -71,9 +71,9 @@ from gormes.events.jobs import Submitter, Tokens, job_stream
 from gormes.events.runs import RunCompleted, run_stream
 from gormes.events.store import EventStore
 from gormes.ops.executor import Executor
-from gormes.providers import Provider, open_provider
 from gormes.ops.registry import Registry
 from gormes.ops.declared import declared
+from gormes.providers import Provider, open_provider
 from gormes.tools.builtin import default_registry
 from gormes.tools.memory import NAMES_ITS_SCOPE, own_scope
 
