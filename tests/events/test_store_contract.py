@@ -419,7 +419,6 @@ async def test_transactions_committed_together_share_their_commit_group(store):
     assert groups[1] is groups[2] and groups[0] is not groups[1]
 
 
-
 async def test_a_burst_of_appends_commits_in_batches_of_at_most_max_batch_in_order(store):
     from gormes.events.store_base import MAX_BATCH
 
