@@ -95,16 +95,16 @@ async def test_the_runs_projection_folds_runs_and_rebuilds_to_the_same_rows(stor
 
 
 async def test_a_worker_s_agent_jobs_share_one_provider_per_model(store, script, monkeypatch):
-    from gormes.actors.agent_jobs import handler
+    from gormes.providers.scripted import ScriptedProvider
 
     opened: list[str] = []
-    real_open = handler.open_provider
+    real_open = ScriptedProvider.open.__func__
 
-    def counting_open(spec: str):
-        opened.append(spec)
-        return real_open(spec)
+    def counting_open(cls, path: str, **config):
+        opened.append(f"scripted:{path}")
+        return real_open(cls, path, **config)
 
-    monkeypatch.setattr(handler, "open_provider", counting_open)
+    monkeypatch.setattr(ScriptedProvider, "open", classmethod(counting_open))
     model = script({"replies": [{"text": "done"}]})
     other = script({"replies": [{"text": "done too"}]})
     queue = await JobQueue.open(store)
