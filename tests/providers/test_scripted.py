@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from timer_tasks import timer_tasks
 
 from gormes.providers import (
     InvalidModelReply,
@@ -235,7 +236,6 @@ async def test_a_delayed_reply_comes_after_its_delay_and_the_wait_is_cancellable
     assert scope.cancelled_caught
 
 
-
 async def test_delayed_replies_of_many_runs_wait_on_one_shared_timer(tmp_path, autojump_clock):
     provider = ScriptedProvider.open(write_script(tmp_path, [{"text": "slow", "delay_ms": 1000}]))
     done: list[float] = []
@@ -250,12 +250,9 @@ async def test_delayed_replies_of_many_runs_wait_on_one_shared_timer(tmp_path, a
             nursery.start_soon(one_run)
         await trio.testing.wait_all_tasks_blocked()
         # 200 waiting replies: one timer task, not a cancel scope each
-        tasks, todo = [], [trio.lowlevel.current_root_task()]
-        while todo:
-            tasks.append(todo.pop())
-            todo.extend(t for n in tasks[-1].child_nurseries for t in n.child_tasks)
-        assert [t.name for t in tasks].count("gormes scripted-delay timer") == 1
+        assert timer_tasks() == 1
     assert done == [1.0] * 200
+
 
 async def test_open_provider_opens_a_script(script_path):
     provider = open_provider(f"scripted:{script_path}")

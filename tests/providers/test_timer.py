@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import trio
 import trio.testing
+from timer_tasks import timer_tasks
 
 from gormes.providers import timer
 
@@ -37,8 +38,7 @@ async def test_many_sleepers_due_together_share_one_timer_task(autojump_clock):
         for _ in range(500):
             nursery.start_soon(sleeper)
         await trio.testing.wait_all_tasks_blocked()
-        system = [t for t in _all_tasks() if t.name == "gormes scripted-delay timer"]
-        assert len(system) == 1
+        assert timer_tasks() == 1
     assert woke == 500
     assert trio.current_time() == 1.0
 
@@ -79,12 +79,3 @@ async def test_no_time_or_a_negative_time_is_a_checkpoint_only(autojump_clock):
     await timer.sleep(-1)
     assert trio.current_time() == 0.0
 
-
-def _all_tasks() -> list[trio.lowlevel.Task]:
-    tasks, todo = [], [trio.lowlevel.current_root_task()]
-    while todo:
-        task = todo.pop()
-        tasks.append(task)
-        for nursery in task.child_nurseries:
-            todo.extend(nursery.child_tasks)
-    return tasks
