@@ -10,8 +10,9 @@ job, so N jobs need N x 2 / lease_s of them a second (`renewals_per_s`): 10,000
 at a 2 s lease is more than this machine records, and leases are lost. Measured:
 the wall from the worker's start until every job is completed (its start-up
 included), steps/s, the wall against the ideal (the turns' delays alone), the
-worker's peak RSS, and the stalls recorded while the worker was alive (target:
-none), and `renewal_gap_ms`: p50/p99/max of the gaps between a job's claim, its
+worker's peak RSS and CPU (`worker_cpu_s`, its whole life, start-up included;
+`cpu_us_per_step`: that over the steps), the stalls recorded while the worker
+was alive (target: none), and `renewal_gap_ms`: p50/p99/max of the gaps between a job's claim, its
 renewals and its completion (a gap over the lease is a lease that lapsed; with
 lease/2 the renewal interval, gap - lease/2 is how late the lease keeper was).
 Each job has a 10-minute timeout, so that the wall-clock sweep's cap on a job
@@ -130,7 +131,8 @@ def jobs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
         conn.close()
     sample = sample_of(run_ids, SAMPLE)
     exact = trio.run(replay_sample, db, sample)
-    rss = float((tmp / "rss.txt").read_text()) if (tmp / "rss.txt").exists() else None
+    usage = (tmp / "rss.txt").read_text().split() if (tmp / "rss.txt").exists() else None
+    rss, cpu = (float(usage[0]), float(usage[1])) if usage else (None, None)
     ideal = (TOOL_TURNS + 1) * delay_ms / 1000 if delay_ms else None
     return {
         "jobs": n, "concurrency": n, "delay_ms": delay_ms, "lease_ms": LEASE_MS,
@@ -138,6 +140,9 @@ def jobs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
         "steps_per_s": round(steps / wall), "wall_s": round(wall, 2), "ideal_s": ideal,
         "wall_vs_ideal": round(wall / ideal, 3) if ideal else None,
         "worker_rss_mb": None if rss is None else round(rss, 1),
+        # the worker's whole life, its start-up included (both threads: the loop and the writer)
+        "worker_cpu_s": None if cpu is None else round(cpu, 2),
+        "cpu_us_per_step": None if cpu is None else round(cpu / steps * 1e6),
         "completed": completed, "stalled_while_alive": stalled,
         "renewal_gap_ms": gaps,
         "replayed": len(sample), "replayed_exactly": exact,
@@ -172,11 +177,14 @@ def _renewal_gaps(db: Path) -> dict[str, int]:
     return {"p50": gaps[len(gaps) // 2], "p99": gaps[len(gaps) * 99 // 100], "max": gaps[-1]}
 
 
-# The worker, as `gormes worker` runs it, writing its peak RSS as it exits.
+# The worker, as `gormes worker` runs it, writing its peak RSS and CPU as it exits.
 _WORKER = """
 import atexit, resource, sys
 db, n, lease, interval, grace, rss = sys.argv[1:]
-atexit.register(lambda: open(rss, "w").write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+def _usage():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    open(rss, "w").write(f"{u.ru_maxrss / 1024} {u.ru_utime + u.ru_stime}")
+atexit.register(_usage)
 from gormes.cli.main import main
 sys.argv = ["gormes", "--db", db, "worker", "--concurrency", n, "--lease", lease,
             "--stall-interval", interval, "--stall-grace", grace, "--no-governor"]

@@ -119,19 +119,22 @@ def job_ancestors(conn: Any, job_id: str) -> list[str]:
 
 
 async def applicable(store: EventStore, budget: str | None, *, job_id: str | None,
-                     scope: str | None) -> tuple[str, ...]:
+                     scope: str | None, job_has_parent: bool = True) -> tuple[str, ...]:
     """The budgets a top-level run is charged to: `budget` (which must exist), and
     `job:<job_id>`, `job:<ancestor>` for each job above it in its tree, and
     `scope:<scope>` if they do. One read; none for a run with neither a budget, a
-    job nor a scope."""
+    job nor a scope. `job_has_parent` False (the caller knows the job is a tree's
+    top): its ancestors are not looked up, and the read is one query."""
     if budget is None and job_id is None and scope is None:
         return ()
 
     def look(log: Any) -> tuple[list[str], list[int]]:
-        jobs = [job_id, *job_ancestors(log.sql, job_id)] if job_id else []
+        above = job_ancestors(log.sql, job_id) if job_id and job_has_parent else []
+        jobs = [job_id, *above] if job_id else []
         names = list(dict.fromkeys(n for n in (budget, *map(job_budget, jobs),
                                                scope_budget(scope) if scope else None) if n is not None))
-        return names, [log.stream_version(budget_stream(n)) for n in names]
+        versions = log.stream_versions([budget_stream(n) for n in names])
+        return names, [versions[budget_stream(n)] for n in names]
 
     names, versions = await store.read_with(look)
     if budget is not None and versions[0] == 0:

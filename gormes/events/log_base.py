@@ -41,6 +41,14 @@ class LogBase:
     def stream_version(self, stream: str) -> int:
         return self.sql.execute(log_sql.STREAM_VERSION, (stream,)).fetchone()[0]
 
+    def stream_versions(self, streams: Sequence[str]) -> dict[str, int]:
+        """The versions of several streams in one query (0 for one with no events)."""
+        versions = dict.fromkeys(streams, 0)
+        if versions:
+            sql, params = log_sql.stream_versions(self.sql, list(versions))
+            versions.update(self.sql.execute(sql, params).fetchall())
+        return versions
+
     def read_stream(
         self, stream: str, after_version: int = 0, types: Sequence[str] | None = None
     ) -> list[Recorded]:

@@ -193,25 +193,18 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
 
     @staticmethod
     def _run_transact(wb: WriteBatch, req: _Request) -> None:
-        # With no inline projection the SAVEPOINT waits until the function runs
-        # SQL (`WriteBatch.defer_savepoint`): one that only appends sends nothing.
+        # The SAVEPOINT waits until the function runs SQL (`WriteBatch.defer_savepoint`):
+        # one that only appends sends nothing, and its rows go in with the batch's next INSERT.
         conn = wb.log.conn
-        if wb.inline:
-            wb.flush()
-            mark = wb.mark()
-            conn.execute("SAVEPOINT transact")
-            sent = True
-        else:
-            mark = wb.defer_savepoint()
-            sent = False
+        mark = wb.defer_savepoint()
         try:
             req.result = req.payload(BatchTransaction(wb))
-            sent = sent or wb.savepoint_sent
+            sent = wb.savepoint_sent
             if sent:
                 wb.flush()
         except Exception as exc:
             wb.end_deferred()
-            if sent or wb.savepoint_sent:
+            if wb.savepoint_sent:
                 conn.execute("ROLLBACK TO transact")
                 conn.execute("RELEASE transact")
             wb.restore(mark)

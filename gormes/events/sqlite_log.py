@@ -151,10 +151,14 @@ class WriteBatch(WriteBatchBase):
     def defer_savepoint(self) -> Mark:
         """Mark a savepoint whose SAVEPOINT is sent only when SQL is about to run in
         it (a read, `execute`, a flush): a transact function that only appends
-        (an audit record) then costs no statement of its own, and its rows go in
-        with the batch's next INSERT. Only with no inline projection: their
-        statements would otherwise run outside the savepoint."""
-        assert not self.inline, "a deferred savepoint with inline projections"
+        (an audit record, a job's token count) then costs no statement of its own,
+        and its rows go in with the batch's next INSERT. With inline projections
+        their statements for those rows then run at that INSERT, outside the
+        savepoint: harmless, since the savepoint only ever undoes a function that
+        raised, and the rows of one that raised are dropped before any INSERT
+        (`restore`). What it changes is whose request fails if an inline
+        projection itself fails on them: that INSERT's, or the whole batch at
+        COMMIT, as for a plain append's rows."""
         mark = self._deferred = self.mark()
         self.savepoint_sent = False
         return mark

@@ -62,6 +62,13 @@ async def _ancestors_and_budgets(store) -> None:
     assert await applicable(store, None, job_id=leaf.id, scope=None) == (f"job:{leaf.id}", f"job:{top.id}")
     assert await applicable(store, None, job_id=middle.id, scope=None) == (f"job:{top.id}",)
     assert await applicable(store, None, job_id=other.id, scope=None) == (f"job:{other.id}",)
+    # a caller that knows its job is a tree's top (the worker: a claimed job's parent_id)
+    # spares the ancestors; the budgets' streams are looked up in one query
+    await book.set("scope:chat:x", tokens=1000)
+    assert await applicable(store, None, job_id=other.id, scope="chat:x", job_has_parent=False) == (
+        f"job:{other.id}", "scope:chat:x")
+    assert await applicable(store, None, job_id=top.id, scope="chat:none", job_has_parent=False) == (
+        f"job:{top.id}",)
 
 
 async def test_a_grandchild_agent_jobs_turns_are_refused_at_its_grandparents_cap(

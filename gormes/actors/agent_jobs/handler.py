@@ -231,7 +231,9 @@ async def agent_job(ctx: JobContext, data: Any, *, operations: Registry | None =
     `operations`: what its run may call (None: `default_registry()`)."""
     options, run_input = parse_job_data(data)
     store = ctx.store
-    job_records = await store.read_stream(job_stream(ctx.id))
+    # Only a holder names a run or is given tokens in the job's log: on its first
+    # claim no earlier attempt did either, and the log has nothing to read for them.
+    job_records = [] if ctx.attempts_started <= 1 else await store.read_stream(job_stream(ctx.id))
     await _count_missed_tokens(ctx, store, job_records)
     earlier = await _earlier_run(store, last_attempt_run(job_records))
     if earlier is not None and earlier.end is not None and isinstance(earlier.end.event, RunCompleted):

@@ -60,6 +60,11 @@ class JobContext:
         return self._job.attempts_made
 
     @property
+    def attempts_started(self) -> int:
+        """The job's claims so far, this attempt's included (1: its first)."""
+        return self._job.attempts_started
+
+    @property
     def lock_token(self) -> str:
         assert self._job.lock_token is not None
         return self._job.lock_token

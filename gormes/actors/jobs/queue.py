@@ -468,10 +468,17 @@ class JobQueue(QueueBatches, QueueAdmin):
     ) -> list[InboxMessage]:
         if tokens:
             self._add_tokens_in(s, job_id, token, tokens)
-        # Nothing unread in the ledger (inline: current in this transaction) is
-        # nothing to decide: the job's stream is not folded (an agent job reads
-        # its inbox before every turn, nearly always empty).
-        if not s.rows(UNREAD_ONE, (job_id,)) or s.state(job_id) is None:
+        # An agent job reads its inbox before every turn, nearly always empty. Its
+        # state is usually known already (kept from its last write, the stream not
+        # moved since; or folded by the tokens' write): nothing unread there is
+        # nothing to decide, and no SQL runs, so the read shares the batch's INSERT.
+        # Otherwise nothing unread in the ledger (inline: current in this
+        # transaction) spares folding the job's stream.
+        known = s.known(job_id)
+        if known is not None:
+            if not known.unread:
+                return []
+        elif not s.rows(UNREAD_ONE, (job_id,)) or s.state(job_id) is None:
             return []
         events = s.run(job_id, rules.ReadInbox(now=s.now, token=token))
         if not events:

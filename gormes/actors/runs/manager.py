@@ -275,7 +275,10 @@ class RunManager:
                             "openai:MODEL or anthropic:MODEL)")
         provider = self.provider(model) if model else None
         _require_json(input, "run input")
-        budgets = await applicable(self.store, budget, job_id=job_id, scope=memory_scope)
+        # a job's parent is fixed when it is submitted: a tree's top has no ancestors to look up
+        top_job = job is not None and job.id == job_id and job.parent_id is None
+        budgets = await applicable(self.store, budget, job_id=job_id, scope=memory_scope,
+                                   job_has_parent=not top_job)
         run = LiveRun(
             run_id=run_id or self.new_id(), handler=handler, input=input, trust=trust,
             memory_scope=memory_scope, tools=None if tools is None else tuple(tools), model=model,

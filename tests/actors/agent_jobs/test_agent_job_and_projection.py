@@ -12,7 +12,7 @@ from run_helpers import run_events, wait_until
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.runs.manager import RunManager
 from gormes.actors.jobs.worker import WorkerConfig
-from gormes.events.jobs import Tokens
+from gormes.events.jobs import Tokens, job_stream
 from gormes.events.runs import RunChildFinished, RunLlmTurn, RunStarted
 from gormes.projections.runner import ProjectionRunner
 from gormes.projections.runs import COLUMNS, TABLE
@@ -126,3 +126,31 @@ async def test_a_worker_s_agent_jobs_share_one_provider_per_model(store, script,
     assert results == ["done"] * 5 + ["done too"] * 2
     # seven jobs, two models: two providers opened, not seven
     assert sorted(opened) == sorted([model, other])
+
+
+async def test_a_first_attempt_reads_nothing_of_its_jobs_log(store, script, monkeypatch):
+    """Only a holder names a run in a job's log or gives it tokens: on a job's first
+    claim no earlier attempt has, so the handler does not read the job's stream
+    (every agent job starts that way; a later attempt reads it: test_agent_job_resume.py)."""
+    read: list[str] = []
+    real_read = type(store).read_stream
+
+    async def recording_read(self, stream: str, after_version: int = 0):
+        read.append(stream)
+        return await real_read(self, stream, after_version)
+
+    monkeypatch.setattr(type(store), "read_stream", recording_read)
+    queue = await JobQueue.open(store)
+    job = await queue.submit("agent", {"prompt": "hi", "model": script({"replies": [{"text": "done"}]})})
+    worker = agent_worker(queue, WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+
+        async def done() -> bool:
+            return (await queue.get(job.id)).status == "completed"
+
+        await wait_until(done, timeout=10)
+        worker.stop()
+        await worker.wait_stopped()
+    assert (await queue.get(job.id)).attempts_started == 1
+    assert job_stream(job.id) not in read

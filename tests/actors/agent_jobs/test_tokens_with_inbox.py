@@ -160,3 +160,25 @@ async def test_a_lost_lease_undoes_the_runs_receipt_with_the_jobs_read(tmp_path)
         with pytest.raises(LockLost):
             await ctx.inbox_with(lambda tx, messages: tx.append("run-r", [RunInboxRead(seq=1, messages=())]))
         assert await store.head() == head and lost == [True]
+
+
+async def test_an_empty_inbox_read_runs_no_sql_and_still_sees_another_process_message(tmp_path) -> None:
+    """With the job's state kept from its last write (the stream not moved since),
+    an empty read is answered from it: the read and its tokens only append, and
+    go in with the batch's INSERT (no query, no savepoint). A message sent through
+    another connection moves the stream, and the next read finds it."""
+    async with SQLiteEventStore.open(tmp_path / "db") as store:
+        queue, ctx = await _claimed(store)
+        ctx.tokens_later(Tokens(input=1), model="m")
+        statements: list[str] = []
+        store.log.conn.set_trace_callback(statements.append)
+        assert await ctx.inbox() == []
+        store.log.conn.set_trace_callback(None)
+        # the batch's own (its head, the ledger's position and rows) and nothing of the read's
+        assert not [s for s in statements if s.startswith("SAVEPOINT") or "inbox" in s], statements
+        assert (await queue.get(ctx.id)).tokens == Tokens(input=1)
+
+        async with SQLiteEventStore.open(tmp_path / "db") as other:
+            await (await JobQueue.open(other)).send(ctx.id, "from elsewhere")
+        assert [m.payload for m in await ctx.inbox()] == ["from elsewhere"]
+        assert await ctx.inbox() == []

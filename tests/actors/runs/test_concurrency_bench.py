@@ -21,7 +21,7 @@ CASE_KEYS = {
 }
 JOB_KEYS = {
     "jobs", "concurrency", "delay_ms", "lease_ms", "renewals_per_s", "steps", "steps_per_s", "wall_s", "ideal_s",
-    "wall_vs_ideal", "worker_rss_mb", "completed", "stalled_while_alive", "renewal_gap_ms", "replayed",
+    "wall_vs_ideal", "worker_rss_mb", "worker_cpu_s", "cpu_us_per_step", "completed", "stalled_while_alive", "renewal_gap_ms", "replayed",
     "replayed_exactly",
 }
 
@@ -48,6 +48,9 @@ def test_quick_mode_prints_one_json_line_and_every_sample_replays_exactly() -> N
     jobs = result["jobs"]
     assert set(jobs) == JOB_KEYS
     assert jobs["steps"] == jobs["jobs"] * 11
+    # the CPU is reported rounded to 10 ms, the per-step figure from the unrounded one
+    assert jobs["worker_cpu_s"] > 0
+    assert abs(jobs["cpu_us_per_step"] - jobs["worker_cpu_s"] / jobs["steps"] * 1e6) <= 0.005 / jobs["steps"] * 1e6 + 1
     assert jobs["replayed_exactly"] == jobs["replayed"] > 0
     assert jobs["stalled_while_alive"] == 0
     assert jobs["completed"] == jobs["jobs"]
