@@ -136,7 +136,7 @@ async def applicable(store: EventStore, budget: str | None, *, job_id: str | Non
         versions = log.stream_versions([budget_stream(n) for n in names])
         return names, [versions[budget_stream(n)] for n in names]
 
-    names, versions = await store.read_with(look)
+    names, versions = await store.read_point(look)
     if budget is not None and versions[0] == 0:
         raise UnknownBudget(f"unknown budget {budget!r}: create it with `gormes budget set {budget} ...`")
     return tuple(n for n, v in zip(names, versions, strict=True) if v)

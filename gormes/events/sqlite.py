@@ -120,6 +120,7 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
         self.readonly = log.readonly
         self._init_group_commit()
         self._readers: list[SQLiteLog] = []
+        self._point_reader: SQLiteLog | None = None  # `read_point`'s, used on the loop's thread
         self._read_slots = trio.CapacityLimiter(READ_CONNECTIONS)
         self._changes = _Changes(log.reader(), poll_interval)
 
@@ -153,6 +154,9 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
         for reader in self._readers:
             reader.close()
         self._readers.clear()
+        if self._point_reader is not None:
+            self._point_reader.close()
+            self._point_reader = None
         self._changes.close()
         self.log.close()
 
@@ -231,6 +235,37 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
                 return await trio.to_thread.run_sync(fn, reader)
             finally:
                 self._readers.append(reader)
+
+    async def read_point(self, fn: Callable[[SQLiteLog], T]) -> T:
+        """`read_with` for a read of a few rows found by key, run here on the loop's
+        thread (see `EventStore.read_point`): a point query on a WAL database is
+        tens of microseconds, the hop to a worker thread and back several times
+        that, and each hop hands the GIL over twice. Its connection never waits
+        for a lock (busy_timeout 0): if the database is busy (a recovery, another
+        process holding it exclusively) the read goes to a worker thread as
+        `read_with`, which waits its turn there."""
+        await trio.lowlevel.checkpoint()
+        reader = self._point_reader
+        if reader is None:
+            reader = await trio.to_thread.run_sync(self.log.reader)
+            if self._point_reader is not None:  # another read opened one meanwhile
+                reader.close()
+                reader = self._point_reader
+            else:
+                reader.conn.execute("PRAGMA busy_timeout = 0")
+                self._point_reader = reader
+        try:
+            return fn(reader)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF not in _BUSY:  # an extended code's primary
+                raise
+            if reader.conn.in_transaction:
+                reader.conn.execute("ROLLBACK")
+        return await self.read_with(fn)
+
+
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
 
 @asynccontextmanager
 async def open_store(path: str | PathLike[str], **kwargs: Any) -> AsyncIterator[SQLiteEventStore]:

@@ -221,6 +221,14 @@ class EventStore(Protocol):
         """`read_with`, handing `fn` the connection `?` SQL runs on (`log.sql`)."""
         ...
 
+    async def read_point(self, fn: Callable[[EventLog], T]) -> T:
+        """`read_with` for a read of a few rows found by key (a few index lookups,
+        nothing that grows): on SQLite `fn` runs on the calling thread, the event
+        loop's, which costs it less than the hop to a worker thread and back, and
+        in a thread after all when the database is busy; on PostgreSQL, a round
+        trip, it is `read_with` (decision 0042)."""
+        ...
+
     @property
     def generation(self) -> int:
         """A counter that moves whenever the log may have grown (in this process

@@ -300,6 +300,11 @@ class LogReads:
         database (`log.sql`, see `LogBase`)."""
         return await self.read_with(lambda log: fn(log.sql))
 
+    async def read_point(self, fn: Callable[[Any], T]) -> T:
+        """`read_with` for a read of a few rows found by key (see `EventStore`);
+        here it is `read_with` itself (SQLite's store runs it on the loop)."""
+        return await self.read_with(fn)
+
     async def head(self) -> int:
         return await self.read_with(lambda r: r.head())
 

@@ -402,3 +402,42 @@ async def test_events_survive_reopening(db_path):
         assert [r.event for r in await store.read_stream("a")] == [note("1"), note("2")]
         await store.append("a", [note("3")], 2)
         assert await store.head() == 3
+
+
+async def test_a_point_read_runs_on_the_loop_thread_and_in_a_worker_when_the_database_is_busy(store, db_path):
+    await store.append("a", [note("1"), note("2")])
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+
+    def version(log: SQLiteLog) -> int:
+        threads.append(threading.get_ident())
+        return log.stream_versions(["a", "none"])["a"]
+
+    assert await store.read_point(version) == 2
+    assert threads == [loop_thread]  # no hop to a worker thread
+
+    # A WAL reader is busy only in states a test cannot arrange from outside (a
+    # recovery of the WAL index in progress); the function raises what SQLite
+    # raises then, once, and the read is made again in a worker thread.
+    threads.clear()
+    busy = sqlite3.OperationalError("database is locked")
+    busy.sqlite_errorcode = sqlite3.SQLITE_BUSY | (1 << 8)  # SQLITE_BUSY_RECOVERY
+    calls: list[int] = []
+
+    def busy_once(log: SQLiteLog) -> int:
+        calls.append(threading.get_ident())
+        if len(calls) == 1:
+            log.conn.execute("BEGIN")  # left open by the failed attempt: rolled back
+            raise busy
+        return version(log)
+
+    assert await store.read_point(busy_once) == 2
+    assert calls[0] == loop_thread and threads[0] != loop_thread
+
+    def broken(log: SQLiteLog) -> int:
+        log.conn.execute("SELECT 1 FROM nowhere")
+        return 0
+
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        await store.read_point(broken)  # any other error is the caller's
+    assert await store.read_point(version) == 2

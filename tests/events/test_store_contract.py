@@ -609,3 +609,11 @@ async def test_a_burst_of_concurrent_reads_opens_a_few_connections_not_one_each_
 
 async def slow_read_of(store: Any, read: Any) -> None:
     assert await store.read_with(read) == 1
+
+
+async def test_a_point_read_and_many_streams_versions_in_one_query(store):
+    await store.append("a", [note("1"), note("2")])
+    await store.append("b", [note("3")])
+    assert await store.read_point(lambda log: log.stream_versions(["a", "none", "b", "a"])) == {
+        "a": 2, "none": 0, "b": 1}
+    assert await store.read_point(lambda log: log.stream_versions([])) == {}
