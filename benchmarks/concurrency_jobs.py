@@ -95,7 +95,9 @@ def jobs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
     worker = subprocess.Popen(
         [sys.executable, "-c", _WORKER, str(db), str(n), str(LEASE_MS), str(STALL_INTERVAL_MS),
          str(STALL_GRACE_MS), str(tmp / "rss.txt")],
-        env=_env(), stderr=open(os.environ.get("BENCH_WORKER_LOG", os.devnull), "w"),
+        # in REPO: `python -c` puts its working directory first on sys.path, ahead of
+        # PYTHONPATH, and the worker must import this tree's gormes, not the caller's
+        env=_env(), cwd=REPO, stderr=open(os.environ.get("BENCH_WORKER_LOG", os.devnull), "w"),
     )
     try:
         _wait_done(db, n, worker, timeout=600)

@@ -168,7 +168,7 @@ def gormes_throughput(tmp: Path, n: int = N_JOBS, profile: Path | None = None) -
         command = [sys.executable, str(REPO / "benchmarks" / "profile_worker.py"), str(profile), *args]
     cpu_before = children_cpu()
     start = time.perf_counter()
-    worker = subprocess.Popen(command, env=env(), stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(command, env=env(), cwd=REPO, stderr=subprocess.DEVNULL)  # `-m`: cwd first on sys.path
     try:
         wait_until(lambda: completed_count(db) >= n)
         elapsed = time.perf_counter() - start
@@ -216,7 +216,7 @@ def gormes_pickup(tmp: Path) -> list[float]:
     trio.run(init)
     worker = subprocess.Popen(
         gormes(db, "worker", "--import", str(handlers), "--concurrency", "4"),
-        env=env(), stderr=subprocess.DEVNULL,
+        env=env(), cwd=REPO, stderr=subprocess.DEVNULL,
     )
     try:
         trio.run(main)

@@ -246,7 +246,7 @@ def gormes_throughput(tmp: Path, workers: int) -> float:
                 subprocess.Popen(
                     gormes_cmd(schema.url, "worker", "--import", str(handlers),
                                "--concurrency", str(CONCURRENCY)),
-                    env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    env=env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )
                 for _ in range(workers)
             ]
