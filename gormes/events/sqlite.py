@@ -121,6 +121,7 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
         self._init_group_commit()
         self._readers: list[SQLiteLog] = []
         self._point_reader: SQLiteLog | None = None  # `read_point`'s, used on the loop's thread
+        self._point_opening = trio.Lock()
         self._read_slots = trio.CapacityLimiter(READ_CONNECTIONS)
         self._changes = _Changes(log.reader(), poll_interval)
 
@@ -247,13 +248,12 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
         await trio.lowlevel.checkpoint()
         reader = self._point_reader
         if reader is None:
-            reader = await trio.to_thread.run_sync(self.log.reader)
-            if self._point_reader is not None:  # another read opened one meanwhile
-                reader.close()
+            async with self._point_opening:  # reads starting together open one connection
+                if self._point_reader is None:
+                    opened = await trio.to_thread.run_sync(self.log.reader)
+                    opened.conn.execute("PRAGMA busy_timeout = 0")
+                    self._point_reader = opened
                 reader = self._point_reader
-            else:
-                reader.conn.execute("PRAGMA busy_timeout = 0")
-                self._point_reader = reader
         try:
             return fn(reader)
         except sqlite3.OperationalError as exc:

@@ -413,8 +413,25 @@ async def test_a_point_read_runs_on_the_loop_thread_and_in_a_worker_when_the_dat
         threads.append(threading.get_ident())
         return log.stream_versions(["a", "none"])["a"]
 
-    assert await store.read_point(version) == 2
-    assert threads == [loop_thread]  # no hop to a worker thread
+    opened: list[SQLiteLog] = []
+    reader = store.log.reader
+
+    def counting_reader() -> SQLiteLog:
+        opened.append(reader())
+        return opened[-1]
+
+    store.log.reader = counting_reader
+    results: list[int] = []
+
+    async def read() -> None:
+        results.append(await store.read_point(version))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(20):
+            nursery.start_soon(read)
+    assert results == [2] * 20
+    assert len(opened) == 1  # reads starting together open one connection between them
+    assert set(threads) == {loop_thread}  # and each ran on the loop's thread: no hop
 
     # A WAL reader is busy only in states a test cannot arrange from outside (a
     # recovery of the WAL index in progress); the function raises what SQLite
