@@ -39,7 +39,7 @@ from gormes.events.codec import default_codec
 from gormes.events.job_machine import ALWAYS, STALLED_ERROR, STALLED_ERROR_BEFORE, Transition, transition_of
 from gormes.events.jobs import (
     STATUSES, TERMINAL, JobChildAdded, JobChildDone, JobInboxRead, JobMessageSent, JobSubmitted,
-    JobTranscribed,
+    JobTokensAdded, JobTranscribed,
 )
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.store import EventStore, Transaction
@@ -513,12 +513,19 @@ _RUNNABLE = {
 }
 
 
+# A run of `job.tokens_added` (an agent job's every turn: a batch holds one per
+# job stepping) is written with `executemany`s too: its token rows, then the jobs
+# rows' UPDATEs (`_write_run`).
+_TOKENS_WRITE = next(w for t, w in _WRITES[SQLITE_DIALECT.name].items() if t.event is JobTokensAdded)
+
+
 def apply(conn: Any, records: Sequence[Recorded]) -> None:
     """Fold a batch of events into the ledger (ignores everything but `job-*`).
 
     On SQLite a run of events of one transition, one after the other (a worker's
-    round of claims, or of completions), is written with one `executemany`: the
-    same statements, in the same order, as `apply_one` would run for them one by one."""
+    round of claims, or of completions, or the token counts of jobs stepping), is
+    written with one `executemany` per statement: the same statements, for each
+    kind in the same order, as `apply_one` would run for them one by one."""
     d = dialect(conn)
     if d is not SQLITE_DIALECT:
         for rec in records:
@@ -530,7 +537,10 @@ def apply(conn: Any, records: Sequence[Recorded]) -> None:
     for rec in records:
         if not (rec.type.startswith("job.") and rec.stream.startswith("job-")):
             continue
-        write = _RUNNABLE.get(transition_of(rec.event))  # type: ignore[arg-type]
+        if type(rec.event) is JobTokensAdded:
+            write: Write | None = _TOKENS_WRITE
+        else:
+            write = _RUNNABLE.get(transition_of(rec.event))  # type: ignore[arg-type]
         if write is not run_write and run:
             _write_run(conn, run_write, run)  # type: ignore[arg-type]
             run = []
@@ -544,6 +554,8 @@ def apply(conn: Any, records: Sequence[Recorded]) -> None:
 
 
 def _write_run(conn: Any, write: Write, run: list[Recorded]) -> None:
+    if write is _TOKENS_WRITE:
+        ledger_tokens.fold_added(conn, run)  # before the rows' UPDATEs, as apply_one
     if len(run) == 1:
         _write(conn, write, run, write.params(run[0]))
     else:
