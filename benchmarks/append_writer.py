@@ -12,7 +12,9 @@ beforehand, one stream per request, and reads the thread's CPU time around it:
 - transact_read: transact functions that read the stream's recent events of
   one type, by name, then append (a run's inbox read and its receipt);
 - inline: `transact` with an inline projection that does nothing (the job
-  worker's shape: a savepoint and a flush each, the projection's own cost left out);
+  worker's shape, the projection's own cost left out; since decision 0042 its
+  SAVEPOINT is deferred as without one, where before each took a savepoint
+  and a flush);
 - floor: raw sqlite3 inserting the same rows (executemany) and committing.
 
 All at synchronous=FULL; the fsync waits are not CPU and are not counted.
