@@ -133,8 +133,9 @@ async def applicable(store: EventStore, budget: str | None, *, job_id: str | Non
         jobs = [job_id, *above] if job_id else []
         names = list(dict.fromkeys(n for n in (budget, *map(job_budget, jobs),
                                                scope_budget(scope) if scope else None) if n is not None))
-        versions = log.stream_versions([budget_stream(n) for n in names])
-        return names, [versions[budget_stream(n)] for n in names]
+        streams = [budget_stream(n) for n in names]
+        versions = log.stream_versions(streams)
+        return names, [versions[s] for s in streams]
 
     names, versions = await store.read_point(look)
     if budget is not None and versions[0] == 0:

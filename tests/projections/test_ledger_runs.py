@@ -55,10 +55,8 @@ async def test_a_run_of_token_counts_gives_the_rows_of_one_event_at_a_time(tmp_p
             (jobs[2].id, Tokens(output=7, cache_read=2), "m2", None), (jobs[0].id, Tokens(input=1), "m2", None),
             (jobs[1].id, Tokens(input=9, output=9), None, "child-1"), (waiting.id, Tokens(input=4), "m1", None),
         ]
-        version = {j.id: await store.stream_version(job_stream(j.id)) for j in [*jobs, waiting]}
         requests = []
         for job_id, tokens, model, child in counts:
-            version[job_id] += 1
             requests.append(AppendRequest(job_stream(job_id), [JobTokensAdded(
                 tokens=tokens, model=model, from_child=child, at=1_000 + len(requests))]))
         await store.append_many(requests)
