@@ -36,7 +36,8 @@ _ours: tuple[int, int, int] | None = None  # the thresholds set here, while wide
 
 
 def in_flight() -> int:
-    """Runs in flight in this process (every RunManager's)."""
+    """Runs in flight in this process (every RunManager's), each from the start of
+    its start (before its `run.started` is written) to its end."""
     return _live
 
 

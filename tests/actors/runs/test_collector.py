@@ -85,3 +85,39 @@ async def test_a_run_manager_s_runs_in_flight_widen_it(tmp_path) -> None:
             assert {(await h.outcome()).status for h in handles} == {"completed"}
     assert collector.in_flight() == 0
     assert gc.get_threshold() == (700, 10, 10)
+
+
+async def test_a_run_counts_from_its_start_not_from_its_first_step(tmp_path, monkeypatch) -> None:
+    """Ten thousand runs started at once allocate their state and wait for their
+    `run.started` together: they are counted while they wait, and a start that
+    fails (its run id taken) counts nothing afterwards."""
+    handlers = RunHandlerRegistry()
+
+    async def quick(ctx: RunContext, input: object) -> int:
+        return 1
+
+    handlers.register("quick", quick)
+    async with SQLiteEventStore.open(tmp_path / "runs.db") as store:
+        appending, go_on = trio.Event(), trio.Event()
+        append = store.append
+
+        async def held_append(*args: object, **kwargs: object) -> object:
+            appending.set()
+            await go_on.wait()
+            return await append(*args, **kwargs)  # type: ignore[arg-type]
+
+        async with RunManager.open(store, handlers=handlers) as runs:
+            monkeypatch.setattr(store, "append", held_append)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(runs.run, "quick", None)
+                await appending.wait()
+                assert collector.in_flight() == 1  # its run.started not yet written
+                go_on.set()
+            assert collector.in_flight() == 0
+            monkeypatch.setattr(store, "append", append)
+
+            first = await runs.start("quick", run_id="taken")
+            assert (await first.outcome()).status == "completed"
+            with pytest.raises(Exception, match="taken"):
+                await runs.start("quick", run_id="taken")
+            assert collector.in_flight() == 0
