@@ -181,7 +181,8 @@ class QueueBatches:
         while len(kept) > self._KEEP_STATES:
             kept.popitem(last=False)
 
-    def _kept_state(self, job_id: str) -> JobState | None:
+    def kept_state(self, job_id: str) -> JobState | None:
+        """The job's state as its claim or its holder's last write left it, if kept."""
         kept = self.__dict__.get("_claimed_states")
         return None if not kept else kept.get(job_id)
 

@@ -344,7 +344,7 @@ class JobQueue(QueueBatches, QueueAdmin):
         was appended since; the state the write left is kept once it committed (not
         before: a rolled-back write's state could match a later stream of the same
         version). `held`: the commit waited for whatever cancel comes."""
-        kept = self._kept_state(job_id)
+        kept = self.kept_state(job_id)
 
         def run(tx: Transaction) -> tuple[T, JobState | None]:
             s = JobSession(tx, self.now_ms())

@@ -623,10 +623,13 @@ class Worker:
 
     async def _renew_leases(self, runs: Sequence[RunningJob]) -> list[JobState | None]:
         """The leases of every job due (the lease keeper calls this every lease/2
-        with all of them): one transaction (leases.py)."""
+        with all of them): one transaction (leases.py). Each job's renewal starts
+        from the newer of its last renewal's state and the one its claim or its
+        holder's last write left in the queue: a first renewal then reads only what
+        was appended since (an agent job's turns), not the job's whole stream."""
+        known = [state for r in runs if (state := _newer(r.lease_state, self.queue.kept_state(r.job.id)))]
         return await renew_leases(
-            self.store, self.queue.now_ms, [(r.job.id, r.token) for r in runs], self.config.lease_ms,
-            [r.lease_state for r in runs if r.lease_state is not None],
+            self.store, self.queue.now_ms, [(r.job.id, r.token) for r in runs], self.config.lease_ms, known,
         )
 
     async def _lease_refused(self, run: RunningJob) -> bool:
@@ -782,3 +785,10 @@ class _Refill:
 def _holds(worker: Worker, job_id: str, token: str) -> bool:
     run = worker.active.get(job_id)
     return run is not None and run.token == token
+
+
+def _newer(a: JobState | None, b: JobState | None) -> JobState | None:
+    """The later of two states of one job (by its stream's version)."""
+    if a is None or (b is not None and b.version > a.version):
+        return b
+    return a

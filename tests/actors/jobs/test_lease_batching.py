@@ -279,3 +279,65 @@ async def test_an_urgent_transaction_commits_before_the_batch_that_filled_while_
         positions = {r.stream: r.position for r in await store.read_all()}
     assert positions["s-block"] == 1 and positions["s-urgent"] == 2
     assert min(positions[f"s-{i}"] for i in range(50)) == 3
+
+
+async def test_a_first_renewal_starts_from_the_state_the_holder_s_last_write_left(queue, mock_clock, monkeypatch):
+    """A job's first renewal has no state of an earlier renewal to start from; it
+    starts from the one the queue kept of its claim or its holder's last write
+    (an agent job's tokens), and reads only what was appended after that, never
+    the job's whole stream."""
+    from gormes.events.log_base import LogBase
+
+    n, lease_ms = 3, 10_000
+    release, all_wrote = trio.Event(), trio.Event()
+    wrote: list[str] = []
+
+    async def spend(ctx: JobContext, data: Any) -> Any:
+        for _ in range(3):
+            await ctx.tokens(input=1, model="m")
+        wrote.append(ctx.id)
+        if len(wrote) == n:
+            all_wrote.set()
+        await release.wait()
+        return data
+
+    registry = default_registry.copy()
+    registry.register("spend", spend)
+    await submit(queue, n, "spend")
+    config = WorkerConfig(
+        worker_id="w-first", concurrency=n, lease_ms=lease_ms, stall_interval_ms=60_000,
+        stall_grace_ms=60_000, heartbeat_interval_ms=60_000,
+    )
+    worker = Worker(queue, registry, config, store=queue.store, log=lambda line: None)
+    reads: list[tuple[list[str], dict[str, int]]] = []
+    whole = LogBase.read_streams
+
+    def spy(self: Any, streams: Any, after: Any = None) -> Any:
+        streams = list(streams)
+        reads.append((streams, dict(after or {})))
+        return whole(self, streams, after)
+
+    renewed: list[int] = []
+    real = leases.renew_leases_in
+
+    def counted(s: Any, batch: Any, *args: Any) -> Any:
+        renewed.append(len(batch))
+        return real(s, batch, *args)
+
+    monkeypatch.setattr(leases, "renew_leases_in", counted)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await all_wrote.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        monkeypatch.setattr(LogBase, "read_streams", spy)
+        mock_clock.jump(lease_ms / 2000)
+        while not renewed:
+            await trio.testing.wait_all_tasks_blocked()
+            await queue.store.transact(lambda tx: None)
+        monkeypatch.setattr(LogBase, "read_streams", whole)
+        listed = await queue.list(status="active", limit=n)
+        release.set()
+        nursery.cancel_scope.cancel()
+    assert renewed == [n] and len(listed) == n
+    job_reads = [(streams, after) for streams, after in reads if any(s.startswith("job-") for s in streams)]
+    assert all(set(after) == set(streams) for streams, after in job_reads), job_reads  # tails only
