@@ -336,8 +336,13 @@ async def test_a_first_renewal_starts_from_the_state_the_holder_s_last_write_lef
             await queue.store.transact(lambda tx: None)
         monkeypatch.setattr(LogBase, "read_streams", whole)
         listed = await queue.list(status="active", limit=n)
+        renewed_states = [run.lease_state for run in worker.active.values()]
+        versions = [await queue.store.stream_version(f"job-{job.id}") for job in listed]
         release.set()
         nursery.cancel_scope.cancel()
     assert renewed == [n] and len(listed) == n
+    # each renewal decided on the job as its holder's writes left it: its tokens counted, at the stream's head
+    assert sorted(s.tokens.input for s in renewed_states) == [3] * n
+    assert sorted(s.version for s in renewed_states) == sorted(versions)
     job_reads = [(streams, after) for streams, after in reads if any(s.startswith("job-") for s in streams)]
     assert all(set(after) == set(streams) for streams, after in job_reads), job_reads  # tails only
