@@ -9,6 +9,7 @@ These fail if renewal regressed to one transaction per job (they count calls of
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from gormes.actors.jobs.handlers import default_registry
 from gormes.actors.jobs.leases import keep_leases, renew_leases
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import Worker, WorkerConfig
+from gormes.events.log_base import LogBase
 from gormes.events.sqlite import SQLiteEventStore
 
 INTERVAL_S = 5.0  # lease/2
@@ -127,6 +129,51 @@ async def queue(tmp_path: Path, mock_clock: trio.testing.MockClock) -> Any:
         yield await JobQueue.open(store, clock=mock_clock.current_time, random=lambda: 0.5)
 
 
+def spy_stream_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], dict[str, int]]]:
+    """Each `LogBase.read_streams` from now on: (its streams, the versions it read after)."""
+    reads: list[tuple[list[str], dict[str, int]]] = []
+    whole = LogBase.read_streams
+
+    def spy(self: Any, streams: Any, after: Any = None) -> Any:
+        streams = list(streams)
+        reads.append((streams, dict(after or {})))
+        return whole(self, streams, after)
+
+    monkeypatch.setattr(LogBase, "read_streams", spy)
+    return reads
+
+
+def gated(n: int, first: Callable[[JobContext], Awaitable[None]] | None = None) -> tuple[Any, trio.Event, trio.Event]:
+    """(a job handler that runs `first(ctx)`, then waits for `release`; `release`;
+    `all_in`, set once `n` jobs are waiting in it)."""
+    release, all_in = trio.Event(), trio.Event()
+    waiting: list[str] = []
+
+    async def handler(ctx: JobContext, data: Any) -> Any:
+        if first is not None:
+            await first(ctx)
+        waiting.append(ctx.id)
+        if len(waiting) == n:
+            all_in.set()
+        await release.wait()
+        return data
+
+    return handler, release, all_in
+
+
+def count_renewals(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many jobs each renewal transaction (`renew_leases_in`) renews, from now on."""
+    sizes: list[int] = []
+    real = leases.renew_leases_in
+
+    def counted(s: Any, batch: Any, *args: Any) -> Any:
+        sizes.append(len(batch))
+        return real(s, batch, *args)
+
+    monkeypatch.setattr(leases, "renew_leases_in", counted)
+    return sizes
+
+
 async def submit(queue: JobQueue, n: int, name: str) -> list[Any]:
     jobs: list[Any] = []
 
@@ -167,7 +214,6 @@ async def test_given_kept_states_gone_stale_then_a_renewal_folds_only_the_events
     still refuses a holder whose job was taken over meanwhile."""
     from gormes.actors.actor import fold
     from gormes.actors.jobs.actor import JOB
-    from gormes.events.log_base import LogBase
 
     await submit(queue, 3, "echo")
     claimed = await queue.claim_many({"echo"}, worker_id="w", lease_ms=10_000, limit=3)
@@ -181,15 +227,7 @@ async def test_given_kept_states_gone_stale_then_a_renewal_folds_only_the_events
     other = await queue.claim({"echo"}, worker_id="w2", lease_ms=10_000)
     assert other is not None and other.id == leased[2][0]
 
-    reads: list[Any] = []
-    whole = LogBase.read_streams
-
-    def spy(self: Any, streams: Any, after: Any = None) -> Any:
-        streams = list(streams)
-        reads.append((streams, dict(after or {})))
-        return whole(self, streams, after)
-
-    monkeypatch.setattr(LogBase, "read_streams", spy)
+    reads = spy_stream_reads(monkeypatch)
     mock_clock.jump(3)
     states = await renew_leases(queue.store, queue.now_ms, leased, 10_000, known=kept)
     assert states[2] is None  # its token no longer holds it
@@ -206,26 +244,10 @@ async def test_given_a_worker_running_500_gated_jobs_then_each_interval_renews_t
     queue, mock_clock, monkeypatch,
 ):
     n, lease_ms = 500, 10_000
-    release, all_started = trio.Event(), trio.Event()
-    started: list[str] = []
-
-    async def gate(ctx: JobContext, data: Any) -> Any:
-        started.append(ctx.id)
-        if len(started) == n:
-            all_started.set()
-        await release.wait()
-        return data
-
+    gate, release, all_started = gated(n)
     registry = default_registry.copy()
     registry.register("gate", gate)
-    sizes: list[int] = []
-    real = leases.renew_leases_in
-
-    def counted(s: Any, batch: Any, *args: Any) -> Any:
-        sizes.append(len(batch))
-        return real(s, batch, *args)
-
-    monkeypatch.setattr(leases, "renew_leases_in", counted)
+    sizes = count_renewals(monkeypatch)
     jobs = await submit(queue, n, "gate")
     config = WorkerConfig(
         worker_id="w-many", concurrency=n, lease_ms=lease_ms, stall_interval_ms=500,
@@ -286,21 +308,13 @@ async def test_a_first_renewal_starts_from_the_state_the_holder_s_last_write_lef
     starts from the one the queue kept of its claim or its holder's last write
     (an agent job's tokens), and reads only what was appended after that, never
     the job's whole stream."""
-    from gormes.events.log_base import LogBase
 
     n, lease_ms = 3, 10_000
-    release, all_wrote = trio.Event(), trio.Event()
-    wrote: list[str] = []
-
-    async def spend(ctx: JobContext, data: Any) -> Any:
+    async def three_token_writes(ctx: JobContext) -> None:
         for _ in range(3):
             await ctx.tokens(input=1, model="m")
-        wrote.append(ctx.id)
-        if len(wrote) == n:
-            all_wrote.set()
-        await release.wait()
-        return data
 
+    spend, release, all_wrote = gated(n, three_token_writes)
     registry = default_registry.copy()
     registry.register("spend", spend)
     await submit(queue, n, "spend")
@@ -309,32 +323,17 @@ async def test_a_first_renewal_starts_from_the_state_the_holder_s_last_write_lef
         stall_grace_ms=60_000, heartbeat_interval_ms=60_000,
     )
     worker = Worker(queue, registry, config, store=queue.store, log=lambda line: None)
-    reads: list[tuple[list[str], dict[str, int]]] = []
-    whole = LogBase.read_streams
-
-    def spy(self: Any, streams: Any, after: Any = None) -> Any:
-        streams = list(streams)
-        reads.append((streams, dict(after or {})))
-        return whole(self, streams, after)
-
-    renewed: list[int] = []
-    real = leases.renew_leases_in
-
-    def counted(s: Any, batch: Any, *args: Any) -> Any:
-        renewed.append(len(batch))
-        return real(s, batch, *args)
-
-    monkeypatch.setattr(leases, "renew_leases_in", counted)
+    renewed = count_renewals(monkeypatch)
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
         await all_wrote.wait()
         await trio.testing.wait_all_tasks_blocked()
-        monkeypatch.setattr(LogBase, "read_streams", spy)
+        reads = spy_stream_reads(monkeypatch)  # from here on: the renewal's reads
         mock_clock.jump(lease_ms / 2000)
         while not renewed:
             await trio.testing.wait_all_tasks_blocked()
             await queue.store.transact(lambda tx: None)
-        monkeypatch.setattr(LogBase, "read_streams", whole)
+        renewal_reads = list(reads)
         listed = await queue.list(status="active", limit=n)
         renewed_states = [run.lease_state for run in worker.active.values()]
         versions = [await queue.store.stream_version(f"job-{job.id}") for job in listed]
@@ -344,5 +343,5 @@ async def test_a_first_renewal_starts_from_the_state_the_holder_s_last_write_lef
     # each renewal decided on the job as its holder's writes left it: its tokens counted, at the stream's head
     assert sorted(s.tokens.input for s in renewed_states) == [3] * n
     assert sorted(s.version for s in renewed_states) == sorted(versions)
-    job_reads = [(streams, after) for streams, after in reads if any(s.startswith("job-") for s in streams)]
+    job_reads = [(streams, after) for streams, after in renewal_reads if any(s.startswith("job-") for s in streams)]
     assert all(set(after) == set(streams) for streams, after in job_reads), job_reads  # tails only
