@@ -627,7 +627,8 @@ class Worker:
         from the newer of its last renewal's state and the one its claim or its
         holder's last write left in the queue: a first renewal then reads only what
         was appended since (an agent job's turns), not the job's whole stream."""
-        known = [state for r in runs if (state := _newer(r.lease_state, self.queue.kept_state(r.job.id)))]
+        states = (_newer(r.lease_state, self.queue.kept_state(r.job.id)) for r in runs)
+        known = [state for state in states if state is not None]
         return await renew_leases(
             self.store, self.queue.now_ms, [(r.job.id, r.token) for r in runs], self.config.lease_ms, known,
         )
