@@ -11,6 +11,7 @@ import trio
 from gormes.actors.runs import collector
 from gormes.actors.runs.context import RunContext, RunHandlerRegistry
 from gormes.actors.runs.manager import RunManager
+from gormes.errors import ConcurrencyError
 from gormes.events.sqlite import SQLiteEventStore
 
 
@@ -118,6 +119,6 @@ async def test_a_run_counts_from_its_start_not_from_its_first_step(tmp_path, mon
 
             first = await runs.start("quick", run_id="taken")
             assert (await first.outcome()).status == "completed"
-            with pytest.raises(Exception, match="taken"):
+            with pytest.raises(ConcurrencyError, match="run-taken"):
                 await runs.start("quick", run_id="taken")
             assert collector.in_flight() == 0
