@@ -25,8 +25,12 @@ worker's start until every job is completed, the recorded steps/s, and the
 stalls: `job.stalled` events recorded while the worker was alive (a lease the
 worker did not renew in time); the target is none.
 
+A case shorter than 2 s runs again in a fresh process, up to five rounds in all or
+2 s of runs, and the round with the median steps/s is the one reported (`rounds`
+says how many ran): the 100-run case lasts about 0.1 s.
+
 Keys: `cases` (one object per case: runs, delay_ms, steps, steps_per_s, wall_s,
-ideal_s, wall_vs_ideal, rss_mb, replayed, replayed_exactly, and cpu_s and
+ideal_s, wall_vs_ideal, rss_mb, replayed, replayed_exactly, rounds, and cpu_s and
 cpu_us_per_step: the process's CPU while the runs ran), `ratio_10k_vs_100`
 (steps/s at 10,000 runs over steps/s at 100, no delay; target >= 0.9),
 `wall_vs_ideal_1s` (target <= 1.5), `rss_mb_10k` (the larger of the two
@@ -55,6 +59,7 @@ TOOL_TURNS = 5
 STEPS_PER_RUN = TOOL_TURNS * 2 + 1
 TURN_DELAY_MS = 1000
 SAMPLE = 20  # runs replayed at the end of each case
+MIN_CASE_S, MAX_ROUNDS = 2.0, 5  # a short case runs again, the median round kept (`run_case`)
 
 FULL_CASES = [(100, 0), (1_000, 0), (4_000, 0), (10_000, 0), (10_000, TURN_DELAY_MS)]
 QUICK_CASES = [(20, 0), (50, 0), (50, 50)]
@@ -159,13 +164,28 @@ async def runs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
     }
 
 
-def run_case(n: int, delay_ms: int) -> dict[str, Any]:
+def run_case_once(n: int, delay_ms: int) -> dict[str, Any]:
     """One case in a fresh process (its own peak RSS)."""
     out = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--case", str(n), str(delay_ms)],
         check=True, stdout=subprocess.PIPE, text=True, env=os.environ,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def run_case(n: int, delay_ms: int) -> dict[str, Any]:
+    """A case run in fresh processes until they have run `MIN_CASE_S` in all (at most
+    `MAX_ROUNDS`), the round of the median steps/s reported (`rounds`: how many ran).
+    A short case (100 runs take about 0.1 s) measured once is as much the machine's
+    moment as the code: the ratio to it moved from 0.90 to 1.14 between runs."""
+    rounds = [run_case_once(n, delay_ms)]
+    while len(rounds) < MAX_ROUNDS and sum(r["wall_s"] for r in rounds) < MIN_CASE_S:
+        rounds.append(run_case_once(n, delay_ms))
+    if any(r["replayed_exactly"] != r["replayed"] for r in rounds):
+        chosen = next(r for r in rounds if r["replayed_exactly"] != r["replayed"])
+    else:
+        chosen = sorted(rounds, key=lambda r: r["steps_per_s"])[len(rounds) // 2]
+    return {**chosen, "rounds": len(rounds)}
 
 
 def case_main(n: int, delay_ms: int) -> None:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 CASE_KEYS = {
     "runs", "delay_ms", "steps", "steps_per_s", "wall_s", "ideal_s", "wall_vs_ideal", "rss_mb",
-    "replayed", "replayed_exactly", "cpu_s", "cpu_us_per_step",
+    "replayed", "replayed_exactly", "cpu_s", "cpu_us_per_step", "rounds",
 }
 JOB_KEYS = {
     "jobs", "concurrency", "delay_ms", "lease_ms", "renewals_per_s", "steps", "steps_per_s", "wall_s", "ideal_s",
@@ -44,7 +44,9 @@ def test_quick_mode_prints_one_json_line_and_every_sample_replays_exactly() -> N
         assert case["steps"] == case["runs"] * 11  # 5 model turns asking for a tool, 5 tool calls, a final turn
         assert case["replayed"] == min(case["runs"], 20)
         assert case["replayed_exactly"] == case["replayed"]
+        assert 1 <= case["rounds"] <= 5  # a short case runs again: the median round is reported
     assert cases[2]["ideal_s"] == 0.3 and cases[0]["ideal_s"] is None
+    assert cases[0]["rounds"] >= 2  # 20 runs last a few ms: never one round alone
     jobs = result["jobs"]
     assert set(jobs) == JOB_KEYS
     assert jobs["steps"] == jobs["jobs"] * 11
