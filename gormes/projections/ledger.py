@@ -504,19 +504,18 @@ def _option(conn: Any, job_id: str, key: str) -> bool:
     return bool(row and row[0])
 
 
-# The writes a run of events may share one `executemany` (the event is its UPDATE
-# and nothing else), on SQLite.
-_RUNNABLE = {
-    t: w for t, w in _WRITES[SQLITE_DIALECT.name].items()
-    if w is not None and t.event is not JobSubmitted and t.event not in _BEYOND_THE_TABLE
-    and t.event not in ledger_tokens.FOLDED
-}
-
-
 # A run of `job.tokens_added` (an agent job's every turn: a batch holds one per
 # job stepping) is written with `executemany`s too: its token rows, then the jobs
 # rows' UPDATEs (`_write_run`).
 _TOKENS_WRITE = next(w for t, w in _WRITES[SQLITE_DIALECT.name].items() if t.event is JobTokensAdded)
+
+# The writes a run of events may share one `executemany` on SQLite: the event is its
+# UPDATE and nothing else, or (`job.tokens_added`) its token rows and its UPDATE.
+_RUNNABLE = {
+    t: w for t, w in _WRITES[SQLITE_DIALECT.name].items()
+    if w is not None and t.event is not JobSubmitted and t.event not in _BEYOND_THE_TABLE
+    and (t.event not in ledger_tokens.FOLDED or w is _TOKENS_WRITE)
+}
 
 
 def apply(conn: Any, records: Sequence[Recorded]) -> None:
@@ -537,10 +536,7 @@ def apply(conn: Any, records: Sequence[Recorded]) -> None:
     for rec in records:
         if not (rec.type.startswith("job.") and rec.stream.startswith("job-")):
             continue
-        if type(rec.event) is JobTokensAdded:
-            write: Write | None = _TOKENS_WRITE
-        else:
-            write = _RUNNABLE.get(transition_of(rec.event))  # type: ignore[arg-type]
+        write = _RUNNABLE.get(transition_of(rec.event))  # type: ignore[arg-type]
         if write is not run_write and run:
             _write_run(conn, run_write, run)  # type: ignore[arg-type]
             run = []
