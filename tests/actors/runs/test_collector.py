@@ -1,4 +1,4 @@
-"""gormes/actors/runs/collector.py: the collector's middle generation follows the runs in flight."""
+"""gormes/actors/runs/collector.py: the collector's youngest generation follows the runs in flight."""
 
 from __future__ import annotations
 
@@ -29,10 +29,9 @@ def thresholds() -> Iterator[None]:
 
 def test_wanted_keeps_a_window_of_allocations_per_run() -> None:
     assert collector.wanted((700, 10, 10), 1) == (700, 10, 10)
-    young, middle, old = collector.wanted((700, 10, 10), 16384)
-    assert (young, old) == (700, 10)
-    assert young * middle >= collector.WINDOW_PER_RUN * 16384 > young * (middle - 1)
-    assert collector.wanted((50_000, 10, 10), 16384)[1] == 33  # the worker's own youngest threshold
+    assert collector.wanted((700, 10, 10), 16384) == (collector.WINDOW_PER_RUN * 16384, 10, 10)
+    assert collector.wanted((50_000, 10, 10), 256) == (50_000, 10, 10)  # the worker's own, wider already
+    assert collector.wanted((50_000, 5, 20), 16384) == (collector.WINDOW_PER_RUN * 16384, 5, 20)
     assert collector.wanted((0, 10, 10), 16384) == (0, 10, 10)  # collection by threshold is off
 
 
