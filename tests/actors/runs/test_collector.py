@@ -45,6 +45,25 @@ def test_widened_while_runs_are_in_flight_and_restored_as_they_end() -> None:
     assert gc.get_threshold() == (700, 10, 10)
 
 
+def test_narrowed_while_runs_remain_past_what_the_young_generation_holds() -> None:
+    """Runs ending while others run: the young generation may hold more than the
+    narrower threshold, and a collection then would walk every run left."""
+    for _ in range(1000):
+        collector.run_started()
+    try:
+        widened = gc.get_threshold()[0]
+        young = [[] for _ in range(60_000)]  # tracked, alive: in the young generation's count
+        assert gc.get_count()[0] > collector.wanted((700, 10, 10), 512)[0]
+        for _ in range(600):
+            collector.run_ended()  # 400 left: 512's threshold, unless the young count is past it
+        assert collector.wanted((700, 10, 10), 512)[0] < gc.get_threshold()[0] <= widened
+        del young
+    finally:
+        while collector.in_flight():
+            collector.run_ended()
+    assert gc.get_threshold() == (700, 10, 10)  # none left: back at once
+
+
 def test_thresholds_set_meanwhile_become_the_base() -> None:
     for _ in range(600):
         collector.run_started()
