@@ -370,11 +370,19 @@ class RunManager:
         `ctx` is usually `live`; a fork or resume passes a context that serves the
         recorded prefix first and then delegates to `live` (which must have been
         made with the matching `next_seq`, see `attach`). `counted`: the run is
-        already counted in flight (`_in_flight_from_here`); it stops counting here.
+        already counted in flight (`_in_flight_from_here`); it stops counting here,
+        once the run's end is written: ten thousand runs that end together wait for
+        that commit together, their state alive (decision 0044).
         """
-        self.live[run.run_id] = run
         if not counted:
             collector.run_started()
+        try:
+            return await self._drive(run, ctx, live, fn)
+        finally:
+            collector.run_ended()
+
+    async def _drive(self, run: LiveRun, ctx: RunContext, live: LiveRunContext, fn: RunHandler) -> RunOutcome:
+        self.live[run.run_id] = run
         status: str | None = None
         result: Any = None
         error: str | None = None
@@ -409,7 +417,6 @@ class RunManager:
             raise
         finally:
             self.live.pop(run.run_id, None)
-            collector.run_ended()
         if status is None:
             if run.cancel_reason is not None:
                 status, error = "cancelled", run.cancel_reason

@@ -140,3 +140,35 @@ async def test_a_run_counts_from_its_start_not_from_its_first_step(tmp_path, mon
             with pytest.raises(ConcurrencyError, match="run-taken"):
                 await runs.start("quick", run_id="taken")
             assert collector.in_flight() == 0
+
+
+async def test_a_run_counts_until_its_end_is_written(tmp_path, monkeypatch) -> None:
+    """Ten thousand runs that end together wait for their end's commit together, their
+    state alive: counted until it is written, not from the moment their handler returned."""
+    handlers = RunHandlerRegistry()
+    returned = trio.Event()
+
+    async def quick(ctx: RunContext, input: object) -> int:
+        returned.set()
+        return 1
+
+    handlers.register("quick", quick)
+    async with SQLiteEventStore.open(tmp_path / "runs.db") as store:
+        writing_end, go_on = trio.Event(), trio.Event()
+        transact = store.transact
+
+        async def held_transact(fn, *args: object, **kwargs: object) -> object:
+            if returned.is_set():
+                writing_end.set()
+                await go_on.wait()
+            return await transact(fn, *args, **kwargs)
+
+        monkeypatch.setattr(store, "transact", held_transact)
+        async with RunManager.open(store, handlers=handlers) as runs:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(runs.run, "quick", None)
+                await writing_end.wait()
+                counted = collector.in_flight()
+                go_on.set()
+            assert counted == 1  # while its run.completed was not yet written
+            assert collector.in_flight() == 0
