@@ -308,8 +308,8 @@ async def test_a_first_renewal_starts_from_the_state_the_holder_s_last_write_lef
     starts from the one the queue kept of its claim or its holder's last write
     (an agent job's tokens), and reads only what was appended after that, never
     the job's whole stream."""
-
     n, lease_ms = 3, 10_000
+
     async def three_token_writes(ctx: JobContext) -> None:
         for _ in range(3):
             await ctx.tokens(input=1, model="m")
