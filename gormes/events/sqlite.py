@@ -52,11 +52,14 @@ class _Changes(Changes):
             self._poll_interval = max(poll_interval, FALLBACK_POLL_S)
         self._waiting = 0
         self._first_waiter = trio.Event()
+        self._own_commit: trio.Event | None = None  # set once this store's writer's commit is in
 
     def _read_data_version(self) -> int:
         return self._watcher.conn.execute("PRAGMA data_version").fetchone()[0]
 
     async def poll(self) -> None:
+        if self._own_commit is not None:  # `committed_here` comes next, and bumps
+            return
         dv = self._read_data_version()
         if dv != self._data_version:
             self._data_version = dv
@@ -72,6 +75,32 @@ class _Changes(Changes):
             if not self._waiting:
                 self._first_waiter = trio.Event()
 
+    def committing(self) -> None:
+        self._own_commit = trio.Event()
+
+    def committed_here(self) -> None:
+        # Our own commit changes `data_version` as another process's does. It is
+        # taken in here, and a poll while it was being made did nothing, so that the
+        # followers are woken once for it, by the bump below, not also by the watch
+        # that heard it written. Another process's commit that either would have
+        # seen is in what the bump has them read (they read after it).
+        commit, self._own_commit = self._own_commit, None
+        self._data_version = self._read_data_version()
+        self.bump()
+        if commit is not None:
+            commit.set()
+
+    async def _check(self) -> bool:
+        """`poll`, once this store's own commit is in if one is being made (whether
+        it had to wait for one)."""
+        commit = self._own_commit
+        if commit is None:
+            await self.poll()
+            return False
+        await commit.wait()
+        await self.poll()
+        return True
+
     async def watch(self) -> None:
         """The store's background task: bump when another process committed, heard
         on the WAL file while somebody waits (nothing to do without a watch)."""
@@ -86,15 +115,17 @@ class _Changes(Changes):
             await wal.written()
             # The commit becomes visible a moment after its last write, and a write
             # heard may be one of several commits: check at once, then again after
-            # each gap of SETTLE_S; a write heard during a gap starts over.
-            await self.poll()
+            # each gap of SETTLE_S; a write heard during a gap starts over, and so
+            # does a check that had to wait for this store's own commit.
+            await self._check()
             step = 0
             while step < len(SETTLE_S):
                 with trio.move_on_after(SETTLE_S[step]):
                     await wal.written()
                     step = -1
+                if await self._check():
+                    step = -1
                 step += 1
-                await self.poll()
 
     def close(self) -> None:
         if self._wal is not None:

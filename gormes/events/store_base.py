@@ -186,10 +186,13 @@ class GroupCommitCalls:
                     self._batch = batch.split(MAX_BATCH)
                     if self._batch.requests:
                         self._work.set()  # the rest is the next batch, already waiting
-                await self._commit_batch(batch.requests)
+                self._changes.committing()
+                try:
+                    await self._commit_batch(batch.requests)
+                finally:
+                    self._changes.committed_here()
                 self.batches_committed += 1
                 batch.done.set()
-                self._changes.bump()
         finally:
             self._writer_done.set()
 
@@ -251,7 +254,9 @@ class GroupCommitCalls:
 class Changes:
     """Wakes followers when the log grows, in this process or any other.
 
-    The writer calls `bump()` after each commit; a waiter that hears nothing for
+    The writer calls `committing()` before each commit and `committed_here()` after
+    it (a `bump()`; SQLite's `_Changes` also tells its own commits from another
+    process's with them); a waiter that hears nothing for
     `poll_interval` seconds asks the backend's `poll` whether another process (or
     host) wrote, which bumps if so.
     """
@@ -265,6 +270,13 @@ class Changes:
         self.generation += 1
         self._event.set()
         self._event = trio.Event()
+
+    def committing(self) -> None:
+        """The store's own writer is about to commit a batch (`committed_here` follows)."""
+
+    def committed_here(self) -> None:
+        """The store's own writer committed a batch (or failed to)."""
+        self.bump()
 
     async def poll(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

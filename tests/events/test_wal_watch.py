@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from gormes.events.notes import NoteAdded
 from gormes.events.sqlite import SQLiteEventStore
@@ -113,3 +114,53 @@ async def test_nobody_waiting_means_no_checks_however_much_is_written(tmp_path, 
 def test_nothing_to_watch_without_a_wal_file(tmp_path):
     assert watch_wal(":memory:") is None
     assert watch_wal(tmp_path / "never-opened.db") is None
+
+
+async def test_the_store_s_own_commits_wake_its_followers_once_each(tmp_path):
+    # The watch hears this store's own commits written to the WAL file too; the
+    # writer's bump after each commit is the only wake-up they may cause.
+    db = tmp_path / "w.db"
+    async with SQLiteEventStore.open(db, poll_interval=HOUR) as store:
+        async def follower() -> None:
+            while True:
+                await store.wait_for_change(store.generation)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follower)
+            await trio.testing.wait_all_tasks_blocked()
+            generation, commits = store.generation, store.batches_committed
+            for i in range(30):
+                await store.append("mine", [note(str(i))])
+                await trio.sleep(0.005)  # let the watch hear each commit, and settle
+            await trio.sleep(0.2)
+            assert store.batches_committed - commits == 30
+            assert store.generation - generation == 30
+            nursery.cancel_scope.cancel()
+
+
+async def test_another_process_s_commit_queued_behind_our_own_is_heard(tmp_path):
+    # While the store's own commit is being made, the watch leaves the checks to
+    # the commit's end; a commit another process makes right after it (it waited
+    # for the write lock ours held) must still wake a waiter, with polling off.
+    import threading
+
+    db = tmp_path / "w.db"
+    async with SQLiteEventStore.open(db, poll_interval=HOUR) as store:
+        await store.append("mine", [note("first")])
+        release, holding = threading.Event(), threading.Event()
+
+        def hold(tx) -> None:
+            tx.append("mine", [note("held")])
+            holding.set()
+            release.wait(60)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.transact, hold)
+            await trio.to_thread.run_sync(holding.wait)
+            proc = append_from_another_process(db, 1)
+            await trio.sleep(0.5)  # most likely waiting for our write lock by now
+            release.set()
+            with trio.fail_after(60):
+                await other_at(store, 1)
+        await trio.to_thread.run_sync(proc.wait)
+        assert proc.returncode == 0
