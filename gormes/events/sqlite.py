@@ -52,7 +52,7 @@ class _Changes(Changes):
             self._poll_interval = max(poll_interval, FALLBACK_POLL_S)
         self._waiting = 0
         self._first_waiter = trio.Event()
-        self._own_commit: trio.Event | None = None  # set once this store's writer's commit is in
+        self._own_commit: trio.Event | None = None  # while this store's writer commits; set when in
 
     def _read_data_version(self) -> int:
         return self._watcher.conn.execute("PRAGMA data_version").fetchone()[0]
@@ -91,8 +91,8 @@ class _Changes(Changes):
             commit.set()
 
     async def _check(self) -> bool:
-        """`poll`, once this store's own commit is in if one is being made (whether
-        it had to wait for one)."""
+        """`poll`, after this store's own commit if one is being made; True if it
+        waited for one."""
         commit = self._own_commit
         if commit is None:
             await self.poll()
