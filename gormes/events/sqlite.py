@@ -94,12 +94,10 @@ class _Changes(Changes):
         """`poll`, after this store's own commit if one is being made; True if it
         waited for one."""
         commit = self._own_commit
-        if commit is None:
-            await self.poll()
-            return False
-        await commit.wait()
+        if commit is not None:
+            await commit.wait()
         await self.poll()
-        return True
+        return commit is not None
 
     async def watch(self) -> None:
         """The store's background task: bump when another process committed, heard

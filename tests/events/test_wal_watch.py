@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import trio.testing
 
 from gormes.events.notes import NoteAdded
 from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.store import Transaction
 from gormes.events.wal_watch import INotify, watch_wal
 
 pytestmark = pytest.mark.skipif(INotify is None, reason="inotify is Linux only")
@@ -142,14 +144,12 @@ async def test_another_process_s_commit_queued_behind_our_own_is_heard(tmp_path)
     # While the store's own commit is being made, the watch leaves the checks to
     # the commit's end; a commit another process makes right after it (it waited
     # for the write lock ours held) must still wake a waiter, with polling off.
-    import threading
-
     db = tmp_path / "w.db"
     async with SQLiteEventStore.open(db, poll_interval=HOUR) as store:
         await store.append("mine", [note("first")])
         release, holding = threading.Event(), threading.Event()
 
-        def hold(tx) -> None:
+        def hold(tx: Transaction) -> None:
             tx.append("mine", [note("held")])
             holding.set()
             release.wait(60)
