@@ -25,14 +25,24 @@ worker's start until every job is completed, the recorded steps/s, and the
 stalls: `job.stalled` events recorded while the worker was alive (a lease the
 worker did not renew in time); the target is none.
 
-A case shorter than 2 s runs again in a fresh process, up to five rounds in all or
-2 s of runs, and the round with the median steps/s is the one reported (`rounds`
-says how many ran): the 100-run case lasts about 0.1 s.
+A case shorter than 2 s runs again in its process, each round on a fresh database,
+until its rounds have run 2 s and at least three times (at most 25 rounds), and the
+round with the median steps/s is the one reported (`rounds` says how many were
+timed): the 100-run case lasts about 0.1 s. Its first round is then a warm-up and
+not timed (it pays the process's one-time costs, psutil's import among them: 15-30
+ms, a fifth of a 100-run round). `warmup_s` is that round's wall (null for a case
+timed in one round). Every round's sample is replayed.
 
 Keys: `cases` (one object per case: runs, delay_ms, steps, steps_per_s, wall_s,
-ideal_s, wall_vs_ideal, rss_mb, replayed, replayed_exactly, rounds, and cpu_s and
-cpu_us_per_step: the process's CPU while the runs ran), `ratio_10k_vs_100`
-(steps/s at 10,000 runs over steps/s at 100, no delay; target >= 0.9),
+ideal_s, wall_vs_ideal, rss_mb, replayed, replayed_exactly, rounds, warmup_s, and
+cpu_s and cpu_us_per_step: the process's CPU while the runs ran), `ratio_10k_vs_100`
+(steps/s at 10,000 runs over steps/s at 100, no delay; target >= 0.9: the median of
+`ratio_pairs`), `ratio_pairs` (the 100-run and 10,000-run cases interleaved, 100
+first and last, three 10,000-run cases in all: each one's steps/s over the mean of the
+100-run cases just before and after it; the machine's speed drifts by up to a
+quarter within a minute here, and the ratio of one 10,000-run case to the 100-run
+cases around it moved from 0.77 to 1.06 between two runs of the script; `cases`
+holds the first of each),
 `wall_vs_ideal_1s` (target <= 1.5), `rss_mb_10k` (the larger of the two
 10,000-run cases; target < 1024), `jobs` (the job path case) and `targets_met`.
 """
@@ -59,10 +69,14 @@ TOOL_TURNS = 5
 STEPS_PER_RUN = TOOL_TURNS * 2 + 1
 TURN_DELAY_MS = 1000
 SAMPLE = 20  # runs replayed at the end of each case
-MIN_CASE_S, MAX_ROUNDS = 2.0, 5  # a short case runs again, the median round kept (`run_case`)
+MIN_CASE_S, MIN_ROUNDS, MAX_ROUNDS = 2.0, 3, 25  # a short case runs again, the median round kept (`case_rounds`)
 
-FULL_CASES = [(100, 0), (1_000, 0), (4_000, 0), (10_000, 0), (10_000, TURN_DELAY_MS)]
-QUICK_CASES = [(20, 0), (50, 0), (50, 50)]
+# (small, large) runs without delay, measured interleaved for the ratio (`ratio_pairs`);
+# then the other cases of the table.
+FULL_RATIO, QUICK_RATIO = (100, 10_000), (20, 50)
+RATIO_PAIRS, QUICK_RATIO_PAIRS = 3, 2
+FULL_CASES = [(1_000, 0), (4_000, 0), (10_000, TURN_DELAY_MS)]
+QUICK_CASES = [(50, 50)]
 FULL_JOBS, QUICK_JOBS = 10_000, 30
 
 
@@ -127,6 +141,7 @@ async def runs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
     from gormes.ops.executor import Executor
     from gormes.tools.builtin import default_registry
 
+    tmp.mkdir(exist_ok=True)
     model = write_script(tmp / "script.json", delay_ms)
     db = tmp / "runs.db"
     outcomes: list[Any] = []
@@ -164,7 +179,29 @@ async def runs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
     }
 
 
-def run_case_once(n: int, delay_ms: int) -> dict[str, Any]:
+async def case_rounds(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
+    """The case, timed once if its first round lasts `MIN_CASE_S`; otherwise that
+    round was a warm-up, and rounds on fresh databases follow until `MIN_CASE_S` of
+    them and `MIN_ROUNDS` at least (`MAX_ROUNDS` at most): the round with the median
+    steps/s is reported. A short case measured once is as much the machine's moment
+    and the process's first-call costs as the code: the ratio to the 100-run case
+    moved from 0.86 to 1.20 between runs when it was the median of five fresh
+    processes' single rounds."""
+    first = await runs_case(tmp / "round-0", n, delay_ms)
+    if first["wall_s"] >= MIN_CASE_S:
+        return {**first, "rounds": 1, "warmup_s": None}
+    rounds: list[dict[str, Any]] = []
+    while len(rounds) < MAX_ROUNDS and (
+        len(rounds) < MIN_ROUNDS or sum(r["wall_s"] for r in rounds) < MIN_CASE_S
+    ):
+        rounds.append(await runs_case(tmp / f"round-{len(rounds) + 1}", n, delay_ms))
+    inexact = [r for r in rounds if r["replayed_exactly"] != r["replayed"]]
+    chosen = inexact[0] if inexact else sorted(rounds, key=lambda r: r["steps_per_s"])[len(rounds) // 2]
+    rss = max(r["rss_mb"] for r in rounds)  # the process's peak so far: the last round's
+    return {**chosen, "rss_mb": rss, "rounds": len(rounds), "warmup_s": first["wall_s"]}
+
+
+def run_case(n: int, delay_ms: int) -> dict[str, Any]:
     """One case in a fresh process (its own peak RSS)."""
     out = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--case", str(n), str(delay_ms)],
@@ -173,39 +210,55 @@ def run_case_once(n: int, delay_ms: int) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def run_case(n: int, delay_ms: int) -> dict[str, Any]:
-    """A case run in fresh processes until they have run `MIN_CASE_S` in all (at most
-    `MAX_ROUNDS`), the round of the median steps/s reported (`rounds`: how many ran).
-    A short case (100 runs take about 0.1 s) measured once is as much the machine's
-    moment as the code: the ratio to it moved from 0.90 to 1.14 between runs."""
-    rounds = [run_case_once(n, delay_ms)]
-    while len(rounds) < MAX_ROUNDS and sum(r["wall_s"] for r in rounds) < MIN_CASE_S:
-        rounds.append(run_case_once(n, delay_ms))
-    if any(r["replayed_exactly"] != r["replayed"] for r in rounds):
-        chosen = next(r for r in rounds if r["replayed_exactly"] != r["replayed"])
-    else:
-        chosen = sorted(rounds, key=lambda r: r["steps_per_s"])[len(rounds) // 2]
-    return {**chosen, "rounds": len(rounds)}
-
-
 def case_main(n: int, delay_ms: int) -> None:
     from gormes.events.catalog import load_all
 
     load_all()
     with scratch_dir() as tmp:
-        report(trio.run(runs_case, tmp, n, delay_ms))
+        report(trio.run(case_rounds, tmp, n, delay_ms))
 
 
 # -- the whole benchmark ---------------------------------------------------------------
 
 
-def summary(cases: list[dict[str, Any]], jobs: dict[str, Any] | None) -> dict[str, Any]:
-    no_delay = [c for c in cases if c["delay_ms"] == 0]
-    smallest, largest = min(no_delay, key=lambda c: c["runs"]), max(no_delay, key=lambda c: c["runs"])
-    delayed = [c for c in cases if c["delay_ms"]]
+def ratio_pairs(small: int, large: int, pairs: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The small and large cases interleaved, small first and last: (every case run,
+    and for each large one its steps/s over the mean of the small ones around it)."""
+    def case(n: int) -> dict[str, Any]:
+        progress(f"concurrency: {n} runs, 0 ms turns")
+        result = run_case(n, 0)
+        progress(f"  {result}")
+        return result
+
+    smalls, larges = [case(small)], []
+    for _ in range(pairs):
+        larges.append(case(large))
+        smalls.append(case(small))
+    out = []
+    for i, big in enumerate(larges):
+        before, after = smalls[i]["steps_per_s"], smalls[i + 1]["steps_per_s"]
+        out.append({
+            "before": before, "large": big["steps_per_s"], "after": after,
+            "ratio": round(big["steps_per_s"] / ((before + after) / 2), 3),
+        })
+    return [*smalls, *larges], out
+
+
+def summary(
+    cases: list[dict[str, Any]], pairs: list[dict[str, Any]], ratio_of: tuple[int, int],
+    jobs: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """`cases` holds every case run (the ratio's repeats included): the table shows
+    the first of each (runs, delay)."""
+    firsts: dict[tuple[int, int], dict[str, Any]] = {}
+    for c in cases:
+        firsts.setdefault((c["delay_ms"], c["runs"]), c)
+    table = [firsts[key] for key in sorted(firsts)]
+    delayed = [c for c in table if c["delay_ms"]]
     slow = max(delayed, key=lambda c: c["runs"]) if delayed else None
     biggest = max(c["runs"] for c in cases)
-    ratio = round(largest["steps_per_s"] / smallest["steps_per_s"], 3)
+    ratios = sorted(p["ratio"] for p in pairs)
+    ratio = ratios[len(ratios) // 2]
     rss = max(c["rss_mb"] for c in cases if c["runs"] == biggest)
     replay_ok = all(c["replayed_exactly"] == c["replayed"] for c in cases)
     wall_vs_ideal = slow["wall_vs_ideal"] if slow else None
@@ -218,9 +271,10 @@ def summary(cases: list[dict[str, Any]], jobs: dict[str, Any] | None) -> dict[st
     if jobs is not None:
         met["jobs_no_stall"] = jobs["stalled_while_alive"] == 0 and jobs.get("completed") == jobs["jobs"]
     return {
-        "cases": cases,
+        "cases": table,
         "ratio_10k_vs_100": ratio,
-        "ratio_of": [largest["runs"], smallest["runs"]],
+        "ratio_of": [ratio_of[1], ratio_of[0]],
+        "ratio_pairs": pairs,
         "wall_vs_ideal_1s": wall_vs_ideal,
         "rss_mb_10k": rss,
         "replayed_exactly": replay_ok,
@@ -240,7 +294,8 @@ def main(argv: list[str]) -> None:
         return
     quick = "--quick" in argv
     no_jobs = "--no-jobs" in argv
-    cases = []
+    ratio_of = QUICK_RATIO if quick else FULL_RATIO
+    cases, pairs = ratio_pairs(*ratio_of, QUICK_RATIO_PAIRS if quick else RATIO_PAIRS)
     for n, delay in QUICK_CASES if quick else FULL_CASES:
         progress(f"concurrency: {n} runs, {delay} ms turns")
         cases.append(run_case(n, delay))
@@ -253,7 +308,7 @@ def main(argv: list[str]) -> None:
         progress(f"concurrency: {n_jobs} agent jobs on one worker")
         jobs = run_jobs_case(n_jobs, 50 if quick else TURN_DELAY_MS)
         progress(f"  {jobs}")
-    report(summary(cases, jobs))
+    report(summary(cases, pairs, ratio_of, jobs))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 CASE_KEYS = {
     "runs", "delay_ms", "steps", "steps_per_s", "wall_s", "ideal_s", "wall_vs_ideal", "rss_mb",
-    "replayed", "replayed_exactly", "cpu_s", "cpu_us_per_step", "rounds",
+    "replayed", "replayed_exactly", "cpu_s", "cpu_us_per_step", "rounds", "warmup_s",
 }
 JOB_KEYS = {
     "jobs", "concurrency", "delay_ms", "lease_ms", "renewals_per_s", "steps", "steps_per_s", "wall_s", "ideal_s",
@@ -35,18 +35,28 @@ def test_quick_mode_prints_one_json_line_and_every_sample_replays_exactly() -> N
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1, out.stdout
     result = json.loads(lines[0])
-    assert {"cases", "ratio_10k_vs_100", "ratio_of", "wall_vs_ideal_1s", "rss_mb_10k", "replayed_exactly",
-            "jobs", "targets_met"} <= set(result)
-    cases = result["cases"]
+    assert {"cases", "ratio_10k_vs_100", "ratio_of", "ratio_pairs", "wall_vs_ideal_1s", "rss_mb_10k",
+            "replayed_exactly", "jobs", "targets_met"} <= set(result)
+    cases = result["cases"]  # the first case of each (runs, delay): the table
     assert [(c["runs"], c["delay_ms"]) for c in cases] == [(20, 0), (50, 0), (50, 50)]
     for case in cases:
         assert set(case) == CASE_KEYS
         assert case["steps"] == case["runs"] * 11  # 5 model turns asking for a tool, 5 tool calls, a final turn
         assert case["replayed"] == min(case["runs"], 20)
         assert case["replayed_exactly"] == case["replayed"]
-        assert 1 <= case["rounds"] <= 5  # a short case runs again: the median round is reported
+        # a short case runs again in its process after an untimed warm-up round: the
+        # median of at least three timed rounds is reported
+        assert 3 <= case["rounds"] <= 25 and case["warmup_s"] > 0
     assert cases[2]["ideal_s"] == 0.3 and cases[0]["ideal_s"] is None
-    assert cases[0]["rounds"] >= 2  # 20 runs last a few ms: never one round alone
+    # the ratio: the small and the large case interleaved (small, large, small, large,
+    # small), each large one over the mean of the small ones around it; the median
+    assert result["ratio_of"] == [50, 20]
+    pairs = result["ratio_pairs"]
+    assert len(pairs) == 2 and pairs[0]["after"] == pairs[1]["before"]
+    assert pairs[0]["before"] == cases[0]["steps_per_s"] and pairs[0]["large"] == cases[1]["steps_per_s"]
+    for pair in pairs:
+        assert pair["ratio"] == round(pair["large"] / ((pair["before"] + pair["after"]) / 2), 3)
+    assert result["ratio_10k_vs_100"] == sorted(p["ratio"] for p in pairs)[1]
     jobs = result["jobs"]
     assert set(jobs) == JOB_KEYS
     assert jobs["steps"] == jobs["jobs"] * 11
