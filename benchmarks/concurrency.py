@@ -43,8 +43,8 @@ first and last, three 10,000-run cases in all: each one's steps/s over the mean 
 quarter within a minute here, and the ratio of one 10,000-run case to the 100-run
 cases around it moved from 0.77 to 1.06 between two runs of the script; `cases`
 holds the first of each),
-`wall_vs_ideal_1s` (target <= 1.5), `rss_mb_10k` (the larger of the two
-10,000-run cases; target < 1024), `jobs` (the job path case) and `targets_met`.
+`wall_vs_ideal_1s` (target <= 1.5), `rss_mb_10k` (the largest of the
+10,000-run cases'; target < 1024), `jobs` (the job path case) and `targets_met`.
 """
 
 from __future__ import annotations
