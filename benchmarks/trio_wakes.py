@@ -44,41 +44,49 @@ DEPTHS = (1, 10)
 
 
 async def _round(n: int, depth: int) -> float:
-    """CPU seconds per wake, once all `n` tasks have parked for the first time."""
-    parked: list[Task] = []
-    timed: dict[str, float] = {}
+    """CPU seconds per wake, from the moment all `n` tasks have parked for the first
+    time until each has been woken `WAKES_PER_TASK - 1` times and parked again."""
+    parked: list[Task] = []  # waiting for a timed wake
+    last: list[Task] = []  # parked for the last time: woken once the clock stops
 
-    async def frame(level: int) -> None:
+    async def frame(level: int, lap: int) -> None:
         if level == 0:
-            parked.append(current_task())
+            (last if lap == WAKES_PER_TASK - 1 else parked).append(current_task())
             await wait_task_rescheduled(lambda _: Abort.SUCCEEDED)
         else:
-            await frame(level - 1)
+            await frame(level - 1, lap)
 
     async def task() -> None:
-        for _ in range(WAKES_PER_TASK):
-            await frame(depth - 1)
+        for lap in range(WAKES_PER_TASK):
+            await frame(depth - 1, lap)
 
-    async def waker() -> None:
+    async def wake(tasks: list[Task]) -> None:
+        for t in tasks:
+            reschedule(t, Value(None))
+        await trio.sleep(0)
+
+    async def waker() -> float:
         while len(parked) < n:
             await trio.sleep(0)
-        timed["start"] = time.process_time()
-        woken = 0
-        while woken < n * WAKES_PER_TASK:
-            if woken >= n * (WAKES_PER_TASK - 1) and "end" not in timed:
-                timed["end"] = time.process_time()  # the last wake of each is not timed
-            await trio.sleep(0)
+        start = time.process_time()
+        while len(last) < n:
             batch = parked[:BATCH]
             del parked[:BATCH]
-            for t in batch:
-                reschedule(t, Value(None))
-            woken += len(batch)
+            await wake(batch)
+        spent = time.process_time() - start
+        await wake(last)
+        return spent
+
+    spent: list[float] = []
+
+    async def timed_waker() -> None:
+        spent.append(await waker())
 
     async with trio.open_nursery() as nursery:
         for _ in range(n):
             nursery.start_soon(task)
-        nursery.start_soon(waker)
-    return (timed["end"] - timed["start"]) / (n * (WAKES_PER_TASK - 1))
+        nursery.start_soon(timed_waker)
+    return spent[0] / (n * (WAKES_PER_TASK - 1))
 
 
 def _wake_us(n: int, depth: int, collector: bool) -> float:
