@@ -8,11 +8,13 @@ the batch is durable (`_Batch.set`: up to 1,024 tasks rescheduled at once, each
 resuming its whole chain of coroutine frames, about nine on average). This
 benchmark does only that: N tasks, each a chain of DEPTH coroutine frames, park
 with `wait_task_rescheduled`; a waker task reschedules them 1,024 at a time, and
-each task parks again, 11 times. The figure is the process's CPU per wake in the
-steady state (from the moment all N have parked once), the median of rounds that
-wake at least 20,000 tasks in all. It is measured with the cyclic collector off
-(what stays: the CPU caches no longer hold N tasks' frames) and with Python's
-default thresholds (what decision 0044's collector removes from gormes).
+each task parks again, 11 times in all. The figure is the process's CPU per wake
+from the moment all N have parked once until each has been woken 10 times and has
+parked again (the 11th wake, which ends the task, is not timed), the median of
+rounds that wake at least 20,000 tasks in all. It is measured with the cyclic
+collector off (what stays is, most likely, that the CPU caches no longer hold N
+tasks' frames) and with Python's default thresholds (what decision 0044's collector
+removes from gormes).
 
 The comparator is the same wake at 100 tasks in the same run; `ratio` is the CPU
 a wake costs at N over that (decision 0047: the growth of a gormes step from 100
@@ -65,7 +67,9 @@ async def _round(n: int, depth: int) -> float:
             reschedule(t, Value(None))
         await trio.sleep(0)
 
-    async def waker() -> float:
+    spent: list[float] = []
+
+    async def waker() -> None:
         while len(parked) < n:
             await trio.sleep(0)
         start = time.process_time()
@@ -73,19 +77,13 @@ async def _round(n: int, depth: int) -> float:
             batch = parked[:BATCH]
             del parked[:BATCH]
             await wake(batch)
-        spent = time.process_time() - start
+        spent.append(time.process_time() - start)
         await wake(last)
-        return spent
-
-    spent: list[float] = []
-
-    async def timed_waker() -> None:
-        spent.append(await waker())
 
     async with trio.open_nursery() as nursery:
         for _ in range(n):
             nursery.start_soon(task)
-        nursery.start_soon(timed_waker)
+        nursery.start_soon(waker)
     return spent[0] / (n * (WAKES_PER_TASK - 1))
 
 
