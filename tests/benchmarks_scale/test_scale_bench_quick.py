@@ -10,13 +10,11 @@ reuses the cached logs.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench_quick import quick_json
+
 READS = {
     "events --limit 20", "tail", "jobs list --limit 20", "jobs get", "jobs stats", "runs list",
     "runs show", "replay RUN", "doctor", "top --once", "projections status",
@@ -25,15 +23,7 @@ READS = {
 
 
 def _run(cache: Path) -> tuple[dict, str]:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--quick"],
-        capture_output=True, text=True, timeout=900, cwd=ROOT,
-        env={**os.environ, "BENCH_SCALE_DIR": str(cache)},
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.strip().splitlines()
-    assert len(lines) == 1, out.stdout
-    return json.loads(lines[0]), out.stderr
+    return quick_json("scale.py", timeout=900, env={**os.environ, "BENCH_SCALE_DIR": str(cache)})
 
 
 def test_quick_mode_prints_a_ratio_for_every_read_and_reuses_its_logs(tmp_path: Path) -> None:

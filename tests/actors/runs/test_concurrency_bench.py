@@ -8,12 +8,7 @@ asserted: the figures are the benchmark's, not the test's.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[3]
+from bench_quick import quick_json
 
 CASE_KEYS = {
     "runs", "delay_ms", "steps", "steps_per_s", "wall_s", "ideal_s", "wall_vs_ideal", "rss_mb",
@@ -27,14 +22,7 @@ JOB_KEYS = {
 
 
 def test_quick_mode_prints_one_json_line_and_every_sample_replays_exactly() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "concurrency.py"), "--quick"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.strip().splitlines()
-    assert len(lines) == 1, out.stdout
-    result = json.loads(lines[0])
+    result, _ = quick_json("concurrency.py", timeout=600)
     assert {"cases", "ratio_10k_vs_100", "ratio_of", "ratio_pairs", "wall_vs_ideal_1s", "rss_mb_10k",
             "replayed_exactly", "jobs", "targets_met"} <= set(result)
     cases = result["cases"]  # the first case of each (runs, delay): the table

@@ -7,23 +7,11 @@ timing is asserted: the figures are the benchmark's, not the test's.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[3]
+from bench_quick import quick_json
 
 
 def test_quick_mode_prints_one_json_line_with_a_ratio_per_configuration() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "trio_wakes.py"), "--quick"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.strip().splitlines()
-    assert len(lines) == 1, out.stdout
-    result = json.loads(lines[0])
+    result, _ = quick_json("trio_wakes.py", timeout=300)
     cases = result["cases"]
     assert result["comparator_tasks"] == 10
     assert {(c["tasks"], c["depth"], c["collector"]) for c in cases} == {
