@@ -210,6 +210,14 @@ def run_case(n: int, delay_ms: int) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def announced_case(n: int, delay_ms: int) -> dict[str, Any]:
+    """`run_case`, said on stderr before and after."""
+    progress(f"concurrency: {n} runs, {delay_ms} ms turns")
+    result = run_case(n, delay_ms)
+    progress(f"  {result}")
+    return result
+
+
 def case_main(n: int, delay_ms: int) -> None:
     from gormes.events.catalog import load_all
 
@@ -224,16 +232,10 @@ def case_main(n: int, delay_ms: int) -> None:
 def ratio_pairs(small: int, large: int, pairs: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The small and large cases interleaved, small first and last: (every case run,
     and for each large one its steps/s over the mean of the small ones around it)."""
-    def case(n: int) -> dict[str, Any]:
-        progress(f"concurrency: {n} runs, 0 ms turns")
-        result = run_case(n, 0)
-        progress(f"  {result}")
-        return result
-
-    smalls, larges = [case(small)], []
+    smalls, larges = [announced_case(small, 0)], []
     for _ in range(pairs):
-        larges.append(case(large))
-        smalls.append(case(small))
+        larges.append(announced_case(large, 0))
+        smalls.append(announced_case(small, 0))
     out = []
     for i, big in enumerate(larges):
         before, after = smalls[i]["steps_per_s"], smalls[i + 1]["steps_per_s"]
@@ -297,9 +299,7 @@ def main(argv: list[str]) -> None:
     ratio_of = QUICK_RATIO if quick else FULL_RATIO
     cases, pairs = ratio_pairs(*ratio_of, QUICK_RATIO_PAIRS if quick else RATIO_PAIRS)
     for n, delay in QUICK_CASES if quick else FULL_CASES:
-        progress(f"concurrency: {n} runs, {delay} ms turns")
-        cases.append(run_case(n, delay))
-        progress(f"  {cases[-1]}")
+        cases.append(announced_case(n, delay))
     jobs = None
     if not no_jobs:
         from benchmarks.concurrency_jobs import run_jobs_case
