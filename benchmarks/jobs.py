@@ -2,9 +2,12 @@
 
 Throughput: 20,000 no-op jobs (`BENCH_JOBS`) are submitted, then one worker process is started
 and the clock runs from its start until every job is recorded as done (gormes:
-`completed` in the ledger; huey: a result stored for every task). Both stores are
-SQLite in WAL mode with synchronous=FULL (huey: `SqliteHuey(fsync=True)`, which
-sets `PRAGMA synchronous=2`; WAL is its default journal mode).
+`completed` in the ledger; huey: a result stored for every task). The driver looks
+for the end every 5 ms on one connection, with a query whose cost does not grow
+with the jobs done, and reports its own CPU meanwhile (`*_observer_cpu_s`,
+decision 0049). Both stores are SQLite in WAL mode with synchronous=FULL (huey:
+`SqliteHuey(fsync=True)`, which sets `PRAGMA synchronous=2`; WAL is its default
+journal mode).
 
 Pickup: with a gormes worker idle, one job at a time is submitted; the handler
 stamps time.time() when it starts; latency = start stamp - time before submit.
@@ -60,7 +63,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
+
+from gormes.projections.ledger import LIVE_JOBS
 
 REPO = Path(__file__).resolve().parents[1]
 N_JOBS = int(os.environ.get("BENCH_JOBS", "20000"))
@@ -127,6 +134,36 @@ def wait_until(check, timeout: float = 300.0, every: float = 0.005) -> None:
         time.sleep(every)
 
 
+class Drain(NamedTuple):
+    jobs_per_s: float
+    cpu_s: float  # the worker's (or consumer's) user+sys CPU
+    observer_cpu_s: float  # the driver's own CPU while it watched for the end
+
+
+# The clock stops when the driver sees the last job done. It looks every 5 ms, on
+# one connection opened before the worker starts, with a query whose cost does not
+# grow with the jobs done, and counts once when that query says the end came. It
+# used to open the file and count the jobs done at every look: 0.3-0.5 s of the
+# driver's CPU during a ~2 s gormes drain, a fifth of one of this machine's two
+# cores taken from the run being measured (decision 0049).
+def watch_until_done(db: Path, running_sql: str, params: tuple[object, ...], done: Callable[[], bool]) -> Callable[[], float]:
+    """Open the watch now (before the worker starts); the function returned waits
+    until `running_sql` answers false and `done()` holds, and gives back the
+    driver's CPU seconds spent waiting."""
+    conn = sqlite3.connect(db, timeout=30)
+    conn.execute(running_sql, params).fetchone()  # the schema is read outside the window
+
+    def wait() -> float:
+        cpu = time.process_time()
+        try:
+            wait_until(lambda: not conn.execute(running_sql, params).fetchone()[0] and done())
+        finally:
+            conn.close()
+        return time.process_time() - cpu
+
+    return wait
+
+
 # -- gormes ------------------------------------------------------------------------
 
 
@@ -154,9 +191,23 @@ def completed_count(db: Path) -> int:
         conn.close()
 
 
-def gormes_throughput(tmp: Path, n: int = N_JOBS, profile: Path | None = None) -> tuple[float, float]:
-    """(jobs/s, the worker's CPU seconds) for draining `n` jobs; with `profile`,
-    the worker runs under benchmarks/profile_worker.py, which writes its stats there."""
+# Whether any job has not ended: the first entry of the partial index of unended
+# jobs, whatever the ledger's size (its WHERE spelt as the index's, so SQLite uses it).
+GORMES_RUNNING = f"SELECT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_unended WHERE {LIVE_JOBS})"
+
+
+def all_completed(db: Path, n: int) -> bool:
+    """Once no job is left unended: every one of the `n` completed (a no-op job
+    that ended otherwise is a failed benchmark, not a slow one)."""
+    completed = completed_count(db)
+    if completed != n:
+        raise RuntimeError(f"{completed} of {n} jobs completed; the others ended otherwise")
+    return True
+
+
+def gormes_throughput(tmp: Path, n: int = N_JOBS, profile: Path | None = None) -> Drain:
+    """Draining `n` jobs with one worker; with `profile`, the worker runs under
+    benchmarks/profile_worker.py, which writes its stats there."""
     db = tmp / "gormes.db"
     handlers = tmp / "bench_handlers.py"
     handlers.write_text(HANDLERS)
@@ -166,15 +217,16 @@ def gormes_throughput(tmp: Path, n: int = N_JOBS, profile: Path | None = None) -
         command = [sys.executable, "-m", "gormes", *args]
     else:
         command = [sys.executable, str(REPO / "benchmarks" / "profile_worker.py"), str(profile), *args]
+    wait = watch_until_done(db, GORMES_RUNNING, (), lambda: all_completed(db, n))
     cpu_before = children_cpu()
     start = time.perf_counter()
     worker = subprocess.Popen(command, env=env(), cwd=REPO, stderr=subprocess.DEVNULL)  # `-m`: cwd first on sys.path
     try:
-        wait_until(lambda: completed_count(db) >= n)
+        observer_cpu = wait()
         elapsed = time.perf_counter() - start
     finally:
         stop(worker)
-    return n / elapsed, children_cpu() - cpu_before
+    return Drain(n / elapsed, children_cpu() - cpu_before, observer_cpu)
 
 
 def gormes_pickup(tmp: Path) -> list[float]:
@@ -228,7 +280,12 @@ def gormes_pickup(tmp: Path) -> list[float]:
 # -- huey ------------------------------------------------------------------------------
 
 
-def huey_throughput(tmp: Path, n: int = N_JOBS) -> tuple[float, float]:
+# Whether results are still missing: huey only adds to `kv` (no result is read,
+# so none is deleted), so its last rowid is the count of results so far.
+HUEY_RUNNING = "SELECT coalesce(max(rowid), 0) < ? FROM kv"
+
+
+def huey_throughput(tmp: Path, n: int = N_JOBS) -> Drain:
     db = tmp / "huey.db"
     app = tmp / "huey_bench_app.py"
     app.write_text(HUEY_APP.format(db=str(db)))
@@ -242,13 +299,6 @@ def huey_throughput(tmp: Path, n: int = N_JOBS) -> tuple[float, float]:
         huey_bench_app.noop()
     consumer_env = env()
     consumer_env["PYTHONPATH"] = str(tmp) + os.pathsep + consumer_env["PYTHONPATH"]
-    cpu_before = children_cpu()
-    start = time.perf_counter()
-    consumer = subprocess.Popen(
-        [sys.executable, "-m", "huey.bin.huey_consumer", "huey_bench_app.huey",
-         "-w", str(HUEY_WORKERS), "-k", "thread", "-d", "0.001", "-q"],
-        env=consumer_env, cwd=tmp, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-    )
 
     def results() -> int:
         conn = sqlite3.connect(db, timeout=30)
@@ -257,12 +307,20 @@ def huey_throughput(tmp: Path, n: int = N_JOBS) -> tuple[float, float]:
         finally:
             conn.close()
 
+    wait = watch_until_done(db, HUEY_RUNNING, (n,), lambda: results() >= n)
+    cpu_before = children_cpu()
+    start = time.perf_counter()
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "huey.bin.huey_consumer", "huey_bench_app.huey",
+         "-w", str(HUEY_WORKERS), "-k", "thread", "-d", "0.001", "-q"],
+        env=consumer_env, cwd=tmp, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    )
     try:
-        wait_until(lambda: results() >= n)
+        observer_cpu = wait()
         elapsed = time.perf_counter() - start
     finally:
         stop(consumer)
-    return n / elapsed, children_cpu() - cpu_before
+    return Drain(n / elapsed, children_cpu() - cpu_before, observer_cpu)
 
 
 def drain_rate(jobs_per_s: float, one_job_s: float) -> float | None:
@@ -348,6 +406,8 @@ def main() -> None:
     h_cpu: list[float] = []
     g1_cpu: list[float] = []  # ... and one job
     h1_cpu: list[float] = []
+    g_watch: list[float] = []  # the driver's CPU watching for the end, N jobs
+    h_watch: list[float] = []
     top: list[dict[str, object]] | None = None
     parts: dict[str, float] | None = None
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -355,18 +415,20 @@ def main() -> None:
         for i in range(RUNS):
             run_dir = tmp / f"run{i}"
             run_dir.mkdir()
-            for rates, cpus, (rate, cpu) in (
-                (gs, g_cpu, gormes_throughput(run_dir)), (hs, h_cpu, huey_throughput(run_dir)),
+            for rates, cpus, watches, drain in (
+                (gs, g_cpu, g_watch, gormes_throughput(run_dir)),
+                (hs, h_cpu, h_watch, huey_throughput(run_dir)),
             ):
-                rates.append(rate)
-                cpus.append(cpu)
+                rates.append(drain.jobs_per_s)
+                cpus.append(drain.cpu_s)
+                watches.append(drain.observer_cpu_s)
             one_dir = tmp / f"one{i}"
             one_dir.mkdir()
-            for times, cpus, (rate, cpu) in (
+            for times, cpus, drain in (
                 (g1, g1_cpu, gormes_throughput(one_dir, 1)), (h1, h1_cpu, huey_throughput(one_dir, 1)),
             ):
-                times.append(1 / rate)
-                cpus.append(cpu)
+                times.append(1 / drain.jobs_per_s)
+                cpus.append(drain.cpu_s)
         pickups = gormes_pickup(tmp)
         if PROFILE:
             profile_dir = tmp / "profile"
@@ -411,6 +473,10 @@ def main() -> None:
         "gormes_drain_cpu_us_per_job": drain_cpu(g_cpu, g1_cpu),
         "huey_drain_cpu_us_per_job": drain_cpu(h_cpu, h1_cpu),
         "gormes_one_job_cpu_s": round(statistics.median(g1_cpu), 3),
+        # The driver's own CPU while it watched for the end (medians): what the
+        # observer took from the machine the run had (decision 0049).
+        "gormes_observer_cpu_s": round(statistics.median(g_watch), 3),
+        "huey_observer_cpu_s": round(statistics.median(h_watch), 3),
         # Where the worker's CPU goes: cProfile of both of its threads draining N jobs.
         "profile_top": top,
         "profile_parts": parts,

@@ -26,8 +26,8 @@ def _bench():
 def test_a_profiled_drain_sees_the_writer_thread_and_reports_shares(tmp_path: Path) -> None:
     bench = _bench()
     stats = tmp_path / "worker.prof"
-    rate, cpu = bench.gormes_throughput(tmp_path, 50, profile=stats)
-    assert rate > 0 and cpu > 0
+    drain = bench.gormes_throughput(tmp_path, 50, profile=stats)
+    assert drain.jobs_per_s > 0 and drain.cpu_s > 0 and drain.observer_cpu_s >= 0
     assert bench.completed_count(tmp_path / "gormes.db") == 50
 
     top, parts = bench.profile_top(stats)
