@@ -25,6 +25,7 @@ import trio
 
 from gormes.errors import StoreReadOnly
 from gormes.events.codec import Codec, default_codec
+from gormes.events.own_writes import OwnCommit, OwnWrites
 from gormes.events.postgres_sql import SQLITE
 from gormes.events.sqlite_log import SQLiteLog, WriteBatch
 from gormes.events.sqlite_schema import translate_error
@@ -53,6 +54,8 @@ class _Changes(Changes):
         self._waiting = 0
         self._first_waiter = trio.Event()
         self._own_commit: trio.Event | None = None  # while this store's writer commits; set when in
+        self.own_writes = OwnWrites()
+        self.written: OwnCommit | None = None  # what the commit in flight wrote (the writer's thread sets it)
 
     def _read_data_version(self) -> int:
         return self._watcher.conn.execute("PRAGMA data_version").fetchone()[0]
@@ -85,8 +88,12 @@ class _Changes(Changes):
         # that heard it written. Another process's commit that either would have
         # seen is in what the bump has them read (they read after it).
         commit, self._own_commit = self._own_commit, None
+        written, self.written = self.written, None
         self._data_version = self._read_data_version()
+        # Read after `data_version`: a commit past this head changes it (gormes/events/own_writes.py).
+        head = None if written is None else self._watcher.head()
         self.bump()
+        self.own_writes.committed(written, self.generation, head)
         if commit is not None:
             commit.set()
 
@@ -217,6 +224,8 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
             wb.run(batch, self._run_transact)
             wb.finish()
             log.commit(wb.versions)
+            if wb.types_inserted:
+                self._changes.written = OwnCommit(wb.first_position, wb.last_position, frozenset(wb.types_inserted))
         except BaseException as exc:
             log.rollback()
             if isinstance(exc, sqlite3.Error):

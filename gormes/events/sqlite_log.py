@@ -147,6 +147,7 @@ class WriteBatch(WriteBatchBase):
         super().__init__(log, log.head(), inline=log.inline, cache=log.version_cache)
         self._deferred: Mark | None = None  # a savepoint not sent yet (`defer_savepoint`)
         self.savepoint_sent = False
+        self.types_inserted: set[str] = set()  # (a savepoint undone may leave some that are not)
 
     def defer_savepoint(self) -> Mark:
         """Mark a savepoint whose SAVEPOINT is sent only when SQL is about to run in
@@ -208,6 +209,7 @@ class WriteBatch(WriteBatchBase):
             conn.executemany(_INSERT, rows)
         except sqlite3.Error as exc:
             raise translate_error(exc, self.log.path) from None
+        self.types_inserted.update(row[3] for row in rows)
         if self.inline:
             records = self.staged_records()
             if n < len(records):

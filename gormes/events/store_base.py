@@ -27,6 +27,7 @@ from trio.lowlevel import (
 
 from gormes.errors import StoreClosed, StoreReadOnly
 from gormes.events.base import Event, Recorded
+from gormes.events.own_writes import OwnWrites, plain_names
 from gormes.events.store import PAGE, AppendRequest, AppendResult, InlineApply
 
 T = TypeVar("T")
@@ -261,6 +262,9 @@ class Changes:
     host) wrote, which bumps if so.
     """
 
+    # What the store's own commits wrote, where it knows (SQLite's, gormes/events/own_writes.py).
+    own_writes: OwnWrites | None = None
+
     def __init__(self, poll_interval: float) -> None:
         self.generation = 0
         self._event = trio.Event()
@@ -346,6 +350,10 @@ class LogReads:
     def generation(self) -> int:
         return self._changes.generation
 
+    @property
+    def own_writes(self) -> OwnWrites | None:
+        return self._changes.own_writes
+
     def subscribe(
         self, after: int = 0, types: Sequence[str] | None = None, page: int = PAGE
     ) -> Subscription:
@@ -372,6 +380,7 @@ class Subscription:
         self._store = store
         self.position = after  # the last position delivered (or filtered out)
         self._types = types
+        self._names = plain_names(types)  # set: it may pass over the store's own writes unread
         self._page = page
         self._buffer: list[Recorded] = []
         self._next = 0
@@ -385,6 +394,12 @@ class Subscription:
             # a page is used up: move past everything it scanned, filtered-out tail too
             self.position = max(self.position, self._page_scanned)
             generation = self._store.generation
+            own = self._store.own_writes
+            if self._names is not None and own is not None:
+                self.position = own.past(self.position, self._names)
+                if own.quiet_head(generation) == self.position:
+                    await self._store.wait_for_change(generation)
+                    continue
             records, scanned, head = await self._store.read_page(
                 self.position, self._page, self._types
             )

@@ -79,7 +79,7 @@ class WriteBatchBase:
         self._events: list[Any] = []  # the event of each staged row (None: decode it)
         # streams that may have rows staged (emptied when none is): what a read must flush for
         self._staged_streams: set[str] = set()
-        self._next_position = head + 1
+        self.first_position = self._next_position = head + 1
         self._mark: Mark | None = None  # the innermost open savepoint
 
     # -- the backend's part ---------------------------------------------------
@@ -99,6 +99,11 @@ class WriteBatchBase:
 
     def finish(self) -> None:
         self.flush()
+
+    @property
+    def last_position(self) -> int:
+        """The last position staged so far (`first_position - 1` if none)."""
+        return self._next_position - 1
 
     # -- versions -------------------------------------------------------------
 
