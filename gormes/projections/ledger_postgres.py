@@ -136,7 +136,7 @@ def set_up(conn: Any, name: str, version: int) -> None:
         conn.execute(ledger.REWORD_STALLED, (STALLED_ERROR, STALLED_ERROR_BEFORE))
     if built is not None and built < 4:
         conn.execute(ledger.BACKFILL_SUBMISSIONS)
-    if built is not None and built < 5:  # folded again from 0 by the catch-up (see ledger.VERSION)
+    if built is not None and built < 6:  # folded again from 0 by the catch-up (see ledger.VERSION)
         ledger.reset(conn)
     if built != version:
         conn.execute(
