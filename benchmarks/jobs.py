@@ -146,7 +146,9 @@ class Drain(NamedTuple):
 # used to open the file and count the jobs done at every look: 0.3-0.5 s of the
 # driver's CPU during a ~2 s gormes drain, a fifth of one of this machine's two
 # cores taken from the run being measured (decision 0049).
-def watch_until_done(db: Path, running_sql: str, params: tuple[object, ...], done: Callable[[], bool]) -> Callable[[], float]:
+def watch_until_done(
+    db: Path, running_sql: str, params: tuple[object, ...], done: Callable[[], bool]
+) -> Callable[[], float]:
     """Open the watch now (before the worker starts); the function returned waits
     until `running_sql` answers false and `done()` holds, and gives back the
     driver's CPU seconds spent waiting."""

@@ -16,9 +16,9 @@ bumping the generation. So while the generation is still the one that commit's
 bump made, nothing lies past that head: a follower there waits instead of reading
 a page that would be empty.
 
-A worker's control watch follows six event types while the worker writes two
-hundred events a commit of none of them; every commit cost it a thread hop and a
-read of the commit's rows.
+A worker's control watch follows seven event types while the worker writes some
+two hundred events a commit, of none of them; every commit cost it a thread hop
+and a read of the commit's rows.
 """
 
 from __future__ import annotations

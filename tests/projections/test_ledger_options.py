@@ -116,6 +116,10 @@ async def test_a_version_5_ledger_is_migrated_to_its_rebuild(tmp_path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def _options_rows(log) -> list[tuple[str, str]]:
+    return [tuple(row) for row in log.sql.execute("SELECT id, options FROM jobs ORDER BY id").fetchall()]
+
+
 async def test_a_version_5_ledger_on_postgresql_is_migrated_to_its_rebuild() -> None:
     from pg_helpers import PG_URL, admin, fresh_schema
 
@@ -124,7 +128,7 @@ async def test_a_version_5_ledger_on_postgresql_is_migrated_to_its_rebuild() -> 
     with fresh_schema() as schema:
         async with PostgresEventStore.open(PG_URL, schema=schema, poll_interval=0.05) as store:
             await _submit_some(store)
-            compact = await store.read_with(lambda r: r.sql.execute("SELECT id, options FROM jobs ORDER BY id").fetchall())
+            compact = await store.read_with(_options_rows)
         for job_id, text in compact:
             full = _full(text).replace("'", "''")
             admin(f"SET search_path TO \"{schema}\"; UPDATE jobs SET options = '{full}' WHERE id = '{job_id}'")
@@ -132,8 +136,6 @@ async def test_a_version_5_ledger_on_postgresql_is_migrated_to_its_rebuild() -> 
               f" WHERE projection = '{ledger.NAME}'")
         async with PostgresEventStore.open(PG_URL, schema=schema, poll_interval=0.05) as store:
             await JobQueue.open(store)
-            migrated = await store.read_with(lambda r: r.sql.execute("SELECT id, options FROM jobs ORDER BY id").fetchall())
-            assert [tuple(row) for row in migrated] == [tuple(row) for row in compact]
+            assert await store.read_with(_options_rows) == compact
             await ledger.rebuild(store)
-            rebuilt = await store.read_with(lambda r: r.sql.execute("SELECT id, options FROM jobs ORDER BY id").fetchall())
-            assert [tuple(row) for row in rebuilt] == [tuple(row) for row in compact]
+            assert await store.read_with(_options_rows) == compact
