@@ -6,27 +6,13 @@ them, and that a drain watched this way ends with every job done."""
 
 from __future__ import annotations
 
-import importlib.util
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_jobs_observer", ROOT / "benchmarks" / "jobs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_jobs_observer"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_gormes_watch_reads_the_unended_index_and_refuses_a_job_ended_otherwise(tmp_path: Path) -> None:
-    bench = _bench()
+def test_the_gormes_watch_reads_the_unended_index_and_refuses_a_job_ended_otherwise(bench, tmp_path: Path) -> None:
     db = tmp_path / "gormes.db"
     bench.submit_gormes(db, 3)
     conn = sqlite3.connect(db)
@@ -45,8 +31,7 @@ def test_the_gormes_watch_reads_the_unended_index_and_refuses_a_job_ended_otherw
         bench.all_completed(db, 3)
 
 
-def test_a_huey_drain_watched_by_its_last_rowid_ends_with_every_result(tmp_path: Path) -> None:
-    bench = _bench()
+def test_a_huey_drain_watched_by_its_last_rowid_ends_with_every_result(bench, tmp_path: Path) -> None:
     drain = bench.huey_throughput(tmp_path, 20)
     assert drain.jobs_per_s > 0 and drain.cpu_s > 0 and drain.observer_cpu_s >= 0
     conn = sqlite3.connect(tmp_path / "huey.db")

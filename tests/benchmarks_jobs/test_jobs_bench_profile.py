@@ -7,24 +7,10 @@ are the benchmark's; this checks that the profile sees the store's writer thread
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_jobs", ROOT / "benchmarks" / "jobs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_jobs"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_a_profiled_drain_sees_the_writer_thread_and_reports_shares(tmp_path: Path) -> None:
-    bench = _bench()
+def test_a_profiled_drain_sees_the_writer_thread_and_reports_shares(bench, tmp_path: Path) -> None:
     stats = tmp_path / "worker.prof"
     drain = bench.gormes_throughput(tmp_path, 50, profile=stats)
     assert drain.jobs_per_s > 0 and drain.cpu_s > 0 and drain.observer_cpu_s >= 0

@@ -12,6 +12,8 @@ hanging the suite; nothing is timed.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -63,34 +65,38 @@ class Follower:
                 await trio.sleep(0.001)
 
 
+@asynccontextmanager
+async def following(store: SQLiteEventStore, types: tuple[str, ...]) -> AsyncIterator[Follower]:
+    """A follower of `types` from the log's start for the time of the body; it has
+    looked once and waits when the body starts."""
+    follower = Follower(store, types)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follower.run, 0)
+        await trio.testing.wait_all_tasks_blocked()
+        yield follower
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_follower_reads_no_page_for_the_store_s_own_commits_of_other_types(tmp_path: Path) -> None:
-    async with SQLiteEventStore.open(tmp_path / "o.db", poll_interval=HOUR) as store:
-        follower = Follower(store, (TAG,))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(follower.run, 0)
-            await trio.testing.wait_all_tasks_blocked()
-            assert follower.pages == 1  # the first look: nothing yet
-            for i in range(30):
-                await store.append(f"note-{i}", [note(str(i))])
-                await trio.testing.wait_all_tasks_blocked()  # the follower woke, and waits again
-            assert follower.pages == 1
-            result = await store.append("note-x", [tagged("x")])
-            await follower.until(1)
-            assert [r.position for r in follower.got] == [result.first_position]
-            assert follower.pages == 2  # the commit held its type: read
-            nursery.cancel_scope.cancel()
+    async with SQLiteEventStore.open(tmp_path / "o.db", poll_interval=HOUR) as store, \
+            following(store, (TAG,)) as follower:
+        assert follower.pages == 1  # the first look: nothing yet
+        for i in range(30):
+            await store.append(f"note-{i}", [note(str(i))])
+            await trio.testing.wait_all_tasks_blocked()  # the follower woke, and waits again
+        assert follower.pages == 1
+        result = await store.append("note-x", [tagged("x")])
+        await follower.until(1)
+        assert [r.position for r in follower.got] == [result.first_position]
+        assert follower.pages == 2  # the commit held its type: read
 
 
 async def test_a_commit_of_mixed_types_is_read_and_delivers_only_the_followed_ones(tmp_path: Path) -> None:
-    async with SQLiteEventStore.open(tmp_path / "o.db", poll_interval=HOUR) as store:
-        follower = Follower(store, (TAG,))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(follower.run, 0)
-            await trio.testing.wait_all_tasks_blocked()
-            result = await store.append("note-1", [note("a"), tagged("b"), note("c")])
-            await follower.until(1)
-            assert [r.position for r in follower.got] == [result.first_position + 1]
-            nursery.cancel_scope.cancel()
+    async with SQLiteEventStore.open(tmp_path / "o.db", poll_interval=HOUR) as store, \
+            following(store, (TAG,)) as follower:
+        result = await store.append("note-1", [note("a"), tagged("b"), note("c")])
+        await follower.until(1)
+        assert [r.position for r in follower.got] == [result.first_position + 1]
 
 
 @pytest.mark.skipif(INotify is None, reason="the WAL watch is Linux only (with polling off)")
@@ -98,11 +104,8 @@ async def test_another_writer_s_events_between_our_own_commits_are_delivered(tmp
     db = tmp_path / "o.db"
     async with SQLiteEventStore.open(db, poll_interval=HOUR) as store:
         other = SQLiteLog(db)
-        follower = Follower(store, (TAG,))
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(follower.run, 0)
-                await trio.testing.wait_all_tasks_blocked()
+            async with following(store, (TAG,)) as follower:
                 expected = []
                 for i in range(5):
                     await store.append(f"mine-{i}", [note(str(i))])
@@ -111,7 +114,6 @@ async def test_another_writer_s_events_between_our_own_commits_are_delivered(tmp
                     await store.append(f"mine-{i}", [note(str(i))])
                     await follower.until(i + 1)
                 assert [r.position for r in follower.got] == expected
-                nursery.cancel_scope.cancel()
         finally:
             other.close()
 
@@ -134,33 +136,25 @@ async def test_a_commit_landing_before_our_commit_s_head_is_read_is_delivered(tm
             committed_here()
 
         monkeypatch.setattr(changes, "committed_here", another_commit_first)
-        follower = Follower(store, (TAG,))
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(follower.run, 0)
-                await trio.testing.wait_all_tasks_blocked()
+            async with following(store, (TAG,)) as follower:
                 mine = await store.append("mine", [note("first")])
                 await follower.until(1)
                 assert [r.position for r in follower.got] == theirs == [mine.last_position + 1]
-                nursery.cancel_scope.cancel()
         finally:
             other.close()
 
 
 async def test_a_follower_of_a_glob_pattern_reads_as_before(tmp_path: Path) -> None:
-    async with SQLiteEventStore.open(tmp_path / "o.db", poll_interval=HOUR) as store:
-        follower = Follower(store, ("note.*",))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(follower.run, 0)
+    async with SQLiteEventStore.open(tmp_path / "o.db", poll_interval=HOUR) as store, \
+            following(store, ("note.*",)) as follower:
+        positions = []
+        for i in range(3):
+            positions.append((await store.append(f"note-{i}", [note(str(i))])).first_position)
             await trio.testing.wait_all_tasks_blocked()
-            positions = []
-            for i in range(3):
-                positions.append((await store.append(f"note-{i}", [note(str(i))])).first_position)
-                await trio.testing.wait_all_tasks_blocked()
-            await follower.until(3)
-            assert [r.position for r in follower.got] == positions
-            assert follower.pages >= 4  # no pattern is matched without SQL
-            nursery.cancel_scope.cancel()
+        await follower.until(3)
+        assert [r.position for r in follower.got] == positions
+        assert follower.pages >= 4  # no pattern is matched without SQL
 
 
 # -- OwnWrites alone ---------------------------------------------------------------
