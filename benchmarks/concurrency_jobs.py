@@ -73,19 +73,15 @@ async def _submit(db: Path, n: int, model: str, turns: int) -> None:
                 nursery.start_soon(queue.submit, "agent", data, {"timeout_ms": JOB_TIMEOUT_MS})
 
 
-# Whether any job has not ended: the first entry of the partial index of unended
-# jobs, on one connection, so that a look costs the same however many jobs ended
-# (as benchmarks/jobs.py's driver looks, decision 0049).
-_ANY_UNENDED = "SELECT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_unended WHERE {live})"
-
-
 def _wait_done(db: Path, worker: subprocess.Popen[bytes], timeout: float) -> None:
-    from gormes.projections.ledger import LIVE_JOBS
+    """Until no job is unended, asked on one connection as benchmarks/jobs.py's
+    driver asks, so that a look costs the same however many jobs ended (decision 0049)."""
+    from benchmarks.jobs import GORMES_RUNNING
 
     deadline = time.monotonic() + timeout
     conn = sqlite3.connect(db, timeout=30)
     try:
-        while conn.execute(_ANY_UNENDED.format(live=LIVE_JOBS)).fetchone()[0]:
+        while conn.execute(GORMES_RUNNING).fetchone()[0]:
             if worker.poll() is not None:
                 raise SystemExit(f"the worker exited early ({worker.returncode})")
             if time.monotonic() > deadline:
