@@ -72,9 +72,9 @@ NAME = "ledger"
 # from position 0 when first opened (`reset`, then the usual catch-up), which is
 # exactly what a rebuild writes, on both backends.
 # 6: jobs.options holds only the options that differ from JobOptions' defaults
-# (`{}` for a job submitted with none; `options_json`): a row is ~400 bytes
-# smaller, so every claim's and completion's UPDATE rewrites less and a commit
-# writes fewer pages (decision 0051). A version-5 ledger, which held every option,
+# (`{}` for a job submitted with none, whose 450 bytes of JSON become 2;
+# `options_json`): every claim's and completion's UPDATE rewrites a smaller row
+# and a commit writes fewer pages (decision 0051). A version-5 ledger, which held every option,
 # is emptied and folded again from position 0 when first opened, as for 5. A
 # default of JobOptions that changes needs a new version: the rows leave it out.
 VERSION = 6
