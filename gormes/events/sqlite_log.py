@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gormes.errors import StoreReadOnly
+from gormes.events import log_sql
 from gormes.events.base import Event
 from gormes.events.codec import Codec, default_codec
 from gormes.events.log_base import LogBase
@@ -32,12 +33,34 @@ from gormes.events.sqlite_schema import (
 from gormes.events.store import AppendRequest, AppendResult, InlineApply
 from gormes.events.write_batch import Mark, WriteBatchBase
 
-_INSERT = (
-    "INSERT INTO events(position, stream, version, type, type_version, data, recorded_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
+_INSERT_INTO = "INSERT INTO events(position, stream, version, type, type_version, data, recorded_at) VALUES "
+# Rows go in with one statement per chunk, not `executemany`: sqlite3 lets go of
+# the GIL around each statement's step, and each row of an executemany is a step.
+# The writer's thread commits while the loop steps the runs, and each time it
+# wants the GIL back it waits for the loop's switch interval (decision 0052).
+# Chunks hold CHUNK rows, the rest goes in chunks of powers of two, so that the
+# connection's statement cache holds at most nine of these statements.
+CHUNK = 256
+
+
+def _insert_sql(rows: int) -> str:
+    return _INSERT_INTO + ",".join(["(?,?,?,?,?,?,?)"] * rows)
+
+
+_INSERTS = {n: _insert_sql(n) for n in (CHUNK, *(1 << i for i in range(CHUNK.bit_length() - 1)))}
+
+
+def _chunks(n: int) -> list[int]:
+    """The chunk sizes `n` rows go in with: CHUNK as often as it fits, then powers of two."""
+    sizes = [CHUNK] * (n // CHUNK)
+    rest = n % CHUNK
+    sizes.extend(1 << i for i in range(rest.bit_length() - 1, -1, -1) if rest >> i & 1)
+    return sizes
 
 T = TypeVar("T")
+
+# Read at BEGIN: whether another connection committed, and the head to number from.
+_BEGUN = f"SELECT data_version, ({log_sql.HEAD}) FROM pragma_data_version"
 
 
 class SQLiteLog(LogBase):
@@ -69,6 +92,7 @@ class SQLiteLog(LogBase):
         # has committed, which `PRAGMA data_version` on this connection tells.
         self.version_cache: dict[str, int] = {}
         self._data_version = -1
+        self.head_at_begin = 0  # the head read by the last `begin`
 
     def close(self) -> None:
         self.conn.close()
@@ -92,7 +116,8 @@ class SQLiteLog(LogBase):
             raise StoreReadOnly(f"{self.path} is read-only: cannot write events")
         try:
             self.conn.execute("BEGIN IMMEDIATE")
-            data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+            # one statement for both: each is a GIL handoff for the writer's thread
+            data_version, self.head_at_begin = self.conn.execute(_BEGUN).fetchone()
         except sqlite3.Error as exc:
             self.rollback()
             raise translate_error(exc, self.path) from None
@@ -139,12 +164,13 @@ class SQLiteLog(LogBase):
 
 class WriteBatch(WriteBatchBase):
     """The writes of one SQLite transaction (see `WriteBatchBase`): the staged rows
-    go in with one executemany; positions are the rowids they are given."""
+    go in with an INSERT per chunk (`_chunks`); positions are the rowids they are given."""
 
     log: SQLiteLog
 
     def __init__(self, log: SQLiteLog) -> None:
-        super().__init__(log, log.head(), inline=log.inline, cache=log.version_cache)
+        # numbered from the head `begin` read under the write lock (WriteBatch follows a begin)
+        super().__init__(log, log.head_at_begin, inline=log.inline, cache=log.version_cache)
         self._deferred: Mark | None = None  # a savepoint not sent yet (`defer_savepoint`)
         self.savepoint_sent = False
         self.types_inserted: set[str] = set()  # (a savepoint undone may leave some that are not)
@@ -206,7 +232,11 @@ class WriteBatch(WriteBatchBase):
         # Each row names its position, so the rowids are those or the INSERT fails
         # (a position taken): there is no rowid to check afterwards.
         try:
-            conn.executemany(_INSERT, rows)
+            start = 0
+            for size in _chunks(len(rows)):
+                end = start + size
+                conn.execute(_INSERTS[size], [value for row in rows[start:end] for value in row])
+                start = end
         except sqlite3.Error as exc:
             raise translate_error(exc, self.log.path) from None
         self.types_inserted.update(row[3] for row in rows)
