@@ -3,7 +3,7 @@
 The writer commits each group-commit batch in a worker thread that shares the
 GIL with the trio thread, so its Python time is taken from the appenders and
 the runs. This drives the writer's commit of one batch (`SQLiteEventStore`'s
-`_commit`, what `trio.to_thread` runs) on batches of BATCH requests built
+`_commit`, what the writer hands its thread) on batches of BATCH requests built
 beforehand, one stream per request, and reads the thread's CPU time around it:
 
 - append: single-event appends with their expected version (`append.py`'s shape);

@@ -4,9 +4,9 @@
 
 `python -m cProfile` profiles the main thread only, and a gormes worker spends
 much of its CPU in the store's writer thread (every commit, claim and
-completion runs there, through `trio.to_thread.run_sync`). This wrapper
-profiles the main thread as cProfile would and every call handed to
-`trio.to_thread.run_sync` with one profiler per thread, then writes both into
+completion runs there, through `trio.lowlevel.start_thread_soon`; reads through
+`trio.to_thread.run_sync`). This wrapper profiles the main thread as cProfile
+would and every call handed to either with one profiler per thread, then writes both into
 OUT.prof (the threads' stats added to the main thread's) when the process
 exits (the worker stops on SIGINT). Used by benchmarks/jobs.py.
 """
@@ -20,27 +20,40 @@ import sys
 import threading
 
 import trio
+import trio.lowlevel
 import trio.to_thread
 
 _profiles: dict[int, cProfile.Profile] = {}
 _run_sync = trio.to_thread.run_sync
+_start_thread_soon = trio.lowlevel.start_thread_soon
 
 
-async def _profiled_run_sync(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-    def profiled(*inner):  # type: ignore[no-untyped-def]
+def _profiled(fn):  # type: ignore[no-untyped-def]
+    def profiled(*args):  # type: ignore[no-untyped-def]
         profile = _profiles.setdefault(threading.get_ident(), cProfile.Profile())
         profile.enable()
         try:
-            return fn(*inner)
+            return fn(*args)
         finally:
             profile.disable()
 
-    return await _run_sync(profiled, *args, **kwargs)
+    return profiled
+
+
+async def _profiled_run_sync(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    return await _run_sync(_profiled(fn), *args, **kwargs)
+
+
+def _profiled_start_thread_soon(fn, deliver, name=None):  # type: ignore[no-untyped-def]
+    return _start_thread_soon(_profiled(fn), deliver, name=name)
 
 
 def main() -> None:
     out, args = sys.argv[1], sys.argv[2:]
     trio.to_thread.run_sync = _profiled_run_sync  # type: ignore[assignment]
+    # the SQLite store's writer hands its commits to a thread with this (`store_base.in_thread`),
+    # which takes its reference when gormes is imported, below
+    trio.lowlevel.start_thread_soon = _profiled_start_thread_soon  # type: ignore[assignment]
     main_profile = cProfile.Profile()
 
     def dump() -> None:

@@ -2,8 +2,9 @@
 its loop, the read methods built on `read_with`, the wake-ups of followers, and
 the subscription that follows the log.
 
-A store mixing in `GroupCommitCalls` provides `_commit_batch(requests)` (commit
-one batch, setting each request's result or error) and `_close_connections()`.
+A store mixing in `GroupCommitCalls` provides `_commit_batch(requests, started)`
+(commit one batch, setting each request's result or error, and call `started()`
+once the commit is under way) and `_close_connections()`.
 A store mixing in `LogReads` provides `read_with(fn)` (run `fn(log)` on a read
 connection in a worker thread) and `_changes` (a `Changes`).
 """
@@ -15,11 +16,13 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import trio
-from outcome import Error, Value
+from outcome import Error, Outcome, Value
 from trio.lowlevel import (
     Abort,
     Task,
     current_task,
+    current_trio_token,
+    start_thread_soon,
     enable_ki_protection,
     reschedule,
     wait_task_rescheduled,
@@ -31,6 +34,7 @@ from gormes.events.own_writes import OwnWrites, plain_names
 from gormes.events.store import PAGE, AppendRequest, AppendResult, InlineApply
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 # At most this many requests share one commit. An uncapped batch takes everything
 # queued while the previous one committed: with thousands of runs waking in one
@@ -104,10 +108,29 @@ class _Batch:
                 reschedule(task, Value(req.result) if error is None else Error(error))
 
 
+async def in_thread(fn: Callable[[A], T], arg: A, started: Callable[[], None]) -> T:
+    """`fn(arg)` in a worker thread, as `trio.to_thread.run_sync` runs it, calling
+    `started()` once the thread has it: the writer wakes the last batch's callers
+    there, so that their steps overlap the next commit. The wait is not
+    cancellable: a commit under way always finishes."""
+    task = current_task()
+    token = current_trio_token()
+
+    def deliver(result: Outcome[T]) -> None:  # in the worker thread
+        token.run_sync_soon(reschedule, task, result)
+
+    start_thread_soon(lambda: fn(arg), deliver)
+    started()
+    return await wait_task_rescheduled(lambda _raise_cancel: Abort.FAILED)  # type: ignore[no-any-return]
+
+
 class GroupCommitCalls:
     """Group commit: each request joins the batch that is filling up and waits for
-    that batch's commit. The writer task swaps `_batch` for a new one, commits the
-    old one (`_commit_batch`, the backend's) and wakes its callers."""
+    that batch's commit. The writer task swaps `_batch` for a new one and commits
+    the old one (`_commit_batch`, the backend's), then wakes that batch's callers.
+    Where the backend `_overlaps`, it wakes them once the next commit is under way,
+    so that their steps overlap it, or at once if nothing else is queued (decision
+    0052)."""
 
     readonly: bool
     inline: list[InlineApply]  # run in every write transaction (see `add_inline`)
@@ -116,6 +139,7 @@ class GroupCommitCalls:
     def _init_group_commit(self) -> None:
         self._batch = _Batch()  # filling up while the previous one commits
         self._urgent = _Batch()  # committed on its own before the next `_batch`
+        self._to_wake: _Batch | None = None  # committed, its callers not yet woken
         self._work = trio.Event()
         self._closed = False
         self._writer_done = trio.Event()
@@ -124,7 +148,10 @@ class GroupCommitCalls:
     def _read_only_error(self) -> StoreReadOnly:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    async def _commit_batch(self, requests: list[_Request]) -> None:  # pragma: no cover
+    async def _commit_batch(  # pragma: no cover
+        self, requests: list[_Request], started: Callable[[], None]
+    ) -> None:
+        """Commit `requests`, calling `started()` once the commit is under way."""
         raise NotImplementedError
 
     def add_inline(self, apply: InlineApply) -> None:
@@ -172,30 +199,53 @@ class GroupCommitCalls:
     async def _writer(self) -> None:
         try:
             while True:
-                if not self._closed:  # once closed, only what is queued is left to commit
-                    await self._work.wait()
                 self._work = trio.Event()
-                if self._urgent.requests:  # ahead of the batch that filled meanwhile
-                    batch, self._urgent = self._urgent, _Batch()
-                    self._work.set()  # the batch is still there to commit
-                else:
-                    batch = self._batch
-                    if not batch.requests:
-                        if self._closed:
-                            return
-                        continue
-                    self._batch = batch.split(MAX_BATCH)
-                    if self._batch.requests:
-                        self._work.set()  # the rest is the next batch, already waiting
+                batch = self._take()
+                if batch is None:
+                    self._wake_committed()
+                    if self._closed:  # once closed, only what is queued is left to commit
+                        return
+                    await self._work.wait()
+                    continue
                 self._changes.committing()
                 try:
-                    await self._commit_batch(batch.requests)
+                    await self._commit_batch(batch.requests, self._wake_committed)
                 finally:
+                    self._wake_committed()  # a commit that failed to start said nothing
                     self._changes.committed_here()
                 self.batches_committed += 1
-                batch.done.set()
+                self._to_wake = batch
+                if not self._overlaps():
+                    # woken now, they queue their next requests before the writer looks again
+                    self._wake_committed()
+                    await trio.lowlevel.checkpoint()
         finally:
+            self._wake_committed()
             self._writer_done.set()
+
+    def _overlaps(self) -> bool:
+        """Whether the last batch's callers wait for the next commit to start
+        (decision 0052): the backend's, as it measured."""
+        return False
+
+    def _wake_committed(self) -> None:
+        """Wake the callers of the batch last committed, if not yet woken: the
+        backend calls it once its next commit is under way (decision 0052)."""
+        batch, self._to_wake = self._to_wake, None
+        if batch is not None:
+            batch.done.set()
+
+    def _take(self) -> _Batch | None:
+        """The next batch to commit: the urgent requests, else the first `MAX_BATCH`
+        of the batch filling up (the rest stays queued); None if nothing is queued."""
+        if self._urgent.requests:  # ahead of the batch that filled meanwhile
+            batch, self._urgent = self._urgent, _Batch()
+            return batch
+        batch = self._batch
+        if not batch.requests:
+            return None
+        self._batch = batch.split(MAX_BATCH)
+        return batch
 
     async def aclose(self) -> None:
         """Stop taking writes; requests already queued are still committed (the
