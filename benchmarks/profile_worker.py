@@ -4,11 +4,12 @@
 
 `python -m cProfile` profiles the main thread only, and a gormes worker spends
 much of its CPU in the store's writer thread (every commit, claim and
-completion runs there, through `trio.lowlevel.start_thread_soon`; reads through
-`trio.to_thread.run_sync`). This wrapper profiles the main thread as cProfile
-would and every call handed to either with one profiler per thread, then writes both into
-OUT.prof (the threads' stats added to the main thread's) when the process
-exits (the worker stops on SIGINT). Used by benchmarks/jobs.py.
+completion runs there, through `trio.to_thread.run_sync`, or through
+`trio.lowlevel.start_thread_soon` on a store that overlaps its commits, decision
+0052). This wrapper profiles the main thread as cProfile would and every call
+handed to either with one profiler per thread, then writes both into OUT.prof
+(the threads' stats added to the main thread's) when the process exits (the
+worker stops on SIGINT). Used by benchmarks/jobs.py.
 """
 
 from __future__ import annotations

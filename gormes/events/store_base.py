@@ -22,9 +22,9 @@ from trio.lowlevel import (
     Task,
     current_task,
     current_trio_token,
-    start_thread_soon,
     enable_ki_protection,
     reschedule,
+    start_thread_soon,
     wait_task_rescheduled,
 )
 

@@ -5,9 +5,9 @@ the transact functions run between them. It checks each append's expected
 version, encodes the events and stages their rows, numbered from the head read
 under the write lock; the backend's `flush` inserts the staged rows (a
 multi-row INSERT per chunk on SQLite, a pipelined INSERT on PostgreSQL) and
-hands them to the inline projections. Versions are looked up once per stream per batch and kept
-current as rows are staged, so a batch of single-event appends costs one lookup
-for all of its streams.
+hands them to the inline projections. Versions are looked up once per stream per
+batch and kept current as rows are staged, so a batch of single-event appends
+costs one lookup for all of its streams.
 
 A savepoint (a transact function's writes, undone alone if it raises) is a
 `mark`: it remembers only what changes after it (the versions it moves, in an
