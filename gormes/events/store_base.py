@@ -121,7 +121,7 @@ async def in_thread(fn: Callable[[A], T], arg: A, started: Callable[[], None]) -
 
     start_thread_soon(lambda: fn(arg), deliver)
     started()
-    return await wait_task_rescheduled(lambda _raise_cancel: Abort.FAILED)  # type: ignore[no-any-return]
+    return await wait_task_rescheduled(_Request.hold)  # type: ignore[no-any-return]
 
 
 class GroupCommitCalls:
