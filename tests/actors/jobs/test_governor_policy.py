@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 import psutil
 import pytest
@@ -116,7 +118,11 @@ def test_process_cpu_is_the_trees_cpu_time_over_wall_time_and_cores():
 def test_the_real_samplers_read_this_process_and_the_machine():
     me = psutil.Process()
     before = tree_cpu_seconds(me)
-    sum(i * i for i in range(300_000))  # some CPU time of our own
+    # /proc counts CPU in clock ticks (10 ms), so a fixed loop can finish within one
+    # tick on a fast machine; burn a fifth of a second by the precise process clock.
+    spent_from = time.process_time()
+    while time.process_time() - spent_from < 0.2:
+        sum(i * i for i in range(10_000))
     assert tree_cpu_seconds(me) > before
     for source in ("process", "machine"):
         sample = psutil_sampler(source)()
