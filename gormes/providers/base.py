@@ -141,7 +141,7 @@ def tools_json(tools: tuple[ToolSpec, ...]) -> bytes:
     entry keeps its ToolSpecs alive, so their ids cannot be reused while it is kept."""
     if not tools:
         return b"[]"
-    key = tuple([id(t) for t in tools])
+    key = tuple(map(id, tools))
     hit = _tools_json_cache.get(key)
     if hit is not None:
         return hit[1]

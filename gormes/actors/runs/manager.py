@@ -73,6 +73,7 @@ __all__ = [
 ]
 
 DEADLINE_EXCEEDED = "deadline exceeded"
+_END_TAGS = tuple(cls.__struct_config__.tag for cls in TERMINAL_TYPES)
 
 
 class RunOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -442,8 +443,8 @@ class RunManager:
             # Unless the run has an end already: a later attempt of its job recorded
             # it as cut off while this process was frozen (gormes/actors/agent_jobs/cut_off.py).
             version = tx.stream_version(stream)
-            last = tx.read_stream(stream, version - 1) if version else []
-            if not (last and isinstance(last[-1].event, TERMINAL_TYPES)):
+            # the last event, only if it is an end: the last turn's record is not decoded
+            if not (version and tx.read_stream(stream, version - 1, _END_TAGS)):
                 tx.append(stream, [event], version)
 
         await self.store.transact(record_end)

@@ -29,13 +29,15 @@ class PauseOutput(msgspec.Struct, frozen=True):
 
 
 def spy_typed_reads(monkeypatch, stream: list[str]) -> list[list[str]]:
-    """The typed reads of the run's stream (an inbox read is one): the types read."""
+    """The inbox's reads of the run's stream (typed reads of its messages; the run's
+    end reads its last event typed too): the types read."""
     reads: list[list[str]] = []
     whole = LogBase.read_stream
+    message = RunMessageSent.__struct_config__.tag
 
     def spy(self, name, after_version=0, types=None):
         records = whole(self, name, after_version, types)
-        if types is not None and stream and name == stream[0]:
+        if types is not None and message in types and stream and name == stream[0]:
             reads.append([r.type for r in records])
         return records
 

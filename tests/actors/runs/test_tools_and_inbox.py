@@ -203,7 +203,7 @@ async def test_an_inbox_read_decodes_the_messages_only_not_the_runs_own_turns(st
     from gormes.events.log_base import LogBase
     from gormes.events.runs import RunMessageSent
 
-    decoded: list[tuple[str, list[str]]] = []  # the typed reads
+    decoded: list[tuple[str, tuple[str, ...], list[str]]] = []  # the typed reads: asked, decoded
     untyped: list[list[str]] = []  # reads of a run's tail that decode every type
     whole = LogBase.read_stream
 
@@ -212,7 +212,7 @@ async def test_an_inbox_read_decodes_the_messages_only_not_the_runs_own_turns(st
         if stream.startswith("run-") and after_version > 0 and types is None:
             untyped.append([r.type for r in records])
         elif types is not None:
-            decoded.append((stream, [r.type for r in records]))
+            decoded.append((stream, tuple(types), [r.type for r in records]))
         return records
 
     monkeypatch.setattr(LogBase, "read_stream", spy)
@@ -227,12 +227,15 @@ async def test_an_inbox_read_decodes_the_messages_only_not_the_runs_own_turns(st
             message_id="M1", sender="test", payload="hi", sent_at=1)])
         outcome = await handle.outcome()
     assert outcome.status == "completed"
-    own = [types for stream, types in decoded if stream == f"run-{handle.run_id}"]
+    mine = [(asked, types) for stream, asked, types in decoded if stream == f"run-{handle.run_id}"]
+    own = [types for asked, types in mine if "run.message_sent" in asked]
     # the first read, and the one after the message landed (if it landed after the
     # first): messages only; a turn whose stream holds only the run's own writes reads nothing
     assert 1 <= len(own) <= 2 and own[-1] == ["run.message_sent"], own
     assert all(set(types) <= {"run.message_sent"} for types in own), own
-    assert len(untyped) <= 1, untyped  # the run's end reads its last event, nothing else its tail
+    assert untyped == [], untyped  # nothing reads the run's tail whole
+    # the run's end asks for its last event only if that is an end: none was, none decoded
+    assert [types for asked, types in mine if "run.message_sent" not in asked] == [[]], mine
     events = await run_events(store, outcome.run_id)
     reads = [e for e in events if isinstance(e, RunInboxRead)]
     assert [m.id for r in reads for m in r.messages] == ["M1"]  # read once, whenever it landed
