@@ -50,16 +50,20 @@ def note(line):
         os.close(fd)
 
 
-def seen(test):
+def seen(test, after):
+    # whether a line after the line `after` passes `test`
     with open(LOG) as f:
-        return any(test(line.split()) for line in f)
+        lines = [line.split() for line in f]
+    return any(test(w) for w in lines[lines.index(after) + 1:])
 
 
 @gormes.job("keyed")
 async def keyed(ctx, data):
     key, me = data["key"], str(os.getpid())
-    note(f"start {key} {ctx.id} {me}")
+    started = f"start {key} {ctx.id} {me}"
+    note(started)
     wait = data.get("wait")
+    # what it waits for must start after it did: one that started before may have ended
     if wait == "other-process":  # until a job of my key started in the other worker
         test = lambda w: w[0] == "start" and w[1] == key and w[3] != me
     elif wait == "no-key":  # until a job without a key started
@@ -68,7 +72,7 @@ async def keyed(ctx, data):
         test = None
     if test is not None:
         deadline = time.monotonic() + 60
-        while not seen(test):
+        while not seen(test, started.split()):
             if time.monotonic() > deadline:
                 note(f"gave-up {key} {ctx.id} {me}")
                 break
@@ -146,17 +150,17 @@ async def test_two_workers_never_run_more_jobs_of_a_key_than_its_limit(target, t
                 assert all(w.poll() is None for w in workers), [w.stderr.read() for w in workers]
                 await trio.sleep(0.1)
 
-            async def submit(queue_name: str, key: str | None, **data: Any) -> None:
+            async def submit(queue_name: str, key: str | None, **data: Any) -> str:
                 options: dict[str, Any] = {"queue": queue_name}
                 if key is not None:
                     options |= {"concurrency_key": key, "concurrency_limit": LIMITS[key]}
-                await queue.submit("keyed", {"key": key or "-", **data}, options)
+                return (await queue.submit("keyed", {"key": key or "-", **data}, options)).id
 
             # First in line: in q0 an A job that runs until an A job has started in
             # the other worker (only q1's worker can start one), in q1 a B job that
             # runs until a job without a key has started; then a mix in both queues.
             await submit("q0", "A", wait="other-process")
-            await submit("q1", "B", wait="no-key")
+            waiting_b = await submit("q1", "B", wait="no-key")
             for i in range(24):
                 await submit(f"q{i % 2}", ("A", "B", None)[i % 3], sleep=0.02 + 0.01 * (i % 4))
             total = 26
@@ -178,10 +182,11 @@ async def test_two_workers_never_run_more_jobs_of_a_key_than_its_limit(target, t
     assert len(starts) == total and set(starts.values()) == {1}  # each job ran once
     pids_of_a = {pid for what, key, _, pid in lines if what == "start" and key == "A"}
     assert len(pids_of_a) == 2  # A's jobs ran in both processes, two at once at most
-    # the first B job ran while a job without a key started
-    b_first = next(i for i, w in enumerate(lines) if w[:2] == ["start", "B"])
-    b_end = next(i for i, w in enumerate(lines) if w[0] == "end" and w[2] == lines[b_first][2])
-    assert any(w[:2] == ["start", "-"] for w in lines[b_first:b_end])
+    # the waiting B job ran while a job without a key started (it need not be the first
+    # B to start: q0's worker may reach a B of the mix before q1's worker starts it)
+    b_start = next(i for i, w in enumerate(lines) if w[0] == "start" and w[2] == waiting_b)
+    b_end = next(i for i, w in enumerate(lines) if w[0] == "end" and w[2] == waiting_b)
+    assert any(w[:2] == ["start", "-"] for w in lines[b_start:b_end]), lines
 
     check = subprocess.run(gormes(db, "projections", "rebuild", "--check"), env=env_with(log),
                            cwd=REPO, capture_output=True, text=True, timeout=300)
