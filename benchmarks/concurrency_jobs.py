@@ -18,7 +18,7 @@ lease/2 the renewal interval, gap - lease/2 is how late the lease keeper was).
 Each job has a 10-minute timeout, so that the wall-clock sweep's cap on a job
 without one (2 x lease x max_stalled: 20 s at the 2 s lease) does not kill jobs
 that are merely slow. A case where not every job completed reports its
-statuses instead of steps. A sample of the jobs' runs is replayed exactly.
+statuses instead of steps. Every job's run is replayed and must replay exactly.
 `BENCH_LEASE_MS` sets the lease (a short one renews every job several times
 while it runs).
 """
@@ -93,7 +93,7 @@ def _wait_done(db: Path, worker: subprocess.Popen[bytes], timeout: float) -> Non
 
 def jobs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
     from benchmarks.concurrency import (
-        SAMPLE, STEPS_PER_RUN, TOOL_TURNS, count_steps, replay_sample, sample_of, write_script,
+        STEPS_PER_RUN, TOOL_TURNS, count_steps, replay_runs, write_script,
     )
 
     model = write_script(tmp / "script.json", delay_ms)
@@ -139,8 +139,7 @@ def jobs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
             "SELECT json_extract(data, '$.run_id') FROM events WHERE type = 'run.started'"))
     finally:
         conn.close()
-    sample = sample_of(run_ids, SAMPLE)
-    exact = trio.run(replay_sample, db, sample)
+    exact = trio.run(replay_runs, db, run_ids)
     usage = (tmp / "rss.txt").read_text().split() if (tmp / "rss.txt").exists() else None
     rss, cpu = (float(usage[0]), float(usage[1])) if usage else (None, None)
     ideal = (TOOL_TURNS + 1) * delay_ms / 1000 if delay_ms else None
@@ -155,7 +154,7 @@ def jobs_case(tmp: Path, n: int, delay_ms: int) -> dict[str, Any]:
         "cpu_us_per_step": None if cpu is None else round(cpu / steps * 1e6),
         "completed": completed, "stalled_while_alive": stalled,
         "renewal_gap_ms": gaps,
-        "replayed": len(sample), "replayed_exactly": exact,
+        "replayed": len(run_ids), "replayed_exactly": exact,
     }
 
 
