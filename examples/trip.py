@@ -60,7 +60,7 @@ async def trip(ctx: gormes.RunContext, input: object) -> str:
     # a subagent (the built-in agent loop) in this run's nursery, on the same model
     scout = await ctx.spawn("agent", {"prompt": f"Role: scout. One sight worth a stop near {plan.city}."})
     sight = await scout.result()
-    # what an operator sent meanwhile (`gormes runs send RUN MESSAGE`)
+    # what an operator sent meanwhile (`gormes runs send RUN --payload JSON`)
     notes = [str(m.payload) for m in await ctx.inbox()]
     prompt = (f"Plan a {miles['value']} mile drive to {plan.city}, leaving at {local_time}. "
               f"A scout suggests: {sight.result}. "

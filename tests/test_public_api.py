@@ -69,3 +69,28 @@ def run_python(code: str) -> str:
                           cwd=REPO, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def test_a_script_reading_through_open_store_gets_the_built_in_types(tmp_path):
+    """Only `import gormes`, as a user's script does: every built-in event read back
+    through `open_store` is its own type, none an `UnknownEvent`."""
+    db = tmp_path / "g.db"
+    written = run_python(
+        "import trio, gormes\n"
+        "from gormes.actors.jobs.queue import JobQueue\n"
+        "async def main():\n"
+        f"    async with gormes.open_store({str(db)!r}) as store:\n"
+        "        await (await JobQueue.open(store)).submit('resize', {'path': 'cat.png'})\n"
+        "trio.run(main)\n"
+    )
+    assert written == ""
+    types = run_python(
+        "import trio, gormes\n"
+        "async def main():\n"
+        f"    async with gormes.open_store({str(db)!r}) as store:\n"
+        "        for r in await store.read_all():\n"
+        "            print(r.type, type(r.event).__name__)\n"
+        "trio.run(main)\n"
+    ).splitlines()
+    assert any(line.startswith("job.submitted ") for line in types), types
+    assert [line for line in types if line.endswith(" UnknownEvent")] == []

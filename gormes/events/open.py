@@ -6,6 +6,10 @@
 `postgresql://...` (or `postgres://...`) opens the Postgres store; anything else
 is a path to an SQLite file, optionally written `sqlite:PATH`. Keyword arguments
 go to the store's `open` (`readonly`, `durability`, `codec`, ...).
+
+It loads every built-in event type first (`catalog.load_all`): a script that reads
+the log through the public API gets `job.submitted` as a `JobSubmitted`, not as an
+`UnknownEvent`, without importing the domain modules itself.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ def sqlite_path(target: str | PathLike[str]) -> str | PathLike[str]:
 
 @asynccontextmanager
 async def open_store(target: str | PathLike[str], **kwargs: Any) -> AsyncIterator[Any]:
+    from gormes.events.catalog import load_all
+
+    load_all()
     if is_postgres_url(target):
         from gormes.events.postgres import PostgresEventStore
 
