@@ -339,6 +339,9 @@ class Daemon:
                 if done.streams:
                     log.info("retention: archived %d stream(s), %d event(s) to %s",
                              done.streams, done.events, done.segment)
+                else:
+                    log.info("retention: nothing to archive (nothing ended more than %s day(s) ago)",
+                             f"{settings.retain_older_than_days:g}")
             except GormesError as exc:
                 log.error("retention failed: %s", exc)
             except Exception:  # noqa: BLE001 - a retention bug must not stop the daemon's jobs

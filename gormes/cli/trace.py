@@ -61,7 +61,7 @@ def trace(obj: Any, run_id: str, children: bool, endpoint: str | None, as_json: 
         finally:
             sender.close()
         if not sent:
-            raise GormesError(f"the collector at {where} did not take the {len(spans)} span(s)")
+            raise GormesError(f"the collector at {where} did not take the {len(spans)} span(s): {sender.failure}")
     if as_json:
         click.echo(msgspec.json.encode({
             "trace_id": spans[0].trace_id, "sent": sent, "endpoint": where, "spans": spans,

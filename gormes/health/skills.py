@@ -1,8 +1,10 @@
 """Skills check: what `gormes skills check` would say, run in this process.
 
-The skills directory and the routing evals (conflict probes) are found as the
-skills CLI finds them without options: $GORMES_SKILLS_DIR, else `skills/` in the
-working directory; $GORMES_SKILL_EVALS_DIR, else `evals/skills/` when it exists.
+The skills directory is the one runs read (`skillbook.skills_dir`):
+$GORMES_SKILLS_DIR, else `skills/` in the working directory. Unlike `gormes skills
+check` with no options, it never falls back to the shipped skills, which no run
+sees. The routing evals (conflict probes): $GORMES_SKILL_EVALS_DIR, else
+`evals/skills/` when it exists.
 No skills directory is not a fault (a deployment may ship none). Evidence dates
 are judged against the doctor's clock.
 

@@ -25,6 +25,7 @@ from gormes.providers.base import (
     ToolCall,
     ToolSpec,
     Usage,
+    parse_tool_arguments,
     request_hash,
 )
 from gormes.errors import UserError
@@ -41,6 +42,7 @@ __all__ = [
     "UnknownProvider",
     "Usage",
     "open_provider",
+    "parse_tool_arguments",
     "request_hash",
 ]
 

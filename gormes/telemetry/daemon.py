@@ -50,7 +50,7 @@ async def _follow_traces(store: EventStore, *, task_status: Any = trio.TASK_STAT
     from gormes.telemetry.otlp import SpanSender
 
     sender = SpanSender()
-    follower = TraceFollower(store, sender.send)
+    follower = TraceFollower(store, sender)
     log.info("traces: exporting runs and job attempts as they end to %s (from log position %d)",
              sender.endpoint, await follower.prepare())
     task_status.started()

@@ -16,8 +16,8 @@ that ended before then are exported with `gormes trace RUN`, not in one flood.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import trio
 
@@ -37,14 +37,20 @@ MAX_PAUSE_S = 60.0
 
 log = logging.getLogger("gormes.telemetry")
 
-Send = Callable[[Sequence[Span]], bool]  # blocking; True when the collector took them
+class Sender(Protocol):
+    """Where spans go (`otlp.SpanSender`): `send` blocks, True when the collector took
+    them; after a False, `failure` says why in one line."""
+
+    failure: str | None
+
+    def send(self, spans: Sequence[Span]) -> bool: ...
 
 
 class TraceFollower:
-    def __init__(self, store: EventStore, send: Send, *, batch: int = BATCH,
+    def __init__(self, store: EventStore, sender: Sender, *, batch: int = BATCH,
                  from_start: bool = False, pause_s: float = 1.0) -> None:
         self.store = store
-        self.send = send
+        self.sender = sender
         self.batch = batch
         self.from_start = from_start
         self.pause_s = pause_s
@@ -75,10 +81,11 @@ class TraceFollower:
         if scanned <= after:
             return True
         spans = await self.store.read_with(lambda log_: spans_ended(log_, records))
-        ok = await trio.to_thread.run_sync(self.send, spans)
+        ok = await trio.to_thread.run_sync(self.sender.send, spans)
         if not ok:
             self.failures += 1
-            raise ExportFailed(f"the collector did not take {len(spans)} span(s) of events {after + 1}..{scanned}")
+            raise ExportFailed(f"the collector did not take {len(spans)} span(s) of events {after + 1}..{scanned}: "
+                               f"{self.sender.failure}")
         self.exported += len(spans)
         self.position = await self.store.transact(lambda tx: _advance(tx, after, scanned))
         return self.position >= head

@@ -18,9 +18,9 @@ from gormes.providers import (
     UnknownProvider,
     Usage,
     open_provider,
+    parse_tool_arguments,
     request_hash,
 )
-from gormes.providers.base import parse_tool_arguments
 from gormes.errors import GormesError, UserError
 
 CALL = ToolCall(id="call_1", name="fs.read", arguments='{"path": "README.md"}')

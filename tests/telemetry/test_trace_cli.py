@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -128,4 +129,17 @@ def test_an_unknown_run_and_a_refusing_collector_are_one_line(recorded: Path) ->
         received.refuse = True
         refused = gormes(recorded, "trace", "subagents-1", env={"OTEL_EXPORTER_OTLP_ENDPOINT": url})
     assert refused.returncode == 1
-    assert "did not take" in refused.stderr
+    assert refused.stderr.startswith("gormes: error: the collector at ") and refused.stderr.count("\n") == 1
+    assert refused.stderr.rstrip().endswith("did not take the 3 span(s): HTTP 400 Bad Request")
+
+
+def test_a_collector_that_is_not_there_is_one_line_naming_why(recorded: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    down = gormes(recorded, "trace", "subagents-1", "--endpoint", f"http://127.0.0.1:{port}/v1/traces",
+                  env={"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2"})
+    assert down.returncode == 1
+    assert down.stderr.count("\n") == 1, down.stderr  # none of the SDK's own retry lines
+    assert down.stderr.startswith(f"gormes: error: the collector at http://127.0.0.1:{port}/v1/traces did not take")
+    assert ": Connection refused (retried " in down.stderr

@@ -23,8 +23,10 @@ class Collector:
     def __init__(self) -> None:
         self.spans: list[Span] = []
         self.up = True
+        self.failure: str | None = None
 
     def send(self, spans: Sequence[Span]) -> bool:
+        self.failure = None if self.up else "Connection refused"
         if not self.up:
             return False
         self.spans += spans
@@ -46,7 +48,7 @@ async def test_runs_ending_after_the_first_start_are_exported_once(tmp_path: Pat
     collector = Collector()
     async with SQLiteEventStore.open(db) as store:
         await load(store, "subagents.jsonl")  # ended before the follower ever started
-        first = TraceFollower(store, collector.send)
+        first = TraceFollower(store, collector)
         start = await first.prepare()
         assert start == await store.head()
         await load(store, "tool_error.jsonl")
@@ -57,13 +59,13 @@ async def test_runs_ending_after_the_first_start_are_exported_once(tmp_path: Pat
 
         collector.up = False
         await load(store, "provider_retry.jsonl")
-        with pytest.raises(ExportFailed, match="did not take"):
+        with pytest.raises(ExportFailed, match="did not take .*: Connection refused$"):
             await first.step()
         assert len(collector.spans) == sent
 
     collector.up = True
     async with SQLiteEventStore.open(db) as store:  # a restart: the position was kept
-        again = TraceFollower(store, collector.send)
+        again = TraceFollower(store, collector)
         await again.prepare()
         await caught_up(again)
         tracked = await store.read_sql(
