@@ -122,7 +122,7 @@ def operation(
     output: type | None = None,
     trust: Iterable[str] | str = DEFAULT_TRUST,
     mutating: bool = False,
-    idempotent: bool = True,
+    idempotent: bool | None = None,
     prompt_visible: bool = True,
     timeout: float = 10.0,
     description: str | None = None,
@@ -133,7 +133,9 @@ def operation(
     """Decorator: declare an async `(ctx: OperationContext, input: In) -> Out`
     function as the operation `name`. `input` and `output` default to its
     annotations, `description` to its docstring's first paragraph, `audit_kind`
-    to `<first segment of name>.write` when `mutating`, else `.read`.
+    to `<first segment of name>.write` when `mutating`, else `.read`. `idempotent`
+    defaults to `not mutating`: a write is taken to do its effect again when called
+    again (a fork or an eval of runs then asks for `--yes`) unless it says otherwise.
     `requires_approval`: a run's call waits for a person's `gormes approve` first
     (decision 0033). Returns the function unchanged."""
 
@@ -151,7 +153,7 @@ def operation(
             name=name, description=text, input_type=input_type, output_type=output_type,
             handler=typing.cast(Handler, fn), trust=frozenset(classes),
             audit_kind=audit_kind if audit_kind is not None else f"{first}.{'write' if mutating else 'read'}",
-            mutating=mutating, idempotent=idempotent, prompt_visible=prompt_visible, timeout=timeout,
+            mutating=mutating, idempotent=(not mutating) if idempotent is None else idempotent, prompt_visible=prompt_visible, timeout=timeout,
             requires_approval=requires_approval,
         )
         module = getattr(fn, "__module__", None) or "?"

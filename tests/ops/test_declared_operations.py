@@ -50,6 +50,18 @@ def test_the_spec_comes_from_the_annotations_and_the_docstring(declared):
     assert (spec.audit_kind, spec.prompt_visible, spec.mutating, spec.idempotent) == ("weather.read", True, False, True)
 
 
+@pytest.mark.parametrize("options, idempotent", [
+    ({}, True),  # a read
+    ({"mutating": True}, False),  # a write does its effect again unless it says otherwise
+    ({"mutating": True, "idempotent": True}, True),
+    ({"idempotent": False}, False),
+])
+def test_idempotent_defaults_to_not_mutating(declared, options, idempotent):
+    declare_weather(declared, **options)
+    (spec,) = declared.specs()
+    assert spec.idempotent is idempotent
+
+
 def test_options_override_the_defaults(declared):
     class Other(msgspec.Struct):
         x: int
