@@ -41,7 +41,7 @@ def describe(v: Any) -> list[str]:
     lines = [f"budget {v.id}: policy {v.policy}"]
     lines.append("  tokens: " + _cap(v.spent_tokens, v.held_tokens, v.tokens_cap, v.tokens_left, str))
     lines.append("  cost:   " + _cap(v.spent_cost, v.held_cost, v.cost_cap, v.cost_left, format_cost)
-                 + f"  [pricing {v.pricing_version}]")
+                 + f"  [pricing {v.pricing}]")
     lines.append(f"  turns: {v.turns} settled, {v.refused} refused at the cap; "
                  f"{v.overrun_tokens} tokens used beyond what their turns held")
     if v.paused_jobs:

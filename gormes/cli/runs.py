@@ -66,7 +66,7 @@ def list_(obj: Any, status: str | None, job_id: str | None, handler: str | None,
         from gormes.actors.runs.costs import run_costs  # lazy: only the JSON rows have a cost
 
         costs = run_costs(conn, [r["run_id"] for r in rows], table)
-        return [{**r, "cost": costs.get(r["run_id"])} for r in rows]
+        return [{**r, "cost": costs.get(r["run_id"]), "pricing": table.version} for r in rows]
 
     async def main() -> list[dict[str, Any]]:
         async with open_store(obj.target) as store:

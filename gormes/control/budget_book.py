@@ -67,7 +67,7 @@ class BudgetView(msgspec.Struct, kw_only=True):
     output_estimate: int
     bytes_per_token: float
     hold_s: float
-    pricing_version: str
+    pricing: str  # the table the costs were priced with (docs/providers.md)
     created_at: int
     updated_at: int
 
@@ -87,7 +87,7 @@ def view(state: BudgetState, table: PricingTable, now: int) -> BudgetView:
         held_cost=c.held_cost, tokens_left=tokens_left, cost_left=cost_left, turns=state.turns,
         refused=state.refused, overrun_tokens=state.overrun, paused_jobs=list(state.paused_jobs),
         output_estimate=state.output_estimate, bytes_per_token=state.bytes_per_token, hold_s=state.hold_s,
-        pricing_version=getattr(table, "version", ""), created_at=state.created_at, updated_at=state.updated_at,
+        pricing=getattr(table, "version", ""), created_at=state.created_at, updated_at=state.updated_at,
     )
 
 

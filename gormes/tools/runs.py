@@ -126,6 +126,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     iterations: int
     tokens: Tokens
     cost: float | None
+    pricing: str  # the table the cost was priced with (docs/providers.md)
     children: list[str]  # child run ids
 
 

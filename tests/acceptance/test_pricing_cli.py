@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,6 +107,7 @@ PRICING_OF = {  # where each command's JSON names the pricing table's version
     "jobs get": (("jobs", "get", "{job}", "--json"), lambda out: out["pricing"]),
     "jobs stats": (("jobs", "stats", "--json"), lambda out: out["pricing"]),
     "runs show": (("runs", "show", "{run}", "--json"), lambda out: out["pricing"]),
+    "runs list": (("runs", "list", "--json"), lambda out: {row["pricing"] for row in out}.pop()),
     "top": (("top", "--once", "--json"), lambda out: out["pricing"]),
 }
 
@@ -165,3 +167,18 @@ def test_the_human_outputs_show_the_same_cost(priced_job, tmp_path: Path):
     assert named in ok(db, "runs", "show", ids["run"], "--pricing", str(table))
     assert "cost" not in ok(db, "jobs", "list", env={"GORMES_PRICING": ""})  # no cost asked for, none read
     assert "cost unknown price" in ok(db, "jobs", "stats", env={"GORMES_PRICING": ""})
+
+
+def test_the_run_get_operation_and_the_budgets_name_their_table_too(priced_job, tmp_path: Path):
+    db, ids = priced_job
+    got = json.loads(ok(db, "ops", "call", "run.get", json.dumps({"run_id": ids["run"]}),
+                        env={"GORMES_PRICING": ""}))
+    assert got["pricing"] == SHIPPED and "cost" in got
+    copy = tmp_path / "budgets.db"  # the module's database stays as the other tests read it
+    source, target = sqlite3.connect(db), sqlite3.connect(copy)
+    source.backup(target)
+    source.close()
+    target.close()
+    ok(copy, "budget", "set", "b", "--tokens", "100")
+    (budget,) = json.loads(ok(copy, "budget", "list", "--json", env={"GORMES_PRICING": ""}))["budgets"]
+    assert budget["pricing"] == SHIPPED and "spent_cost" in budget
