@@ -9,12 +9,15 @@ problem instead of stopping at the first.
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
 
+from gormes.contained import Root, entries
+from gormes.ops.spec import InvalidOperationInput, PathOutsideWorkspace
 from gormes.skillbook.errors import SkillFileError, SkillsDirMissing
 from gormes.skillbook.model import FrontMatter, Issue, Skill
 
@@ -66,32 +69,65 @@ def parse_skill(text: str, path: Path, file: str | None = None) -> Skill:
     return Skill(meta=parse_front_matter(source, name), body=body, path=path, file=name)
 
 
-def skill_files(root: Path) -> list[Path]:
-    """Every `NAME/SKILL.md` path expected under root (one per subdirectory)."""
-    if not root.is_dir():
-        raise SkillsDirMissing(f"{root}: skills directory not found")
-    return [d / SKILL_FILE for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")]
+MAX_SKILL_BYTES = 1 << 20  # a SKILL.md larger than this is an issue, not read
 
 
 def load_skills(root: Path) -> LoadResult:
-    """Read every skill under root; problems become issues, one per file."""
+    """Read every skill under root (one `NAME/SKILL.md` per subdirectory); problems
+    become issues, one per file.
+
+    The root is the operator's configuration and may itself be a link; below it,
+    everything is read through `gormes.contained`, as the fs tools read the
+    workspace: a skill directory or SKILL.md that is a link out of the root is an
+    issue and is never read, and only a regular file is opened (a FIFO cannot block
+    the read)."""
+    if not root.is_dir():
+        raise SkillsDirMissing(f"{root}: skills directory not found")
     skills: list[Skill] = []
     issues: list[Issue] = []
-    for path in skill_files(root):
-        file = display_path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            issues.append(Issue(file=file, rule="front-matter", message=f"no {SKILL_FILE} in this skill directory"))
-            continue
-        except (OSError, UnicodeDecodeError) as exc:
-            issues.append(Issue(file=file, rule="front-matter", message=f"cannot be read: {exc}"))
-            continue
-        try:
-            skills.append(parse_skill(text, path, file))
-        except SkillFileError as exc:
-            issues.append(Issue(file=exc.file, rule=exc.rule, field=exc.field, message=exc.detail))
+    shown_root = display_path(root)
+    with Root(root, label="skills directory") as contained:
+        for entry in entries(contained.fd):
+            if entry.name.startswith(".") or entry.kind not in ("dir", "symlink"):
+                continue
+            file = f"{shown_root}/{entry.name}/{SKILL_FILE}"
+            try:
+                if entry.kind == "symlink" and not _is_dir(contained, entry.name):
+                    continue  # a link to a file is no skill directory, as a plain file is not
+                data, _ = contained.read_file(f"{entry.name}/{SKILL_FILE}", MAX_SKILL_BYTES)
+            except PathOutsideWorkspace:
+                issues.append(Issue(file=file, rule="front-matter",
+                                    message="a link out of the skills directory: not read"))
+                continue
+            except InvalidOperationInput as exc:
+                missing = str(exc).startswith("no such file")
+                issues.append(Issue(file=file, rule="front-matter", message=(
+                    f"no {SKILL_FILE} in this skill directory" if missing else f"cannot be read: {exc}")))
+                continue
+            if data is None:
+                issues.append(Issue(file=file, rule="front-matter",
+                                    message=f"cannot be read: larger than {MAX_SKILL_BYTES} bytes"))
+                continue
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                issues.append(Issue(file=file, rule="front-matter", message=f"cannot be read: {exc}"))
+                continue
+            try:
+                skills.append(parse_skill(text, root / entry.name / SKILL_FILE, file))
+            except SkillFileError as exc:
+                issues.append(Issue(file=exc.file, rule=exc.rule, field=exc.field, message=exc.detail))
     return LoadResult(skills=skills, issues=issues)
+
+
+def _is_dir(contained: Root, name: str) -> bool:
+    """Whether the link `name` leads to a directory inside the root (a link out
+    raises `PathOutsideWorkspace`; a dangling one is no directory)."""
+    try:
+        with contained.locate(name) as where:
+            return where.info is not None and stat.S_ISDIR(where.info.st_mode)
+    except InvalidOperationInput:
+        return False
 
 
 def load_skill_file(path: Path) -> Skill:

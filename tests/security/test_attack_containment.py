@@ -495,3 +495,48 @@ def test_a_scripted_models_tool_calls_in_a_run_get_nothing_from_outside(workspac
             assert ENV_SECRET not in shown
     assert recorded[3]["data"]["result"]["matches"] == [] and recorded[4]["data"]["result"]["hits"] == []
     rebuild_check(db_path)
+
+
+# -- the skills directory: links out and FIFOs (found 2026-12-05) ---------------------------
+
+
+def skill_text(name: str, body: str) -> str:
+    return (f"---\nname: {name}\ndescription: A skill for a test.\nstatus: candidate\n"
+            f"triggers: [{name} thing]\nexclusions: []\nrequired_skills: []\nevidence: []\n"
+            f"status_evidence: Written for a test.\n---\n# {name}\n\n{body}\n")
+
+
+@pytest.fixture
+def skills_with_holes(workspace: Path, outside: Path) -> Path:
+    """The workspace's skills: one real, one linked inside, one linked out (to a valid
+    SKILL.md holding the secret), and one whose SKILL.md is a FIFO."""
+    skills = workspace / "skills"
+    (skills / "real").mkdir(parents=True)
+    (skills / "real" / "SKILL.md").write_text(skill_text("real", "The real body."))
+    (skills / "inner").symlink_to("real")
+    (outside / "leak").mkdir()
+    (outside / "leak" / "SKILL.md").write_text(skill_text("leak", SECRET))
+    (skills / "leak").symlink_to(outside / "leak")
+    (skills / "hang").mkdir()
+    os.mkfifo(skills / "hang" / "SKILL.md")
+    return skills
+
+
+@pytest.mark.parametrize("caller", [GATEWAY, CHILD])
+async def test_the_skill_tools_never_read_a_link_out_nor_wait_on_a_fifo(executor, store, skills_with_holes, caller):
+    with trio.fail_after(60):  # a hang guard only: a FIFO opened for reading would block here forever
+        listed = await executor.call("skills.list", {"include_candidates": True}, caller)
+        assert SECRET not in repr(listed)
+        assert sorted(s.name for s in listed.skills) == ["real", "real"]  # `inner` is `real`, linked inside
+        read = await executor.call("skills.read", {"name": "real", "include_candidates": True}, caller)
+        assert "The real body." in read.body
+        with pytest.raises(UserError, match="no skill named 'leak'"):
+            await executor.call("skills.read", {"name": "leak", "include_candidates": True}, caller)
+    assert SECRET not in repr(await store.read_all())
+
+
+def test_skills_check_names_the_link_out_and_the_fifo_and_reads_neither(db_path, skills_with_holes):
+    done = run_gormes(db_path, "skills", "check", "--skills-dir", str(skills_with_holes))
+    assert SECRET not in done.stdout + done.stderr
+    assert "leak/SKILL.md" in done.stdout and "a link out of the skills directory: not read" in done.stdout
+    assert "hang/SKILL.md" in done.stdout and "not a regular file" in done.stdout
