@@ -83,7 +83,7 @@ async def agent(ctx: RunContext, input: Any) -> str:
         task = msgspec.convert(input, AgentInput)
     except msgspec.ValidationError as exc:
         raise UserError(f"agent input: {exc}") from None
-    limit = task.max_iterations or ctx.max_iterations or DEFAULT_MAX_ITERATIONS
+    limit = iteration_limit(task.max_iterations, ctx.max_iterations)
     tools = ctx.tool_schemas()
     if ctx.depth < ctx.max_depth:
         tools = (*tools, SPAWN_TOOL)
@@ -100,16 +100,25 @@ async def agent(ctx: RunContext, input: Any) -> str:
         calls = reply.message.tool_calls
         if not calls:
             return reply.message.content
-        messages.extend(await run_tool_calls(ctx, calls))
+        messages.extend(await run_tool_calls(ctx, calls, limit))
     raise MaxIterationsReached("max iterations reached")
 
 
-async def run_tool_calls(ctx: RunContext, calls: tuple[ToolCall, ...]) -> list[Message]:
-    """Start every spawn first, then answer each call in the model's order."""
+def iteration_limit(asked: int | None, run_cap: int | None) -> int:
+    """The input's `max_iterations` within the run's own (recorded in `run.started`:
+    what its starter allowed, and a subagent's parent's cap): the smaller of the two
+    that are given, else the default."""
+    given = [n for n in (asked, run_cap) if n is not None]
+    return min(given) if given else DEFAULT_MAX_ITERATIONS
+
+
+async def run_tool_calls(ctx: RunContext, calls: tuple[ToolCall, ...], limit: int) -> list[Message]:
+    """Start every spawn first, then answer each call in the model's order.
+    `limit`: this agent's own iterations, which no subagent it starts may exceed."""
     children: dict[str, ChildRun | str] = {}
     for call in calls:
         if call.name in SPAWN_TOOL_NAMES:
-            children[call.id] = await start_subagent(ctx, call)
+            children[call.id] = await start_subagent(ctx, call, limit)
     answers: list[Message] = []
     for call in calls:
         if call.name in SPAWN_TOOL_NAMES:
@@ -124,8 +133,9 @@ async def run_tool_calls(ctx: RunContext, calls: tuple[ToolCall, ...]) -> list[M
     return answers
 
 
-async def start_subagent(ctx: RunContext, call: ToolCall) -> ChildRun | str:
-    """The child run, or the error text the model is shown instead."""
+async def start_subagent(ctx: RunContext, call: ToolCall, limit: int) -> ChildRun | str:
+    """The child run, or the error text the model is shown instead. The child may
+    make at most `limit` model turns (its parent's), whatever the model asked."""
     try:
         args = msgspec.json.decode(call.arguments, type=SpawnArguments)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -133,8 +143,8 @@ async def start_subagent(ctx: RunContext, call: ToolCall) -> ChildRun | str:
     child_input: dict[str, Any] = {"prompt": args.prompt}
     if args.system is not None:
         child_input["system"] = args.system
-    if args.max_iterations is not None:
-        child_input["max_iterations"] = args.max_iterations
+    if args.max_iterations is not None:  # without it the child has its run's cap, its parent's
+        child_input["max_iterations"] = min(args.max_iterations, limit)
     try:
         return await ctx.spawn("agent", child_input, tools=args.tools)
     except SpawnRefused as exc:

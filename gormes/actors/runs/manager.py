@@ -305,14 +305,16 @@ class RunManager:
         its manager); returns once `run.started` is durable. `resume` (a
         `fork.Resumable`): the child continues that earlier run. The child's trust
         is the narrower of its parent's and CHILD_TRUST, and it keeps its parent's
-        memory scope: never wider than the parent."""
+        memory scope: never wider than the parent. It keeps its parent's
+        `max_iterations` too (a handler's input may ask for fewer, never more)."""
         parent_run = self.live[parent.run_id]
         fn = self.handlers.get(handler)
         run = LiveRun(
             run_id=run_id, handler=handler, input=input, depth=parent.depth + 1,
             max_depth=parent.max_depth, trust=narrower(parent_run.trust, CHILD_TRUST),
             memory_scope=parent_run.memory_scope, tools=tools, model=model,
-            max_iterations=None, deadline_s=deadline_s, job_id=parent_run.job_id, parent=parent_run,
+            max_iterations=parent_run.max_iterations, deadline_s=deadline_s, job_id=parent_run.job_id,
+            parent=parent_run,
             budgets=parent_run.budgets,
         )
         assert parent.children_nursery is not None

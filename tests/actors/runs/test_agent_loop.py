@@ -123,3 +123,36 @@ async def test_max_iterations_fails_the_run(store, executor, script):
     events = await run_events(store, outcome.run_id)
     assert sum(isinstance(e, RunLlmTurn) for e in events) == 2
     assert isinstance(events[-1], RunFailed)
+
+
+async def test_a_subagent_never_makes_more_turns_than_its_parent_may(store, executor, script):
+    """The model asks for a child with a billion iterations (an attacker's finding:
+    a gateway's run capped at 2 turns fanned out into children that were not)."""
+    model = script(
+        {"match": "GREEDY", "replies": [{"tool_calls": [call("time.now")]}] * 6},
+        {"match": "QUIET", "replies": [{"tool_calls": [call("time.now")]}] * 6},
+        {"replies": [
+            {"tool_calls": [call("agent.spawn", prompt="GREEDY", max_iterations=1_000_000_000),
+                            call("agent.spawn", prompt="QUIET")]},
+            {"text": "done"}]},
+    )
+    async with RunManager.open(store, executor=executor) as runs:
+        outcome = await runs.run("agent", {"prompt": "fan out"}, model=model, max_iterations=2)
+
+    assert outcome.status == "completed", outcome
+    finished = [e for e in await run_events(store, outcome.run_id) if isinstance(e, RunChildFinished)]
+    assert [f.status for f in finished] == ["failed", "failed"]
+    for child in finished:
+        events = await run_events(store, child.child_run_id)
+        assert events[0].max_iterations == 2  # the parent's cap, recorded with the child
+        assert sum(isinstance(e, RunLlmTurn) for e in events) == 2
+        assert events[-1].error == "max iterations reached"
+
+
+def test_the_iteration_limit_is_the_smaller_of_what_is_given():
+    from gormes.actors.runs.agent import DEFAULT_MAX_ITERATIONS, iteration_limit
+
+    assert iteration_limit(None, None) == DEFAULT_MAX_ITERATIONS
+    assert iteration_limit(50, None) == 50
+    assert iteration_limit(None, 3) == 3
+    assert iteration_limit(50, 3) == iteration_limit(3, 50) == 3
