@@ -183,12 +183,17 @@ class QueueAdmin:
         return await self._transact(promote_due, now)
 
     async def sweep_timeouts(self, now: int | None = None) -> list[str]:
-        """Kill jobs active past 2 x timeout (or 2 x lease x max_stalled without one)."""
+        """Kill jobs active past twice their `timeout_ms` whose lease is still held:
+        the backstop for a holder whose own timeout did not fire. A job without a
+        timeout runs as long as its lease is renewed (a long agent job is not a hung
+        one), and a job whose lease lapsed is the stall sweep's, which requeues it:
+        its worker is gone, so the job is not at fault (decision 0054)."""
         return await self._sweep(
             now,
             lambda s: s.ids_where(
-                "SELECT id FROM jobs WHERE status = 'active' AND claimed_at + 2 * coalesce("
-                "timeout_ms, lease_ms * max_stalled) < ? LIMIT ?", (s.now, SWEEP_LIMIT),
+                "SELECT id FROM jobs WHERE status = 'active' AND timeout_ms IS NOT NULL"
+                " AND claimed_at + 2 * timeout_ms < ? AND lock_until >= ? LIMIT ?",
+                (s.now, s.now, SWEEP_LIMIT),
             ),
             lambda now: rules.TimeOut(now=now, token=None, error="timeout exceeded"),
         )

@@ -8,6 +8,8 @@ from collections import Counter
 import pytest
 import trio
 
+from gormes.actors.jobs.admin import DEFAULT_STALL_GRACE_MS
+from gormes.actors.jobs.batch import DEFAULT_LEASE_MS
 from gormes.actors.jobs.queue import InvalidJob, InvalidTransition, JobNotFound, JobQueue, LockLost
 from gormes.projections import ledger
 
@@ -166,6 +168,32 @@ async def test_timeouts(queue, clock):
     assert await queue.sweep_timeouts() == [a.id]
     assert (await queue.get(ca.id)).status == "dead"
     assert b.id != a.id
+
+
+async def test_a_long_job_without_a_timeout_lives_while_its_lease_is_renewed(queue, clock):
+    """An operator's finding: a healthy agent job with no timeout was killed 2 x lease x
+    max_stalled after its claim (5 minutes at the default lease) while its worker
+    renewed it."""
+    job = await queue.submit("a")
+    claimed = await queue.claim({"a"})
+    for _ in range(40):  # 40 x 15 s: 10 minutes, twice the old cap
+        clock.advance_ms(15_000)
+        assert await queue.renew(claimed.id, claimed.lock_token)
+        assert await queue.sweep_timeouts() == []
+    assert (await queue.get(job.id)).status == "active"
+    assert (await queue.complete(claimed.id, claimed.lock_token, "done")).status == "completed"
+
+
+async def test_a_job_whose_worker_is_gone_is_requeued_not_killed(queue, clock):
+    """Its lease lapsed long before its timeout's backstop: the stall sweep's to requeue
+    (a worker SIGKILLed and restarted late), not dead "timeout exceeded"."""
+    job = await queue.submit("a", options={"timeout_ms": 1000})
+    await queue.claim({"a"})
+    clock.advance_ms(DEFAULT_LEASE_MS + DEFAULT_STALL_GRACE_MS + 60_000)
+    assert await queue.sweep_timeouts() == []
+    assert await queue.sweep_stalled() == [job.id]
+    again = await queue.get(job.id)
+    assert again.status == "waiting" and again.stalled_counter == 1
 
 
 async def test_release_consumes_no_attempt(queue):
