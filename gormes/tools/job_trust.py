@@ -12,10 +12,13 @@ running job records its parent's submitter). So:
 - it starts a run only through `run.submit`, never as a raw `agent` job, and it may
   not choose the run's model, except one the operator lists in
   `GORMES_GATEWAY_MODELS` (comma-separated model specs, compared as written);
-- it may not jump the queue (a negative priority), send job data over
-  `MAX_UNTRUSTED_DATA_BYTES` of JSON, or hold more than `GORMES_GATEWAY_MAX_LIVE_JOBS`
-  (1000 by default) jobs that are not finished (counted before the submit, so
-  concurrent submits may pass it by as many as they are).
+- it may not jump the queue (a negative priority) or send job data over
+  `MAX_UNTRUSTED_DATA_BYTES` of JSON;
+- its whole trust class may not hold more than `GORMES_GATEWAY_MAX_LIVE_JOBS` (1000
+  by default) jobs that are not finished: every gateway together, every child agent
+  together. The cap is the class's, not the caller's, because an MCP client names
+  itself: a cap per name would be multiplied by inventing names. It is counted
+  before the submit, so concurrent submits may pass it by as many as they are.
 
 Every refusal is an `OperationDenied` (bad sizes an `InvalidOperationInput`),
 raised before anything is recorded, read from a path or sent to a provider; the
@@ -102,7 +105,7 @@ def check_priority(caller: Caller, priority: int) -> None:
 
 
 def max_live_jobs() -> int:
-    """The operator's cap on a gateway or child agent's unfinished jobs."""
+    """The operator's cap on the unfinished jobs of each untrusted class."""
     text = os.environ.get(MAX_LIVE_JOBS_ENV, "").strip()
     if not text:
         return DEFAULT_MAX_LIVE_JOBS
@@ -115,15 +118,16 @@ def max_live_jobs() -> int:
     return cap
 
 
-async def check_live_jobs(caller: Caller, queue: JobQueue, submitter: Submitter) -> None:
-    """Refuse a gateway or child agent that already holds its cap of unfinished jobs."""
+async def check_live_jobs(caller: Caller, queue: JobQueue) -> None:
+    """Refuse a gateway or child agent when its trust class already holds the cap of
+    unfinished jobs."""
     if privileged(caller):
         return
     cap = max_live_jobs()
-    if await queue.live_count(submitter) >= cap:
+    if await queue.live_count(caller.trust) >= cap:
         raise OperationDenied(
-            f"a {caller.trust!r} caller may hold at most {cap} unfinished jobs ({MAX_LIVE_JOBS_ENV});"
-            " wait for some to finish"
+            f"{caller.trust!r} callers may hold at most {cap} unfinished jobs between them"
+            f" ({MAX_LIVE_JOBS_ENV}); wait for some to finish"
         )
 
 

@@ -100,7 +100,7 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
         if parent is not None:  # an unknown parent: the queue refuses it
             require_may_act_on(ctx.caller, parent, "attach a child to")
     submitter = submitter_of(ctx.caller)
-    await check_live_jobs(ctx.caller, queue, submitter)
+    await check_live_jobs(ctx.caller, queue)
     job = await queue.submit(value.name, value.data, options, submitter=submitter)
     if job.coalesced and not privileged(ctx.caller) and not owns(ctx.caller, job.submitter):
         # max_waiting answers with the queue's newest waiting job: not another caller's.

@@ -100,7 +100,7 @@ async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary
             data[key] = getattr(value, key)
     options = JobOptions(queue=value.queue, priority=value.priority, idempotency_key=value.idempotency_key)
     queue, submitter = queue_of(ctx), submitter_of(caller)
-    await check_live_jobs(caller, queue, submitter)
+    await check_live_jobs(caller, queue)
     return summary(await queue.submit(AGENT_JOB, data, options, submitter=submitter))
 
 

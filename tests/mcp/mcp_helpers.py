@@ -21,14 +21,15 @@ CLIENT_NAME = "gormes-tests"
 @asynccontextmanager
 async def gormes_mcp(
     db: Path | str, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+    client_name: str = CLIENT_NAME,
 ) -> AsyncIterator[Client]:
     """`gormes --db DB mcp ARGS...` as a subprocess (in `cwd` when given, with
     `env` over the SDK's few inherited variables), connected and initialized. DB may
-    be a PostgreSQL URL."""
+    be a PostgreSQL URL. `client_name`: the name the client gives itself."""
     server = StdioServerParameters(
         command=sys.executable, args=["-m", "gormes", "--db", str(db), "mcp", *args], cwd=cwd, env=env,
     )
-    client_info = types.Implementation(name=CLIENT_NAME, version="1")
+    client_info = types.Implementation(name=client_name, version="1")
     async with Client(server, client_info=client_info, read_timeout_seconds=60) as client:
         yield client
 

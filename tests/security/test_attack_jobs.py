@@ -365,6 +365,23 @@ async def test_a_gateway_may_not_flood_the_queue_with_jobs(db_path: Path):
     _rebuild_check(db_path)
 
 
+async def test_a_gateway_may_not_multiply_its_job_cap_by_naming_itself_anew(db_path: Path):
+    env = {"GORMES_GATEWAY_MAX_LIVE_JOBS": "2"}
+    async with gormes_mcp(db_path, env=env, client_name="first") as client:
+        for n in range(2):
+            await call_ok(client, "job__submit", name="echo", data={"n": n})
+    refusals = []
+    for name in ("second", "third"):  # a client's name is its own to choose
+        async with gormes_mcp(db_path, env=env, client_name=name) as client:
+            refusals.append(await call_refused(client, "job__submit", name="echo", data={"n": name}))
+            refusals.append(await call_refused(client, "run__submit", prompt="p"))
+    assert all("'gateway' callers may hold at most 2 unfinished jobs" in r for r in refusals), refusals
+    assert len(await _jobs(db_path)) == 2
+    async with SQLiteEventStore.open(db_path) as store:
+        audited = [a for a in await audit_events(store) if a.error]
+    assert len(audited) == 4 and all("at most 2 unfinished jobs" in a.error for a in audited)
+
+
 # -- the same doors on PostgreSQL ------------------------------------------------------
 
 

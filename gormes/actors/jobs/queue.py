@@ -43,6 +43,7 @@ from gormes.events.job_machine import LIVE, TERMINAL
 from gormes.events.jobs import (
     MAX_COALESCED, STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
 )
+from gormes.events.sql_fragments import json_text
 from gormes.events.store import EventStore, Transaction
 from gormes.projections import ledger, ledger_tokens
 
@@ -245,12 +246,14 @@ class JobQueue(QueueBatches, QueueAdmin):
         """Newest first; with `owner` (trust, scope), only jobs whose submitter has both."""
         return await self._read(lambda conn: select_jobs(conn, status, queue, name, limit, owner))
 
-    async def live_count(self, submitter: Submitter | None) -> int:
-        """How many jobs of `submitter` are not terminal (read through the status
-        index: only live jobs are looked at)."""
-        sql = f"SELECT count(*) FROM jobs WHERE {_LIVE} AND coalesce(submitter, '') = ?"
-        params = (ledger.submitter_json(submitter),)
-        return await self._read(lambda conn: int(conn.execute(sql, params).fetchone()[0]))
+    async def live_count(self, trust: str) -> int:
+        """How many jobs submitted by callers of the `trust` class are not terminal
+        (read through the status index: only live jobs are looked at)."""
+        def read(conn: Any) -> int:
+            sql = f"SELECT count(*) FROM jobs WHERE {_LIVE} AND {json_text(conn, '$.trust', 'submitter')} = ?"
+            return int(conn.execute(sql, (trust,)).fetchone()[0])
+
+        return await self._read(read)
 
     async def stats(self) -> JobStats:
         def read(conn: Any) -> JobStats:

@@ -42,14 +42,16 @@ def test_a_backoff_never_passes_the_delay_bound(kind):
     assert rules.backoff_ms(small, 3, 0.5) == (4000 if kind == "exponential" else 1000)
 
 
-async def test_live_count_counts_a_submitters_unfinished_jobs(store):
+async def test_live_count_counts_a_trust_classs_unfinished_jobs(store):
     queue = await JobQueue.open(store)
-    mine = Submitter(trust="gateway", caller="mcp:a", scope="chat:mcp-a")
-    other = Submitter(trust="gateway", caller="mcp:b", scope="chat:mcp-b")
-    jobs = [await queue.submit("echo", n, submitter=mine) for n in range(3)]
+    one = Submitter(trust="gateway", caller="mcp:a", scope="chat:mcp-a")
+    other = Submitter(trust="gateway", caller="mcp:b", scope="chat:mcp-b")  # another name, the same class
+    child = Submitter(trust="child-agent", caller="run:r1", scope="project:default")
+    jobs = [await queue.submit("echo", n, submitter=one) for n in range(3)]
     await queue.submit("echo", None, submitter=other)
+    await queue.submit("echo", None, submitter=child)
     await queue.submit("echo", None)
     await queue.cancel(jobs[0].id)
-    assert await queue.live_count(mine) == 2
-    assert await queue.live_count(other) == 1
-    assert await queue.live_count(None) == 1
+    assert await queue.live_count("gateway") == 3
+    assert await queue.live_count("child-agent") == 1
+    assert await queue.live_count("operator") == 0  # a job with no submitter is no class's
