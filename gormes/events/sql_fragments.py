@@ -44,13 +44,23 @@ def _pg_path(path: str) -> str:
     return _literal("{" + ",".join(path[2:].split(".")) + "}")
 
 
+def _as_jsonb(column: str) -> str:
+    """`column`'s JSON text as PostgreSQL's jsonb. JSON may escape U+0000, which no
+    PostgreSQL text holds: casting such a row fails the whole statement (one job's
+    data would stop a retention or a doctor's check). So each `\\u0000` escape is
+    read as U+FFFD, the replacement character, before the cast: an escape swapped
+    for an escape, the JSON stays valid, and only a value that held U+0000 (or the
+    text "\\u0000" after a backslash) reads otherwise."""
+    return f"replace({column}, '\\u0000', '\\ufffd')::jsonb"
+
+
 def json_text(conn: Any, path: str, column: str = "data") -> str:
     """The JSON value at `path` ($.a.b) of `column`, as text on PostgreSQL (as
     json_extract gives it on SQLite: a string's text, a number, NULL when absent)."""
     pg_path = _pg_path(path)
     if not _postgres(conn):
         return f"json_extract({column}, {_literal(path)})"
-    return f"({column}::jsonb #>> {pg_path})"
+    return f"({_as_jsonb(column)} #>> {pg_path})"
 
 
 def json_value(conn: Any, path: str, column: str = "data") -> str:
@@ -59,7 +69,7 @@ def json_value(conn: Any, path: str, column: str = "data") -> str:
     psycopg hands over decoded."""
     if not _postgres(conn):
         return json_text(conn, path, column)
-    return f"({column}::jsonb #> {_pg_path(path)})"
+    return f"({_as_jsonb(column)} #> {_pg_path(path)})"
 
 
 def json_number(conn: Any, path: str, column: str = "data") -> str:

@@ -182,3 +182,20 @@ async def test_a_stream_deleted_by_retention_starts_again_at_version_one(store: 
     added = await store.append("cron-again", [CronScheduled(name="again", schedule="* * * * *", job="x", at=9)],
                                expected_version=0)
     assert added.version == 1
+
+
+async def test_a_nul_character_in_job_data_does_not_block_retention(store: Any, tmp_path: Path) -> None:
+    """JSON may carry U+0000 (`\\u0000`), which PostgreSQL's text cannot: a job whose
+    data or result holds one is archived like any other."""
+    load_all()
+    queue = await JobQueue.open(store)
+    job = await queue.submit("nul", {"text": "a\x00b"})
+    claimed = await queue.claim(["nul"])
+    assert claimed is not None
+    await queue.complete(job.id, claimed.lock_token, {"out": "\x00"})
+    horizon = await _horizon(store)
+    executor = Executor(default_registry(), store, clock=lambda: horizon + 10)
+    done = await executor.call("log.retain", {"older_than_s": 10, "archive": str(tmp_path / "a")}, OPERATOR)
+    assert (done.streams, done.kinds) == (1, {"job": 1})
+    lines = [json.loads(line) for line in gzip.decompress(Path(done.segment).read_bytes()).splitlines()]
+    assert lines[0]["data"]["data"] == {"text": "a\x00b"}
