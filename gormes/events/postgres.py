@@ -38,6 +38,7 @@ from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch, pipeline
 from gormes.events.postgres_schema import (
     APPLICATION,
     channel_name,
+    closed_by_its_data,
     connect,
     first_line,
     is_connection_lost,
@@ -61,11 +62,15 @@ BACKOFF_MAX_S = 2.0
 
 
 class ConnectionLost(Exception):
-    """The writer's connection dropped; `xid` is the transaction that may have committed."""
+    """The writer's connection dropped; `xid` is the transaction that may have committed.
+    `fault`: the error of a parameter that could not be sent (psycopg refuses text
+    holding U+0000, and in a pipeline closes the connection too), raised where it
+    cannot be told whose it is: the batch is then committed one request at a time."""
 
-    def __init__(self, xid: int | None) -> None:
+    def __init__(self, xid: int | None, fault: StoreError | None = None) -> None:
         super().__init__(f"connection lost (transaction {xid})")
         self.xid = xid
+        self.fault = fault
 
 
 def translate_error(exc: psycopg.Error, where: str) -> StoreError:
@@ -260,6 +265,19 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
                 return
             for req in requests:
                 req.result, req.error = None, None
+            if lost.fault is not None:
+                await self._commit_each_alone(requests, lost.fault)
+                return
+
+    async def _commit_each_alone(self, requests: list[_Request], fault: StoreError) -> None:
+        """A batch with a request whose data could not be sent: each is committed on
+        its own, so that only the one at fault fails (with `fault`), not the whole
+        batch, and not again and again."""
+        if len(requests) == 1:
+            requests[0].error = fault
+            return
+        for req in requests:
+            await self._commit_durably([req])
 
     async def _committed(self, xid: int) -> bool:
         """Whether transaction `xid` committed, asked after its connection was lost."""
@@ -296,6 +314,8 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
             wb.flush(notify_and_commit, force=True)
             return None
         except BaseException as exc:  # noqa: BLE001 - handed to the callers
+            if isinstance(exc, psycopg.Error) and closed_by_its_data(exc):
+                return ConnectionLost(xid, translate_error(exc, self.where))  # whose? each alone
             if isinstance(exc, psycopg.Error) and is_connection_lost(exc, log.conn):
                 return ConnectionLost(xid)
             self._rollback(log)

@@ -237,6 +237,14 @@ def is_connection_lost(exc: BaseException, conn: psycopg.Connection | None) -> b
     )
 
 
+def closed_by_its_data(exc: BaseException) -> bool:
+    """True when a statement's own parameter was refused before it was sent
+    (psycopg's DataError with no SQLSTATE, as for text holding U+0000; inside a
+    pipeline psycopg closes the connection too): the data's fault, not the server's
+    or the network's."""
+    return isinstance(exc, psycopg.DataError) and exc.sqlstate is None
+
+
 def glob_regex(pattern: str) -> str:
     """A GLOB pattern (`job.*`, as the SQLite store takes) as a POSIX regex."""
     out = ["^"]
