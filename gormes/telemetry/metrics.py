@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from gormes.projections.ledger import BREAKER_KILLED
 from gormes.actors.runs.costs import copied_counts
+from gormes.errors import GormesError
 from gormes.events.jobs import Tokens
 from gormes.events.sql_fragments import json_number, json_text
 from gormes.events.store import EventStore
@@ -229,13 +230,22 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
+class MetricsPortUnavailable(GormesError):
+    """The metrics port cannot be bound (taken by another process, or not ours to take)."""
+
+
 class MetricsServer:
     """`/metrics` on a loopback port, served from a thread by prometheus-client."""
 
     def __init__(self, collector: LogMetrics, port: int, addr: str = "127.0.0.1") -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
-        self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+        except OSError as exc:
+            raise MetricsPortUnavailable(
+                f"metrics port {addr}:{port}: {exc.strerror or exc} (choose another with --metrics-port)"
+            ) from None
         self.port = int(self._server.server_address[1])
 
     def close(self) -> None:

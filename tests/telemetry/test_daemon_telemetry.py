@@ -123,3 +123,19 @@ def test_the_daemon_exports_as_runs_end_and_serves_metrics(tmp_path: Path) -> No
             assert stop(proc) == 0, (tmp_path / "daemon2.log").read_text()
         names = [attributes(s)["gormes.run.id"] for s in received.spans() if s.name.startswith("invoke_agent")]
         assert names.count("tool-error-1") == 1
+
+
+def test_a_metrics_port_already_taken_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "gormes", "--db", str(tmp_path / "g.db"), "daemon", "--no-governor",
+             "--no-cron", "--metrics-port", str(port), "--log-format", "plain"],
+            env=env_with(), cwd=REPO, capture_output=True, text=True, timeout=WAIT,
+        )
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if "Traceback" in line or line.startswith("gormes: error:")]
+    assert errors == [f"gormes: error: metrics port 127.0.0.1:{port}: Address already in use"
+                      " (choose another with --metrics-port)"], done.stderr
