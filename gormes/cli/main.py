@@ -160,6 +160,8 @@ def _error_line(exc: BaseException) -> tuple[str, int] | None:
         return str(exc), getattr(exc, "exit_code", 1)
     if isinstance(exc, RecursionError):
         return "input nested too deeply to read", 2
+    if isinstance(exc, UnicodeEncodeError):
+        return f"text that is not valid UTF-8: {ascii(exc.object[exc.start:exc.end])}", 2
     if isinstance(exc, OverflowError):
         return f"a number is out of range ({exc})", 2
     if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
@@ -178,6 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     from gormes.printable import guard_standard_streams
 
     guard_standard_streams()
+    not_utf8 = _first_not_utf8(sys.argv[1:] if argv is None else argv)
+    if not_utf8 is not None:
+        click.echo(f"gormes: error: an argument is not valid UTF-8: {ascii(not_utf8)}", err=True)
+        sys.exit(2)
     try:
         code = cli.main(args=argv, prog_name="gormes", standalone_mode=False)
         sys.stdout.flush()  # a full disk under stdout fails here, not at exit
@@ -206,6 +212,18 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"gormes: error: {found[0]}", err=True)
         sys.exit(found[1])
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _first_not_utf8(args: list[str]) -> str | None:
+    """The first argument that cannot be UTF-8 (bytes the locale could not decode,
+    kept by Python as lone surrogates): every name, payload and path gormes records
+    is UTF-8 text."""
+    for arg in args:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return arg
+    return None
 
 
 def _click_error_line(exc: click.ClickException) -> str:

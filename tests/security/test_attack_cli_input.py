@@ -223,6 +223,23 @@ def test_huge_numbers_are_one_line(db: Path, args: tuple[str, ...]):
     rebuild_check(db)
 
 
+NOT_UTF8 = os.fsdecode(b"\xff\xfe")  # as Python holds bytes the locale cannot decode
+
+
+@pytest.mark.parametrize("args", [
+    ("append", NOT_UTF8, "note.added", "--data", '{"text": "a"}'),
+    ("events", "--stream", NOT_UTF8), ("jobs", "get", NOT_UTF8), ("runs", "show", NOT_UTF8),
+    ("jobs", "submit", NOT_UTF8),
+])
+def test_an_argument_that_is_not_utf8_is_one_line_and_records_nothing(db: Path, args: tuple[str, ...]):
+    before = events_json(db)
+    result = run_gormes(db, *args)
+    line = assert_one_line_error(result)
+    assert result.returncode == 2, result
+    assert line == "gormes: error: an argument is not valid UTF-8: '\\udcff\\udcfe'", line
+    assert events_json(db) == before  # refused before it became a call: not even an audit record
+
+
 def deep(depth: int) -> str:
     return "[" * depth + "]" * depth
 
