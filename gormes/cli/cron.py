@@ -26,9 +26,10 @@ from gormes.events.open import open_store
 from gormes.tools import cron as cron_ops
 
 
-def _run(db: Any, work: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
+def _read(db: Any, work: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
+    """`work(book)` on the store, which must exist: `cron list` creates no database."""
     async def main() -> Any:
-        async with open_store(db) as store:
+        async with open_store(db, create=False) as store:
             return await work(CronBook(store))
 
     return trio.run(main)
@@ -78,7 +79,7 @@ def add(call: OperatorCall, as_json: bool) -> None:
 @click.pass_obj
 def list_(obj: Any, as_json: bool) -> None:
     """Every schedule with its next and last fire time."""
-    states = _run(obj.target, lambda book: book.list())
+    states = _read(obj.target, lambda book: book.list())
     rows = [
         {
             "name": s.name, "schedule": s.schedule, "job": s.job, "data": s.data,

@@ -177,8 +177,11 @@ class OperatorCall:
     value: Any
 
     def run(self, **door_options: Any) -> Any:
+        """A command whose operation writes nothing creates no database: on a path
+        where there is none it says so (a mistyped `--db` is not an empty ledger)."""
         from gormes.cli.ops import operator_call  # lazy: the executor and registry load only to run one
 
+        door_options.setdefault("create", self.spec.mutating)
         return operator_call(self.obj, self.spec.name, self.value, **door_options)
 
     async def on(self, door: Any) -> Any:

@@ -50,7 +50,8 @@ class OutOfRange(UserError):
 
 def run_queue(target: str | Path, fn: Callable[[EventStore, JobQueue], Awaitable[T]]) -> T:
     """Open the store (an SQLite path or a PostgreSQL URL) and the queue, run
-    `fn(store, queue)` in trio, close both."""
+    `fn(store, queue)` in trio, close both. For the read commands: a database that
+    is not there is "no gormes database at ...", never created."""
     # lazy: trio and the store are start-up time the quick reads do without
     import trio
 
@@ -58,7 +59,7 @@ def run_queue(target: str | Path, fn: Callable[[EventStore, JobQueue], Awaitable
     from gormes.events.open import open_store  # lazy, as trio
 
     async def main() -> T:
-        async with open_store(target) as store:
+        async with open_store(target, create=False) as store:
             queue = await JobQueue.open(store)
             return await fn(store, queue)
 

@@ -63,15 +63,18 @@ class OperatorDoor:
 def operator_session(
     obj: Any, work: Callable[[OperatorDoor], Awaitable[T]], *, workspace: Path | str | None = None,
     jobs: bool = True, progress: Callable[[str, int, int], None] | None = None, mcp_config: str | None = None,
+    create: bool = True,
 ) -> T:
     """Open the store (an SQLite path or a PostgreSQL URL) and its job queue, run
     `work(door)` in trio, close both. `workspace`: the fs operations' root; `jobs`
     False opens no queue (which sets up the ledger: not for a log write alone, so
     that a read-only database is refused by the write itself). `progress`: where a
     long operation reports how far it is (the command's bar). `mcp_config`: the
-    external MCP servers whose tools the door may call too (started for the session)."""
+    external MCP servers whose tools the door may call too (started for the session).
+    `create` False: a database that is not there is an error, not made (a read)."""
     async def main() -> T:
-        async with open_store(obj.target) as store, operation_registry(store, mcp_config, warn=warn) as registry:
+        async with (open_store(obj.target, create=create) as store,
+                    operation_registry(store, mcp_config, warn=warn) as registry):
             queue = await JobQueue.open(store) if jobs else None
             return await work(operator_door(store, queue, workspace=workspace, progress=progress,
                                             registry=registry))
@@ -95,10 +98,12 @@ def operator_door(
 def operator_call(
     obj: Any, name: str, value: Any, *, workspace: Path | str | None = None, jobs: bool = True,
     progress: Callable[[str, int, int], None] | None = None, mcp_config: str | None = None,
+    create: bool = True,
 ) -> Any:
-    """One operation as the operator, through the audited executor; its typed output."""
+    """One operation as the operator, through the audited executor; its typed output.
+    `create` False: a database that is not there is an error (a read's command)."""
     return operator_session(obj, lambda door: door.call(name, value), workspace=workspace, jobs=jobs,
-                            progress=progress, mcp_config=mcp_config)
+                            progress=progress, mcp_config=mcp_config, create=create)
 
 
 def listed_registry(mcp_config: str | None) -> Registry:

@@ -36,7 +36,7 @@ def recall(obj: Any, query: str, mode: str, k: int, scope: str, cross_scope: boo
     # query: what the input type's own check would name less plainly) opens nothing.
     check_request(query, mode=mode, k=k, scope=scope, cross_scope=cross_scope, trust="operator")
     args = {"query": query, "mode": mode, "k": k, "scope": scope, "cross_scope": cross_scope}
-    result = operator_call(obj, "memory.recall", args, jobs=False)
+    result = operator_call(obj, "memory.recall", args, jobs=False, create=False)
     if as_json:
         click.echo(msgspec.json.encode(result).decode())
         return

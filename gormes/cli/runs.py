@@ -69,7 +69,7 @@ def list_(obj: Any, status: str | None, job_id: str | None, handler: str | None,
         return [{**r, "cost": costs.get(r["run_id"]), "pricing": table.version} for r in rows]
 
     async def main() -> list[dict[str, Any]]:
-        async with open_store(obj.target) as store:
+        async with open_store(obj.target, create=False) as store:
             rows = await list_runs(store, **filters)
             return await store.read_sql(lambda conn: priced(conn, rows))
 

@@ -168,14 +168,17 @@ class SQLiteEventStore(GroupCommitCalls, LogReads):
         path: str | PathLike[str],
         *,
         readonly: bool = False,
+        create: bool = True,
         durability: str | None = None,
         codec: Codec = default_codec,
         clock: Callable[[], float] = time.time,
         poll_interval: float = 0.005,
     ) -> AsyncIterator[SQLiteEventStore]:
+        """`create=False`: a missing file is "no gormes database at PATH", as with
+        `readonly` (the read commands, which must not leave a new file behind)."""
         log = await trio.to_thread.run_sync(
             lambda: SQLiteLog(
-                path, readonly=readonly, durability=durability, codec=codec, clock=clock
+                path, readonly=readonly, create=create, durability=durability, codec=codec, clock=clock
             )
         )
         store = cls(log, poll_interval=poll_interval)

@@ -97,7 +97,7 @@ def load_skills(root: Path) -> LoadResult:
                 data, _ = contained.read_file(f"{entry.name}/{SKILL_FILE}", MAX_SKILL_BYTES)
             except PathOutsideWorkspace:
                 issues.append(Issue(file=file, rule="front-matter",
-                                    message="a link out of the skills directory: not read"))
+                                    message="a symlink out of the skills directory: not read"))
                 continue
             except InvalidOperationInput as exc:
                 missing = str(exc).startswith("no such file")

@@ -25,7 +25,7 @@ import trio
 from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec, OperationUnavailable
 from gormes.skillbook import operator_skills_dir, skills_dir
 from gormes.skillbook.errors import SkillsError, UnknownSkill
-from gormes.skillbook.loader import load_skills
+from gormes.skillbook.loader import SKILL_FILE, load_skills
 from gormes.skillbook.model import Skill
 from gormes.skillbook.promotion import PromotionResult, promote
 from gormes.skillbook.resolver import Route, route
@@ -86,7 +86,11 @@ def _store(ctx: OperationContext):
 
 
 def check_inside(root: Path, name: str) -> None:
-    """Refuse a skill whose folder or SKILL.md is a symlink or lies outside `root`."""
+    """Refuse a skill whose folder or SKILL.md is a symlink or lies outside `root`
+    (one linked out is not even loaded: `load_skills` reports it and reads nothing)."""
+    folder = root / name
+    if folder.is_symlink() or (folder / SKILL_FILE).is_symlink():
+        raise OperationDenied(f"skill {name!r} is a symlink or lies outside {root}: it is not promoted")
     skill = next((s for s in load_skills(root).skills if s.name == name), None)
     if skill is None:
         return  # promote names the fault (unknown, or broken)

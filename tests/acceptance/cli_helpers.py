@@ -70,6 +70,22 @@ def digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def create_database(db: Path) -> None:
+    """A new, empty gormes database with its job ledger at `db` (as a worker or the
+    first write makes one; the read commands make none), before two processes open
+    it: two opening a brand-new file at once can race in the ledger's setup."""
+    import trio
+
+    from gormes.actors.jobs.queue import JobQueue
+    from gormes.events.sqlite import SQLiteEventStore
+
+    async def create() -> None:
+        async with SQLiteEventStore.open(db) as store:
+            await JobQueue.open(store)
+
+    trio.run(create)
+
+
 def write_notes(db: Path, notes: Sequence[tuple[str, str]]) -> None:
     """Append (stream, text) notes, one transaction each, and close cleanly."""
     log = SQLiteLog(db)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_helpers import assert_one_line_error, run_gormes
+from cli_helpers import create_database, assert_one_line_error, run_gormes
 
 
 def listed(db: Path) -> dict[str, dict]:
@@ -80,5 +80,6 @@ def test_bad_data_is_refused(tmp_path: Path):
 
 def test_an_empty_list(tmp_path: Path):
     db = tmp_path / "gormes.db"
+    create_database(db)
     assert listed(db) == {}
     assert run_gormes(db, "cron", "list").stdout.strip() == "no schedules"

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_helpers import assert_one_line_error, cli_env, gormes_command, run_gormes
+from cli_helpers import create_database, assert_one_line_error, cli_env, gormes_command, run_gormes
 
 
 def governor_info(db: Path) -> dict | None:
@@ -28,7 +28,7 @@ def governor_info(db: Path) -> dict | None:
 
 def test_a_worker_governed_by_its_options_says_why_in_top_and_doctor(tmp_path: Path):
     db = tmp_path / "gov.db"
-    assert run_gormes(db, "jobs", "stats").returncode == 0  # creates the database
+    create_database(db)
     # Memory above 1% is always "high": the governor halves the limit, for a reason it names.
     worker = subprocess.Popen(
         gormes_command(db, "worker", "--concurrency", "4", "--governor-cpu", "machine", "--cpu-high", "99",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_one_line_error, cli_env, digest, gormes_command, run_gormes
+from cli_helpers import create_database, assert_one_line_error, cli_env, digest, gormes_command, run_gormes
 
 JOB_FIELDS = {
     "id", "name", "queue", "status", "priority", "data", "result", "error", "attempts_made",
@@ -29,7 +29,7 @@ def jobs_db(tmp_path: Path) -> Path:
 def worker(jobs_db: Path) -> Iterator[subprocess.Popen]:
     # Create the database and ledger first: two processes opening a brand-new file at
     # once can still race (see the report: "database is locked" in ledger setup).
-    ok(jobs_db, "jobs", "stats")
+    create_database(jobs_db)
     proc = subprocess.Popen(
         gormes_command(jobs_db, "worker", "--concurrency", "4", "--shutdown-grace", "500"),
         env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import REPO, assert_one_line_error, cli_env, gormes_command
+from cli_helpers import create_database, REPO, assert_one_line_error, cli_env, gormes_command
 
 MODEL = "acme-large-2025-01"
 SHIPPED = "2025.1"  # the version of gormes/data/pricing.toml
@@ -64,7 +64,7 @@ def priced_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
         {"tool_calls": [{"name": "time.now", "arguments": {}}], "usage": USAGE[0]},
         {"text": "done", "usage": USAGE[1]},
     ]}]}))
-    ok(db, "jobs", "stats")  # the database and its ledger, before a second process opens it
+    create_database(db)
     worker = subprocess.Popen(gormes_command(db, "worker", "--shutdown-grace", "500"), env=cli_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_helpers import assert_one_line_error, cli_env, gormes_command, run_gormes
+from cli_helpers import create_database, assert_one_line_error, cli_env, gormes_command, run_gormes
 
 TOOLS = '''
 from pathlib import Path
@@ -215,7 +215,7 @@ def test_a_worker_with_the_import_runs_an_agent_job_that_calls_the_operation(tmp
         {"tool_calls": [{"name": "weather.get", "arguments": {"city": "Quito"}}]},
         {"text": "done"},
     ]))
-    assert run_gormes(db, "jobs", "stats").returncode == 0  # the database first (see test_jobs_cli.py)
+    create_database(db)
     worker = subprocess.Popen(gormes_command(db, "worker", "--import", str(tools), "--shutdown-grace", "500"),
                               env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

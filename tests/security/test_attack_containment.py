@@ -538,5 +538,5 @@ async def test_the_skill_tools_never_read_a_link_out_nor_wait_on_a_fifo(executor
 def test_skills_check_names_the_link_out_and_the_fifo_and_reads_neither(db_path, skills_with_holes):
     done = run_gormes(db_path, "skills", "check", "--skills-dir", str(skills_with_holes))
     assert SECRET not in done.stdout + done.stderr
-    assert "leak/SKILL.md" in done.stdout and "a link out of the skills directory: not read" in done.stdout
+    assert "leak/SKILL.md" in done.stdout and "a symlink out of the skills directory: not read" in done.stdout
     assert "hang/SKILL.md" in done.stdout and "not a regular file" in done.stdout

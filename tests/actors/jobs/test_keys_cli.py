@@ -77,8 +77,8 @@ def test_bad_keys_windows_and_modes_are_one_line_exit_2_and_no_job(tmp_path, fla
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gormes: error:") and says in lines[0], lines
     assert "Traceback" not in done.stderr
-    listed = gormes(db, "jobs", "list", "--json")
-    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+    if db.exists():  # refused by the queue, after the submit opened (so made) the database
+        assert json.loads(gormes(db, "jobs", "list", "--json").stdout) == []
 
 
 async def test_job_submit_over_the_executor_takes_the_keys_as_options(store):
