@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import msgspec
 
+from gormes.errors import StoreReadOnly
 from gormes.events.base import Recorded
 from gormes.events.codec import default_codec
 from gormes.events.job_machine import ALWAYS, STALLED_ERROR, STALLED_ERROR_BEFORE, Transition, transition_of
@@ -293,6 +294,25 @@ def _set_up_already(conn: sqlite3.Connection) -> bool:
         names.issuperset(_SCHEMA) and names.isdisjoint(RETIRED_INDEXES)
         and bookkeeping.built_version(conn, NAME) == VERSION
     )
+
+
+def check_current(conn: sqlite3.Connection, path: str | Path) -> None:
+    """On a database opened read-only, where the ledger can be neither set up nor
+    caught up: refuse unless it is set up for this gormes and no job event lies past
+    the position it has folded (events of other streams do not count: a writer that
+    never opened the queue does not move the ledger's position)."""
+    if not _set_up_already(conn):
+        raise StoreReadOnly(
+            f"{path} is read-only and its job ledger is not set up for this gormes:"
+            " open it once where it can be written"
+        )
+    behind = conn.execute(
+        "SELECT 1 FROM events WHERE stream GLOB 'job-*' AND position > ? LIMIT 1", (_tracked(conn),)
+    ).fetchone()
+    if behind is not None:
+        raise StoreReadOnly(
+            f"{path} is read-only and its job ledger is behind the log: open it once where it can be written"
+        )
 
 
 def setup_file(path: str | Path) -> None:
@@ -657,6 +677,9 @@ async def install(store: EventStore) -> None:
         await store.transact(attach_pg)
         return
 
+    if store.readonly:  # a file we may not write (read-only media, a copy to audit)
+        await store.read_with(lambda log: check_current(log.conn, cast("SQLiteEventStore", store).path))
+        return
     # SQLite: sqlite-utils reads the schema on a connection of its own, outside any
     # write transaction, so it opens the store's file itself.
     await trio.to_thread.run_sync(setup_file, cast("SQLiteEventStore", store).path)

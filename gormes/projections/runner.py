@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import trio
 
-from gormes.errors import GormesError, ProjectionError
+from gormes.errors import GormesError, ProjectionError, StoreReadOnly
 from gormes.events.base import Recorded
 from gormes.events.catalog import load_all
 from gormes.events.postgres_sql import POSTGRES, dialect_of
@@ -102,8 +102,22 @@ class ProjectionRunner:
     # -- lifecycle ----------------------------------------------------------
 
     async def prepare(self) -> None:
-        """Create or migrate the tables; start over from 0 if the version changed."""
+        """Create or migrate the tables; start over from 0 if the version changed.
+        On a store opened read-only, check instead that they are built for this
+        version (`StoreReadOnly` if not: nothing can be made there)."""
         projection = self.projection
+        if self.store.readonly:
+            def built(conn: Any) -> tuple[int | None, int]:
+                version = bookkeeping.built_version(conn, projection.name)
+                return version, bookkeeping.tracked_position(conn, projection.name) if version else 0
+
+            version, position = await self.store.read_sql(built)
+            if version != projection.version:
+                raise StoreReadOnly(f"{self._where} is read-only and its {projection.name!r} projection is"
+                                    " not built for this gormes: open it once where it can be written")
+            self._moved_to(position)
+            self._prepared = True
+            return
 
         def prepare(tx: Transaction) -> int:
             conn = tx.conn
@@ -126,6 +140,8 @@ class ProjectionRunner:
         """
         if not self._prepared:
             await self.prepare()
+        if self.store.readonly:
+            return await self._check_current(upto)
         self.error = None
         while True:
             page = await self._read(self.position, upto)
@@ -176,6 +192,26 @@ class ProjectionRunner:
         return False
 
     # -- one batch ----------------------------------------------------------
+
+    async def _check_current(self, upto: int | None) -> int:
+        """On a store opened read-only nothing can be applied: the position, if no
+        event the projection takes lies past it; `StoreReadOnly` if one does."""
+        after = self.position
+        while True:
+            page = await self._read(after, upto)
+            if page.records:
+                raise StoreReadOnly(
+                    f"{self._where} is read-only and its {self.projection.name!r} projection is behind the log"
+                    f" (at position {self.position}, an event to apply at {page.records[0].position}):"
+                    " read it once where it can be written, which catches the projection up"
+                )
+            if page.scanned <= page.after:
+                return self.position
+            after = page.scanned
+
+    @property
+    def _where(self) -> str:
+        return str(getattr(self.store, "path", None) or getattr(self.store, "where", "the database"))
 
     async def _read(self, after: int, upto: int | None) -> _Page:
         if upto is not None and after >= upto:
