@@ -49,6 +49,8 @@ def start_worker(db: Path, workspace: Path) -> subprocess.Popen:
 
 
 def pending(db: Path) -> list[dict]:
+    if not db.exists():
+        return []  # the process under test has not made it yet (a read makes none)
     listed = run_gormes(db, "approvals", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     return json.loads(listed.stdout)["approvals"]
@@ -149,6 +151,7 @@ def test_a_foreground_run_is_approved_from_another_process(tmp_path: Path) -> No
     finally:
         if run.poll() is None:
             run.kill()
+            run.communicate()  # reaped and its pipes closed: nothing left for a later test to trip on
     assert run.returncode == 0, err
     outcome = json.loads(out)
     assert outcome["status"] == "completed" and outcome["result"] == "read it"
