@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from dataclasses import replace
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from gormes.events.audit_chain import append_sealed
+from gormes.events.audit_chain import append_sealed, seal
 from gormes.errors import StoreError, UserError
 from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
 from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over
@@ -46,6 +47,7 @@ from gormes.ops.spec import (
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.queue import JobQueue
+    from gormes.events.store import Transaction
 
 RawInput = bytes | bytearray | memoryview | str | dict | msgspec.Struct | None
 
@@ -125,8 +127,11 @@ class Executor:
             value = decode_input(spec, raw_input)
             record.input_sha256 = input_digest(value)
             record.allowed = True
+            ctx = self.context_for(caller)
+            if audit is None:  # a caller's AuditWriter records more than the audit: it keeps its turn
+                ctx = replace(ctx, seal_audit=lambda tx: record.seal_into(tx, self.clock))
             with trio.move_on_after(spec.timeout) as deadline:
-                result = await spec.handler(self.context_for(caller), value)
+                result = await spec.handler(ctx, value)
             if deadline.cancelled_caught:
                 raise OperationTimeout(f"{spec.name} timed out after {spec.timeout:g}s")
             result = _check_output(spec, result)
@@ -137,6 +142,8 @@ class Executor:
             except Exception as audit_exc:  # noqa: BLE001 (the original error wins)
                 exc.add_note(f"gormes: the audit event could not be appended: {audit_exc}")
             raise
+        if record.sealed:  # in the transaction of the call's change (OperationContext.seal_audit)
+            return result
         # An unaudited success is not a success: an append error propagates.
         await self._append(record, started, audit, result, None)
         return result
@@ -284,6 +291,15 @@ class _CallRecord:
         self.allowed = False
         self.outcome = "ok"
         self.error: str | None = None
+        self.started = time.monotonic()  # also read from the writer's thread, where trio's clock is not
+        self.sealed = False
+
+    def seal_into(self, tx: Transaction, clock: Callable[[], float]) -> None:
+        """Seal the record of a success into `tx` (see OperationContext.seal_audit)."""
+        at = int(clock() * 1000)
+        duration_ms = round((time.monotonic() - self.started) * 1000, 3)
+        seal(tx, audit_stream(at), [self.event(duration_ms=duration_ms, at=at)])
+        self.sealed = True
 
     def failed(self, exc: BaseException) -> None:
         self.outcome = _outcome(exc)

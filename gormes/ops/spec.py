@@ -25,7 +25,7 @@ from gormes.errors import GormesError, UserError
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.queue import JobQueue
-    from gormes.events.store import EventStore
+    from gormes.events.store import EventStore, Transaction
 
 TrustClass = Literal["operator", "gateway", "child-agent", "system"]
 TRUST_CLASSES: tuple[str, ...] = ("operator", "gateway", "child-agent", "system")
@@ -132,6 +132,13 @@ class OperationContext:
     # Where a long operation says how far it is: progress(what, done, total), from
     # any thread of the call's trio run. The CLI shows it as a bar; None: nobody asks.
     progress: Callable[[str, int, int], None] | None = None
+    # seal_audit(tx): seal this call's audit record (outcome ok) into `tx`, the
+    # transaction whose commit is the call's change, so that the two commit together:
+    # a process killed after that commit leaves no change unaudited. The executor
+    # then appends no record of its own for a success (a failure after the commit
+    # is recorded as well, as an error). A handler that does not call it is audited
+    # by the executor once it returns. None outside the executor.
+    seal_audit: Callable[[Transaction], None] | None = None
 
 
 Handler = Callable[[OperationContext, Any], Awaitable[Any]]

@@ -3,7 +3,9 @@
 Operator-only from the CLI (`gormes retain --older-than DURATION [--dry-run]`),
 `system` for the daemon's own policy (`retain_older_than` in its configuration,
 docs/retention.md); never offered to models. Each call, a dry run included, is
-audited by the executor.
+audited by the executor; a retention that deletes seals its audit record into the
+deleting transaction (`OperationContext.seal_audit`), so that no deletion is left
+unaudited by a process killed after its commit.
 
 One write transaction chooses the streams (gormes/projections/retention.py),
 writes them to a gzip JSONL segment with its manifest, deletes them, appends the
@@ -100,6 +102,8 @@ async def retain(ctx: OperationContext, value: RetainInput) -> Retention:
         if got is None:
             return selection, None, []
         manifest = got[1].manifest
+        if ctx.seal_audit is not None:  # the deletion and its audit record commit together
+            ctx.seal_audit(tx)
         return selection, got, chosen.reset_affected(tx, manifest.types, manifest.first_position)
 
     selection, got, names = await store.transact(write)

@@ -13,6 +13,7 @@ import json
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -160,3 +161,33 @@ def test_retain_on_postgres_archives_and_the_projections_stay_identical(tmp_path
         ok(run_gormes(url, "projections", "rebuild", "--check", timeout=300))
         replayed = ok(run_gormes(url, "replay", "subagents-1", "--file", done["segment"], "--import", HANDLERS))
         assert replayed.stdout.splitlines()[-1].startswith("exact")
+
+
+KILLED_AFTER_COMMIT = """
+import os, signal, sys
+import gormes.tools.retention as retention
+
+async def killed(*args, **kwargs):  # the first step after the deleting transaction commits
+    os.kill(os.getpid(), signal.SIGKILL)
+
+retention.catch_up = killed
+from gormes.cli.main import main
+main(["--db", sys.argv[1], "retain", "--older-than", "0s"])
+"""
+
+
+def test_a_retention_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    """An attacker's finding: the audit record used to be appended after the
+    deletion's commit and the refold and vacuum that follow it, so a SIGKILL there
+    left a deletion no audit record names. It is now sealed in the same transaction."""
+    db = tmp_path / "g.db"
+    with_runs(db)
+    child = subprocess.run([sys.executable, "-c", KILLED_AFTER_COMMIT, str(db)], env=cli_env(), cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    [(retained_at,)] = rows(db, "SELECT position FROM events WHERE type = 'log.retained'")
+    audits = rows(db, "SELECT json_extract(data, '$.operation'), json_extract(data, '$.outcome') FROM events"
+                      f" WHERE type = 'audit.operation' AND position > {retained_at}")
+    assert audits == [("log.retain", "ok")]
+    assert rows(db, "SELECT count(*) FROM events WHERE stream GLOB 'run-*'") == [(0,)]
+    ok(run_gormes(db, "audit", "verify"))

@@ -235,3 +235,45 @@ async def test_every_audit_event_is_sealed_onto_its_day_s_chain(executor, store)
     assert [r.event.prev for r in records] == [GENESIS, records[0].event.digest]
     for r in records:
         assert r.event.digest == record_digest(r.event, r.stream, r.version)
+
+
+async def test_a_change_sealed_with_its_audit_commits_with_it_and_is_audited_once(store):
+    """OperationContext.seal_audit: the handler's change and the call's audit record in
+    one transaction; undone together when that transaction fails; a failure after the
+    commit is recorded as well; a caller's own AuditWriter keeps its turn."""
+    from gormes.events.notes import NoteAdded
+    from gormes.ops.registry import Registry
+    from ops_helpers import spec
+
+    async def change(ctx, value):
+        def write(tx):
+            tx.append("notes-x", [NoteAdded(text=value.text)])
+            ctx.seal_audit(tx)
+            if value.text == "undo":
+                raise RuntimeError("the change failed after the seal")
+
+        await store.transact(write)
+        if value.text == "after":
+            raise RuntimeError("a step after the commit failed")
+        return EchoOutput(text=value.text)
+
+    async def peek(ctx, value):
+        return EchoOutput(text=str(ctx.seal_audit is None))
+
+    executor = Executor(Registry([spec("test.change", change, trust={"operator"}),
+                                  spec("test.peek", peek, trust={"operator"})]), store)
+    await executor.call("test.change", {"text": "kept"}, OPERATOR)
+    records = await store.read_all()
+    assert [(r.type, r.stream) for r in records] == [("note.added", "notes-x"), ("audit.operation", records[1].stream)]
+    with pytest.raises(RuntimeError, match="failed after the seal"):
+        await executor.call("test.change", {"text": "undo"}, OPERATOR)
+    with pytest.raises(RuntimeError, match="after the commit"):
+        await executor.call("test.change", {"text": "after"}, OPERATOR)
+    assert [r.event.text for r in await store.read_stream("notes-x")] == ["kept", "after"]
+    assert [e.outcome for e in await audit_events(store)] == ["ok", "error", "ok", "error"]
+
+    async def writer(request, output, error):
+        await store.append(request.stream, request.events)
+
+    assert (await executor.call("test.peek", {"text": "a"}, OPERATOR)).text == "False"
+    assert (await executor.call("test.peek", {"text": "a"}, OPERATOR, audit=writer)).text == "True"
