@@ -26,8 +26,8 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import replace
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,7 +113,6 @@ class Executor:
         the spec's output type). `raw_input` may be JSON text or bytes (a model's
         tool arguments), a dict, or a Struct; empty text or None means `{}`.
         `audit`: see the module doc (None: the executor appends the audit event)."""
-        started = trio.current_time()
         spec = self.registry.get(name)
         record = _CallRecord(name, spec, caller, raw_input)
         try:
@@ -138,14 +137,14 @@ class Executor:
         except BaseException as exc:
             record.failed(exc)
             try:
-                await self._append(record, started, audit, None, exc)
+                await self._append(record, audit, None, exc)
             except Exception as audit_exc:  # noqa: BLE001 (the original error wins)
                 exc.add_note(f"gormes: the audit event could not be appended: {audit_exc}")
             raise
         if record.sealed:  # in the transaction of the call's change (OperationContext.seal_audit)
             return result
         # An unaudited success is not a success: an append error propagates.
-        await self._append(record, started, audit, result, None)
+        await self._append(record, audit, result, None)
         return result
 
     def refusal(
@@ -174,12 +173,10 @@ class Executor:
         return msgspec.json.encode(await self.call(name, raw_input, caller))
 
     async def _append(
-        self, record: _CallRecord, started: float, audit: AuditWriter | None,
-        output: Any, error: BaseException | None,
+        self, record: _CallRecord, audit: AuditWriter | None, output: Any, error: BaseException | None,
     ) -> None:
-        duration_ms = round((trio.current_time() - started) * 1000, 3)
         at = int(self.clock() * 1000)
-        event = record.event(duration_ms=duration_ms, at=at)
+        event = record.event(at=at)
         if audit is not None:  # it holds against cancellation itself (see AuditWriter)
             await audit(AppendRequest(audit_stream(at), [event]), output, error)
             return
@@ -291,21 +288,23 @@ class _CallRecord:
         self.allowed = False
         self.outcome = "ok"
         self.error: str | None = None
-        self.started = time.monotonic()  # also read from the writer's thread, where trio's clock is not
+        self.started = time.monotonic()  # not trio's clock: also read from the writer's thread
         self.sealed = False
 
     def seal_into(self, tx: Transaction, clock: Callable[[], float]) -> None:
         """Seal the record of a success into `tx` (see OperationContext.seal_audit)."""
         at = int(clock() * 1000)
-        duration_ms = round((time.monotonic() - self.started) * 1000, 3)
-        seal(tx, audit_stream(at), [self.event(duration_ms=duration_ms, at=at)])
+        seal(tx, audit_stream(at), [self.event(at=at)])
         self.sealed = True
 
     def failed(self, exc: BaseException) -> None:
         self.outcome = _outcome(exc)
         self.error = _error_text(exc)
 
-    def event(self, *, duration_ms: float, at: int) -> OperationAudited:
+    def event(self, *, at: int, duration_ms: float | None = None) -> OperationAudited:
+        """The audit event; `duration_ms` None: the time since the record was made."""
+        if duration_ms is None:
+            duration_ms = round((time.monotonic() - self.started) * 1000, 3)
         return OperationAudited(
             operation=self.name[:200],
             audit_kind=None if self.spec is None else self.spec.audit_kind,

@@ -88,16 +88,16 @@ def _store(ctx: OperationContext):
 def check_inside(root: Path, name: str) -> None:
     """Refuse a skill whose folder or SKILL.md is a symlink or lies outside `root`
     (one linked out is not even loaded: `load_skills` reports it and reads nothing)."""
+    refused = OperationDenied(f"skill {name!r} is a symlink or lies outside {root}: it is not promoted")
     folder = root / name
     if folder.is_symlink() or (folder / SKILL_FILE).is_symlink():
-        raise OperationDenied(f"skill {name!r} is a symlink or lies outside {root}: it is not promoted")
+        raise refused
     skill = next((s for s in load_skills(root).skills if s.name == name), None)
     if skill is None:
         return  # promote names the fault (unknown, or broken)
     path = Path(skill.path)
-    top = root.resolve()
-    if path.is_symlink() or path.parent.is_symlink() or not path.resolve().is_relative_to(top):
-        raise OperationDenied(f"skill {name!r} is a symlink or lies outside {root}: it is not promoted")
+    if path.is_symlink() or path.parent.is_symlink() or not path.resolve().is_relative_to(root.resolve()):
+        raise refused
 
 
 async def skills_promote(ctx: OperationContext, value: PromoteInput) -> PromotionResult:
