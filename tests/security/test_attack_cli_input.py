@@ -17,6 +17,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -238,6 +239,17 @@ def test_an_argument_that_is_not_utf8_is_one_line_and_records_nothing(db: Path, 
     assert result.returncode == 2, result
     assert line == "gormes: error: an argument is not valid UTF-8: '\\udcff\\udcfe'", line
     assert events_json(db) == before  # refused before it became a call: not even an audit record
+
+
+def test_a_database_url_from_the_environment_that_is_not_utf8_is_one_line():
+    """The arguments are checked before the command runs; GORMES_DB reaches the
+    PostgreSQL driver as it is, whose encoding error is the same one line."""
+    url = os.fsdecode(b"postgresql://127.0.0.1/test?application_name=\xff")
+    env = {**cli_env(), "GORMES_DB": url}
+    result = subprocess.run([sys.executable, "-m", "gormes", "jobs", "submit", "echo"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert assert_one_line_error(result) == "gormes: error: text that is not valid UTF-8: '\\udcff'"
 
 
 def deep(depth: int) -> str:
