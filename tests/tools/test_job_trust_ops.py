@@ -102,3 +102,17 @@ async def test_a_bad_live_job_cap_refuses_rather_than_lifting_it(executor, monke
     with pytest.raises(OperationDenied, match="at most 0"):
         await executor.call("job.submit", {"name": "echo"}, GATEWAY)
     assert (await executor.call("job.submit", {"name": "echo"}, OPERATOR)).name == "echo"
+
+
+async def test_child_agents_share_their_class_cap_whatever_run_or_scope_they_act_for(executor, monkeypatch):
+    """The cap is the class's (an MCP client names itself, and so a run's caller id
+    and scope follow a name someone chose): child agents of other runs and scopes
+    count together, apart from the gateways'."""
+    monkeypatch.setenv("GORMES_GATEWAY_MAX_LIVE_JOBS", "2")
+    other_child = Caller(trust="child-agent", id="run-9", run_id="9", scope="project:other")
+    await executor.call("job.submit", {"name": "echo"}, CHILD)
+    await executor.call("job.submit", {"name": "echo"}, other_child)
+    for child in (CHILD, other_child):  # (run.submit is not theirs at all)
+        with pytest.raises(OperationDenied, match="'child-agent' callers may hold at most 2 unfinished jobs"):
+            await executor.call("job.submit", {"name": "echo"}, child)
+    assert (await executor.call("job.submit", {"name": "echo"}, GATEWAY)).name == "echo"  # another class
