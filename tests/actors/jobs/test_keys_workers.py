@@ -161,6 +161,12 @@ async def test_two_workers_never_run_more_jobs_of_a_key_than_its_limit(target, t
             # runs until a job without a key has started; then a mix in both queues.
             await submit("q0", "A", wait="other-process")
             waiting_b = await submit("q1", "B", wait="no-key")
+            # The mix only once the waiting B runs: else q0's worker could start a B of
+            # the mix first, hold B's limit of 1 until every job without a key had
+            # started, and leave the waiting B nothing to wait for (CI, once).
+            while not [w for w in log.read_text().splitlines() if w.split()[:3] == ["start", "B", waiting_b]]:
+                assert all(w.poll() is None for w in workers), [w.stderr.read() for w in workers]
+                await trio.sleep(0.05)
             for i in range(24):
                 await submit(f"q{i % 2}", ("A", "B", None)[i % 3], sleep=0.02 + 0.01 * (i % 4))
             total = 26
@@ -182,8 +188,7 @@ async def test_two_workers_never_run_more_jobs_of_a_key_than_its_limit(target, t
     assert len(starts) == total and set(starts.values()) == {1}  # each job ran once
     pids_of_a = {pid for what, key, _, pid in lines if what == "start" and key == "A"}
     assert len(pids_of_a) == 2  # A's jobs ran in both processes, two at once at most
-    # the waiting B job ran while a job without a key started (it need not be the first
-    # B to start: q0's worker may reach a B of the mix before q1's worker starts it)
+    # the waiting B job ran while a job without a key started
     b_start = next(i for i, w in enumerate(lines) if w[0] == "start" and w[2] == waiting_b)
     b_end = next(i for i, w in enumerate(lines) if w[0] == "end" and w[2] == waiting_b)
     assert any(w[:2] == ["start", "-"] for w in lines[b_start:b_end]), lines
