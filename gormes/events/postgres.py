@@ -37,6 +37,8 @@ from gormes.events.codec import Codec, default_codec
 from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch, pipeline
 from gormes.events.postgres_schema import (
     APPLICATION,
+    STANDBY,
+    cannot_write,
     channel_name,
     closed_by_its_data,
     connect,
@@ -113,6 +115,8 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
     dialect = POSTGRES
 
     def _read_only_error(self) -> StoreReadOnly:
+        if self.readonly_reason is not None:
+            return StoreReadOnly(f"{self.where} is read-only here ({self.readonly_reason}): cannot write events")
         return StoreReadOnly(f"{self.where} was opened read-only: cannot write events")
 
     def __init__(
@@ -122,6 +126,7 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         *,
         schema: str,
         readonly: bool,
+        readonly_reason: str | None = None,
         poll_interval: float,
         reconnect_timeout: float,
         application_name: str,
@@ -134,6 +139,8 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         self.codec = writer.codec
         self.clock = writer.clock
         self.readonly = readonly
+        # why a store not asked to be read-only is (postgres_schema.cannot_write)
+        self.readonly_reason = readonly_reason
         self.reconnect_timeout = reconnect_timeout
         self.application_name = application_name
         self.durability = durability
@@ -172,25 +179,29 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         if durability not in DURABILITY:
             raise StoreError(f"durability must be one of {sorted(DURABILITY)}, not {durability!r}")
 
-        def first_connection() -> tuple[PostgresLog, str, int]:
+        def first_connection() -> tuple[PostgresLog, str, int, str | None]:
             conn = connect(url, schema=schema, application_name=application_name)
             try:
-                name = prepare(conn, url, create=create and not readonly)
+                reason = None if readonly else cannot_write(conn)
+                name = prepare(conn, url, create=create and not readonly, readonly_reason=reason if create else None)
                 log = PostgresLog(conn, codec=codec, clock=clock)
-                return log, name, log.head()
+                return log, name, log.head(), reason
             except BaseException:
                 conn.close()
                 raise
 
-        log, name, head = await trio.to_thread.run_sync(first_connection)
+        log, name, head, reason = await trio.to_thread.run_sync(first_connection)
+        readonly = readonly or reason is not None
         store = cls(
-            url, log, schema=name, readonly=readonly, poll_interval=poll_interval,
+            url, log, schema=name, readonly=readonly, readonly_reason=reason, poll_interval=poll_interval,
             reconnect_timeout=reconnect_timeout, application_name=application_name,
             durability=durability, head=head,
         )
         if not readonly:
             await trio.to_thread.run_sync(store._configure_writer, log)
-        async with store._running(store._listen):
+        # A standby runs no LISTEN ("cannot be executed during recovery"): its
+        # followers poll (the fallback every store has).
+        async with store._running(*(() if reason == STANDBY else (store._listen,))):
             yield store
 
     def _close_connections(self) -> None:

@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from gormes.errors import NotAGormesDatabase, SchemaTooNew, StoreError
+from gormes.errors import NotAGormesDatabase, SchemaTooNew, StoreError, StoreReadOnly
 
 SCHEMA_VERSION = 1
 APPLICATION = "gormes"
@@ -152,8 +152,32 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def prepare(conn: psycopg.Connection, url: str, *, create: bool = True) -> str:
-    """Check the schema is ours (or empty, then create our tables); return its name."""
+STANDBY = "the server is a read-only standby"
+
+
+def cannot_write(conn: psycopg.Connection) -> str | None:
+    """Why this session may not write the log, or None if it may: the server is a
+    standby (a read replica), its transactions are read-only by default, or its
+    role lacks INSERT on an existing `events` table. A read-only session opens the
+    store read-only, as an SQLite file the process cannot write does: the reads
+    work and every write is refused with this reason."""
+    standby, read_only, insert = conn.execute(
+        "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'),"
+        " has_table_privilege(to_regclass('events'), 'INSERT')"
+    ).fetchone()
+    if standby:
+        return STANDBY
+    if read_only == "on":
+        return "the session's transactions are read-only (default_transaction_read_only)"
+    if insert is False:
+        user = conn.execute("SELECT current_user").fetchone()[0]
+        return f"role {user} may not insert into its events table"
+    return None
+
+
+def prepare(conn: psycopg.Connection, url: str, *, create: bool = True, readonly_reason: str | None = None) -> str:
+    """Check the schema is ours (or empty, then create our tables); return its name.
+    `readonly_reason`: why the session may not create them (see `cannot_write`)."""
     schema = conn.execute("SELECT current_schema()").fetchone()[0]
     where = f"{redact(url)} (schema {schema})"
     if schema is None:
@@ -176,6 +200,8 @@ def prepare(conn: psycopg.Connection, url: str, *, create: bool = True) -> str:
                 f"{where} holds tables of another application ({shown}); "
                 "refusing to touch it: give gormes a database or schema of its own"
             )
+        if readonly_reason is not None:
+            raise StoreReadOnly(f"no gormes database at {where}, and none can be made there ({readonly_reason})")
         if not create:
             raise StoreError(f"no gormes database at {where}")
         for statement in _TABLES:

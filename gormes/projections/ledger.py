@@ -45,6 +45,7 @@ from gormes.events.jobs import (
     JobSubmitted, JobTokensAdded, JobTranscribed,
 )
 from gormes.events.postgres_sql import POSTGRES, dialect_of
+from gormes.events.sql_fragments import glob
 from gormes.events.store import EventStore, Transaction
 from gormes.projections import ledger_tokens
 from gormes.projections.ledger_sql import Spelling, Write, compile_writes, encode_json
@@ -286,32 +287,43 @@ _SCHEMA = (
 )
 
 
-def _set_up_already(conn: sqlite3.Connection) -> bool:
+def _set_up_already(conn: Any) -> bool:
+    """Every object of the ledger is there, built by this version (`conn`: an
+    SQLite connection, or PostgreSQL's portable one)."""
     from gormes.projections import bookkeeping
 
-    names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    if dialect_of(conn) == POSTGRES:
+        from gormes.projections import ledger_postgres
+
+        names = ledger_postgres.present_relations(conn)
+        schema: Iterable[str] = ledger_postgres.NAMES
+    else:
+        names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+        schema = _SCHEMA
     return (
-        names.issuperset(_SCHEMA) and names.isdisjoint(RETIRED_INDEXES)
+        names.issuperset(schema) and names.isdisjoint(RETIRED_INDEXES)
         and bookkeeping.built_version(conn, NAME) == VERSION
     )
 
 
-def check_current(conn: sqlite3.Connection, path: str | Path) -> None:
+def check_current(conn: Any, where: str | Path) -> None:
     """On a database opened read-only, where the ledger can be neither set up nor
     caught up: refuse unless it is set up for this gormes and no job event lies past
     the position it has folded (events of other streams do not count: a writer that
-    never opened the queue does not move the ledger's position)."""
+    never opened the queue does not move the ledger's position). `conn`: as
+    `_set_up_already`'s."""
     if not _set_up_already(conn):
         raise StoreReadOnly(
-            f"{path} is read-only and its job ledger is not set up for this gormes:"
+            f"{where} is read-only and its job ledger is not set up for this gormes:"
             " open it once where it can be written"
         )
     behind = conn.execute(
-        "SELECT 1 FROM events WHERE stream GLOB 'job-*' AND position > ? LIMIT 1", (_tracked(conn),)
+        f"SELECT 1 FROM events WHERE {glob(conn, 'stream', 'job-*')} AND position > ? LIMIT 1",
+        (_tracked(conn),),
     ).fetchone()
     if behind is not None:
         raise StoreReadOnly(
-            f"{path} is read-only and its job ledger is behind the log: open it once where it can be written"
+            f"{where} is read-only and its job ledger is behind the log: open it once where it can be written"
         )
 
 
@@ -662,6 +674,10 @@ async def install(store: EventStore) -> None:
 
     # The ledger is made inline inside the transaction that catches it up, so no
     # write can come between the two and be missed.
+    if store.readonly:  # a database we may not write (read-only media or role, a replica, a copy to audit)
+        where = getattr(store, "path", None) or getattr(store, "where", "the database")
+        await store.read_sql(lambda conn: check_current(conn, where))
+        return
     if store.dialect == POSTGRES:
         from gormes.projections import ledger_postgres
 
@@ -677,9 +693,6 @@ async def install(store: EventStore) -> None:
         await store.transact(attach_pg)
         return
 
-    if store.readonly:  # a file we may not write (read-only media, a copy to audit)
-        await store.read_with(lambda log: check_current(log.conn, cast("SQLiteEventStore", store).path))
-        return
     # SQLite: sqlite-utils reads the schema on a connection of its own, outside any
     # write transaction, so it opens the store's file itself.
     await trio.to_thread.run_sync(setup_file, cast("SQLiteEventStore", store).path)
