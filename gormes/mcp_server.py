@@ -13,6 +13,13 @@ operation (`shell.run`) is refused whatever the trust class, and `approval.appro
 is refused to a gateway or child-agent server just the same; each refusal is
 audited (`outcome: denied`) like every call.
 
+A call of an operation that needs a person's approval (its spec's
+`requires_approval`, GORMES_REQUIRE_APPROVAL) passes the same gate as a run's
+call (decision 0033, docs/control.md): the request is recorded and the call waits
+for `gormes approve|deny` or the timeout; a refusal is an error result
+(`ApprovalDenied`), audited as denied. An MCP client is a program, so this holds
+whatever the server's trust class.
+
 Each call runs as `Caller(trust=<class>, id="mcp:<client name>")`. Its output is
 the operation's JSON (text content, and the same value as structured content);
 any error of the call (denied, invalid input, not found, timeout...) is a tool
@@ -24,6 +31,8 @@ result with `isError: true` and one line naming the error.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +42,8 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.jobs.session import new_id
+from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry, wire_name
 from gormes.ops.spec import TRUST_CLASSES, Caller, OperationSpec
@@ -118,7 +129,8 @@ async def serve_stdio(
 ) -> None:
     """Serve over stdin/stdout until the client closes the connection."""
     served = served_registry(registry, trust)
-    executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store))
+    gate = ApprovalGate(store, ApprovalPolicy.from_env(os.environ), clock=time.time, ids=new_id)
+    executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store), approvals=gate.gate_call)
     server = build_server(executor, trust)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

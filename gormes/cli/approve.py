@@ -34,7 +34,8 @@ def _when(ms: int | None) -> str:
 
 def describe(v: Any) -> list[str]:
     lines = [f"approval {v.id}: {v.status}", f"  {v.operation} {v.arguments}", f"  why: {v.why}",
-             f"  asked by {v.caller} ({v.trust}), run {v.run_id}" + (f", job {v.job_id}" if v.job_id else ""),
+             f"  asked by {v.caller} ({v.trust})" + (f", run {v.run_id}" if v.run_id else "")
+             + (f", job {v.job_id}" if v.job_id else ""),
              f"  requested {_when(v.requested_at)}; on timeout ({_when(v.expires_at)}): {v.on_timeout}"]
     if v.decided_by is not None:
         lines.append(f"  {v.status} by {v.decided_by} at {_when(v.decided_at)}: {v.reason or '(no reason)'}")
@@ -84,6 +85,6 @@ def list_(call: OperatorCall, as_json: bool) -> None:
 
     print_rows_table(
         ("ID", "STATUS", "OPERATION", "RUN", "JOB", "REQUESTED", "EXPIRES", "DECIDED BY"),
-        [(v.id, v.status, v.operation, v.run_id, v.job_id or "-", _when(v.requested_at), _when(v.expires_at),
+        [(v.id, v.status, v.operation, v.run_id or "-", v.job_id or "-", _when(v.requested_at), _when(v.expires_at),
           v.decided_by or "-") for v in listed.approvals],
     )

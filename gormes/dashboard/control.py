@@ -36,9 +36,9 @@ class ApprovalRow(msgspec.Struct, frozen=True, kw_only=True):
 
     id: str
     operation: str
-    run_id: str
+    run_id: str | None  # None: a call outside any run (an MCP client's)
     job_id: str | None
-    caller: str  # who asks: "run-<id>"
+    caller: str  # who asks: "run-<id>", "mcp:<client name>"
     trust: str
     why: str
     age_s: float  # since it was requested
@@ -172,6 +172,6 @@ def approval_cells(row: ApprovalRow, marker: str) -> list[Any]:
     expires = "" if row.expires_in_s is None else f"{_age(max(0.0, row.expires_in_s))} left"
     return [
         Text(printable(f"{marker} {row.id}")), Text(printable(row.operation), style="bold"),
-        Text(printable(row.job_id or row.run_id)), Text(printable(f"{row.caller} ({row.trust})")),
+        Text(printable(row.job_id or row.run_id or "-")), Text(printable(f"{row.caller} ({row.trust})")),
         Text(_age(row.age_s)), Text(expires), Text(printable(row.why)),
     ]

@@ -115,7 +115,7 @@ class UiState(msgspec.Struct, frozen=True, kw_only=True):
     run_ids: tuple[str, ...] = ()
     run_jobs: tuple[str | None, ...] = ()  # each run's job
     approval_ids: tuple[str, ...] = ()  # the pending approval requests
-    approval_runs: tuple[str, ...] = ()  # each request's run
+    approval_runs: tuple[str | None, ...] = ()  # each request's run (None: a call outside any run)
     selected_job: str | None = None
     selected_run: str | None = None
     selected_approval: str | None = None

@@ -42,9 +42,9 @@ class ApprovalRequested(Event, tag="approval.requested", kw_only=True):
     operation: str
     arguments: str  # the call's canonical JSON text
     args_hash: str
-    run_id: str
+    run_id: str | None = None  # None: a call outside any run (an MCP client's)
     job_id: str | None = None
-    caller: str  # the caller id the call would run as ("run-<id>")
+    caller: str  # the caller id the call would run as ("run-<id>", "mcp:<client name>")
     trust: str  # its trust class
     why: str  # why it needs approval: its spec, or the deployment rule that matched
     timeout_s: float | None = None  # None: it waits until decided

@@ -7,13 +7,13 @@ kernel only; the built-in operations are `gormes.tools`."""
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry
 from gormes.ops.spec import (
-    TRUST_CLASSES, Caller, InvalidOperationInput, InvalidOperationSpec, OperationContext,
+    TRUST_CLASSES, ApprovalDenied, Caller, InvalidOperationInput, InvalidOperationSpec, OperationContext,
     OperationDenied, OperationSpec, OperationTimeout, OperationUnavailable,
     PathOutsideWorkspace, ToolSchema, UnknownOperation,
 )
 
 __all__ = [
-    "TRUST_CLASSES", "Caller", "Executor", "InvalidOperationInput", "InvalidOperationSpec",
+    "TRUST_CLASSES", "ApprovalDenied", "Caller", "Executor", "InvalidOperationInput", "InvalidOperationSpec",
     "OperationContext", "OperationDenied", "OperationSpec", "OperationTimeout",
     "OperationUnavailable", "PathOutsideWorkspace", "Registry", "ToolSchema", "UnknownOperation",
 ]

@@ -13,6 +13,11 @@ the executor then hands it the audit append request with the call's outcome, and
 the caller appends it together with its own record, in one transaction (sealed
 onto the day's hash chain with `gormes.events.audit_chain.append_sealed`).
 
+An executor given `approvals` (the MCP server's) asks it about every call made
+outside a run, once the caller's class and the input are checked: a call that
+needs a person's approval waits for it there, and a refusal is `ApprovalDenied`,
+audited as denied. A run's calls pass its own gate (gormes/actors/runs/approvals.py).
+
 A caller that refuses a call before it reaches `call` (a run's tool allowlist,
 arguments that are not JSON) makes the same audit event with `refusal` (or
 `refuse`, which appends it): every trust decision is an audit event.
@@ -41,7 +46,7 @@ from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over
 from gormes.events.store import AppendRequest, EventStore
 from gormes.ops.registry import Registry
 from gormes.ops.spec import (
-    TRUST_CLASSES, Caller, InvalidOperationInput, OperationContext, OperationDenied,
+    TRUST_CLASSES, ApprovalDenied, Caller, InvalidOperationInput, OperationContext, OperationDenied,
     OperationError, OperationSpec, OperationTimeout, UnknownOperation,
 )
 
@@ -57,6 +62,10 @@ RawInput = bytes | bytearray | memoryview | str | dict | msgspec.Struct | None
 # must append without a checkpoint a cancel could end (the store's held waits), so
 # that a cancelled call is still audited; the executor enters no scope for it.
 AuditWriter = Callable[[AppendRequest, Any, BaseException | None], Awaitable[None]]
+
+# approvals(caller, spec, input): None, the call may run; a text, why it is refused
+# (`ApprovalGate.gate_call`).
+ApprovalCheck = Callable[[Caller, OperationSpec, Any], Awaitable["str | None"]]
 
 ERROR_TEXT_MAX = 300
 SHELL_ENV = "GORMES_SHELL_ENABLED"
@@ -84,6 +93,7 @@ class Executor:
         shell_enabled: bool | None = None,
         runs: object | None = None,
         progress: Callable[[str, int, int], None] | None = None,
+        approvals: ApprovalCheck | None = None,
     ) -> None:
         """`store` receives the audit events; `shell_enabled` None reads the
         environment (GORMES_SHELL_ENABLED=1) once, here; `runs`: what the run
@@ -96,6 +106,7 @@ class Executor:
         self.jobs = jobs
         self.runs = runs
         self.progress = progress
+        self.approvals = approvals  # the gate of calls made outside a run (see the module doc)
         self.clock = clock
         self.shell_enabled = shell_enabled_from_env() if shell_enabled is None else shell_enabled
 
@@ -125,6 +136,10 @@ class Executor:
                 )
             value = decode_input(spec, raw_input)
             record.input_sha256 = input_digest(value)
+            if self.approvals is not None and caller.run_id is None:
+                refused = await self.approvals(caller, spec, value)
+                if refused is not None:
+                    raise ApprovalDenied(refused)
             record.allowed = True
             ctx = self.context_for(caller)
             if audit is None:  # a caller's AuditWriter records more than the audit: it keeps its turn

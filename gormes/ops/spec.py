@@ -70,6 +70,10 @@ class OperationUnavailable(OperationDenied):
     (no workspace for the fs tools, no job queue, shell.run not enabled)."""
 
 
+class ApprovalDenied(OperationDenied):
+    """A call its approval gate refused: denied by a person, or timed out."""
+
+
 class PathOutsideWorkspace(OperationDenied):
     """A path that resolves outside the workspace root (`..`, absolute, symlink)."""
 

@@ -51,17 +51,20 @@ from gormes.events.approvals import (
     RunApprovalDecided, RunApprovalRequested,
 )
 from gormes.events.audit import OperationAudited, audit_stream
+from gormes.events.audit_chain import append_sealed
+from gormes.events.runs import canonical_arguments
 from gormes.events.store import AppendRequest, EventStore
 
 if TYPE_CHECKING:
     from gormes.actors.runs.live import LiveRunContext
     from gormes.actors.runs.replay_context import ReplayContext
-    from gormes.ops.spec import OperationSpec
+    from gormes.ops.spec import Caller, OperationSpec
 
 REQUIRE_ENV = "GORMES_REQUIRE_APPROVAL"
 TIMEOUT_ENV = "GORMES_APPROVAL_TIMEOUT"
 ON_TIMEOUT_ENV = "GORMES_APPROVAL_ON_TIMEOUT"
 DEFAULT_TIMEOUT_S = 86_400.0  # a day
+DECIDING = "approval."  # the operations that list and decide requests (gormes/tools/approvals.py)
 
 
 class InvalidApprovalPolicy(UserError):
@@ -104,7 +107,10 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
         return cls(require=require, timeout_s=timeout, on_timeout=on_timeout)  # type: ignore[arg-type]
 
     def why(self, spec: OperationSpec) -> str | None:
-        """Why a call of `spec` needs approval, or None when it does not."""
+        """Why a call of `spec` needs approval, or None when it does not. The
+        approval operations themselves never do: they are how a request is decided."""
+        if spec.name.startswith(DECIDING):
+            return None
         if spec.requires_approval:
             return f"{spec.name} requires approval (its operation spec)"
         for pattern in self.require:
@@ -159,6 +165,35 @@ class ApprovalGate:
         ))
         return refusal(decided)  # type: ignore[arg-type]
 
+    async def gate_call(self, caller: Caller, spec: OperationSpec, value: Any) -> str | None:
+        """The gate of a call made outside any run (an MCP client's; the executor's
+        `approvals`, called once the caller's class and the input are checked): None,
+        the call may run; a text, it is refused. The request (`approval.requested`,
+        no run) and its audit event are one transaction; the call then waits in this
+        process for the decision or the timeout. There is no run to fail, so a
+        timeout denies the call under either policy."""
+        why = self.policy.why(spec)
+        if why is None:
+            return None
+        args_text, args_hash = canonical_arguments(msgspec.to_builtins(value))
+        now, policy = self._now(), self.policy
+        request = ApprovalRequested(
+            approval_id=self.ids(), operation=spec.name, arguments=args_text, args_hash=args_hash,
+            run_id=None, job_id=caller.job_id, caller=caller.id, trust=caller.trust, why=why,
+            timeout_s=policy.timeout_s, on_timeout=policy.on_timeout,
+            expires_at=None if policy.timeout_s is None else now + int(policy.timeout_s * 1000), at=now,
+        )
+        with trio.CancelScope(shield=True):
+            await append_sealed(self.store, _request_audit(caller, args_hash, now),
+                                [AppendRequest(APPROVALS_STREAM, [request])])
+        decision = await self.wait(request)
+        if decision.decision == "approved":
+            return None
+        reason = f": {decision.reason}" if decision.reason else ""
+        if decision.decision == "denied":
+            return f"approval {request.approval_id} denied by {decision.by}{reason}"
+        return f"approval {request.approval_id} timed out with no decision: denied"
+
     async def _request(self, ctx: LiveRunContext, operation: str, args_text: str, args_hash: str,
                        why: str) -> ApprovalRequested:
         now, policy, caller = self._now(), self.policy, ctx.caller
@@ -169,15 +204,10 @@ class ApprovalGate:
             timeout_s=policy.timeout_s, on_timeout=policy.on_timeout,
             expires_at=None if policy.timeout_s is None else now + int(policy.timeout_s * 1000), at=now,
         )
-        audit = AppendRequest(audit_stream(now), [OperationAudited(
-            operation="approval.request", audit_kind="approval.write", caller=caller.id, trust=caller.trust,
-            run_id=caller.run_id, job_id=caller.job_id, allowed=True, outcome="ok", duration_ms=0.0,
-            input_sha256=args_hash, mutating=True, at=now,
-        )])
         await ctx.record_observation(
             lambda seq: RunApprovalRequested(seq=seq, approval_id=approval_id, operation=operation,
                                              args_hash=args_hash, why=why),
-            audit=audit, also=[AppendRequest(APPROVALS_STREAM, [request])],
+            audit=_request_audit(caller, args_hash, now), also=[AppendRequest(APPROVALS_STREAM, [request])],
         )
         return request
 
@@ -224,6 +254,15 @@ class ApprovalGate:
                 left = 0.05  # pragma: no cover - the clock said due, the stream not yet
             with trio.move_on_after(left):
                 await store.wait_for_change(generation)
+
+
+def _request_audit(caller: Caller, args_hash: str, now: int) -> AppendRequest:
+    """The audit event of an approval's request (outcome ok: the request is made)."""
+    return AppendRequest(audit_stream(now), [OperationAudited(
+        operation="approval.request", audit_kind="approval.write", caller=caller.id, trust=caller.trust,
+        run_id=caller.run_id, job_id=caller.job_id, allowed=True, outcome="ok", duration_ms=0.0,
+        input_sha256=args_hash, mutating=True, at=now,
+    )])
 
 
 def _decided_or_none(looked: tuple[ApprovalDecided | None, bool]) -> tuple[ApprovalDecided, bool] | None:
