@@ -15,7 +15,7 @@ line, nothing written); one that is made resumes the job the request parked.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -35,7 +35,7 @@ class ApprovalView(msgspec.Struct, kw_only=True):
     status: str  # pending, approved, denied, timed_out
     operation: str
     arguments: str
-    run_id: str
+    run_id: str | None  # None: a call outside any run (an MCP client's)
     job_id: str | None
     caller: str
     trust: str
@@ -101,7 +101,13 @@ def _decider(ctx: OperationContext) -> str:
 async def _decide(ctx: OperationContext, value: ApprovalDecideInput, decision: Literal["approved", "denied"]) -> ApprovalView:
     by, store = _decider(ctx), _store(ctx)
     now = int(ctx.clock() * 1000)
-    await store.transact(lambda tx: decide_in(tx, now, value.id, decision, by=by, reason=value.reason))
+
+    def decide(tx: Any) -> None:
+        decide_in(tx, now, value.id, decision, by=by, reason=value.reason)
+        if ctx.seal_audit is not None:  # the decision and its audit record commit together
+            ctx.seal_audit(tx)
+
+    await store.transact(decide)
     return view((await read_approvals(store))[value.id])
 
 

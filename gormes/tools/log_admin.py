@@ -78,7 +78,13 @@ def event_from(type_: str, stream: str, data: str) -> Event:
 
 async def events_append(ctx: OperationContext, value: EventAppendInput) -> EventAppended:
     event = event_from(value.type, value.stream, value.data)
-    result = await ctx.store.append(value.stream, [event], value.expected_version)
+
+    def write(tx: Any) -> Any:
+        result = tx.append(value.stream, [event], value.expected_version)
+        _seal(ctx, tx)
+        return result
+
+    result = await ctx.store.transact(write)
     return EventAppended(stream=value.stream, type=value.type, position=result.first_position,
                          version=result.version)
 
@@ -140,18 +146,30 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
 
         def streamed(tx: Any) -> Any:
             try:
-                return jsonl.import_file_in(tx, path, check_versions=check_versions)
+                result = jsonl.import_file_in(tx, path, check_versions=check_versions)
             except UserError as exc:
                 raise UserError(str(exc).replace(path, name)) from None
+            _seal(ctx, tx)
+            return result
 
         result = await ctx.store.transact(streamed)
     else:
         lines = _checked_records(value.records)
-        result = await ctx.store.transact(
-            lambda tx: jsonl.import_lines_in(tx, lines, check_versions=check_versions)
-        )
+
+        def parsed(tx: Any) -> Any:
+            result = jsonl.import_lines_in(tx, lines, check_versions=check_versions)
+            _seal(ctx, tx)
+            return result
+
+        result = await ctx.store.transact(parsed)
     return EventsImported(imported=result.imported, first_position=result.first_position,
                           last_position=result.last_position)
+
+
+def _seal(ctx: OperationContext, tx: Any) -> None:
+    """The call's audit record into the transaction of its change: the two commit together."""
+    if ctx.seal_audit is not None:
+        ctx.seal_audit(tx)
 
 
 def _write(name: str, description: str, handler: Any, input_type: type, output_type: type,

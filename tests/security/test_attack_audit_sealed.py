@@ -1,0 +1,107 @@
+"""A change and its audit record commit together: a `gormes approve`, `gormes
+append` or `gormes import` SIGKILLed right after its change committed still left
+its audit record (an attacker's window: the executor used to append the record
+after the handler returned, so a kill there left an approval, or events written
+by hand, that no audit record names)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from cli_helpers import REPO, cli_env, run_gormes
+
+# Each script kills its own process at the first step after the change's
+# transaction committed, then runs the CLI command given.
+KILLED_AFTER_COMMIT = {
+    "approve": """
+import gormes.tools.approvals as approvals
+approvals.read_approvals = killed  # read right after the deciding transaction
+""",
+    "append": """
+import gormes.tools.log_admin as log_admin
+log_admin.EventAppended = killed_now  # built right after the appending transaction
+""",
+    "import": """
+import gormes.tools.log_admin as log_admin
+log_admin.EventsImported = killed_now  # built right after the importing transaction
+""",
+}
+PREAMBLE = """
+import os, signal, sys
+
+async def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def killed_now(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+RUN = """
+from gormes.cli.main import main
+main(["--db", sys.argv[1], *sys.argv[2:]])
+"""
+
+
+def killed_after_commit(db: Path, hook: str, *args: str) -> None:
+    script = PREAMBLE + KILLED_AFTER_COMMIT[hook] + RUN
+    child = subprocess.run([sys.executable, "-c", script, str(db), *args], env=cli_env(), cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+
+
+def rows(db: Path, sql: str) -> list[tuple]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def audits_after(db: Path, position: int) -> list[tuple]:
+    return rows(db, "SELECT json_extract(data, '$.operation'), json_extract(data, '$.outcome') FROM events"
+                    f" WHERE type = 'audit.operation' AND position > {position}")
+
+
+def ok(db: Path, *args: str) -> str:
+    done = run_gormes(db, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_an_approval_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    request = {"approval_id": "a1", "operation": "payments.send", "arguments": "{}", "args_hash": "0" * 64,
+               "caller": "mcp:x", "trust": "gateway", "why": "test", "at": 1}
+    ok(db, "append", "approvals", "approval.requested", "--data", json.dumps(request))
+    killed_after_commit(db, "approve", "approve", "a1", "--reason", "fine")
+    [(decided_at,)] = rows(db, "SELECT position FROM events WHERE type = 'approval.decided'")
+    assert audits_after(db, decided_at) == [("approval.approve", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_an_append_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    ok(db, "append", "notes-1", "note.added", "--data", '{"text": "a"}')
+    killed_after_commit(db, "append", "append", "notes-1", "note.added", "--data", '{"text": "b"}')
+    [(written_at,)] = rows(db, "SELECT position FROM events WHERE stream = 'notes-1' AND version = 2")
+    assert audits_after(db, written_at) == [("events.append", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_an_import_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    lines = tmp_path / "in.jsonl"
+    lines.write_text("".join(
+        json.dumps({"stream": f"notes-{i}", "type": "note.added", "data": {"text": str(i)}}) + "\n"
+        for i in range(3)
+    ))
+    ok(db, "append", "notes-x", "note.added", "--data", '{"text": "x"}')  # the database exists
+    killed_after_commit(db, "import", "import", str(lines))
+    [(last,)] = rows(db, "SELECT max(position) FROM events WHERE stream GLOB 'notes-[0-9]'")
+    assert rows(db, "SELECT count(*) FROM events WHERE stream GLOB 'notes-[0-9]'") == [(3,)]
+    assert audits_after(db, last) == [("events.import", "ok")]
+    ok(db, "audit", "verify")
