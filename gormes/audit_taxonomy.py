@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import get_args
 
+from gormes.actors.runs.spawn_audit import AUDIT_KIND as SPAWN_KIND, SPAWN
 from gormes.events.audit import AuditOutcome
 from gormes.ops.spec import TRUST_CLASSES, OperationSpec
 from gormes.tools.builtin import BUILTIN_SPECS, default_registry
@@ -60,6 +61,17 @@ def taxonomy(specs: Sequence[OperationSpec]) -> str:
         (
             "A call to an operation that does not exist is audited with `audit_kind` null "
             "and outcome `denied`."
+        ),
+        "",
+        (
+            f"A run's spawn of a subagent (the agent's `{SPAWN}`, a handler's `ctx.spawn`) is not an "
+            f"operation of the registry, but is audited as one: operation `{SPAWN}`, `audit_kind` "
+            f"`{SPAWN_KIND}`, `mutating` true, the spawning run as the caller with its trust class. A "
+            "spawn that starts a child is outcome `ok`, sealed in the same transaction as the parent's "
+            "`run.child_spawned`; one refused past the depth cap or for an unknown handler is `denied` "
+            "(`SpawnRefused: ...`); the agent's spawn call whose arguments do not validate is `invalid` "
+            "(`InvalidArguments: ...`). The input digest is the sha256 of what the spawn asked for "
+            "(handler, input, tools, model), or of the arguments as the model sent them. Replay writes none."
         ),
         "",
         "Outcomes: " + ", ".join(f"`{o}`" for o in get_args(AuditOutcome)) + ".",

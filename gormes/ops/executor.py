@@ -207,7 +207,7 @@ def refusal_request(
     """`Executor.refusal` for a caller with no executor (a run offered no tools)."""
     record = _CallRecord(name, spec, caller, raw_input)
     record.outcome = outcome
-    record.error = _error_text_of(error_type, reason)
+    record.error = error_text_of(error_type, reason)
     return AppendRequest(audit_stream(at), [record.event(duration_ms=0.0, at=at)])
 
 
@@ -282,10 +282,11 @@ def _outcome(exc: BaseException) -> str:
 
 
 def _error_text(exc: BaseException) -> str:
-    return _error_text_of(type(exc).__name__, str(exc))
+    return error_text_of(type(exc).__name__, str(exc))
 
 
-def _error_text_of(kind: str, message: str) -> str:
+def error_text_of(kind: str, message: str) -> str:
+    """An audit record's `error`: `<kind>: <first line>`, cut to ERROR_TEXT_MAX."""
     lines = message.strip().splitlines()
     text = f"{kind}: {lines[0]}" if lines else kind
     return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 1] + "…"

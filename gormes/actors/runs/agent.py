@@ -139,6 +139,7 @@ async def start_subagent(ctx: RunContext, call: ToolCall, limit: int) -> ChildRu
     try:
         args = msgspec.json.decode(call.arguments, type=SpawnArguments)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        await ctx.spawn_invalid(call.arguments, f"invalid agent.spawn arguments: {exc}")
         return f"error: invalid agent.spawn arguments: {exc}"
     child_input: dict[str, Any] = {"prompt": args.prompt}
     if args.system is not None:

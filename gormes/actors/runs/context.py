@@ -260,8 +260,14 @@ class RunContext(ABC):
         the parent's memory scope, the parent's model unless `model` is given, an
         allowlist that is `tools` narrowed to the parent's own allowlist, and a
         deadline no later than the parent's. Cancelling this run cancels the child. Raises
-        `SpawnRefused` (nothing recorded) past the depth cap or for an unknown handler.
+        `SpawnRefused` past the depth cap or for an unknown handler (nothing recorded
+        on the run's stream; a live run audits the refusal, and each spawn it starts).
         """
+
+    async def spawn_invalid(self, arguments: str, reason: str) -> None:  # noqa: B027 - a live run overrides it
+        """A spawn the handler refused before asking (`arguments` that do not
+        validate, as the model sent them): a live run audits it as invalid
+        (gormes/actors/runs/spawn_audit.py); replay has nothing to serve or write."""
 
     @abstractmethod
     async def inbox(self) -> list[InboxItem]:

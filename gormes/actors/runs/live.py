@@ -70,6 +70,8 @@ from gormes.events.runs import (
     turn_usage,
 )
 from gormes.events.store import AppendRequest
+from gormes.actors.runs.spawn_audit import spawn_audited, spawn_digest, text_digest
+from gormes.events.audit import AuditOutcome
 from gormes.ops.executor import refusal_request
 from gormes.ops.spec import Caller, OperationDenied
 
@@ -502,18 +504,22 @@ class LiveRunContext(RunIdentity, RunContext):
         model: str | None = None,
         deadline_s: float | None = None,
     ) -> ChildRun:
+        asked_tools = None if tools is None else tuple(tools)
+        digest = spawn_digest(handler, input, asked_tools, model)
         if self.depth + 1 > self.max_depth:
-            raise SpawnRefused(f"depth cap reached: run {self.run_id} is at depth {self.depth} of {self.max_depth}")
+            refused = f"depth cap reached: run {self.run_id} is at depth {self.depth} of {self.max_depth}"
+            await self._audit_spawn_refused(digest, "denied", "SpawnRefused", refused)
+            raise SpawnRefused(refused)
         try:
             self._manager.handlers.get(handler)
         except UnknownRunHandler as exc:
+            await self._audit_spawn_refused(digest, "denied", "SpawnRefused", str(exc))
             raise SpawnRefused(str(exc)) from None
         assert self.children_nursery is not None, "spawn outside the run's driver"
         mine = tuple(s.name for s in self.tool_schemas())
         child_tools = mine if tools is None else tuple(t for t in tools if t in mine)
         child_model = model or self.model
         child_id = self._manager.new_id()
-        asked_tools = None if tools is None else tuple(tools)
         resumable = None
         if self.child_resumption is not None:
             earlier = self.child_resumption.take(handler, input, asked_tools, model)
@@ -521,14 +527,24 @@ class LiveRunContext(RunIdentity, RunContext):
                 from gormes.actors.runs.continuation import resumable_run
 
                 resumable = await resumable_run(self._manager, earlier)
-        await self._record(lambda seq: RunChildSpawned(
+        await self.record_observation(lambda seq: RunChildSpawned(
             seq=seq, child_run_id=child_id, handler=handler, input=input, tools=asked_tools, model=model,
-        ))
+        ), audit=spawn_audited(self._caller(), digest, at=int(self._manager.clock() * 1000)))
         child = await self._manager.start_child(
             self, run_id=child_id, handler=handler, input=input, tools=child_tools,
             model=child_model, deadline_s=deadline_s, resume=resumable,
         )
         return LiveChildRun(self, child)
+
+    async def _audit_spawn_refused(self, digest: str, outcome: AuditOutcome, error_type: str, reason: str) -> None:
+        """The audit record of a refused spawn (spawn_audit.py)."""
+        audit = spawn_audited(self._caller(), digest, at=int(self._manager.clock() * 1000),
+                              outcome=outcome, error_type=error_type, reason=reason)
+        with trio.CancelScope(shield=True):
+            await append_sealed(self._store, audit)
+
+    async def spawn_invalid(self, arguments: str, reason: str) -> None:
+        await self._audit_spawn_refused(text_digest(arguments), "invalid", "InvalidArguments", reason)
 
     @property
     def token_sink(self) -> TokenSink | None:

@@ -1,0 +1,52 @@
+"""The audit records of a run's spawns.
+
+Starting a subagent is a run's choice, as a tool call is, so it is audited like
+one (decision 0019): a spawn that starts a child is an `audit.operation` record
+(operation `agent.spawn`, kind `run.spawn`, outcome ok) sealed in the same
+transaction as the parent's `run.child_spawned`; a spawn refused (past the depth
+cap, an unknown handler: denied; arguments that do not validate: invalid) is a
+record of its own. A spawn is not an operation of the registry (the child runs in
+its parent's nursery, under its parent's trust, narrowed), so the records are made
+here, in the executor's shape. Replay writes none: it starts no child live.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+
+from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
+from gormes.events.store import AppendRequest
+from gormes.ops.executor import error_text_of
+from gormes.ops.spec import Caller
+
+SPAWN = "agent.spawn"
+AUDIT_KIND = "run.spawn"
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+
+
+def spawn_digest(handler: str, input: Any, tools: tuple[str, ...] | None, model: str | None) -> str:
+    """sha256 of what the spawn asked for (canonical JSON): the record's input digest."""
+    asked = {"handler": handler, "input": input, "tools": tools, "model": model}
+    return hashlib.sha256(_encoder.encode(asked)).hexdigest()
+
+
+def text_digest(text: str) -> str:
+    """sha256 of arguments that never validated, as the model sent them."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def spawn_audited(
+    caller: Caller, digest: str, *, at: int, outcome: AuditOutcome = "ok",
+    error_type: str | None = None, reason: str | None = None,
+) -> AppendRequest:
+    """The audit append request of one spawn (`outcome` ok: the child started)."""
+    return AppendRequest(audit_stream(at), [OperationAudited(
+        operation=SPAWN, audit_kind=AUDIT_KIND, caller=caller.id, trust=caller.trust,
+        run_id=caller.run_id, job_id=caller.job_id, allowed=outcome == "ok", outcome=outcome,
+        error=None if error_type is None else error_text_of(error_type, reason or ""),
+        duration_ms=0.0, input_sha256=digest, mutating=True, at=at,
+    )])
