@@ -180,7 +180,7 @@ def feedback(call: OperatorCall, as_json: bool) -> None:
 def usage(obj: Any, name: str | None, as_json: bool) -> None:
     """Each selection of a skill with its run's outcome and feedback (the skill_usage projection)."""
     async def main() -> list:
-        async with open_store(obj.target) as store:
+        async with open_store(obj.target, create=False) as store:
             return await read_usage(store, name)
 
     rows = trio.run(main)

@@ -15,6 +15,7 @@ READS = [
     ("jobs", "inbox", "X"), ("jobs", "wait", "X"), ("runs", "list"), ("runs", "list", "--json"),
     ("cron", "list"), ("budget", "list"), ("budget", "show", "b"), ("approvals", "list"),
     ("recall", "tea"), ("events",), ("runs", "show", "X"), ("projections", "status"),
+    ("skills", "usage"), ("skills", "usage", "--json"),
 ]
 
 
