@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from gormes.actors.actor import Behavior, State, fold, step
 from gormes.events.base import Event
+from gormes.events.audit_seal import with_seal
 from gormes.events.store import EventStore, Transaction
 
 S = TypeVar("S")
@@ -59,8 +60,9 @@ def execute(
 async def ask(
     store: EventStore, behavior: Behavior[S, C], actor_id: str, command: C
 ) -> tuple[tuple[Event, ...], State[S]]:
-    """`execute` in a transaction of its own, committed durably before it returns."""
-    return await store.transact(lambda tx: execute(tx, behavior, actor_id, command))
+    """`execute` in a transaction of its own, committed durably before it returns
+    (with the audit record of the operation call that asks, if any: audit_seal.py)."""
+    return await store.transact(with_seal(lambda tx: execute(tx, behavior, actor_id, command)))
 
 
 async def read(store: EventStore, behavior: Behavior[S, Any], actor_id: str) -> State[S]:

@@ -22,6 +22,7 @@ from gormes.control.budgets import UnknownBudget
 from gormes.errors import UserError
 from gormes.events.budgets import INDEX_STREAM, BudgetIndexed, BudgetRaised, BudgetSet, Policy, budget_stream
 from gormes.events.jobs import Tokens
+from gormes.events.audit_seal import with_seal
 from gormes.events.store import EventStore, Transaction
 from gormes.providers.pricing import PricingTable, load_table
 
@@ -131,7 +132,7 @@ class BudgetBook:
             tx.append(budget_stream(budget_id), [event], state.version)
             return fold(budget_id, [event], state)
 
-        return view(await self.store.transact(write), self.pricing, now)
+        return view(await self.store.transact(with_seal(write)), self.pricing, now)
 
     async def raise_(
         self, budget_id: str, *, by: float | None = None, to: float | None = None, cap: str | None = None,
@@ -166,7 +167,7 @@ class BudgetBook:
             tx.append(budget_stream(budget_id), [event], state.version)
             return fold(budget_id, [event], state)
 
-        return view(await self.store.transact(write), self.pricing, now)
+        return view(await self.store.transact(with_seal(write)), self.pricing, now)
 
     async def get(self, budget_id: str) -> BudgetView:
         records = await self.store.read_stream(budget_stream(budget_id))

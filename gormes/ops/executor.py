@@ -40,6 +40,7 @@ import msgspec
 import trio
 
 from gormes.events.audit_chain import append_sealed, seal
+from gormes.events.audit_seal import sealing
 from gormes.errors import StoreError, UserError
 from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
 from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over
@@ -142,9 +143,11 @@ class Executor:
                     raise ApprovalDenied(refused)
             record.allowed = True
             ctx = self.context_for(caller)
+            seal_audit = None
             if audit is None:  # a caller's AuditWriter records more than the audit: it keeps its turn
-                ctx = replace(ctx, seal_audit=lambda tx: record.seal_into(tx, self.clock))
-            with trio.move_on_after(spec.timeout) as deadline:
+                seal_audit = record.sealer(self.clock)
+                ctx = replace(ctx, seal_audit=seal_audit)
+            with trio.move_on_after(spec.timeout) as deadline, sealing(seal_audit):
                 result = await spec.handler(ctx, value)
             if deadline.cancelled_caught:
                 raise OperationTimeout(f"{spec.name} timed out after {spec.timeout:g}s")
@@ -156,7 +159,7 @@ class Executor:
             except Exception as audit_exc:  # noqa: BLE001 (the original error wins)
                 exc.add_note(f"gormes: the audit event could not be appended: {audit_exc}")
             raise
-        if record.sealed:  # in the transaction of the call's change (OperationContext.seal_audit)
+        if await record.landed(self.store):  # in the transaction of the call's change (audit_seal.py)
             return result
         # An unaudited success is not a success: an append error propagates.
         await self._append(record, audit, result, None)
@@ -292,6 +295,28 @@ def error_text_of(kind: str, message: str) -> str:
     return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 1] + "…"
 
 
+class _Sealer:
+    """A call's seal (OperationContext.seal_audit, audit_seal.py): the record of a
+    success into a transaction. Called again for the same transaction it does
+    nothing; for another (one run again after its connection was lost, before the
+    commit was confirmed), the record is made afresh there. Once it has sealed
+    (`used`), the layers below the handler no longer take it."""
+
+    def __init__(self, record: _CallRecord, clock: Callable[[], float]) -> None:
+        self.record = record
+        self.clock = clock
+        self.used = False
+        self._tx: Transaction | None = None
+
+    def __call__(self, tx: Transaction) -> None:
+        if tx is self._tx:
+            return
+        at = int(self.clock() * 1000)
+        result, (_, digest) = seal(tx, audit_stream(at), [self.record.event(at=at)])
+        self._tx, self.used = tx, True
+        self.record.sealed = (result.first_position, digest)
+
+
 class _CallRecord:
     """What the audit event will say, filled in as the call goes."""
 
@@ -305,13 +330,20 @@ class _CallRecord:
         self.outcome = "ok"
         self.error: str | None = None
         self.started = time.monotonic()  # not trio's clock: also read from the writer's thread
-        self.sealed = False
+        self.sealed: tuple[int, str] | None = None  # (position, digest) of the record sealed
 
-    def seal_into(self, tx: Transaction, clock: Callable[[], float]) -> None:
-        """Seal the record of a success into `tx` (see OperationContext.seal_audit)."""
-        at = int(clock() * 1000)
-        seal(tx, audit_stream(at), [self.event(at=at)])
-        self.sealed = True
+    def sealer(self, clock: Callable[[], float]) -> _Sealer:
+        return _Sealer(self, clock)
+
+    async def landed(self, store: EventStore) -> bool:
+        """Whether the sealed record committed: its transaction may have been
+        undone (the handler then caught the error and went on), and a record that
+        never committed must still be appended."""
+        if self.sealed is None:
+            return False
+        position, digest = self.sealed
+        found = await store.read_all(position - 1, limit=1)
+        return bool(found) and getattr(found[0].event, "digest", None) == digest
 
     def failed(self, exc: BaseException) -> None:
         self.outcome = _outcome(exc)

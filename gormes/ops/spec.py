@@ -140,8 +140,11 @@ class OperationContext:
     # transaction whose commit is the call's change, so that the two commit together:
     # a process killed after that commit leaves no change unaudited. The executor
     # then appends no record of its own for a success (a failure after the commit
-    # is recorded as well, as an error). A handler that does not call it is audited
-    # by the executor once it returns. None outside the executor.
+    # is recorded as well, as an error; a record whose transaction was undone is
+    # made again). The job queue's commands and the actors' `ask` seal it
+    # themselves when the handler has not (gormes/events/audit_seal.py); any other
+    # handler that does not call it is audited once it returns. None outside the
+    # executor.
     seal_audit: Callable[[Transaction], None] | None = None
 
 

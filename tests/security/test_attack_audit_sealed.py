@@ -1,8 +1,10 @@
 """A change and its audit record commit together: a `gormes approve`, `gormes
-append` or `gormes import` SIGKILLed right after its change committed still left
-its audit record (an attacker's window: the executor used to append the record
-after the handler returned, so a kill there left an approval, or events written
-by hand, that no audit record names)."""
+append`, `gormes import`, `gormes jobs submit` or `gormes cron add` SIGKILLed right
+after its change committed still left its audit record (an attacker's window: the
+executor used to append the record after the handler returned, so a kill there
+left an approval, events written by hand, a job or a schedule that no audit
+record names). The first three seal it themselves; the job queue's commands and
+the actors' `ask` take the call's seal (gormes/events/audit_seal.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,14 @@ log_admin.EventAppended = killed_now  # built right after the appending transact
     "import": """
 import gormes.tools.log_admin as log_admin
 log_admin.EventsImported = killed_now  # built right after the importing transaction
+""",
+    "submit": """
+import gormes.tools.jobs as jobs
+jobs.summary = killed_now  # built right after the queue's transaction
+""",
+    "cron": """
+import gormes.tools.cron as cron
+cron._view = killed_now  # built right after the schedule's transaction
 """,
 }
 PREAMBLE = """
@@ -104,4 +114,23 @@ def test_an_import_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
     [(last,)] = rows(db, "SELECT max(position) FROM events WHERE stream GLOB 'notes-[0-9]'")
     assert rows(db, "SELECT count(*) FROM events WHERE stream GLOB 'notes-[0-9]'") == [(3,)]
     assert audits_after(db, last) == [("events.import", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_job_submission_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    ok(db, "jobs", "submit", "first")  # the database and its ledger exist
+    killed_after_commit(db, "submit", "jobs", "submit", "second", "--data", '{"n": 2}')
+    [(submitted_at,)] = rows(db, "SELECT position FROM events WHERE type = 'job.submitted'"
+                                 " AND json_extract(data, '$.name') = 'second'")
+    assert audits_after(db, submitted_at) == [("job.submit", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_schedule_added_and_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    ok(db, "jobs", "submit", "first")
+    killed_after_commit(db, "cron", "cron", "add", "nightly", "--schedule", "0 3 * * *", "--job", "echo")
+    [(added_at,)] = rows(db, "SELECT position FROM events WHERE stream GLOB 'cron-*'")
+    assert audits_after(db, added_at) == [("cron.add", "ok")]
     ok(db, "audit", "verify")

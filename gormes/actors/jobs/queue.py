@@ -44,6 +44,7 @@ from gormes.events.jobs import (
     MAX_COALESCED, STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
 )
 from gormes.events.sql_fragments import json_text
+from gormes.events.audit_seal import with_seal
 from gormes.events.store import EventStore, Transaction
 from gormes.projections import ledger, ledger_tokens
 
@@ -108,8 +109,10 @@ class JobQueue(QueueBatches, QueueAdmin):
         return int(self.clock() * 1000)
 
     async def _transact(self, fn: Callable[[JobSession], Any], now: int | None = None) -> Any:
+        """One command's transaction, with the audit record of the operation call
+        that runs the command, if any (gormes/events/audit_seal.py)."""
         return await self.store.transact(
-            lambda tx: fn(JobSession(tx, self.now_ms() if now is None else now))
+            with_seal(lambda tx: fn(JobSession(tx, self.now_ms() if now is None else now)))
         )
 
     @staticmethod
