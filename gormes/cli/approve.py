@@ -39,6 +39,8 @@ def describe(v: Any) -> list[str]:
              f"  requested {_when(v.requested_at)}; on timeout ({_when(v.expires_at)}): {v.on_timeout}"]
     if v.decided_by is not None:
         lines.append(f"  {v.status} by {v.decided_by} at {_when(v.decided_at)}: {v.reason or '(no reason)'}")
+    if v.used_by is not None:
+        lines.append(f"  served the call of run {v.used_by}")
     if v.resumed_job:
         lines.append(f"  resumed job {v.resumed_job}")
     return lines

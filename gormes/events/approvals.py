@@ -15,7 +15,11 @@ The decision is `approval.decided` on `approvals` (approved, denied, or timed_ou
 who, when, why), appended in the transaction that read the stream and found the
 request still pending, so exactly one decision stands. The run then records the
 decision it was served as `run.approval_decided` on its own stream, so a replay
-(or a resumed attempt) serves the same decision and never asks again.
+(or a resumed attempt) serves the same decision and never asks again. In the
+same transaction it claims the decision with `approval.used` on `approvals`: a
+decision serves one call of one run, once. A fork or a second resume of a prefix
+that ends on the request finds it used and asks again (an attacker's finding: a
+fork at the request ran the approved call a second time).
 
 Times are integer milliseconds since the epoch.
 """
@@ -62,6 +66,15 @@ class ApprovalDecided(Event, tag="approval.decided", kw_only=True):
     at: int
 
 
+class ApprovalUsed(Event, tag="approval.used", kw_only=True):
+    """The run whose call a decision served (claimed once, in the transaction that
+    records the run's `run.approval_decided`)."""
+
+    approval_id: str
+    run_id: str
+    at: int
+
+
 # -- the run's own record (observations, with `seq`: see gormes/events/runs.py) --------
 
 
@@ -92,6 +105,7 @@ class Approval(msgspec.Struct, frozen=True, kw_only=True):
     request: ApprovalRequested
     decision: ApprovalDecided | None = None
     requested_position: int = 0
+    used_by: str | None = None  # the run whose call the decision served (`approval.used`)
 
     @property
     def pending(self) -> bool:
@@ -114,4 +128,8 @@ def fold_approvals(events: list[tuple[int, Event]]) -> dict[str, Approval]:
             known = approvals.get(event.approval_id)
             if known is not None and known.decision is None:
                 approvals[event.approval_id] = msgspec.structs.replace(known, decision=event)
+        elif isinstance(event, ApprovalUsed):
+            known = approvals.get(event.approval_id)
+            if known is not None and known.used_by is None:
+                approvals[event.approval_id] = msgspec.structs.replace(known, used_by=event.run_id)
     return approvals

@@ -47,6 +47,7 @@ class ApprovalView(msgspec.Struct, kw_only=True):
     decided_at: int | None = None
     reason: str | None = None
     resumed_job: str | None = None
+    used_by: str | None = None  # the run whose call the decision served (once)
 
 
 def view(a: Approval) -> ApprovalView:
@@ -56,6 +57,7 @@ def view(a: Approval) -> ApprovalView:
         job_id=r.job_id, caller=r.caller, trust=r.trust, why=r.why, requested_at=r.at, expires_at=r.expires_at,
         on_timeout=r.on_timeout, decided_by=None if d is None else d.by, decided_at=None if d is None else d.at,
         reason=None if d is None else d.reason, resumed_job=None if d is None else d.resumed_job,
+        used_by=a.used_by,
     )
 
 

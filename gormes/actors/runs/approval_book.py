@@ -23,7 +23,7 @@ from typing import Any
 from gormes.actors.jobs.parking import unpark_in
 from gormes.errors import UserError
 from gormes.events.approvals import (
-    APPROVALS_STREAM, Approval, ApprovalDecided, ApprovalRequested, Decision, fold_approvals,
+    APPROVALS_STREAM, Approval, ApprovalDecided, ApprovalRequested, ApprovalUsed, Decision, fold_approvals,
 )
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.audit_chain import append_sealed
@@ -61,6 +61,16 @@ async def read_approvals(store: EventStore) -> dict[str, Approval]:
 def _expired(approval: Approval, now: int) -> bool:
     expires = approval.request.expires_at
     return approval.pending and expires is not None and expires <= now
+
+
+def claim_in(tx: Transaction, now: int, approval_id: str, run_id: str) -> bool:
+    """Claim a decided request's decision for `run_id`'s call (`approval.used`), in
+    `tx`; False, nothing written, when another run's call has used it already."""
+    approval = approvals_in(tx).get(approval_id)
+    if approval is not None and approval.used_by is not None:
+        return approval.used_by == run_id
+    tx.append(APPROVALS_STREAM, [ApprovalUsed(approval_id=approval_id, run_id=run_id, at=now)])
+    return True
 
 
 def decide_in(

@@ -44,10 +44,12 @@ import msgspec
 import trio
 
 from gormes.actors.jobs.parking import park
-from gormes.actors.runs.approval_book import approval_key, audit_timeout, decision_in, expire, read_approvals
+from gormes.actors.runs.approval_book import (
+    approval_key, audit_timeout, claim_in, decision_in, expire, read_approvals,
+)
 from gormes.errors import GormesError, UserError
 from gormes.events.approvals import (
-    APPROVALS_STREAM, ON_TIMEOUT, ApprovalDecided, ApprovalRequested, OnTimeout,
+    APPROVALS_STREAM, ON_TIMEOUT, Approval, ApprovalDecided, ApprovalRequested, OnTimeout,
     RunApprovalDecided, RunApprovalRequested,
 )
 from gormes.events.audit import OperationAudited, audit_stream
@@ -151,19 +153,31 @@ class ApprovalGate:
         Raises `ApprovalTimedOut` under the `fail` policy."""
         operation = spec.name
         approval_id = ctx.approvals_waiting.pop((operation, args_hash), None)
-        if approval_id is not None:  # a resumed run: the request is in its replayed prefix
-            request = (await read_approvals(self.store))[approval_id].request
+        if approval_id is not None:  # a resumed run (a fork): the request is in its replayed prefix
+            approval = (await read_approvals(self.store))[approval_id]
+            request = approval.request
+            if approval.used_by not in (None, ctx.run_id):  # its decision served another run's call
+                request = await self._request(ctx, operation, args_text, args_hash, asked_again(approval))
         else:
             why = self.policy.why(spec)
             if why is None:
                 return None
             request = await self._request(ctx, operation, args_text, args_hash, why)
-        decision = await self._decision(ctx, request)
-        decided = await ctx.record_observation(lambda seq: RunApprovalDecided(
-            seq=seq, approval_id=request.approval_id, decision=decision.decision, by=decision.by,
-            reason=decision.reason, on_timeout=request.on_timeout, at=decision.at,
-        ))
-        return refusal(decided)  # type: ignore[arg-type]
+        while True:
+            decision = await self._decision(ctx, request)
+            claimed = request.approval_id
+            decided = await ctx.record_observation_if(
+                lambda seq: RunApprovalDecided(
+                    seq=seq, approval_id=claimed, decision=decision.decision, by=decision.by,
+                    reason=decision.reason, on_timeout=request.on_timeout, at=decision.at,
+                ),
+                lambda tx: claim_in(tx, self._now(), claimed, ctx.run_id),
+            )
+            if decided is not None:
+                return refusal(decided)  # type: ignore[arg-type]
+            # another run's call (a fork waiting on the same request) used the decision first
+            approval = (await read_approvals(self.store))[claimed]
+            request = await self._request(ctx, operation, args_text, args_hash, asked_again(approval))
 
     async def gate_call(self, caller: Caller, spec: OperationSpec, value: Any) -> str | None:
         """The gate of a call made outside any run (an MCP client's; the executor's
@@ -256,6 +270,12 @@ class ApprovalGate:
                 await store.wait_for_change(generation)
 
 
+def asked_again(approval: Approval) -> str:
+    """Why a request is made again: the recorded one's decision served another run."""
+    return (f"{approval.request.why}; asked again: approval {approval.request.approval_id}"
+            f" served run {approval.used_by}")
+
+
 def _request_audit(caller: Caller, args_hash: str, now: int) -> AppendRequest:
     """The audit event of an approval's request (outcome ok: the request is made)."""
     return AppendRequest(audit_stream(now), [OperationAudited(
@@ -267,6 +287,17 @@ def _request_audit(caller: Caller, args_hash: str, now: int) -> AppendRequest:
 
 def _decided_or_none(looked: tuple[ApprovalDecided | None, bool]) -> tuple[ApprovalDecided, bool] | None:
     return None if looked[0] is None else looked  # type: ignore[return-value]
+
+
+def _next_request(ctx: ReplayContext, operation: str, args_hash: str) -> RunApprovalRequested | None:
+    """The next recorded observation, if it is a request of the same call."""
+    observations = ctx.recorded.observations
+    if ctx.cursor >= len(observations):
+        return None
+    event = observations[ctx.cursor].event
+    if isinstance(event, RunApprovalRequested) and event.operation == operation and event.args_hash == args_hash:
+        return event
+    return None
 
 
 async def replay_gate(ctx: ReplayContext, operation: str, args_hash: str) -> str | None:
@@ -283,6 +314,13 @@ async def replay_gate(ctx: ReplayContext, operation: str, args_hash: str) -> str
     if ctx.copies:
         await ctx.served(record)
     approval_id = record.event.approval_id  # type: ignore[union-attr]
+    while (again := _next_request(ctx, operation, args_hash)) is not None:  # asked again (`asked_again`)
+        record = await ctx.take(f"approval of tool {operation}, asked again", lambda e: e is again)
+        if record is None:  # pragma: no cover - peeked just now
+            return approval_id
+        if ctx.copies:
+            await ctx.served(record)
+        approval_id = again.approval_id
     decided = await ctx.take(
         f"decision on approval {approval_id}",
         lambda e: isinstance(e, RunApprovalDecided) and e.approval_id == approval_id,

@@ -302,6 +302,25 @@ class LiveRunContext(RunIdentity, RunContext):
             self._seq += 1
         return event
 
+    async def record_observation_if(self, make: Callable[[int], Event], claim: Callable[[Any], bool]) -> Event | None:
+        """An observation recorded only if `claim(tx)` holds in its transaction (what
+        `claim` writes commits with it); None, nothing recorded, if it does not."""
+        async with self._lock:
+            seq, stream = self._seq, self._stream
+
+            def write(tx: Any) -> Event | None:
+                if not claim(tx):
+                    return None
+                event = make(seq)
+                tx.append(stream, [event])
+                return event
+
+            with trio.CancelScope(shield=True):
+                event = await self._store.transact(write)
+            if event is not None:
+                self._seq += 1
+        return event
+
     @property
     def caller(self) -> Caller:
         """Who the run's tool calls come from."""

@@ -198,3 +198,36 @@ def test_the_policy_from_the_environment() -> None:
                 {"GORMES_APPROVAL_ON_TIMEOUT": "shrug"}):
         with pytest.raises(InvalidApprovalPolicy):
             ApprovalPolicy.from_env(bad)
+
+
+async def test_a_fork_at_a_used_approval_asks_again_and_replays_exactly(store, db_path, executor, script) -> None:
+    """An attacker's finding: a fork whose prefix ended on an approval's request took
+    the source run's decision, already used, and ran the approved call a second
+    time with nobody asked. A decision serves one run's call, once (`approval.used`)."""
+    from gormes.actors.runs.continuation import fork_run
+
+    policy = ApprovalPolicy(require=("fs.*",))
+    source = await _run(store, executor, _model(script), policy, "approval.approve")
+    assert source.status == "completed", source.error
+    [asked] = [r for r in await store.read_stream(f"run-{source.run_id}")
+               if isinstance(r.event, RunApprovalRequested)]
+    first = (await read_approvals(store))[asked.event.approval_id]
+    assert first.used_by == source.run_id
+    async with RunManager.open(store, executor=executor, approvals=policy) as runs:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_decide_when_asked, store, "approval.deny", "not twice")
+            forked = await fork_run(runs, source.run_id, at=asked.position)
+    assert forked.outcome.status == "completed", forked.outcome.error
+    events = await run_events(store, forked.run_id)
+    requests = [e for e in events if isinstance(e, RunApprovalRequested)]
+    assert [r.approval_id for r in requests][0] == asked.event.approval_id  # the copied prefix
+    [again] = requests[1:]
+    [decided] = [e for e in events if isinstance(e, RunApprovalDecided)]
+    [tool] = [e for e in events if isinstance(e, RunToolCalled)]
+    assert decided.approval_id == again.approval_id and decided.decision == "denied"
+    assert tool.outcome == "denied"  # the fork's call did not run on the source's approval
+    approvals = await read_approvals(store)
+    assert f"asked again: approval {asked.event.approval_id} served run {source.run_id}" in approvals[
+        again.approval_id].request.why
+    assert approvals[again.approval_id].used_by == forked.run_id
+    await _replays_exactly(db_path, forked.run_id)
