@@ -50,7 +50,7 @@ from gormes.actors.runs.replay_context import (
     canonical,
     short,
 )
-from gormes.actors.runs.recorded import RecordedRun, RunSource, UnknownRun
+from gormes.actors.runs.recorded import RecordedRun, RunSource, TamperedRecording, UnknownRun
 from gormes.actors.runs.replay_report import Divergence, RunReplay, describe, redacted_note
 from gormes.actors.runs.context import RunHandlerRegistry, handler_version, run_handlers
 from gormes.actors.runs.live import error_text
@@ -95,11 +95,13 @@ class CheckedTree:
 
     def __init__(self, source: RunSource, run_id: str, *, children: bool = True) -> None:
         self._runs: dict[str, RecordedRun] = {}
+        # Each run of a tree is spawned once: a recording whose runs spawn the root,
+        # one of their ancestors or a run spawned already (edited by hand) would
+        # replay without end, or double at each level, and is refused.
+        spawned_by: dict[str, str | None] = {run_id: None}
         pending = [run_id]
         while pending:
             current = pending.pop(0)
-            if current in self._runs:
-                continue
             try:
                 recorded = source.load(current)
             except UnknownRun:
@@ -107,8 +109,18 @@ class CheckedTree:
                     raise
                 continue  # a child not in the source: its parent's record serves it
             self._runs[current] = recorded
-            if children:
-                pending.extend(recorded.child_run_ids)
+            if not children:
+                continue
+            for child in recorded.child_run_ids:
+                if child in spawned_by:
+                    earlier = spawned_by[child]
+                    raise TamperedRecording(
+                        f"run {current} spawns run {child}, which "
+                        + ("is the run replayed" if earlier is None else f"run {earlier} spawns already")
+                        + ": a run of a tree is spawned once, so the recording was edited"
+                    )
+                spawned_by[child] = current
+                pending.append(child)
 
     def load(self, run_id: str) -> RecordedRun:
         recorded = self._runs.get(run_id)
