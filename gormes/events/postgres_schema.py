@@ -123,8 +123,12 @@ def url_application_name(url: str) -> str | None:
 
 
 def channel_name(schema: str) -> str:
-    """The LISTEN/NOTIFY channel of one schema's log (channels are database-wide)."""
-    return ("gormes_" + re.sub(r"\W", "_", schema))[:63]
+    """The LISTEN/NOTIFY channel of one schema's log (channels are database-wide).
+    PostgreSQL caps an identifier at 63 bytes, not characters: a name of
+    non-ASCII letters is cut at the last whole character within them (cut by
+    characters, pg_notify refused it inside every write transaction)."""
+    name = "gormes_" + re.sub(r"\W", "_", schema)
+    return name.encode()[:63].decode("utf-8", "ignore")
 
 
 def connect(
