@@ -173,11 +173,17 @@ def runs(obj: Any, run_ids: tuple[str, ...], handler: str | None, status: str | 
         raise UserError(f"no database at {target}")
 
     async def evaluate(door: Any) -> Any:
-        sources = await eval_sources(door.store, run_ids=run_ids, handler=handler, status=status,
-                                     since=since_s, limit=limit)
-        risks = eval_risks(sources, door.executor.registry)
-        if risks and not yes:
-            raise ForkUnconfirmed(risks)
+        try:
+            sources = await eval_sources(door.store, run_ids=run_ids, handler=handler, status=status,
+                                         since=since_s, limit=limit)
+            risks = eval_risks(sources, door.executor.registry)
+            if risks and not yes:
+                raise ForkUnconfirmed(risks)
+        except UserError as exc:  # the re-runs are forks: refused before any, audited as one
+            asked = {"run_ids": list(run_ids), "handler": handler, "status": status, "since": since,
+                     "model": model, "overrides": overrides}
+            await door.refuse("run.fork", asked, exc)
+            raise
 
         async def fork(run_id: str, at: int) -> Any:
             value = RunForkInput(run_id=run_id, at=at, model=model, overrides=overrides, yes=True)

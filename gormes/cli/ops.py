@@ -59,6 +59,12 @@ class OperatorDoor:
         """Run operation `name` as the operator; its typed output."""
         return await self.executor.call(name, value, Caller(trust="operator", id=CLI_CALLER_ID))
 
+    async def refuse(self, name: str, value: Any, exc: Exception) -> None:
+        """Audit a call of `name` the command refused before making it (outcome
+        invalid: what was asked cannot be done as asked)."""
+        await self.executor.refuse(name, value, Caller(trust="operator", id=CLI_CALLER_ID), str(exc),
+                                   outcome="invalid", error_type=type(exc).__name__)
+
 
 def operator_session(
     obj: Any, work: Callable[[OperatorDoor], Awaitable[T]], *, workspace: Path | str | None = None,

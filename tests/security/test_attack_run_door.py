@@ -86,6 +86,23 @@ def test_refused_starts_are_one_line_and_one_audit_record_each(tmp_path: Path):
     _checks_pass(db)
 
 
+def test_refused_evals_are_audited_as_the_forks_they_would_be(tmp_path: Path):
+    """An attacker's finding: `gormes eval runs` refused an unknown run, or re-runs
+    it was not told --yes for, in the CLI before any `run.fork` call, so neither
+    refusal was audited, though `gormes fork`'s same refusals are."""
+    db, ws, model = _setup(tmp_path)
+    ran = run_gormes(db, "run", "agent", "--prompt", "x", "--model", model, "--workspace", str(ws), "--json")
+    run_id = json.loads(ran.stdout)["run_id"]
+    unknown = run_gormes(db, "eval", "runs", "no-such-run", "--model", model)
+    assert unknown.returncode == 2 and "no run 'no-such-run'" in assert_one_line_error(unknown)
+    unconfirmed = run_gormes(db, "eval", "runs", run_id, "--model", model, "--workspace", str(ws))
+    assert unconfirmed.returncode == 2, unconfirmed.stderr
+    refused = [(e["data"]["operation"], e["data"]["outcome"], e["data"]["error"].split(":")[0]) for e in _events(db)
+               if e["type"] == "audit.operation" and e["data"]["operation"] == "run.fork"]
+    assert refused == [("run.fork", "invalid", "EvalRefused"), ("run.fork", "invalid", "ForkUnconfirmed")]
+    _checks_pass(db)
+
+
 async def test_a_gateway_is_never_offered_the_run_door_and_is_refused(tmp_path: Path):
     db, _, model = _setup(tmp_path)
     async with gormes_mcp(db) as client:
