@@ -192,3 +192,54 @@ def test_a_job_s_run_and_a_subagent_are_refused(tmp_path: Path) -> None:
         log.close()
     assert "gormes jobs resume J1" in assert_one_line_error(run_gormes(db, "runs", "resume", "of-a-job"))
     assert "subagent of run p" in assert_one_line_error(run_gormes(db, "runs", "resume", "child"))
+
+
+def spawn_and_submit_script(path: Path, child_delay_ms: int) -> str:
+    """The parent's one turn submits a job and spawns a child (the agent starts the
+    spawn first, then makes the call); the child answers after `child_delay_ms`."""
+    path.write_text(json.dumps({"agents": [
+        {"match": "Role: child", "replies": [{"text": "child done", "delay_ms": child_delay_ms}]},
+        {"replies": [
+            {"tool_calls": [{"name": "job.submit", "arguments": {"name": "echo", "data": {"n": 1}}},
+                            {"name": "agent.spawn", "arguments": {"prompt": "Role: child"}}]},
+            {"text": "parent done"},
+        ]},
+    ]}))
+    return f"scripted:{path}"
+
+
+def test_a_call_made_after_an_unfinished_spawn_is_not_made_again(tmp_path: Path) -> None:
+    """An attacker's finding: the resumed prefix is cut before the first child that
+    had not finished, and the parent's calls recorded after that spawn ran again
+    live (a second job submitted). They are served from the earlier run's record."""
+    db, script = tmp_path / "g.db", tmp_path / "model.json"
+    proc = subprocess.Popen(gormes_command(db, "run", "agent", "--prompt", "Role: parent", "--model",
+                                           spawn_and_submit_script(script, 60_000)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO)
+    assert proc.stdout is not None
+    try:
+        old = proc.stdout.readline().split()[1]
+        deadline = time.monotonic() + 30
+        while not executions(db, "job.submit"):
+            assert time.monotonic() < deadline and proc.poll() is None, "the parent never submitted"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert runs_by_id(db)[old]["status"] == "cancelled"
+
+    spawn_and_submit_script(script, 0)
+    resumed = run_gormes(db, "runs", "resume", old)
+    assert resumed.returncode == 0, resumed.stderr
+    new = resumed.stdout.split()[1]
+    assert executions(db, "job.submit") == 1  # served from the earlier run's record
+    jobs = json.loads(run_gormes(db, "jobs", "list", "--json").stdout)
+    assert [j["name"] for j in jobs] == ["echo"]
+    log = SQLiteLog(db, readonly=True, create=False)
+    try:
+        calls = [r.event for r in log.read_stream(run_stream(new)) if r.event.type == "run.tool_called"]
+    finally:
+        log.close()
+    assert [(c.operation, c.outcome, c.result["id"]) for c in calls] == [("job.submit", "ok", jobs[0]["id"])]
+    replayed = run_gormes(db, "replay", new)
+    assert replayed.returncode == 0 and replayed.stdout.startswith("exact:"), replayed.stdout

@@ -51,6 +51,7 @@ import msgspec
 import trio
 
 from gormes.actors.runs.child_resumption import ChildResumption
+from gormes.actors.runs.tool_resumption import ToolResumption
 from gormes.actors.runs.fork_replace import (
     ForkRefused,
     ForkUnconfirmed,
@@ -288,6 +289,7 @@ async def _continuation(
     live.mark_read({m.id for r in prefix if isinstance(r.event, RunInboxRead) for m in r.event.messages})
     if source is not None:
         live.child_resumption = ChildResumption.after(source.observations, len(prefix))
+        live.tool_resumption = ToolResumption.after(source.observations, len(prefix))
     await store.append(run_stream(run.run_id), [started, *messages], expected_version=NO_STREAM)
     copy = RecordedRun(
         run_id=run.run_id, started=started, started_position=0, observations=prefix,

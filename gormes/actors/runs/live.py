@@ -77,6 +77,7 @@ from gormes.ops.spec import Caller, OperationDenied
 
 if TYPE_CHECKING:
     from gormes.actors.runs.child_resumption import ChildResumption
+    from gormes.actors.runs.tool_resumption import ToolResumption
     from gormes.actors.jobs.context import JobContext
     from gormes.actors.jobs.views import InboxMessage
     from gormes.providers.base import Provider
@@ -259,6 +260,7 @@ class LiveRunContext(RunIdentity, RunContext):
         self._as_caller: Caller | None = None
         # a resumed run: which earlier children its live spawns take over
         self.child_resumption: ChildResumption | None = None
+        self.tool_resumption: ToolResumption | None = None  # a resumed run's calls after the cut
         # a resumed run: approvals its replayed prefix requested, by (operation, args hash)
         self.approvals_waiting: dict[tuple[str, str], str] = {}
 
@@ -430,6 +432,10 @@ class LiveRunContext(RunIdentity, RunContext):
                 f"{operation} is not allowed for this run (allowed: {offered})", "ToolNotAllowed", 0,
             )
 
+        if self.tool_resumption is not None:  # a resumed run: made already, after the cut?
+            earlier = self.tool_resumption.take(operation, args_hash)
+            if earlier is not None:
+                return await self._served_again(earlier)
         refused = await self._manager.approvals.gate(self, spec, args_text, args_hash)  # type: ignore[arg-type]
         if refused is not None:  # denied, or timed out: a denied call (decision 0033)
             return await self._tool_failed(operation, args_text, args_hash, "denied", refused, "ApprovalDenied", 0)
@@ -486,6 +492,14 @@ class LiveRunContext(RunIdentity, RunContext):
         assert recorded, "the executor returned without auditing the call"
         del output  # what the run was served is the recorded copy
         return recorded[0].result
+
+    async def _served_again(self, earlier: RunToolCalled) -> Any:
+        """A call the earlier run made after the cut, recorded again as it was made
+        (tool_resumption.py): nothing runs, and nothing new is audited."""
+        event = await self._record(lambda seq: msgspec.structs.replace(earlier, seq=seq))
+        if earlier.outcome == "ok":
+            return event.result  # type: ignore[attr-defined]
+        raise ToolCallFailed(earlier.operation, earlier.outcome, earlier.error or "")
 
     async def _tool_failed(
         self, operation: str, args_text: str, args_hash: str, outcome: Any,
