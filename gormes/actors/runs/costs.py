@@ -5,7 +5,8 @@
 A run's cost is that of its own model turns (`run.llm_turn`), as `gormes runs show`
 lists them: a prefix it copied from another run (a fork, a resumed run) included,
 its subagents' turns not (each is a run of its own). None when a turn's model has
-no price; a run with no model turn has no cost and is left out.
+no price, or a turn was redacted (its usage is gone); a run with no model turn has
+no cost and is left out.
 
 `live_turns` gives the turns a run made itself, without the copied prefix: what a
 job's cost counts (gormes/actors/agent_jobs/costs.py), since the prefix's turns were
@@ -57,7 +58,10 @@ def turns(conn: Any, run_ids: Sequence[str]) -> list[Turn]:
     for chunk in _chunks(run_ids):
         streams = [run_stream(r) for r in chunk]
         rows = conn.execute(
-            f"SELECT substr(stream, 5), {json_text(conn, '$.seq')}, {json_text(conn, '$.model')},"
+            # a redacted turn (decision 0026) keeps its seq in its tombstone, and no model:
+            # its usage is gone, so its run's cost is unknown (no price for model "")
+            f"SELECT substr(stream, 5), coalesce({json_text(conn, '$.seq')}, {json_text(conn, '$.redacted.seq')}),"
+            f" {json_text(conn, '$.model')},"
             f" {', '.join(usage)} FROM events WHERE stream IN ({_marks(streams)})"
             " AND type = 'run.llm_turn' ORDER BY position", streams,
         ).fetchall()

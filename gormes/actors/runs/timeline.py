@@ -24,6 +24,7 @@ import msgspec
 from gormes.actors.runs.process import process_state
 from gormes.errors import UserError
 from gormes.events.jobs import Tokens
+from gormes.events.base import RedactedEvent
 from gormes.events.runs import (
     RunCancelled,
     RunChildFinished,
@@ -112,6 +113,8 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
                 ) -> tuple[dict[str, Any], Turns, Tokens]:
     """(the view, the model turns of its tree, the own tokens of every run in its tree)."""
     records = await store.read_stream(run_stream(run_id))
+    if records and isinstance(records[0].event, RedactedEvent):
+        raise RedactedRun(run_id)
     if not records or not isinstance(records[0].event, RunStarted):
         raise UserError(f"no run with id {run_id!r}")
     s = records[0].event
@@ -161,7 +164,10 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
     }
     child_views, in_tree, tree_tokens = [], list(turns), own
     for child in children:  # every child, whatever its end (or none: cut off)
-        child_view, child_turns, child_tokens = await _view(store, child, True, table)
+        try:
+            child_view, child_turns, child_tokens = await _view(store, child, True, table)
+        except RedactedRun:  # erased (decision 0026): what it was and spent is gone
+            child_view, child_turns, child_tokens = _redacted_view(child), [("", Tokens())], Tokens()
         child_views.append(child_view)
         in_tree += child_turns
         tree_tokens = tree_tokens + child_tokens
@@ -169,6 +175,21 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
     view["tree_tokens"] = msgspec.to_builtins(tree_tokens)
     view["tree_cost"] = table.total(in_tree)  # 0.0 for a tree with no model turn
     return view, in_tree, tree_tokens
+
+
+class RedactedRun(UserError):
+    """A run whose `run.started` was redacted: there is no run left to show."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} was redacted (its run.started is a tombstone): nothing to show")
+        self.run_id = run_id
+
+
+def _redacted_view(run_id: str) -> dict[str, Any]:
+    """A child whose run was redacted, in its parent's tree: its id and status only
+    (its cost, and so its tree's, is unknown: None)."""
+    return {"run_id": run_id, "status": "redacted", "children": [], "timeline": [], "tokens": None,
+            "own_tokens": None, "cost": None, "tree_tokens": None, "tree_cost": None}
 
 
 _PROCESS_STATES = {
@@ -179,6 +200,8 @@ _PROCESS_STATES = {
 
 
 def format_view(view: dict[str, Any], indent: str = "") -> list[str]:
+    if view["status"] == "redacted":
+        return [f"{indent}{view['run_id']}  redacted: its events are tombstones, nothing to show"]
     t = view["tokens"]
     head = (f"{indent}{view['run_id']}  {view['handler']}  {view['status']}  depth {view['depth']}  "
             f"turns {view['iterations']}  tokens in {t['input']} out {t['output']} cache {t['cache_read']}"
