@@ -7,7 +7,11 @@ absolute path elsewhere and a symlink pointing out are all refused with
 symlink that stays inside the root is followed; listings show links as links and
 never enter a symlinked directory. Only regular files are read. Paths in outputs
 are relative to the root. Reads, listings and matches are capped; a capped answer
-says so (`truncated`). The blocking work runs in a worker thread; grep uses RE2
+says so (`truncated`). The store's own SQLite files (the database, its WAL, its
+shared memory and journal), found by inode whatever the name or link that
+reaches them, are never read: a workspace that holds the database would
+otherwise hand every scope's memory and every run to any caller of fs.read (an
+attacker's finding). The blocking work runs in a worker thread; grep uses RE2
 (linear time: no pattern can stall it) and stops once its call is given up.
 """
 
@@ -27,7 +31,7 @@ import trio
 
 from gormes.contained import Root, entries, open_entry, read_capped, walk_tree
 from gormes.ops.spec import (
-    InvalidOperationInput, OperationContext, OperationSpec, OperationUnavailable,
+    InvalidOperationInput, OperationContext, OperationDenied, OperationSpec, OperationUnavailable,
     PathOutsideWorkspace,
 )
 
@@ -97,12 +101,30 @@ class FsReadOutput(msgspec.Struct, kw_only=True):
     truncated: bool  # more of the file lies after what was read
 
 
-def _read(root: Path, value: FsReadInput) -> FsReadOutput:
+def own_files(ctx: OperationContext) -> frozenset[tuple[int, int]]:
+    """(device, inode) of the store's own SQLite files that exist (none on PostgreSQL)."""
+    path = getattr(ctx.store, "path", None)
+    if path is None:
+        return frozenset()
+    found = set()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            st = os.stat(f"{path}{suffix}")
+        except OSError:
+            continue
+        found.add((st.st_dev, st.st_ino))
+    return frozenset(found)
+
+
+def _read(root: Path, value: FsReadInput, own: frozenset[tuple[int, int]]) -> FsReadOutput:
     with open_root(root) as contained:
         fd, where = contained.open_file(value.path)
         where.close()
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) in own:
+                raise OperationDenied(f"{value.path!r} is a file of gormes' own database: the fs tools never read it")
+            size = st.st_size
             data = os.pread(fd, value.max_bytes, value.offset) if value.offset < size else b""
         finally:
             os.close(fd)
@@ -114,7 +136,7 @@ def _read(root: Path, value: FsReadInput) -> FsReadOutput:
 
 async def fs_read(ctx: OperationContext, value: FsReadInput) -> FsReadOutput:
     root = workspace_root(ctx)
-    return await trio.to_thread.run_sync(_read, root, value, abandon_on_cancel=True)
+    return await trio.to_thread.run_sync(_read, root, value, own_files(ctx), abandon_on_cancel=True)
 
 
 # -- fs.list --------------------------------------------------------------------

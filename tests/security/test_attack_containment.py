@@ -540,3 +540,31 @@ def test_skills_check_names_the_link_out_and_the_fifo_and_reads_neither(db_path,
     assert SECRET not in done.stdout + done.stderr
     assert "leak/SKILL.md" in done.stdout and "a symlink out of the skills directory: not read" in done.stdout
     assert "hang/SKILL.md" in done.stdout and "not a regular file" in done.stdout
+
+
+async def test_the_database_in_the_workspace_is_never_read_through_fs_tools(tmp_path: Path):
+    """An attacker's finding: with the database inside the workspace, a gateway paged
+    `fs.read` through `g.db` and read every scope's memory, though `memory.recall`
+    of that scope is denied. The store's own files are refused by inode, whatever
+    the name or link; the refusal is audited as denied."""
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.ops.spec import OperationDenied
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    db = workspace / "g.db"
+    async with SQLiteEventStore.open(db) as store:
+        executor = Executor(default_registry(), store, workspace=workspace)
+        await executor.call("memory.remember", {"fact": f"the vault code is {SECRET}",
+                                                "scope": "project:secret"}, Caller(trust="operator", id="cli"))
+        (workspace / "linked.txt").symlink_to("g.db")
+        os.link(db, workspace / "hard.txt")
+        for path in ("g.db", "g.db-wal", "linked.txt", "hard.txt", str(db)):
+            with pytest.raises(OperationDenied, match="gormes' own database"):
+                await executor.call("fs.read", {"path": path, "max_bytes": 1024 * 1024}, GATEWAY)
+        grep = await executor.call("fs.grep", {"pattern": "vault"}, GATEWAY)
+        assert grep.matches == []
+        (workspace / "notes.txt").write_text("an ordinary file\n")
+        assert "ordinary" in (await executor.call("fs.read", {"path": "notes.txt"}, GATEWAY)).content
+        refused = [e for e in await audit_events(store) if e.operation == "fs.read" and e.outcome == "denied"]
+        assert len(refused) == 5
