@@ -167,7 +167,7 @@ def load_settings(path: Path | None, overrides: Mapping[str, Any]) -> DaemonSett
         raise InvalidSettings(f"bad daemon settings: {exc}") from None
 
 
-def apply_model_timeout(settings: DaemonSettings) -> None:
+def apply_model_timeout(settings: DaemonSettings, environment_approvals: str | None = None) -> None:
     """`model_timeout_s` and `model_retries`, for every provider and run this process
     opens (they read GORMES_MODEL_TIMEOUT and GORMES_MODEL_RETRIES, gormes/providers/config.py)."""
     if settings.model_timeout_s is not None:
@@ -179,8 +179,16 @@ def apply_model_timeout(settings: DaemonSettings) -> None:
         os.environ[RATE_LIMITS_ENV] = " ".join(settings.rate_limits)
     if settings.outage_after is not None:
         os.environ[OUTAGE_AFTER_ENV] = str(settings.outage_after)
-    if settings.require_approval:
-        os.environ[REQUIRE_ENV] = ",".join(settings.require_approval)
+    # A gate is never dropped by the file: its rules add to the environment's, and a
+    # reload that removes them leaves the environment's (an attacker's finding: the
+    # file's list replaced the environment's, silently un-gating what it named).
+    # `environment_approvals`: GORMES_REQUIRE_APPROVAL as the daemon found it at start.
+    required = [p for p in (environment_approvals or "").replace(",", " ").split() if p]
+    required += [p for p in settings.require_approval if p not in required]
+    if required:
+        os.environ[REQUIRE_ENV] = ",".join(required)
+    else:
+        os.environ.pop(REQUIRE_ENV, None)
     if settings.approval_timeout_s is not None:
         os.environ[TIMEOUT_ENV] = repr(settings.approval_timeout_s)
     if settings.approval_on_timeout is not None:
@@ -229,8 +237,10 @@ class Daemon:
         handlers: HandlerRegistry,
         config_path: Path | None = None,
         overrides: Mapping[str, Any] | None = None,
+        environment_approvals: str | None = None,
     ) -> None:
         self.db = db
+        self.environment_approvals = environment_approvals  # GORMES_REQUIRE_APPROVAL at start
         self.settings = settings
         self.notifier = notifier
         self.loader = loader
@@ -404,7 +414,7 @@ class Daemon:
         if settings.mcp_config != self.settings.mcp_config:
             log.warning("mcp_config changed: the MCP servers are started once, with the daemon; "
                         "restart it to use %s", settings.mcp_config)
-        apply_model_timeout(settings)
+        apply_model_timeout(settings, self.environment_approvals)
         old = self.worker
         self.settings, self.handlers = settings, handlers
         await self._start_worker(nursery)

@@ -28,3 +28,24 @@ def test_the_settings_reach_the_runs_approval_policy(monkeypatch, tmp_path) -> N
 def test_bad_approval_settings_are_one_line(bad) -> None:
     with pytest.raises(InvalidSettings, match="approvals: "):
         load_settings(None, bad)
+
+
+def test_the_files_rules_add_to_the_environments_and_a_reload_never_drops_them(monkeypatch, tmp_path) -> None:
+    """An attacker's finding: the file's `require_approval` replaced the environment's
+    list, so a daemon started with GORMES_REQUIRE_APPROVAL=memory.remember and a file
+    naming fs.read ran memory.remember ungated; and a reload that removed the file's
+    rules kept them. The file's rules add to the environment's as the daemon found it."""
+    import os
+
+    monkeypatch.setenv("GORMES_REQUIRE_APPROVAL", "memory.remember")
+    config = tmp_path / "gormes.toml"
+    config.write_text('require_approval = ["fs.read", "memory.remember"]\n')
+    at_start = os.environ["GORMES_REQUIRE_APPROVAL"]
+    apply_model_timeout(load_settings(config, {}), at_start)
+    assert ApprovalPolicy.from_env(os.environ).require == ("memory.remember", "fs.read")
+    config.write_text("")  # reloaded without the file's rules: the environment's stay
+    apply_model_timeout(load_settings(config, {}), at_start)
+    assert ApprovalPolicy.from_env(os.environ).require == ("memory.remember",)
+    monkeypatch.delenv("GORMES_REQUIRE_APPROVAL")
+    apply_model_timeout(load_settings(config, {}), None)
+    assert "GORMES_REQUIRE_APPROVAL" not in os.environ
