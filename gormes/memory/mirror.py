@@ -11,6 +11,7 @@ Forgotten and rejected items are left out; unreviewed ones are marked.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sqlite3
 from collections import defaultdict
@@ -121,8 +122,17 @@ def _mark(state: str) -> str:
     return " _(unreviewed)_" if state == "unreviewed" else ""
 
 
+SLUG_MAX = 100  # characters of a name kept in a file name (file systems allow 255 bytes)
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+    """A file name for `text`: its ASCII letters, digits and `._-`, the rest `_`. A
+    long name, or one with no ASCII letter or digit (which would all read `_` and
+    share a page), is cut and told apart by a digest of the whole name."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+    if len(slug) > SLUG_MAX or not re.search(r"[A-Za-z0-9]", slug):
+        return f"{slug[:SLUG_MAX // 2]}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+    return slug
 
 
 def entity_path(entity: Entity) -> str:

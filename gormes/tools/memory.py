@@ -88,17 +88,28 @@ class RecallInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cross_scope: Annotated[bool, msgspec.Meta(description="Every scope (operator only).")] = False
 
 
+# What one call may write (an attacker's finding: a gateway's 20 MB facts were
+# taken, and memory streams are never retained; a 300-letter entity name broke
+# the mirror's file names for everyone).
+MAX_FACT_CHARS = 16_384
+MAX_NAME_CHARS = 1_000
+FactText = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_FACT_CHARS)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]
+
+
 class Relation(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    subject: Annotated[str, msgspec.Meta(min_length=1)]
-    predicate: Annotated[str, msgspec.Meta(min_length=1, description="A verb phrase: works at, prefers.")]
-    object: Annotated[str, msgspec.Meta(min_length=1)]
+    subject: Name
+    predicate: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS,
+                                           description="A verb phrase: works at, prefers.")]
+    object: Name
 
 
 class RememberInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Remember a fact and/or a relationship between two entities."""
 
-    fact: str | None = None
-    subject: Annotated[str, msgspec.Meta(description="The entity the fact is about.")] | None = None
+    fact: FactText | None = None
+    subject: Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS,
+                                         description="The entity the fact is about.")] | None = None
     relation: Relation | None = None
     confidence: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 1.0
     scope: Scope | None = None

@@ -32,7 +32,7 @@ from gormes.events.redaction import positions_containing
 from gormes.memory.mirror import MirrorResult, mirror_store
 from gormes.memory.writer import MemoryTarget, MemoryWriter, Source, find_target, require_facts
 from gormes.recall.api import DEFAULT_SCOPE
-from gormes.tools.memory import bound_scope
+from gormes.tools.memory import MAX_FACT_CHARS, bound_scope
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 from gormes.projections.memory import memory_projection
 from gormes.projections.runner import ProjectionRunner
@@ -45,7 +45,7 @@ MIN_SEARCHED = 12  # characters: a shorter forgotten text is not searched for ou
 
 OPERATOR = frozenset({"operator"})
 
-Text = Annotated[str, msgspec.Meta(min_length=1)]
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_FACT_CHARS)]
 Confidence = Annotated[float, msgspec.Meta(ge=0.0, le=1.0, description="How sure it is, 0 to 1.")]
 Artifact = Annotated[str, msgspec.Meta(min_length=1,
                                         description="The artifact it comes from (default: the caller's id).")]

@@ -1,0 +1,48 @@
+"""What a gateway may write into memory, and what the operator's memory commands
+then do with it (an attacker's pass): a fact is capped in size, an entity name
+cannot break the mirror's file names nor share a page with another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gormes.events.sqlite import SQLiteEventStore
+from gormes.ops.executor import Executor
+from gormes.ops.spec import Caller, InvalidOperationInput
+from gormes.tools.builtin import default_registry
+from gormes.tools.memory import MAX_FACT_CHARS, MAX_NAME_CHARS
+
+GATEWAY = Caller(trust="gateway", id="mcp:mallory")
+OPERATOR = Caller(trust="operator", id="cli")
+
+
+async def test_a_fact_or_a_name_past_its_cap_is_invalid_and_writes_nothing(db_path: Path):
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        for value in ({"fact": "x" * (MAX_FACT_CHARS + 1)},
+                      {"relation": {"subject": "a" * (MAX_NAME_CHARS + 1), "predicate": "is", "object": "b"}},
+                      {"fact": "ok", "subject": "s" * (MAX_NAME_CHARS + 1)}):
+            with pytest.raises(InvalidOperationInput, match="length"):
+                await executor.call("memory.remember", value, GATEWAY)
+        assert not await store.read_all(types=["memory.*"])
+        await executor.call("memory.remember", {"fact": "y" * MAX_FACT_CHARS}, GATEWAY)  # at the cap: taken
+        assert len(await store.read_all(types=["memory.*"])) >= 1
+
+
+async def test_odd_entity_names_get_pages_of_their_own_and_the_mirror_works(db_path: Path, tmp_path: Path):
+    names = ["a" * 300, "日本", "中国", "Ada Lovelace"]
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        for name in names:
+            await executor.call("memory.remember", {"relation": {
+                "subject": name, "predicate": "knows", "object": "Bob"}}, GATEWAY)
+        out = tmp_path / "mirror"
+        mirrored = await executor.call("memory.mirror", {"out": str(out)}, OPERATOR)
+    pages = sorted(p for p in (out / "entities").rglob("*.md"))
+    assert len(pages) == len(names) + 1 and mirrored.pages == len(pages) + 1  # and Bob's; and USER.md
+    assert all(len(p.name.encode()) <= 120 for p in pages)
+    texts = "\n".join(p.read_text() for p in pages)
+    for name in names:
+        assert name in texts
