@@ -147,6 +147,11 @@ def positions_containing(conn: Any, texts: Iterable[str]) -> list[int]:
     """Positions (outside audit streams, not yet redacted) whose stored JSON
     contains any of `texts` as JSON writes it: once escaped (a string field) or
     twice (inside a JSON string, as a tool call's arguments are). Scans the log."""
+    return [position for position, _ in events_containing(conn, texts)]
+
+
+def events_containing(conn: Any, texts: Iterable[str]) -> list[tuple[int, str]]:
+    """(position, stream) of each event `positions_containing` finds."""
     needles: set[str] = set()
     for text in texts:
         if not text:
@@ -162,7 +167,7 @@ def positions_containing(conn: Any, texts: Iterable[str]) -> list[int]:
         f"SELECT position, stream FROM events WHERE type_version != ? AND ({where}) ORDER BY position",
         (REDACTED_SCHEMA_VERSION, *sorted(needles)),
     ).fetchall()
-    return [position for position, stream in rows if redactable(stream)]
+    return [(position, stream) for position, stream in rows if redactable(stream)]
 
 
 def reclaim(log: EventLog) -> bool:

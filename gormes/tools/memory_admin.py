@@ -28,7 +28,10 @@ from gormes.events.memory import (
     Origin,
     memory_stream,
 )
-from gormes.events.redaction import positions_containing
+from gormes.errors import UserError
+from gormes.events.jobs import JobSubmitted
+from gormes.events.redaction import events_containing
+from gormes.events.runs import RunStarted
 from gormes.memory.mirror import MirrorResult, mirror_store
 from gormes.memory.writer import MemoryTarget, MemoryWriter, Source, find_target, require_facts
 from gormes.recall.api import DEFAULT_SCOPE
@@ -101,6 +104,14 @@ class ForgetInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id: Text
     reason: Why = ""
     scope: EntityScope | None = None
+    everywhere: Annotated[bool, msgspec.Meta(description=(
+        "Also erase the text where it lies outside the item's scope (another scope's "
+        "memory, runs and jobs acting for another scope); without it such a forget is "
+        "refused, nothing written."))] = False
+
+
+class ForgetReachesOtherScopes(UserError):
+    """A forgotten text also found outside the item's scope, without `everywhere`."""
 
 
 class MirrorInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -177,8 +188,9 @@ def _carries(event: MemoryEvent, target: MemoryTarget) -> bool:
     return isinstance(event, MemoryRelationshipReviewed) and event.target_id == i
 
 
-def _erased(log: EventLog, target: MemoryTarget) -> list[int]:
-    """The positions forgetting `target` redacts (see the module doc)."""
+def _erased(log: EventLog, target: MemoryTarget) -> tuple[list[int], dict[str, list[int]]]:
+    """(the positions forgetting `target` redacts in its scope, those elsewhere by
+    stream): see the module doc and `_in_scope`."""
     positions, texts = [], []
     for record in log.read_stream(memory_stream(target.scope)):
         e = record.event
@@ -193,16 +205,53 @@ def _erased(log: EventLog, target: MemoryTarget) -> list[int]:
             continue
         if len(text) >= MIN_SEARCHED:
             texts.append(text)
-    return positions + positions_containing(log.sql, texts)
+    elsewhere: dict[str, list[int]] = {}
+    scopes: dict[str, str | None] = {}
+    for position, stream in events_containing(log.sql, texts):
+        if _in_scope(log, stream, target.scope, scopes):
+            positions.append(position)
+        else:
+            elsewhere.setdefault(stream, []).append(position)
+    return positions, elsewhere
+
+
+def _in_scope(log: EventLog, stream: str, scope: str, known: dict[str, str | None]) -> bool:
+    """Whether `stream` acts for memory scope `scope`: the scope's own memory, a run
+    acting in it (`run.started`'s scope; none: the default scope), a job submitted
+    from it (its submitter's). A gateway chooses the text it remembers, so a
+    text search alone would let it aim a forget at anyone's data (an attacker's
+    finding): what lies in other streams is erased only when asked."""
+    if stream.startswith("memory-"):
+        return stream == memory_stream(scope)
+    if stream not in known:
+        first = log.read_stream(stream, 0, ("run.started", "job.submitted"))[:1]
+        event = first[0].event if first else None
+        if isinstance(event, RunStarted):
+            known[stream] = event.scope or DEFAULT_SCOPE
+        elif isinstance(event, JobSubmitted):
+            known[stream] = (event.submitter.scope if event.submitter is not None else None) or DEFAULT_SCOPE
+        else:
+            known[stream] = None
+    return known[stream] == scope
 
 
 async def forget(ctx: OperationContext, value: ForgetInput) -> Forgotten:
     writer = _writer(ctx)
     target = await _target(ctx, value.id, value.scope)
-    event = await writer.forget(target, reason=value.reason)
     store = _store(ctx)
-    positions = await store.read_with(lambda log: _erased(log, target))
-    redaction = await erase(store, positions, by=by_of(ctx), reason=value.reason or f"memory.forget {target.id}")
+    positions, elsewhere = await store.read_with(lambda log: _erased(log, target))
+    if elsewhere and not value.everywhere:
+        found = sum(len(p) for p in elsewhere.values())
+        shown = ", ".join(sorted(elsewhere)[:5]) + (", ..." if len(elsewhere) > 5 else "")
+        raise ForgetReachesOtherScopes(
+            f"the text of {target.id} is also in {found} event(s) outside scope {target.scope} ({shown}):"
+            " nothing was forgotten; give --everywhere to erase them too, or redact what you mean to"
+        )
+    for more in elsewhere.values():
+        positions += more
+    event = await writer.forget(target, reason=value.reason)
+    redaction = await erase(store, sorted(set(positions)), by=by_of(ctx),
+                            reason=value.reason or f"memory.forget {target.id}")
     return Forgotten(forgotten=event, redaction=redaction)
 
 

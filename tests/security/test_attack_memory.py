@@ -46,3 +46,30 @@ async def test_odd_entity_names_get_pages_of_their_own_and_the_mirror_works(db_p
     texts = "\n".join(p.read_text() for p in pages)
     for name in names:
         assert name in texts
+
+
+async def test_forgetting_a_gateways_fact_never_erases_another_scope_unasked(db_path: Path):
+    """An attacker's finding: a gateway remembered the text "Ada Lovelace", and the
+    operator's forget of that junk searched the whole log for it, erasing the
+    operator's trusted fact in project:default. Text found outside the item's scope
+    now refuses the forget (nothing written) unless it is asked for everywhere."""
+    from gormes.tools.memory_admin import ForgetReachesOtherScopes
+
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        await executor.call("memory.add_fact", {"text": "Ada Lovelace works at ACME as CFO",
+                                                 "scope": "project:default"}, OPERATOR)
+        planted = await executor.call("memory.remember", {"fact": "Ada Lovelace"}, GATEWAY)
+        [fact_id] = planted.ids
+        head = (await store.read_all())[-1].position
+        with pytest.raises(ForgetReachesOtherScopes, match="outside scope chat:mcp-mallory"):
+            await executor.call("memory.forget", {"id": fact_id, "reason": "junk"}, OPERATOR)
+        after = [r.event.type for r in await store.read_all(head)]
+        assert after == ["audit.operation"]  # the refusal's record, nothing else
+        trusted = [r for r in await store.read_all(types=["memory.fact_recorded"])
+                   if r.stream == "memory-project:default"]
+        assert trusted and trusted[0].event.text == "Ada Lovelace works at ACME as CFO"
+
+        forgotten = await executor.call("memory.forget", {"id": fact_id, "reason": "junk", "everywhere": True},
+                                        OPERATOR)
+        assert set(forgotten.redaction.streams) == {"memory-chat:mcp-mallory", "memory-project:default"}
