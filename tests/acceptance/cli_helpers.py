@@ -6,9 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from gormes.events.notes import NoteAdded
@@ -53,6 +56,27 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
     return lines[0]
+
+
+def rows(db: Path, sql: str) -> list[tuple]:
+    """The rows `sql` reads from the SQLite file `db` (a connection of its own, read-only)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+@contextmanager
+def running_worker(db: Path, *args: str) -> Iterator[subprocess.Popen]:
+    """`gormes worker` on `db` in the background for the block, then SIGTERM."""
+    worker = subprocess.Popen(gormes_command(db, "worker", "--shutdown-grace", "500", *args), env=cli_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield worker
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
 
 
 def digest(path: Path) -> str:

@@ -6,11 +6,9 @@ another door (the job.submit operation itself) goes dead on its first attempt.""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 from pathlib import Path
 
-from cli_helpers import assert_one_line_error, cli_env, gormes_command, run_gormes
+from cli_helpers import assert_one_line_error, run_gormes, running_worker
 
 
 def ok(db: Path, *args: str) -> str:
@@ -33,13 +31,8 @@ def test_queued_bad_agent_data_is_dead_after_one_attempt(tmp_path: Path):
     db = tmp_path / "g.db"
     submit = {"name": "agent", "data": {"prompt": "hi", "promt": "typo"}}
     job = json.loads(ok(db, "ops", "call", "job.submit", json.dumps(submit)))["id"]
-    worker = subprocess.Popen(gormes_command(db, "worker", "--shutdown-grace", "500"), env=cli_env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with running_worker(db):
         assert ok(db, "jobs", "wait", job, "--timeout", "60").strip() == "dead"
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=60)
     got = json.loads(ok(db, "jobs", "get", job, "--json"))
     assert got["attempts_made"] == 1 and got["max_attempts"] == 3
     assert "unknown field `promt`" in got["error"]

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
 import trio
-from cli_helpers import REPO, cli_env, gormes_command, json_lines, run_gormes
+from cli_helpers import REPO, cli_env, gormes_command, json_lines, rows, run_gormes
 
 from gormes.events.memory import MemoryFactRecorded, Origin, Provenance, fact_id
 from gormes.events.notes import NoteAdded
@@ -40,13 +39,6 @@ def write(db: Path, stream: str, events: list) -> None:
                 await store.append(stream, events[i : i + 1000])
     trio.run(go)
 
-
-def rows(db: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def test_the_operator_redacts_an_event_and_a_stream(tmp_path: Path) -> None:

@@ -8,12 +8,9 @@ such in its parent's tree."""
 from __future__ import annotations
 
 import json
-import signal
-import sqlite3
-import subprocess
 from pathlib import Path
 
-from cli_helpers import cli_env, gormes_command, run_gormes
+from cli_helpers import rows, run_gormes, running_worker
 
 SPAWNING = {"model": "scripted", "agents": [
     {"match": "Role: child", "replies": [{"text": "child done"}]},
@@ -29,13 +26,9 @@ def ok(db: Path, *args: str) -> str:
 
 
 def run_ids(db: Path) -> dict[int, str]:
-    conn = sqlite3.connect(db)
-    try:
-        rows = conn.execute("SELECT json_extract(data, '$.run_id'), json_extract(data, '$.depth')"
-                            " FROM events WHERE type = 'run.started'").fetchall()
-    finally:
-        conn.close()
-    return {depth: run_id for run_id, depth in rows}
+    found = rows(db, "SELECT json_extract(data, '$.run_id'), json_extract(data, '$.depth')"
+                     " FROM events WHERE type = 'run.started'")
+    return {depth: run_id for run_id, depth in found}
 
 
 def test_a_redacted_child_shows_as_redacted_in_its_parents_tree(tmp_path: Path):
@@ -57,13 +50,8 @@ def test_a_jobs_run_redacted_leaves_jobs_get_and_top_working(tmp_path: Path):
     script.write_text(json.dumps({"model": "scripted", "agents": [{"replies": [{"text": "the answer"}]}]}))
     job = ok(db, "jobs", "submit", "agent", "--data",
              json.dumps({"prompt": "p", "model": f"scripted:{script}"})).strip()
-    worker = subprocess.Popen(gormes_command(db, "worker", "--shutdown-grace", "500"), env=cli_env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with running_worker(db):
         assert ok(db, "jobs", "wait", job, "--timeout", "60").strip() == "completed"
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=60)
     ok(db, "redact", "--stream", f"run-{run_ids(db)[0]}", "--reason", "erasure request")
     got = json.loads(ok(db, "jobs", "get", job, "--json"))
     assert got["status"] == "completed" and got["cost"] is None  # its turn's usage is gone

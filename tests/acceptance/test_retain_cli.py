@@ -11,14 +11,13 @@ from __future__ import annotations
 import gzip
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import REPO, assert_one_line_error, cli_env, gormes_command, json_lines, run_gormes
+from cli_helpers import REPO, assert_one_line_error, cli_env, gormes_command, json_lines, rows, run_gormes
 
 FIXTURES = REPO / "replay_fixtures"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
@@ -27,14 +26,6 @@ HANDLERS = str(FIXTURES / "handlers.py")
 
 def fixture(name: str) -> str:
     return str(FIXTURES / MANIFEST[name]["file"])
-
-
-def rows(db: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-from cli_helpers import REPO, cli_env, run_gormes
+from cli_helpers import REPO, cli_env, rows, run_gormes
 
 # Each script kills its own process at the first step after the change's
 # transaction committed, then runs the CLI command given.
@@ -62,13 +61,6 @@ def killed_after_commit(db: Path, hook: str, *args: str) -> None:
                            capture_output=True, text=True, timeout=120)
     assert child.returncode == -signal.SIGKILL, child.stderr
 
-
-def rows(db: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def audits_after(db: Path, position: int) -> list[tuple]:

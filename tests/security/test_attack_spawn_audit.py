@@ -9,10 +9,9 @@ none, and still replays exactly."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
-from cli_helpers import run_gormes
+from cli_helpers import rows, run_gormes
 
 # Every agent spawns a deeper one and makes a spawn call that does not validate,
 # until the depth cap refuses the spawn of the deepest.
@@ -24,13 +23,6 @@ SCRIPT = {"model": "scripted", "agents": [{"replies": [
     {"text": "done"},
 ]}]}
 
-
-def rows(db: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def ok(db: Path, *args: str) -> str:

@@ -16,18 +16,36 @@ matched), starts afresh.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 from gormes.actors.runs.replay_context import canonical
 from gormes.events.runs import RunChildSpawned
 
+T = TypeVar("T")
 
-class ChildResumption:
-    def __init__(self, spawns: Sequence[RunChildSpawned]) -> None:
-        self._spawns = list(spawns)
+
+class InOrder(Generic[T]):
+    """What an earlier run did after the cut, each taken once, in order: the k-th
+    ask after the cut is matched with the k-th record; a mismatch ends matching
+    (the code took another path)."""
+
+    def __init__(self, recorded: Sequence[T]) -> None:
+        self._recorded = list(recorded)
         self._next = 0
 
+    def take_if(self, matches: Callable[[T], bool]) -> T | None:
+        if self._next >= len(self._recorded):
+            return None
+        earlier = self._recorded[self._next]
+        if not matches(earlier):
+            self._next = len(self._recorded)
+            return None
+        self._next += 1
+        return earlier
+
+
+class ChildResumption(InOrder[RunChildSpawned]):
     @classmethod
     def after(cls, observations: Sequence[Any], cut: int) -> ChildResumption:
         """For a run whose first `cut` observations (records) were replayed."""
@@ -36,13 +54,6 @@ class ChildResumption:
     def take(self, handler: str, input: Any, tools: tuple[str, ...] | None, model: str | None) -> str | None:
         """The earlier child run this spawn matches, or None (start a new one).
         Whether that run can be taken over is `fork.resumable_run`'s to say."""
-        if self._next >= len(self._spawns):
-            return None
-        earlier = self._spawns[self._next]
-        if (earlier.handler, earlier.tools, earlier.model) != (handler, tools, model) or (
-            canonical(earlier.input) != canonical(input)  # as replay compares a spawn's input
-        ):
-            self._next = len(self._spawns)
-            return None
-        self._next += 1
-        return earlier.child_run_id
+        earlier = self.take_if(lambda e: (e.handler, e.tools, e.model) == (handler, tools, model)
+                               and canonical(e.input) == canonical(input))  # as replay compares a spawn's input
+        return None if earlier is None else earlier.child_run_id

@@ -20,14 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gormes.actors.runs.child_resumption import InOrder
 from gormes.events.runs import RunToolCalled
 
 
-class ToolResumption:
-    def __init__(self, calls: Sequence[RunToolCalled]) -> None:
-        self._calls = list(calls)
-        self._next = 0
-
+class ToolResumption(InOrder[RunToolCalled]):
     @classmethod
     def after(cls, observations: Sequence[Any], cut: int) -> ToolResumption:
         """For a run whose first `cut` observations (records) were replayed."""
@@ -35,11 +32,4 @@ class ToolResumption:
 
     def take(self, operation: str, args_hash: str) -> RunToolCalled | None:
         """The earlier run's record of this call, or None (make it live)."""
-        if self._next >= len(self._calls):
-            return None
-        earlier = self._calls[self._next]
-        if (earlier.operation, earlier.args_hash) != (operation, args_hash):
-            self._next = len(self._calls)
-            return None
-        self._next += 1
-        return earlier
+        return self.take_if(lambda e: (e.operation, e.args_hash) == (operation, args_hash))
