@@ -42,7 +42,9 @@ from gormes.actors.runs.context import (
     UnknownRunHandler,
 )
 from gormes.actors.runs.request_record import RequestRecorder
+from gormes.actors.runs.spawn_audit import spawn_audited, spawn_digest, text_digest
 from gormes.errors import GormesError, UserError
+from gormes.events.audit import AuditOutcome
 from gormes.events.audit_chain import append_sealed
 from gormes.events.base import Event
 from gormes.events.jobs import Tokens
@@ -70,8 +72,6 @@ from gormes.events.runs import (
     turn_usage,
 )
 from gormes.events.store import AppendRequest
-from gormes.actors.runs.spawn_audit import spawn_audited, spawn_digest, text_digest
-from gormes.events.audit import AuditOutcome
 from gormes.ops.executor import refusal_request
 from gormes.ops.spec import Caller, OperationDenied
 
