@@ -200,10 +200,9 @@ def test_the_policy_from_the_environment() -> None:
             ApprovalPolicy.from_env(bad)
 
 
-async def test_a_fork_at_a_used_approval_asks_again_and_replays_exactly(store, db_path, executor, script) -> None:
-    """An attacker's finding: a fork whose prefix ended on an approval's request took
-    the source run's decision, already used, and ran the approved call a second
-    time with nobody asked. A decision serves one run's call, once (`approval.used`)."""
+async def _fork_at_a_used_approval(store, executor, script) -> str:
+    """A run whose call was approved, then a fork at its request; the fork's own
+    request is denied. The fork's run id."""
     from gormes.actors.runs.continuation import fork_run
 
     policy = ApprovalPolicy(require=("fs.*",))
@@ -230,4 +229,19 @@ async def test_a_fork_at_a_used_approval_asks_again_and_replays_exactly(store, d
     assert f"asked again: approval {asked.event.approval_id} served run {source.run_id}" in approvals[
         again.approval_id].request.why
     assert approvals[again.approval_id].used_by == forked.run_id
-    await _replays_exactly(db_path, forked.run_id)
+    return forked.run_id
+
+
+async def test_a_fork_at_a_used_approval_asks_again_and_replays_exactly(store, db_path, executor, script) -> None:
+    """An attacker's finding: a fork whose prefix ended on an approval's request took
+    the source run's decision, already used, and ran the approved call a second
+    time with nobody asked. A decision serves one run's call, once (`approval.used`)."""
+    forked = await _fork_at_a_used_approval(store, executor, script)
+    await _replays_exactly(db_path, forked)
+
+
+async def test_on_postgresql_a_fork_at_a_used_approval_asks_again(tmp_path, workspace, script) -> None:
+    from pg_helpers import backend_store
+
+    async with backend_store("postgres", tmp_path / "unused.db") as store:
+        await _fork_at_a_used_approval(store, Executor(default_registry(), store, workspace=workspace), script)
