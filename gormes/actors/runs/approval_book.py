@@ -23,10 +23,12 @@ from typing import Any
 from gormes.actors.jobs.parking import unpark_in
 from gormes.errors import UserError
 from gormes.events.approvals import (
-    APPROVALS_STREAM, Approval, ApprovalDecided, ApprovalRequested, ApprovalUsed, Decision, fold_approvals,
+    APPROVALS_STREAM, Approval, ApprovalDecided, ApprovalRequested, ApprovalUsed, Decision,
+    RunApprovalDecided, fold_approvals,
 )
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.audit_chain import append_sealed
+from gormes.events.runs import run_stream
 from gormes.events.store import AppendRequest, EventStore, Transaction
 
 TIMEOUT_BY = "system:approval-timeout"
@@ -69,8 +71,20 @@ def claim_in(tx: Transaction, now: int, approval_id: str, run_id: str) -> bool:
     approval = approvals_in(tx).get(approval_id)
     if approval is not None and approval.used_by is not None:
         return approval.used_by == run_id
+    if approval is not None and _served_before_claims(tx, approval, run_id):
+        return False
     tx.append(APPROVALS_STREAM, [ApprovalUsed(approval_id=approval_id, run_id=run_id, at=now)])
     return True
+
+
+def _served_before_claims(tx: Transaction, approval: Approval, run_id: str) -> bool:
+    """Whether the requesting run recorded the decision itself, as a run did before
+    decisions were claimed (`approval.used`): such a decision served its call."""
+    asked_by = approval.request.run_id
+    if asked_by is None or asked_by == run_id:
+        return False
+    recorded = tx.read_stream(run_stream(asked_by), 0, (RunApprovalDecided.__struct_config__.tag,))
+    return any(r.event.approval_id == approval.request.approval_id for r in recorded)
 
 
 def decide_in(

@@ -245,3 +245,28 @@ async def test_on_postgresql_a_fork_at_a_used_approval_asks_again(tmp_path, work
 
     async with backend_store("postgres", tmp_path / "unused.db") as store:
         await _fork_at_a_used_approval(store, Executor(default_registry(), store, workspace=workspace), script)
+
+
+async def test_a_decision_recorded_before_claims_existed_is_not_used_again(
+    store, executor, script, monkeypatch,
+) -> None:
+    """A database written before `approval.used`: the source run recorded its
+    decision but made no claim. A fork at the request still asks again."""
+    from gormes.actors.runs import approvals as gate
+    from gormes.actors.runs.continuation import fork_run
+
+    policy = ApprovalPolicy(require=("fs.*",))
+    with monkeypatch.context() as older:  # the older gormes: the decision recorded, nothing claimed
+        older.setattr(gate, "claim_in", lambda tx, now, approval_id, run_id: True)
+        source = await _run(store, executor, _model(script), policy, "approval.approve")
+    [asked] = [r for r in await store.read_stream(f"run-{source.run_id}")
+               if isinstance(r.event, RunApprovalRequested)]
+    assert (await read_approvals(store))[asked.event.approval_id].used_by is None
+    async with RunManager.open(store, executor=executor, approvals=policy) as runs:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_decide_when_asked, store, "approval.deny", "not twice")
+            forked = await fork_run(runs, source.run_id, at=asked.position)
+    events = await run_events(store, forked.run_id)
+    [tool] = [e for e in events if isinstance(e, RunToolCalled)]
+    assert tool.outcome == "denied"
+    assert len([e for e in events if isinstance(e, RunApprovalRequested)]) == 2
