@@ -159,7 +159,7 @@ class Executor:
             except Exception as audit_exc:  # noqa: BLE001 (the original error wins)
                 exc.add_note(f"gormes: the audit event could not be appended: {audit_exc}")
             raise
-        if await record.landed(self.store):  # in the transaction of the call's change (audit_seal.py)
+        if record.sealed is not None and await record.landed(self.store):  # with the call's change (audit_seal.py)
             return result
         # An unaudited success is not a success: an append error propagates.
         await self._append(record, audit, result, None)
@@ -339,8 +339,7 @@ class _CallRecord:
         """Whether the sealed record committed: its transaction may have been
         undone (the handler then caught the error and went on), and a record that
         never committed must still be appended."""
-        if self.sealed is None:
-            return False
+        assert self.sealed is not None
         position, digest = self.sealed
         found = await store.read_all(position - 1, limit=1)
         return bool(found) and getattr(found[0].event, "digest", None) == digest

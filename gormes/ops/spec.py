@@ -147,6 +147,11 @@ class OperationContext:
     # executor.
     seal_audit: Callable[[Transaction], None] | None = None
 
+    def seal_into(self, tx: Transaction) -> None:
+        """`seal_audit(tx)` where the executor offers it (a no-op outside the executor)."""
+        if self.seal_audit is not None:
+            self.seal_audit(tx)
+
 
 Handler = Callable[[OperationContext, Any], Awaitable[Any]]
 

@@ -106,8 +106,7 @@ async def _decide(ctx: OperationContext, value: ApprovalDecideInput, decision: L
 
     def decide(tx: Any) -> None:
         decide_in(tx, now, value.id, decision, by=by, reason=value.reason)
-        if ctx.seal_audit is not None:  # the decision and its audit record commit together
-            ctx.seal_audit(tx)
+        ctx.seal_into(tx)  # the decision and its audit record commit together
 
     await store.transact(decide)
     return view((await read_approvals(store))[value.id])

@@ -81,7 +81,7 @@ async def events_append(ctx: OperationContext, value: EventAppendInput) -> Event
 
     def write(tx: Any) -> Any:
         result = tx.append(value.stream, [event], value.expected_version)
-        _seal(ctx, tx)
+        ctx.seal_into(tx)  # the change and its audit record commit together
         return result
 
     result = await ctx.store.transact(write)
@@ -149,7 +149,7 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
                 result = jsonl.import_file_in(tx, path, check_versions=check_versions)
             except UserError as exc:
                 raise UserError(str(exc).replace(path, name)) from None
-            _seal(ctx, tx)
+            ctx.seal_into(tx)  # the change and its audit record commit together
             return result
 
         result = await ctx.store.transact(streamed)
@@ -158,18 +158,12 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
 
         def parsed(tx: Any) -> Any:
             result = jsonl.import_lines_in(tx, lines, check_versions=check_versions)
-            _seal(ctx, tx)
+            ctx.seal_into(tx)  # the change and its audit record commit together
             return result
 
         result = await ctx.store.transact(parsed)
     return EventsImported(imported=result.imported, first_position=result.first_position,
                           last_position=result.last_position)
-
-
-def _seal(ctx: OperationContext, tx: Any) -> None:
-    """The call's audit record into the transaction of its change: the two commit together."""
-    if ctx.seal_audit is not None:
-        ctx.seal_audit(tx)
 
 
 def _write(name: str, description: str, handler: Any, input_type: type, output_type: type,

@@ -102,8 +102,7 @@ async def retain(ctx: OperationContext, value: RetainInput) -> Retention:
         if got is None:
             return selection, None, []
         manifest = got[1].manifest
-        if ctx.seal_audit is not None:  # the deletion and its audit record commit together
-            ctx.seal_audit(tx)
+        ctx.seal_into(tx)  # the deletion and its audit record commit together
         return selection, got, chosen.reset_affected(tx, manifest.types, manifest.first_position)
 
     selection, got, names = await store.transact(write)

@@ -154,10 +154,8 @@ class ApprovalGate:
         operation = spec.name
         approval_id = ctx.approvals_waiting.pop((operation, args_hash), None)
         if approval_id is not None:  # a resumed run (a fork): the request is in its replayed prefix
-            approval = (await read_approvals(self.store))[approval_id]
-            request = approval.request
-            if approval.used_by not in (None, ctx.run_id):  # its decision served another run's call
-                request = await self._request(ctx, operation, args_text, args_hash, asked_again(approval))
+            # (a decision that served another run's call already is not claimed below: asked again)
+            request = (await read_approvals(self.store))[approval_id].request
         else:
             why = self.policy.why(spec)
             if why is None:
