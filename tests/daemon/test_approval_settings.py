@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from gormes.actors.runs.approvals import ApprovalPolicy
+from gormes.actors.runs.approvals import ON_TIMEOUT_ENV, REQUIRE_ENV, TIMEOUT_ENV, ApprovalPolicy
 from gormes.daemon import InvalidSettings, apply_model_timeout, load_settings
 
 
-def test_the_settings_reach_the_runs_approval_policy(monkeypatch, tmp_path) -> None:
-    for name in ("GORMES_REQUIRE_APPROVAL", "GORMES_APPROVAL_TIMEOUT", "GORMES_APPROVAL_ON_TIMEOUT"):
-        monkeypatch.delenv(name, raising=False)
+@pytest.fixture(autouse=True)
+def approval_environment(monkeypatch) -> None:
+    """apply_model_timeout writes os.environ itself: each test starts without the
+    approval settings, and what it wrote is taken back after it (a timeout of 600 s
+    left behind made a later test's parked request wait past its hang guard)."""
+    for name in (REQUIRE_ENV, TIMEOUT_ENV, ON_TIMEOUT_ENV):
+        monkeypatch.setenv(name, "")  # remembers what was there, to put it back
+        monkeypatch.delenv(name)
+
+
+def test_the_settings_reach_the_runs_approval_policy(tmp_path) -> None:
     config = tmp_path / "gormes.toml"
     config.write_text('require_approval = ["shell.run", "payments.*"]\napproval_timeout_s = 600\n'
                       'approval_on_timeout = "fail"\n')
