@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import msgspec
+import anthropic
 
 from gormes.errors import UserError
 from gormes.providers.base import (
@@ -144,20 +145,14 @@ class AnthropicProvider:
             raise UserError(f"{self.name}: {source} must be a whole number, not {tokens}")
         self.max_tokens = int(tokens)
         self.url = f"{self.base_url}/v1/messages"
-        self._client: Any = None
-
-    def _sdk(self) -> Any:
-        if self._client is None:
-            import anthropic
-
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self.api_key or "unused", base_url=self.base_url, timeout=self.timeout, max_retries=0,
-            )
-        return self._client
+        # Built when opened (once per spec per process), not at the first turn: the
+        # SDK's import takes a second or two, and a turn admitted by the shared
+        # rate limits and back-off must leave at once, not that long after.
+        self._client = anthropic.AsyncAnthropic(
+            api_key=self.api_key or "unused", base_url=self.base_url, timeout=self.timeout, max_retries=0,
+        )
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        import anthropic
-
         names = tool_names(self.name, request.tools)
         body = wire_request(request, names, stream=self.stream, max_tokens=self.max_tokens)
         headers: dict[str, Any] = {"Accept": "text/event-stream" if self.stream else "application/json"}
@@ -166,7 +161,7 @@ class AnthropicProvider:
         # The SDK no longer names `temperature` (newer models refuse it); a request
         # that sets one still sends it, and a model that refuses it answers 400.
         extra = {"temperature": body.pop("temperature")} if "temperature" in body else None
-        client = self._sdk()
+        client = self._client
         with translated(self.name, self.url, self.timeout, anthropic):
             create = client.messages.with_streaming_response.create
             async with create(**body, extra_headers=headers, extra_body=extra) as response:

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import msgspec
+import openai
 
 from gormes.providers.base import (
     InvalidModelReply,
@@ -120,28 +121,22 @@ class OpenAIProvider:
         self.stream = stream
         self.timeout = model_timeout(self.name, timeout, env)
         self.url = f"{self.base_url}/chat/completions"
-        self._client: Any = None
-
-    def _sdk(self) -> Any:
-        if self._client is None:
-            import openai
-
-            # A server that needs no key still gets one for the SDK, which refuses
-            # none; `complete` then leaves the Authorization header out.
-            self._client = openai.AsyncOpenAI(
-                api_key=self.api_key or "unused", base_url=self.base_url, timeout=self.timeout, max_retries=0,
-            )
-        return self._client
+        # Built when opened (once per spec per process), not at the first turn: the
+        # SDK's import takes a second or two, and a turn admitted by the shared
+        # rate limits and back-off must leave at once, not that long after. A server
+        # that needs no key still gets one for the SDK, which refuses none;
+        # `complete` then leaves the Authorization header out.
+        self._client = openai.AsyncOpenAI(
+            api_key=self.api_key or "unused", base_url=self.base_url, timeout=self.timeout, max_retries=0,
+        )
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        import openai
-
         names = tool_names(self.name, request.tools)
         body = _wire_request(request, names, stream=self.stream)
         headers: dict[str, Any] = {"Accept": "text/event-stream" if self.stream else "application/json"}
         if not self.api_key:
             headers["Authorization"] = openai.Omit()
-        client = self._sdk()
+        client = self._client
         with translated(self.name, self.url, self.timeout, openai):
             async with client.chat.completions.with_streaming_response.create(**body, extra_headers=headers) as response:
                 if self.stream:

@@ -27,6 +27,7 @@ class RateServer(ChatServer):
     reply: Plan = field(default_factory=lambda: TextReply("ok", prompt_tokens=5, completion_tokens=2))
     outage: bool = False  # answer 503 to everything (a provider down for everyone)
     hold_s: float = 0.0  # how long each answered request takes (to see overlaps)
+    refuse_first: int = 0  # answer the first this many requests 429 whatever the quota
     arrivals: list[float] = field(default_factory=list)  # time.monotonic() of every request
     refusals: list[float] = field(default_factory=list)  # of the ones answered 429
     failures: list[float] = field(default_factory=list)  # of the ones answered 503
@@ -63,7 +64,7 @@ class RateServer(ChatServer):
             if self.outage:
                 self.failures.append(now)
                 plan = ErrorReply(503, "the provider is down for everyone")
-            elif len(recent) >= self.limit:
+            elif len(recent) >= self.limit or len(self.arrivals) <= self.refuse_first:
                 self.refusals.append(now)
                 plan = ErrorReply(429, "Rate limit reached for requests",
                                   headers=(("retry-after", f"{self.retry_after_s:g}"),))
