@@ -167,32 +167,51 @@ def load_settings(path: Path | None, overrides: Mapping[str, Any]) -> DaemonSett
         raise InvalidSettings(f"bad daemon settings: {exc}") from None
 
 
-def apply_model_timeout(settings: DaemonSettings, environment_approvals: str | None = None) -> None:
-    """`model_timeout_s` and `model_retries`, for every provider and run this process
-    opens (they read GORMES_MODEL_TIMEOUT and GORMES_MODEL_RETRIES, gormes/providers/config.py)."""
+MODEL_TIMEOUT_ENV, MODEL_RETRIES_ENV = "GORMES_MODEL_TIMEOUT", "GORMES_MODEL_RETRIES"
+# What the settings file sets for every provider and run the daemon opens, through
+# the variables they read (gormes/providers/config.py, gormes/control/rate_rules.py,
+# gormes/actors/runs/approvals.py).
+SETTINGS_ENV = (MODEL_TIMEOUT_ENV, MODEL_RETRIES_ENV, RATE_LIMITS_ENV, OUTAGE_AFTER_ENV,
+                REQUIRE_ENV, TIMEOUT_ENV, ON_TIMEOUT_ENV)
+
+
+def environment_at_start(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of SETTINGS_ENV as the daemon found them when it started."""
+    env = os.environ if env is None else env
+    return {name: env[name] for name in SETTINGS_ENV if name in env}
+
+
+def apply_to_environment(settings: DaemonSettings, at_start: Mapping[str, str] | None = None) -> None:
+    """The file's settings over the environment the daemon started with
+    (`at_start`, environment_at_start), anew at each reload: a setting the file no
+    longer names is the environment's again, not the previous file's.
+
+    Limits and gates are never dropped by the file. Its rate rules come first (the
+    first rule to match a key wins) and the environment's follow, so a key only the
+    environment limits stays limited; its approval rules add to the environment's
+    (an attacker's finding: the file's list replaced the environment's, silently
+    un-gating what it named)."""
+    wanted = dict(at_start or {})
     if settings.model_timeout_s is not None:
-        os.environ["GORMES_MODEL_TIMEOUT"] = repr(settings.model_timeout_s)
+        wanted[MODEL_TIMEOUT_ENV] = repr(settings.model_timeout_s)
     if settings.model_retries is not None:
-        os.environ["GORMES_MODEL_RETRIES"] = str(settings.model_retries)
-    # and the provider limits, which every RunManager reads (gormes/control/rate_rules.py)
-    if settings.rate_limits:
-        os.environ[RATE_LIMITS_ENV] = " ".join(settings.rate_limits)
+        wanted[MODEL_RETRIES_ENV] = str(settings.model_retries)
+    rules = " ".join([*settings.rate_limits, wanted.get(RATE_LIMITS_ENV, "")]).strip()
+    wanted[RATE_LIMITS_ENV] = rules
     if settings.outage_after is not None:
-        os.environ[OUTAGE_AFTER_ENV] = str(settings.outage_after)
-    # A gate is never dropped by the file: its rules add to the environment's, and a
-    # reload that removes them leaves the environment's (an attacker's finding: the
-    # file's list replaced the environment's, silently un-gating what it named).
-    # `environment_approvals`: GORMES_REQUIRE_APPROVAL as the daemon found it at start.
-    required = [p for p in (environment_approvals or "").replace(",", " ").split() if p]
+        wanted[OUTAGE_AFTER_ENV] = str(settings.outage_after)
+    required = [p for p in wanted.get(REQUIRE_ENV, "").replace(",", " ").split() if p]
     required += [p for p in settings.require_approval if p not in required]
-    if required:
-        os.environ[REQUIRE_ENV] = ",".join(required)
-    else:
-        os.environ.pop(REQUIRE_ENV, None)
+    wanted[REQUIRE_ENV] = ",".join(required)
     if settings.approval_timeout_s is not None:
-        os.environ[TIMEOUT_ENV] = repr(settings.approval_timeout_s)
+        wanted[TIMEOUT_ENV] = repr(settings.approval_timeout_s)
     if settings.approval_on_timeout is not None:
-        os.environ[ON_TIMEOUT_ENV] = settings.approval_on_timeout
+        wanted[ON_TIMEOUT_ENV] = settings.approval_on_timeout
+    for name in SETTINGS_ENV:
+        if wanted.get(name):
+            os.environ[name] = wanted[name]
+        else:
+            os.environ.pop(name, None)
 
 
 class HandlerLoader:
@@ -237,10 +256,10 @@ class Daemon:
         handlers: HandlerRegistry,
         config_path: Path | None = None,
         overrides: Mapping[str, Any] | None = None,
-        environment_approvals: str | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         self.db = db
-        self.environment_approvals = environment_approvals  # GORMES_REQUIRE_APPROVAL at start
+        self.environment = environment_at_start() if environment is None else dict(environment)
         self.settings = settings
         self.notifier = notifier
         self.loader = loader
@@ -414,7 +433,7 @@ class Daemon:
         if settings.mcp_config != self.settings.mcp_config:
             log.warning("mcp_config changed: the MCP servers are started once, with the daemon; "
                         "restart it to use %s", settings.mcp_config)
-        apply_model_timeout(settings, self.environment_approvals)
+        apply_to_environment(settings, self.environment)
         old = self.worker
         self.settings, self.handlers = settings, handlers
         await self._start_worker(nursery)

@@ -3,7 +3,6 @@ process, ready for systemd (Type=notify); see gormes/daemon.py and docs/systemd.
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -62,8 +61,7 @@ def daemon(ctx: click.Context, config_path: Path | None, log_format: str, **opti
     handlers); SIGTERM drains (a second SIGTERM releases in-flight jobs at once).
     """
     # Lazy for start-up time: loaded when the command runs, not for its --help.
-    from gormes.actors.runs.approvals import REQUIRE_ENV
-    from gormes.daemon import Daemon, HandlerLoader, apply_model_timeout, load_settings
+    from gormes.daemon import Daemon, HandlerLoader, apply_to_environment, environment_at_start, load_settings
     from gormes.tools.sources import read_mcp_config
     from gormes.logging_setup import setup_logging
     from gormes.systemd import Notifier
@@ -81,15 +79,15 @@ def daemon(ctx: click.Context, config_path: Path | None, log_format: str, **opti
     loader = HandlerLoader()
     handlers = loader.load(settings.imports)
     read_mcp_config(settings.mcp_config)  # so is a bad MCP configuration
-    environment_approvals = os.environ.get(REQUIRE_ENV)  # the file's rules add to these
-    apply_model_timeout(settings, environment_approvals)
+    environment = environment_at_start()  # what the file's settings go over, at each reload too
+    apply_to_environment(settings, environment)
     notifier = Notifier.from_environment()
     # A SIGTERM that arrives before trio listens still ends us cleanly.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     import trio
 
     runner = Daemon(ctx.obj.target, settings, notifier=notifier, loader=loader, handlers=handlers,
-                    config_path=config_path, overrides=overrides, environment_approvals=environment_approvals)
+                    config_path=config_path, overrides=overrides, environment=environment)
     try:
         trio.run(runner.run)
     finally:

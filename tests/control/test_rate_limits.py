@@ -361,13 +361,13 @@ async def test_the_scripted_provider_is_not_guarded_unless_a_rule_names_it(store
 
 
 def test_the_daemons_settings_set_the_limits_for_every_run_it_drives(tmp_path, monkeypatch) -> None:
-    from gormes.daemon import apply_model_timeout, load_settings
+    from gormes.daemon import apply_to_environment, load_settings
 
     path = tmp_path / "daemon.toml"
     path.write_text('rate_limits = ["openai:gpt-4o=500rpm,200000tpm", "anthropic:*=50rpm"]\noutage_after = 3\n')
     monkeypatch.delenv("GORMES_RATE_LIMITS", raising=False)
     monkeypatch.delenv("GORMES_OUTAGE_AFTER", raising=False)
-    apply_model_timeout(load_settings(path, {}))
+    apply_to_environment(load_settings(path, {}))
     rules, after = rules_from_env(__import__("os").environ)
     assert [r.text() for r in rules.rules] == ["openai:gpt-4o=500rpm,200000tpm", "anthropic:*=50rpm"]
     assert after == 3
