@@ -30,6 +30,7 @@ import msgspec
 from gormes.errors import ConcurrencyError, UserError
 from gormes.events.base import Event, Recorded, UnknownEvent
 from gormes.events.codec import Codec, default_codec
+from gormes.events.inflate_guard import guarded_lines
 from gormes.events.json_nesting import checked_lines
 from gormes.events.sql_fragments import is_glob
 from gormes.events.sqlite_log import SQLiteLog
@@ -291,9 +292,10 @@ def iter_parsed(lines: Iterable[str | bytes], codec: Codec = default_codec) -> I
 
 
 @contextmanager
-def open_lines(path: str | Path) -> Iterator[IO[bytes]]:
+def open_lines(path: str | Path) -> Iterator[Iterable[bytes]]:
     """The lines of a JSONL file, gunzipped when it is compressed (an archived
-    segment); a `UserError` when it cannot be read."""
+    segment; refused if it inflates like a bomb, gormes/events/inflate_guard.py);
+    a `UserError` when it cannot be read."""
     try:
         with open(path, "rb") as raw:
             compressed = raw.read(2) == GZIP_MAGIC
@@ -302,7 +304,7 @@ def open_lines(path: str | Path) -> Iterator[IO[bytes]]:
                 yield raw
                 return
             with gzip.GzipFile(fileobj=raw) as unzipped:
-                yield unzipped  # type: ignore[misc]
+                yield guarded_lines(raw, unzipped, str(path))  # type: ignore[misc]
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
 

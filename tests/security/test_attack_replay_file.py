@@ -6,6 +6,7 @@ parents doubles at each level). A run of a tree is spawned once."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -43,3 +44,33 @@ def test_the_unedited_tree_replays_exactly(tmp_path: Path):
     done = run_gormes(tmp_path / "none.db", "replay", "--file", str(FIXTURE), timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("exact")
+
+
+def bomb(tmp_path: Path) -> Path:
+    """64 MiB of newlines in about 64 KiB of gzip (a thousand to one)."""
+    path = tmp_path / "bomb.jsonl.gz"
+    with gzip.GzipFile(path, "wb") as out:
+        for _ in range(64):
+            out.write(b"\n" * (1 << 20))
+    return path
+
+
+@pytest.mark.parametrize("command", [("replay", "--file"), ("import",)])
+def test_a_compression_bomb_is_refused_as_it_inflates(tmp_path: Path, command: tuple[str, ...]):
+    """Tried here: two megabytes of gzip holding two gigabytes of newlines
+    took `replay --file` to 19 GB of memory (the file was inflated whole) and past two
+    minutes; a line at a time, the newlines alone would take half an hour. Both
+    readers of a gzipped export refuse it within its first megabytes."""
+    db = tmp_path / "target.db"
+    done = run_gormes(db, *command, str(bomb(tmp_path)), timeout=60)
+    assert done.returncode == 2, done
+    line = assert_one_line_error(done)
+    assert "inflates more than 200 times its size" in line and "compression bomb" in line, line
+
+
+def test_a_gzipped_export_still_replays(tmp_path: Path):
+    archived = tmp_path / "subagents.jsonl.gz"
+    archived.write_bytes(gzip.compress(FIXTURE.read_bytes()))
+    done = run_gormes(tmp_path / "none.db", "replay", "--file", str(archived), timeout=60)
+    assert done.returncode == 0, done
+    assert done.stdout.startswith("exact"), done.stdout

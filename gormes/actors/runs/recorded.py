@@ -19,7 +19,6 @@ recorded, only their hashes, which replay compares with the requests it makes.)
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
 import operator
 from collections.abc import Iterable
@@ -33,7 +32,7 @@ from gormes.errors import InvalidEventData, UnknownEventType, UserError
 from gormes.events.base import Recorded, RedactedEvent, UnknownEvent
 from gormes.events.catalog import load_all
 from gormes.events.codec import default_codec
-from gormes.events.jsonl import GZIP_MAGIC
+from gormes.events.jsonl import open_lines
 from gormes.events.open import is_postgres_url
 from gormes.events.run_export import UnknownRun, run_stream_name
 from gormes.events.runs import (
@@ -326,35 +325,37 @@ class FileRuns:
     def __init__(self, path: str | Path) -> None:
         load_all()
         path = Path(path)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise UserError(f"{path}: no such file") from None
-        except OSError as exc:
-            raise UserError(f"cannot read {path}: {exc.strerror}") from None
-        if data[:2] == GZIP_MAGIC:  # an archived segment (`gormes retain`, decision 0029)
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError) as exc:
-                raise UserError(f"cannot read {path}: {exc}") from None
-        where = str(path)
+        if not path.exists():
+            raise UserError(f"{path}: no such file")
+        # Read a line at a time, keeping the runs' records only: the file's other
+        # streams are checked as they pass but take no memory.
+        where, runs = str(path), run_stream_name("")
         streams: dict[str, list[Recorded]] = {}
-        order: list[Recorded] = []
-        for number, text in enumerate(data.splitlines(), start=1):
-            if not text.strip():
-                continue
-            record = _decode_line(number, text, where)
-            streams.setdefault(record.stream, []).append(record)
-            order.append(record)
-        if not order:
+        started: list[RunStarted] = []
+        number, seen, ended = 0, 0, True
+        with open_lines(path) as lines:  # an archived segment is gzipped (decision 0029)
+            try:
+                for number, text in enumerate(lines, start=1):
+                    ended = text.endswith(b"\n")
+                    if not text.strip():
+                        continue
+                    record = _decode_line(number, text, where)
+                    seen += 1
+                    if record.stream.startswith(runs):
+                        streams.setdefault(record.stream, []).append(record)
+                    if isinstance(record.event, RunStarted):
+                        started.append(record.event)
+            except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream
+                raise UserError(f"cannot read {path}: {exc}") from None
+        if not seen:
             raise UserError(f"{where} holds no events")
-        if not data.endswith(b"\n"):
+        if not ended:
             # every exported line ends with a newline: a last line without one was cut off
-            raise UserError(f"{where} line {len(data.splitlines())}: the file ends mid-line (truncated?)")
+            raise UserError(f"{where} line {number}: the file ends mid-line (truncated?)")
         for records in streams.values():
             records.sort(key=lambda r: r.version)
         self._streams = streams
-        self._order = order
+        self._started = started
         self.path = path
 
     def load(self, run_id: str) -> RecordedRun:
@@ -365,7 +366,7 @@ class FileRuns:
 
     def root_run_id(self) -> str:
         """The first run in the file that no other run in it spawned."""
-        started = [r.event for r in self._order if isinstance(r.event, RunStarted)]
+        started = self._started
         if not started:
             raise UserError(f"{self.path} holds no run.started: not a run export")
         ids = {s.run_id for s in started}
