@@ -281,6 +281,9 @@ def summary(
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
     if argv[:1] == ["--case"]:
         case_main(int(argv[1]), int(argv[2]))
         return
@@ -289,6 +292,10 @@ def main(argv: list[str]) -> None:
 
         jobs_main(int(argv[1]), int(argv[2]) if len(argv) > 2 else TURN_DELAY_MS)
         return
+    unknown = [a for a in argv if a not in ("--quick", "--no-jobs")]
+    if unknown:  # a full run lasts minutes: a mistyped flag must not start one
+        print(f"concurrency.py: error: unknown argument {unknown[0]!r} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
     quick = "--quick" in argv
     no_jobs = "--no-jobs" in argv
     ratio_of = QUICK_RATIO if quick else FULL_RATIO
