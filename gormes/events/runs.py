@@ -210,6 +210,9 @@ class RunStarted(Event, tag="run.started", kw_only=True, gc=False):
     job_id: str | None = None
     forked_from: ForkOrigin | None = None
     max_depth: int = 3
+    # The spawns the run may make (a subagent's is its parent's cap); None in runs
+    # recorded before the cap existed, which had none.
+    max_children: int | None = None
     # A later attempt of the same agent job continuing this earlier run (decision 0011):
     # its observations up to the position were copied (replayed, not redone).
     resumed_from: ForkOrigin | None = None

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from gormes.providers.base import ModelReply, ModelRequest, ToolSpec
 
 DEFAULT_MAX_DEPTH = 3
+DEFAULT_MAX_CHILDREN = 32  # spawns one run may make: with the depth cap, a bound on a tree
 
 
 # -- what the context hands back ---------------------------------------------------
@@ -74,9 +75,16 @@ class ToolCallFailed(GormesError):
         self.message = message
 
 
+def spawn_cap_refusal(run_id: str, made: int, cap: int | None) -> str | None:
+    """Why one more spawn is refused by the run's cap on spawns, or None."""
+    if cap is None or made < cap:
+        return None
+    return f"spawn cap reached: run {run_id} has spawned {made} subagents, its cap (max_children {cap})"
+
+
 class SpawnRefused(UserError):
     """`ctx.spawn()` refused before starting anything (nothing recorded): the depth
-    cap is reached, or no run handler has that name."""
+    cap or the run's cap on spawns is reached, or no run handler has that name."""
 
 
 class ChildRun(ABC):
@@ -136,6 +144,10 @@ class RunIdentity:
         return self._identity.max_depth  # type: ignore[no-any-return]
 
     @property
+    def max_children(self) -> int | None:
+        return self._identity.max_children  # type: ignore[no-any-return]
+
+    @property
     def parent_run_id(self) -> str | None:
         return self._identity.parent_run_id  # type: ignore[no-any-return]
 
@@ -183,6 +195,11 @@ class RunContext(ABC):
     @abstractmethod
     def max_depth(self) -> int:
         """The depth cap: `spawn` is refused when `depth + 1 > max_depth`."""
+
+    @property
+    @abstractmethod
+    def max_children(self) -> int | None:
+        """The spawns this run may make (None: no cap, a run recorded before it)."""
 
     @property
     @abstractmethod
@@ -260,7 +277,7 @@ class RunContext(ABC):
         the parent's memory scope, the parent's model unless `model` is given, an
         allowlist that is `tools` narrowed to the parent's own allowlist, and a
         deadline no later than the parent's. Cancelling this run cancels the child. Raises
-        `SpawnRefused` past the depth cap or for an unknown handler (nothing recorded
+        `SpawnRefused` past the depth cap or the spawn cap, or for an unknown handler (nothing recorded
         on the run's stream; a live run audits the refusal, and each spawn it starts).
         """
 

@@ -62,7 +62,7 @@ from gormes.actors.runs.fork_replace import (
 from gormes.actors.runs.replay import Replayer, replay
 from gormes.actors.runs.replay_context import ReplayContext
 from gormes.actors.runs.recorded import RecordedRun, split_run
-from gormes.actors.runs.context import RunContext, handler_version
+from gormes.actors.runs.context import ChildRun, RunContext, handler_version
 from gormes.actors.runs.live import LiveRunContext, TokenSink
 from gormes.actors.runs.manager import LiveRun, RunManager, RunOutcome
 from gormes.errors import UserError
@@ -138,7 +138,15 @@ class ForkContext(ReplayContext):
         return None  # the prefix is used up: go live
 
     def go_live(self) -> RunContext:
+        # the live part counts the spawns the prefix served against the run's cap
+        self.live.spawns_made = max(self.live.spawns_made, self.spawns_made)
         return self.live
+
+    async def spawn(self, handler: str, input: Any, **options: Any) -> ChildRun:
+        if self.cursor >= len(self.recorded.observations):
+            # the prefix is used up: the live run's own checks, whose refusals are audited
+            return await self.go_live().spawn(handler, input, **options)
+        return await super().spawn(handler, input, **options)
 
     async def diverge(self, position: int, seq: int | None, recorded: str, asked: str) -> None:
         raise ForkDiverged(
@@ -149,6 +157,12 @@ class ForkContext(ReplayContext):
     async def served(self, record: Recorded, event: Any = None) -> None:
         with trio.CancelScope(shield=True):
             await self.store.append(self.stream, [event if event is not None else record.event])
+
+
+def _children_cap(started: RunStarted, manager: RunManager) -> int | None:
+    """The source's cap on spawns; a run recorded before the cap existed had none,
+    and its fork or resume, a new run, gets the manager's."""
+    return started.max_children if started.max_children is not None else manager.max_children
 
 
 def apply_overrides(input: Any, overrides: dict[str, Any]) -> Any:
@@ -231,7 +245,8 @@ async def fork_run(
     run = LiveRun(
         run_id=run_id or manager.new_id(), handler=started.handler,
         input=apply_overrides(started.input, overrides or {}), depth=started.depth,
-        max_depth=started.max_depth, trust=started.trust, memory_scope=started.scope, tools=started.tools,
+        max_depth=started.max_depth, max_children=_children_cap(started, manager), trust=started.trust,
+        memory_scope=started.scope, tools=started.tools,
         model=new_model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
         budgets=started.budgets,
     )
@@ -435,7 +450,7 @@ async def resume_run(
         on_start(run_id)
     run = LiveRun(
         run_id=run_id, handler=started.handler, input=started.input,
-        depth=started.depth, max_depth=started.max_depth,
+        depth=started.depth, max_depth=started.max_depth, max_children=_children_cap(started, manager),
         trust=started.trust if trust is None else narrower(started.trust, trust),
         memory_scope=started.scope if trust is None else memory_scope, tools=started.tools,
         model=started.model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,

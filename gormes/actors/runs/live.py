@@ -40,6 +40,7 @@ from gormes.actors.runs.context import (
     SpawnRefused,
     ToolCallFailed,
     UnknownRunHandler,
+    spawn_cap_refusal,
 )
 from gormes.actors.runs.request_record import RequestRecorder
 from gormes.actors.runs.spawn_audit import spawn_audited, spawn_digest, text_digest
@@ -257,6 +258,7 @@ class LiveRunContext(RunIdentity, RunContext):
         self._inbox_seq: int | None = None  # `_seq` just after that read's receipt (None: no read yet)
         self._read_ids: set[str] = set()
         self.children_nursery: trio.Nursery | None = None  # set by the driver
+        self.spawns_made = 0  # against `max_children` (a fork's starts at its prefix's)
         self._as_caller: Caller | None = None
         # a resumed run: which earlier children its live spawns take over
         self.child_resumption: ChildResumption | None = None
@@ -543,6 +545,10 @@ class LiveRunContext(RunIdentity, RunContext):
             refused = f"depth cap reached: run {self.run_id} is at depth {self.depth} of {self.max_depth}"
             await self._audit_spawn_refused(digest, "denied", "SpawnRefused", refused)
             raise SpawnRefused(refused)
+        capped = spawn_cap_refusal(self.run_id, self.spawns_made, self.max_children)
+        if capped is not None:
+            await self._audit_spawn_refused(digest, "denied", "SpawnRefused", capped)
+            raise SpawnRefused(capped)
         try:
             self._manager.handlers.get(handler)
         except UnknownRunHandler as exc:
@@ -563,6 +569,7 @@ class LiveRunContext(RunIdentity, RunContext):
         await self.record_observation(lambda seq: RunChildSpawned(
             seq=seq, child_run_id=child_id, handler=handler, input=input, tools=asked_tools, model=model,
         ), audit=spawn_audited(self._caller(), digest, at=int(self._manager.clock() * 1000)))
+        self.spawns_made += 1
         child = await self._manager.start_child(
             self, run_id=child_id, handler=handler, input=input, tools=child_tools,
             model=child_model, deadline_s=deadline_s, resume=resumable,

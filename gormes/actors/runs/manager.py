@@ -31,6 +31,7 @@ from gormes.actors.runs import collector
 from gormes.actors.runs.actor import RUN, RunNotFound, SendMessage
 from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
 from gormes.actors.runs.context import (
+    DEFAULT_MAX_CHILDREN,
     DEFAULT_MAX_DEPTH,
     RunContext,
     RunHandler,
@@ -93,6 +94,7 @@ class LiveRun:
     input: Any
     depth: int = 0
     max_depth: int = DEFAULT_MAX_DEPTH
+    max_children: int | None = DEFAULT_MAX_CHILDREN
     trust: str = "operator"
     # The memory scope its tool calls are pinned to (`run.started`'s `scope`; the
     # name `scope` is the cancel scope's, below).
@@ -150,6 +152,7 @@ class LiveRun:
             parent_run_id=self.parent_run_id, depth=self.depth, deadline_s=self.deadline_s,
             tools=self.tools, model=self.model, max_iterations=self.max_iterations,
             trust=self.trust, job_id=self.job_id, forked_from=forked_from, max_depth=self.max_depth,
+            max_children=self.max_children,
             resumed_from=resumed_from, process=this_process(), scope=self.memory_scope,
             external_tools=external_tools, budgets=self.budgets,
         )
@@ -191,6 +194,7 @@ class RunManager:
         random: Callable[[], float] = _random.random,
         ids: Callable[[], str] = new_id,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        max_children: int | None = DEFAULT_MAX_CHILDREN,  # None: no cap
         llm_retries: int | None = None,  # None: GORMES_MODEL_RETRIES, else 3
         llm_backoff_s: float = 0.2,
         provider_limits: ProviderLimits | None = None,  # None: GORMES_RATE_LIMITS, GORMES_OUTAGE_AFTER
@@ -204,6 +208,7 @@ class RunManager:
         self.random = random
         self.new_id = ids
         self.max_depth = max_depth
+        self.max_children = max_children
         self.llm_retries = model_retries(llm_retries, os.environ)
         self.llm_backoff_s = llm_backoff_s
         # rate limits, shared back-off, outage guard: asked around each model request
@@ -285,7 +290,7 @@ class RunManager:
                 run_id=run_id or self.new_id(), handler=handler, input=input, trust=trust,
                 memory_scope=memory_scope, tools=None if tools is None else tuple(tools), model=model,
                 max_iterations=max_iterations, deadline_s=deadline_s, job_id=job_id,
-                max_depth=self.max_depth if max_depth is None else max_depth,
+                max_depth=self.max_depth if max_depth is None else max_depth, max_children=self.max_children,
                 outside_reason=outside_reason, budgets=budgets,
             )
             ctx = LiveRunContext(self, run, provider, token_sink=token_sink, job=job)
@@ -311,7 +316,8 @@ class RunManager:
         fn = self.handlers.get(handler)
         run = LiveRun(
             run_id=run_id, handler=handler, input=input, depth=parent.depth + 1,
-            max_depth=parent.max_depth, trust=narrower(parent_run.trust, CHILD_TRUST),
+            max_depth=parent.max_depth, max_children=parent_run.max_children,
+            trust=narrower(parent_run.trust, CHILD_TRUST),
             memory_scope=parent_run.memory_scope, tools=tools, model=model,
             max_iterations=parent_run.max_iterations, deadline_s=deadline_s, job_id=parent_run.job_id,
             parent=parent_run,

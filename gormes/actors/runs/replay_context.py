@@ -56,6 +56,7 @@ from gormes.actors.runs.context import (
     SpawnRefused,
     ToolCallFailed,
     UnknownRunHandler,
+    spawn_cap_refusal,
 )
 from gormes.actors.runs.approvals import replay_gate
 from gormes.actors.runs.live import reply_from_record, tool_specs
@@ -137,6 +138,7 @@ class ReplayContext(RunIdentity, RunContext):
         self.scope = trio.CancelScope()
         self.until = replayer.until
         self.cursor = 0  # observations served
+        self.spawns_made = 0  # spawns served, against `max_children`
         self.stop: str | None = None
         self.divergence: Divergence | None = None
         self.redacted: Recorded | None = None  # the redacted observation it stopped at
@@ -378,6 +380,9 @@ class ReplayContext(RunIdentity, RunContext):
     ) -> ChildRun:
         if self.depth + 1 > self.max_depth:
             raise SpawnRefused(f"depth cap reached: run {self.run_id} is at depth {self.depth} of {self.max_depth}")
+        capped = spawn_cap_refusal(self.run_id, self.spawns_made, self.max_children)
+        if capped is not None:
+            raise SpawnRefused(capped)
         try:
             self.replayer.handlers.get(handler)
         except UnknownRunHandler as exc:
@@ -393,6 +398,7 @@ class ReplayContext(RunIdentity, RunContext):
             return await self.go_live().spawn(handler, input, tools=tools, model=model, deadline_s=deadline_s)
         if self.copies:
             await self.served(record)
+        self.spawns_made += 1
         child = ReplayChildRun(self, record.event, self.replayer.start_child(self, record.event))  # type: ignore[arg-type]
         self.children.append(child)
         return child

@@ -148,3 +148,66 @@ async def test_run_started_records_the_run_options(store):
     assert isinstance(started, RunStarted)
     assert (started.tools, started.max_iterations, started.deadline_s, started.depth, started.trust) == (
         ("fs.read",), 4, 9.0, 0, "operator")
+
+
+@handler("spawner")
+async def spawner(ctx, input):
+    made = []
+    for n in range(input["n"]):
+        await ctx.log(f"spawn {n}")  # an observation between two spawns: a place to fork at
+        try:
+            child = await ctx.spawn("leaf", {"n": n})
+        except SpawnRefused as exc:
+            made.append(str(exc))
+            continue
+        made.append((await child.result()).result)
+    return made
+
+
+@handler("leaf")
+async def leaf(ctx, input):
+    return input["n"]
+
+
+async def log_position(store, run_id: str, message: str) -> int:
+    (record,) = [r for r in await store.read_stream(f"run-{run_id}") if getattr(r.event, "message", None) == message]
+    return record.position
+
+
+async def test_the_spawn_cap_refuses_a_spawn_and_replays_exactly(store):
+    from gormes.actors.runs.recorded import DatabaseRuns
+    from gormes.actors.runs.replay import replay
+
+    async with RunManager.open(store, handlers=handlers, max_children=2) as runs:
+        outcome = await runs.run("spawner", {"n": 3})
+    assert outcome.result[:2] == [0, 1]
+    assert outcome.result[2] == f"spawn cap reached: run {outcome.run_id} has spawned 2 subagents, its cap (max_children 2)"
+    events = await run_events(store, outcome.run_id)
+    assert isinstance(events[0], RunStarted) and events[0].max_children == 2
+    assert sum(isinstance(e, RunChildSpawned) for e in events) == 2
+    for child_id in (e.child_run_id for e in events if isinstance(e, RunChildSpawned)):
+        assert (await run_events(store, child_id))[0].max_children == 2  # the parent's cap
+    with DatabaseRuns(store.path) as source:
+        report = await replay(source, outcome.run_id, registry=None, handlers=handlers)
+    assert report.exact, report
+
+
+@pytest.mark.parametrize(("recorded_cap", "fork_at", "expected"), [
+    (2, "spawn 1", [0, 1, "capped"]),  # the live part spawns one more, then reaches the cap
+    (2, "spawn 2", [0, 1, "capped"]),  # the prefix's two spawns count in the live part
+    (None, "spawn 2", [0, 1, "capped"]),  # a run recorded with no cap: its fork has the manager's
+])
+async def test_a_fork_counts_the_spawns_its_prefix_served(store, recorded_cap, fork_at, expected):
+    from gormes.actors.runs.continuation import fork_run
+
+    async with RunManager.open(store, handlers=handlers, max_children=recorded_cap) as runs:
+        source = await runs.run("spawner", {"n": 3})
+    async with RunManager.open(store, handlers=handlers, max_children=2) as runs:
+        forked = await fork_run(runs, source.run_id, at=await log_position(store, source.run_id, fork_at))
+    result = forked.outcome.result
+    assert [r if isinstance(r, int) else "capped" for r in result] == expected, result
+    assert "spawn cap reached" in result[2]
+    denied = [r.event for r in await store.read_all(types=["audit.operation"])
+              if r.event.operation == "agent.spawn" and r.event.outcome == "denied"
+              and r.event.caller == f"run-{forked.run_id}"]
+    assert len(denied) == 1  # the fork's own refusal, audited

@@ -1,0 +1,50 @@
+"""A run's spawns are capped (`max_children`, 32 by default; a subagent has its
+parent's cap). Tried here: one model turn asking for forty subagents started all
+forty, and each could ask for as many, to the depth cap: a turn's tool calls were
+a tree of tens of thousands of runs, bounded by nothing but a budget, if one was
+set. A spawn past the cap is refused like one past the depth cap: the model is
+told, the refusal is audited as denied, and the run replays exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_helpers import rows, run_gormes
+
+from gormes.actors.runs.context import DEFAULT_MAX_CHILDREN
+
+ASKED = DEFAULT_MAX_CHILDREN + 8
+SCRIPT = {"model": "scripted", "agents": [
+    {"match": "start", "replies": [
+        {"tool_calls": [{"name": "agent.spawn", "arguments": {"prompt": f"child {i}"}} for i in range(ASKED)]},
+        {"text": "done"},
+    ]},
+    {"match": "child", "replies": [{"text": "a child's answer"}]},
+]}
+
+
+def test_a_turn_cannot_spawn_past_the_runs_cap(tmp_path: Path):
+    db, script = tmp_path / "g.db", tmp_path / "wide.json"
+    script.write_text(json.dumps(SCRIPT))
+    done = run_gormes(db, "run", "agent", "--prompt", "start", "--model", f"scripted:{script}", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    started = rows(db, "SELECT json_extract(data, '$.run_id'), json_extract(data, '$.depth'),"
+                       " json_extract(data, '$.max_children') FROM events WHERE type = 'run.started'")
+    assert len(started) == 1 + DEFAULT_MAX_CHILDREN
+    assert {cap for *_, cap in started} == {DEFAULT_MAX_CHILDREN}  # recorded, and the children's is their parent's
+    refused = rows(db, "SELECT json_extract(data, '$.error') FROM events WHERE type = 'audit.operation'"
+                       " AND json_extract(data, '$.operation') = 'agent.spawn'"
+                       " AND json_extract(data, '$.outcome') = 'denied'")
+    assert len(refused) == ASKED - DEFAULT_MAX_CHILDREN
+    assert all(e.startswith("SpawnRefused: spawn cap reached") and f"max_children {DEFAULT_MAX_CHILDREN}" in e
+               for (e,) in refused), refused
+    root = next(run for run, depth, _ in started if depth == 0)
+    # the model was told, in the tool results its next request carried
+    turns = rows(db, "SELECT data FROM events WHERE type = 'run.llm_turn'"
+                     f" AND stream = 'run-{root}' ORDER BY position")
+    assert len(turns) == 2 and turns[1][0].count("spawn cap reached") == ASKED - DEFAULT_MAX_CHILDREN, turns[1]
+    before = rows(db, "SELECT count(*) FROM events")
+    replayed = run_gormes(db, "replay", root, timeout=300)
+    assert replayed.returncode == 0 and replayed.stdout.splitlines()[-1].startswith("exact"), replayed
+    assert rows(db, "SELECT count(*) FROM events") == before
