@@ -4,12 +4,13 @@ what each budget has spent, holds and may spend.
     watch = ControlWatch(store)
     approvals, budgets = await watch.read(now=time.time(), pricing=table)
 
-Cheap reads only, one read connection a refresh: the `approvals` stream and each
-`budget-<id>` stream (the budget index says which exist) are read from where the
-previous refresh left them, and folded onto what was folded before
-(gormes/events/approvals.py `fold_approvals`, gormes/control/budget_rules.py
-`fold`), so a refresh reads only the events that are new. The rows and their
-drawing are pure; deciding goes through the operations (gormes/dashboard/steer.py).
+Cheap reads only, one read connection a refresh: the pending approvals, through
+the approvals index (gormes/projections/approval_index.py: the pending ones'
+events, never the whole stream), and each `budget-<id>` stream (the budget index
+says which exist), read from where the previous refresh left it and folded onto
+what was folded before (gormes/control/budget_rules.py `fold`), so a refresh reads
+only the budget events that are new. The rows and their drawing are pure;
+deciding goes through the operations (gormes/dashboard/steer.py).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from rich.text import Text
 
 from gormes.control.budget_book import view
 from gormes.control.budget_rules import BudgetState, fold
-from gormes.events.approvals import APPROVALS_STREAM, Approval, fold_approvals
+from gormes.events.approvals import Approval
 from gormes.events.budgets import INDEX_STREAM, BudgetIndexed, budget_stream
 from gormes.events.store import EventStore
 from gormes.printable import printable
+from gormes.projections.approval_index import approvals_on
 from gormes.providers import pricing as prices
 from gormes.providers.pricing import PricingTable
 
@@ -90,18 +92,17 @@ def budget_row(state: BudgetState, table: PricingTable, now: float) -> BudgetRow
 
 
 class ControlWatch:
-    """The approvals and budgets streams as last read; each `read` reads what is newer."""
+    """The budgets streams as last read; each `read` reads what is newer, and the
+    pending approvals."""
 
     def __init__(self, store: EventStore) -> None:
         self.store = store
-        self._approval_events: list[tuple[int, Any]] = []
-        self._approvals_version = 0
         self._index_version = 0
         self._budget_ids: list[str] = []
         self._budgets: dict[str, BudgetState] = {}
 
-    def _read(self, log: Any) -> tuple[list[Any], list[Any], dict[str, list[Any]]]:
-        approvals = log.read_stream(APPROVALS_STREAM, self._approvals_version)
+    def _read(self, log: Any) -> tuple[dict[str, Approval], list[Any], dict[str, list[Any]]]:
+        approvals = approvals_on(log.sql, log.decode, status="pending")
         index = log.read_stream(INDEX_STREAM, self._index_version)
         known = set(self._budget_ids)
         ids = self._budget_ids + [r.event.budget_id for r in index
@@ -114,9 +115,6 @@ class ControlWatch:
 
     async def read(self, *, now: float, pricing: PricingTable) -> tuple[tuple[ApprovalRow, ...], tuple[BudgetRow, ...]]:
         approvals, index, budgets = await self.store.read_with(self._read)
-        if approvals:
-            self._approval_events += [(r.position, r.event) for r in approvals]
-            self._approvals_version = approvals[-1].version
         if index:
             self._index_version = index[-1].version
         for budget_id, records in budgets.items():
@@ -126,7 +124,7 @@ class ControlWatch:
             self._budgets[budget_id] = fold(budget_id, [r.event for r in records], known)
         rows = tuple(budget_row(self._budgets[b], pricing, now) for b in sorted(self._budget_ids)
                      if self._budgets[b].exists)
-        return pending_rows(fold_approvals(self._approval_events), now), rows
+        return pending_rows(approvals, now), rows
 
 
 # -- drawing (pure) ----------------------------------------------------------------------

@@ -5,15 +5,15 @@ deployment's list of names and patterns: decision 0033). When a run calls one, i
 records, in one transaction:
 
 - on its own stream the observation `run.approval_requested` (replay serves it);
-- on the stream `approvals` (every approval's request and decision, so that
-  `gormes approvals list` reads one stream, never the log) `approval.requested`:
+- on the stream `approvals` (every approval's request, decision and claim, read
+  by id and by status through its index: decision 0057) `approval.requested`:
   the operation, its arguments, who asks (the run, its job, its trust class) and
   why it needs approval, with the timeout policy that applies;
 - an audit event.
 
 The decision is `approval.decided` on `approvals` (approved, denied, or timed_out:
-who, when, why), appended in the transaction that read the stream and found the
-request still pending, so exactly one decision stands. The run then records the
+who, when, why), appended in the transaction that read the request and found it
+still pending, so exactly one decision stands. The run then records the
 decision it was served as `run.approval_decided` on its own stream, so a replay
 (or a resumed attempt) serves the same decision and never asks again. In the
 same transaction it claims the decision with `approval.used` on `approvals`: a
@@ -119,7 +119,9 @@ class Approval(msgspec.Struct, frozen=True, kw_only=True):
 def fold_approvals(events: list[tuple[int, Event]]) -> dict[str, Approval]:
     """(position, event) pairs of the `approvals` stream, in order -> approvals by id.
     A decision for an unknown id, or a second decision, is ignored (the writers
-    never make one: they decide in the transaction that read the stream)."""
+    never make one: they decide in the transaction that read the request). Each
+    approval is folded from its own events alone, so the pairs may be only some
+    approvals' events (what the index reads)."""
     approvals: dict[str, Approval] = {}
     for position, event in events:
         if isinstance(event, ApprovalRequested):

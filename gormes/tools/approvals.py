@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gormes.actors.runs.approval_book import decide_in, read_approvals
+from gormes.actors.runs.approval_book import decide_in, read_approval, read_approvals
 from gormes.events.approvals import Approval
 from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec, OperationUnavailable
 
@@ -87,10 +87,9 @@ def _store(ctx: OperationContext):  # noqa: ANN202 - the EventStore protocol
 
 
 async def approval_list(ctx: OperationContext, value: ApprovalListInput) -> ApprovalList:
-    approvals = list((await read_approvals(_store(ctx))).values())
-    approvals.sort(key=lambda a: a.requested_position, reverse=True)
-    chosen = [a for a in approvals if value.status == "all" or a.status == value.status]
-    return ApprovalList(approvals=[view(a) for a in chosen[: value.limit]])
+    chosen = list((await read_approvals(_store(ctx), status=value.status, limit=value.limit)).values())
+    chosen.reverse()  # newest first
+    return ApprovalList(approvals=[view(a) for a in chosen])
 
 
 def _decider(ctx: OperationContext) -> str:
@@ -109,7 +108,9 @@ async def _decide(ctx: OperationContext, value: ApprovalDecideInput, decision: L
         ctx.seal_into(tx)  # the decision and its audit record commit together
 
     await store.transact(decide)
-    return view((await read_approvals(store))[value.id])
+    decided = await read_approval(store, value.id)
+    assert decided is not None  # decided just now
+    return view(decided)
 
 
 async def approval_approve(ctx: OperationContext, value: ApprovalDecideInput) -> ApprovalView:

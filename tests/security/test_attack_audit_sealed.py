@@ -21,7 +21,7 @@ from cli_helpers import REPO, cli_env, rows, run_gormes
 KILLED_AFTER_COMMIT = {
     "approve": """
 import gormes.tools.approvals as approvals
-approvals.read_approvals = killed  # read right after the deciding transaction
+approvals.read_approval = killed  # read right after the deciding transaction
 """,
     "append": """
 import gormes.tools.log_admin as log_admin

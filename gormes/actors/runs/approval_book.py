@@ -1,9 +1,12 @@
 """The approvals stream: reading it, deciding a request, timing requests out.
 
 Every approval's request and decision is on the one stream `approvals`
-(gormes/events/approvals.py), so a listing reads one stream. A decision is made
-in the transaction that read the stream and found the request pending, appended
-with the version it read: exactly one decision stands, whoever races. The same
+(gormes/events/approvals.py). They are read through the approvals index
+(gormes/projections/approval_index.py, decision 0057): one approval from its own
+events, a listing from the approvals it lists, never the whole stream. Each
+transaction here first indexes what was appended since the last one. A decision
+is made in the transaction that read the request and found it pending, under the
+store's write lock: exactly one decision stands, whoever races. The same
 transaction resumes the job the request parked (gormes/actors/jobs/parking.py),
 so a decision never misses its job and a job never misses its decision.
 
@@ -24,12 +27,15 @@ from gormes.actors.jobs.parking import unpark_in
 from gormes.errors import UserError
 from gormes.events.approvals import (
     APPROVALS_STREAM, Approval, ApprovalDecided, ApprovalRequested, ApprovalUsed, Decision,
-    RunApprovalDecided, fold_approvals,
+    RunApprovalDecided,
 )
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.audit_chain import append_sealed
+from gormes.events.base import Recorded
+from gormes.events.codec import default_codec
 from gormes.events.runs import run_stream
 from gormes.events.store import AppendRequest, EventStore, Transaction
+from gormes.projections import approval_index
 
 TIMEOUT_BY = "system:approval-timeout"
 
@@ -47,17 +53,35 @@ def approval_key(approval_id: str) -> str:
     return f"approval-{approval_id}"
 
 
-def _fold(records: Sequence[Any]) -> dict[str, Approval]:
-    return fold_approvals([(r.position, r.event) for r in records])
+def _decode(rows: Sequence[Any]) -> list[Recorded]:
+    return default_codec.decode_rows(rows, Recorded)
 
 
-def approvals_in(tx: Transaction) -> dict[str, Approval]:
-    return _fold(tx.read_stream(APPROVALS_STREAM))
+def _indexed(tx: Transaction) -> Any:
+    """The transaction's connection, with the approvals index caught up."""
+    tx.flush()  # what this transaction appended so far is indexed too
+    conn = tx.conn
+    approval_index.catch_up(conn, _decode)
+    return conn
 
 
-async def read_approvals(store: EventStore) -> dict[str, Approval]:
-    """Every approval by id, oldest first (one stream read)."""
-    return _fold(await store.read_stream(APPROVALS_STREAM))
+def approval_in(tx: Transaction, approval_id: str) -> Approval | None:
+    return approval_index.approval_on(_indexed(tx), _decode, approval_id)
+
+
+def pending_in(tx: Transaction) -> dict[str, Approval]:
+    return approval_index.approvals_on(_indexed(tx), _decode, status="pending")
+
+
+async def read_approval(store: EventStore, approval_id: str) -> Approval | None:
+    return await store.read_with(lambda log: approval_index.approval_on(log.sql, log.decode, approval_id))
+
+
+async def read_approvals(store: EventStore, *, status: str = "all", limit: int | None = None) -> dict[str, Approval]:
+    """The newest `limit` approvals of `status` (pending, approved, denied,
+    timed_out, or all) by id, oldest first."""
+    return await store.read_with(
+        lambda log: approval_index.approvals_on(log.sql, log.decode, status=status, limit=limit))
 
 
 def _expired(approval: Approval, now: int) -> bool:
@@ -68,7 +92,7 @@ def _expired(approval: Approval, now: int) -> bool:
 def claim_in(tx: Transaction, now: int, approval_id: str, run_id: str) -> bool:
     """Claim a decided request's decision for `run_id`'s call (`approval.used`), in
     `tx`; False, nothing written, when another run's call has used it already."""
-    approval = approvals_in(tx).get(approval_id)
+    approval = approval_in(tx, approval_id)
     if approval is not None and approval.used_by is not None:
         return approval.used_by == run_id
     if approval is not None and _served_before_claims(tx, approval, run_id):
@@ -92,8 +116,7 @@ def decide_in(
 ) -> ApprovalDecided:
     """Decide a pending request in `tx` and resume the job it parked, if any. A
     request past its timeout is timed out first and `ApprovalNotPending` raised."""
-    approvals = approvals_in(tx)
-    approval = approvals.get(approval_id)
+    approval = approval_in(tx, approval_id)
     if approval is None:
         raise UnknownApproval(f"no approval request {approval_id!r} (see `gormes approvals list`)")
     if _expired(approval, now) and decision != "timed_out":
@@ -121,7 +144,7 @@ def decision_in(tx: Transaction, now: int, approval_id: str) -> tuple[ApprovalDe
     """(the request's decision, whether it was recorded just now): a request past
     its timeout is timed out here. (None, False) while it is pending: what a parker
     checks before it parks."""
-    approval = approvals_in(tx).get(approval_id)
+    approval = approval_in(tx, approval_id)
     if approval is None:
         raise UnknownApproval(f"no approval request {approval_id!r}")
     if approval.decision is not None:
@@ -151,15 +174,23 @@ async def audit_timeout(store: EventStore, decision: ApprovalDecided, request: A
 
 async def expire_due(store: EventStore, now: int) -> list[ApprovalDecided]:
     """Time out every pending request past its timeout, resuming the jobs they
-    parked (a worker's sweep); reads the stream first and writes only when one is due."""
-    due = [a for a in (await read_approvals(store)).values() if _expired(a, now)]
-    if not due:
+    parked (a worker's sweep). Reads the pending requests first, and writes only
+    when one is due or the index lags the stream: so the sweep also keeps the
+    index caught up with requests nobody has decided yet, and builds it on a
+    database an older gormes wrote."""
+
+    def look(log: Any) -> tuple[bool, bool]:
+        pending = approval_index.approvals_on(log.sql, log.decode, status="pending")
+        return any(_expired(a, now) for a in pending.values()), approval_index.lags(log.sql)
+
+    due, lags = await store.read_with(look)
+    if not due and not lags:
         return []
 
     def run(tx: Transaction) -> list[tuple[ApprovalDecided, ApprovalRequested]]:
         return [
             (_decide(tx, now, a, "timed_out", TIMEOUT_BY, "no decision before its timeout"), a.request)
-            for a in approvals_in(tx).values() if _expired(a, now)
+            for a in pending_in(tx).values() if _expired(a, now)
         ]
 
     decided = await store.transact(run)

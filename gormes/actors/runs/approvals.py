@@ -45,7 +45,7 @@ import trio
 
 from gormes.actors.jobs.parking import park
 from gormes.actors.runs.approval_book import (
-    approval_key, audit_timeout, claim_in, decision_in, expire, read_approvals,
+    approval_key, audit_timeout, claim_in, decision_in, expire, read_approval,
 )
 from gormes.errors import GormesError, UserError
 from gormes.events.approvals import (
@@ -155,7 +155,7 @@ class ApprovalGate:
         approval_id = ctx.approvals_waiting.pop((operation, args_hash), None)
         if approval_id is not None:  # a resumed run (a fork): the request is in its replayed prefix
             # (a decision that served another run's call already is not claimed below: asked again)
-            request = (await read_approvals(self.store))[approval_id].request
+            request = (await _approval(self.store, approval_id)).request
         else:
             why = self.policy.why(spec)
             if why is None:
@@ -174,7 +174,7 @@ class ApprovalGate:
             if decided is not None:
                 return refusal(decided)  # type: ignore[arg-type]
             # another run's call (a fork waiting on the same request) used the decision first
-            approval = (await read_approvals(self.store))[claimed]
+            approval = await _approval(self.store, claimed)
             request = await self._request(ctx, operation, args_text, args_hash, asked_again(approval))
 
     async def gate_call(self, caller: Caller, spec: OperationSpec, value: Any) -> str | None:
@@ -254,7 +254,7 @@ class ApprovalGate:
             version = await store.stream_version(APPROVALS_STREAM)
             if version != seen:
                 seen = version
-                approval = (await read_approvals(store)).get(request.approval_id)
+                approval = await read_approval(store, request.approval_id)
                 if approval is not None and approval.decision is not None:
                     return approval.decision
             left = math.inf if request.expires_at is None else request.expires_at / 1000 - self.clock()
@@ -266,6 +266,13 @@ class ApprovalGate:
                 left = 0.05  # pragma: no cover - the clock said due, the stream not yet
             with trio.move_on_after(left):
                 await store.wait_for_change(generation)
+
+
+async def _approval(store: EventStore, approval_id: str) -> Approval:
+    approval = await read_approval(store, approval_id)
+    if approval is None:  # pragma: no cover - its request is in the run's record
+        raise KeyError(approval_id)
+    return approval
 
 
 def asked_again(approval: Approval) -> str:

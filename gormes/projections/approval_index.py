@@ -1,0 +1,166 @@
+"""The approvals index: which events of the stream `approvals` are whose, and which
+requests are pending (decision 0057).
+
+    approval_index(position, approval_id, status)
+
+One row per event of `approvals`: its position, and the approval it is about
+(NULL for an event that names none, one redacted before it was indexed). A
+request's row also holds the approval's status (`pending`, then the decision:
+`approved`, `denied`, `timed_out`); the other rows hold NULL. So one approval's
+events are found by its id, and the pending ones by their status, whatever the
+number of approvals the stream holds.
+
+Every read folds the events the rows point at with `fold_approvals`, the fold of
+the whole stream: the fold of one approval never looks at another approval's
+events, so what a read returns is what the whole stream's fold says of those
+approvals. The status column only chooses which approvals a listing folds.
+
+The index is caught up, not kept inline: a write transaction of the approval book
+first indexes the events of `approvals` past the last one indexed (`catch_up`),
+whoever appended them (a run's request, `gormes append`, an older gormes). A read
+that may not write folds those events itself (the tail). A database no write has
+indexed yet (written by an older gormes) has no table: its reads fold the whole
+stream, as they did, until the first write transaction builds it.
+
+Plain blocking functions over one connection (`?` SQL: an sqlite3 connection or
+PostgreSQL's PortableConnection), given the function that decodes stored rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from gormes.events.approvals import (
+    APPROVALS_STREAM, Approval, ApprovalDecided, ApprovalRequested, ApprovalUsed, fold_approvals,
+)
+from gormes.events.base import Recorded
+from gormes.events.log_sql import COLUMNS, READ_STREAM, STREAM_VERSION
+from gormes.events.postgres_sql import POSTGRES, dialect_of
+from gormes.events.sql_fragments import one_of
+from gormes.projections.bookkeeping import has_table
+
+TABLE = "approval_index"
+PAGE = 5000  # events indexed per query while catching up (a first build folds the whole stream)
+EVERY = 1 << 62  # no limit
+
+Decode = Callable[[Sequence[Any]], list[Recorded]]
+
+_TABLE = ("CREATE TABLE IF NOT EXISTS approval_index("
+          "position {integer} PRIMARY KEY, approval_id TEXT, status TEXT)")
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS approval_index_id ON approval_index(approval_id, position)",
+    "CREATE INDEX IF NOT EXISTS approval_index_status ON approval_index(status, position)"
+    " WHERE status IS NOT NULL",
+)
+# The version of `approvals` indexed: that of the event at the last position indexed.
+_FOLDED = ("SELECT coalesce((SELECT version FROM events WHERE position ="
+           " (SELECT max(position) FROM approval_index)), 0)")
+_PAGE = f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? ORDER BY version LIMIT ?"
+_INSERT = "INSERT INTO approval_index(position, approval_id, status) VALUES (?, ?, ?)"
+# `status || ''`: found by its id, never by the status index (SQLite, with no
+# statistics, would walk every pending request's entry instead).
+_DECIDE = "UPDATE approval_index SET status = ? WHERE approval_id = ? AND status || '' = 'pending'"
+_OF_STATUS = "SELECT approval_id FROM approval_index WHERE status = ? ORDER BY position DESC LIMIT ?"
+_OF_ANY_STATUS = "SELECT approval_id FROM approval_index WHERE status IS NOT NULL ORDER BY position DESC LIMIT ?"
+_EVENTS_OF = ("SELECT {columns} FROM approval_index a JOIN events e ON e.position = a.position"
+              " WHERE {ids} ORDER BY e.position")
+
+
+def _about(event: Any) -> str | None:
+    if isinstance(event, (ApprovalRequested, ApprovalDecided, ApprovalUsed)):
+        return event.approval_id
+    return None
+
+
+def apply(conn: Any, records: Sequence[Recorded]) -> None:
+    """Index events of `approvals`, in position order, after those indexed before.
+    Every request's row is `pending`; a decision sets the status of its request's
+    rows that are still pending (the first decision stands, as in the fold)."""
+    conn.executemany(_INSERT, [
+        (r.position, _about(r.event), "pending" if isinstance(r.event, ApprovalRequested) else None)
+        for r in records
+    ])
+    decided = [(r.event.decision, r.event.approval_id) for r in records if isinstance(r.event, ApprovalDecided)]
+    if decided:
+        conn.executemany(_DECIDE, decided)
+
+
+def create(conn: Any) -> None:
+    integer = "BIGINT" if dialect_of(conn) == POSTGRES else "INTEGER"
+    for statement in (_TABLE.format(integer=integer), *_INDEXES):
+        conn.execute(statement)
+
+
+def _folded(conn: Any) -> int:
+    return conn.execute(_FOLDED).fetchone()[0]
+
+
+def catch_up(conn: Any, decode: Decode) -> None:
+    """Build the index if it is missing and index every event of `approvals` past
+    the last one indexed. Call inside a write transaction, after its appends so
+    far were sent (`Transaction.flush`)."""
+    if not has_table(conn, TABLE):
+        create(conn)
+    while True:
+        rows = conn.execute(_PAGE, (APPROVALS_STREAM, _folded(conn), PAGE)).fetchall()
+        if not rows:
+            return
+        apply(conn, decode(rows))
+
+
+def lags(conn: Any) -> bool:
+    """Whether `approvals` holds events the index has not indexed (or it has events
+    and there is no index yet)."""
+    version = conn.execute(STREAM_VERSION, (APPROVALS_STREAM,)).fetchone()[0]
+    return version > (_folded(conn) if has_table(conn, TABLE) else 0)
+
+
+def _events_of(conn: Any, approval_ids: Iterable[str]) -> list[Any]:
+    ids = sorted(set(approval_ids))
+    if not ids:
+        return []
+    params: list[Any] = []
+    where = one_of(conn, "a.approval_id", ids, params)
+    columns = ", ".join(f"e.{c}" for c in COLUMNS.split(", "))
+    return conn.execute(_EVENTS_OF.format(columns=columns, ids=where), params).fetchall()
+
+
+def _fold(records: Iterable[Recorded]) -> dict[str, Approval]:
+    by_position = {r.position: r.event for r in records}  # a tail and the index may both hold one
+    return fold_approvals(sorted(by_position.items(), key=lambda pair: pair[0]))
+
+
+def approval_on(conn: Any, decode: Decode, approval_id: str) -> Approval | None:
+    """One approval, from its own events (and those the index has not indexed yet)."""
+    if not has_table(conn, TABLE):
+        return _fold(decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, 0)).fetchall())).get(approval_id)
+    tail = conn.execute(READ_STREAM, (APPROVALS_STREAM, _folded(conn))).fetchall()
+    return _fold(decode(tail + _events_of(conn, [approval_id]))).get(approval_id)
+
+
+def approvals_on(conn: Any, decode: Decode, *, status: str = "all", limit: int | None = None) -> dict[str, Approval]:
+    """The newest `limit` approvals of `status` (pending, approved, denied,
+    timed_out, or all), oldest first: the index chooses them, their events say
+    what they are. The version indexed is read before the tail, and the tail
+    before the rows: the events a read misses are newer than all it has."""
+    limit = EVERY if limit is None else limit
+    if not has_table(conn, TABLE):
+        records = decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, 0)).fetchall())
+        return _chosen(_fold(records), status, limit)
+    tail = decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, _folded(conn))).fetchall())
+    # The tail's decisions may take as many of the indexed pending out of the listing.
+    wanted = min(EVERY, limit + len(tail))
+    if status == "all":
+        chosen = conn.execute(_OF_ANY_STATUS, (wanted,)).fetchall()
+    else:
+        chosen = conn.execute(_OF_STATUS, (status, wanted)).fetchall()
+    ids = {approval_id for (approval_id,) in chosen}
+    ids.update(i for r in tail if (i := _about(r.event)) is not None)
+    return _chosen(_fold([*tail, *decode(_events_of(conn, ids))]), status, limit)
+
+
+def _chosen(approvals: dict[str, Approval], status: str, limit: int) -> dict[str, Approval]:
+    kept = [a for a in approvals.values() if status == "all" or a.status == status]
+    kept.sort(key=lambda a: a.requested_position)
+    return {a.request.approval_id: a for a in kept[max(0, len(kept) - limit):]}
