@@ -57,10 +57,14 @@ DEFAULT_RETRIES = 3
 def model_retries(retries: int | None, env: Mapping[str, str]) -> int:
     """How many times a run retries a model request that failed retryably (each
     attempt recorded as run.llm_failed): `retries`, else `GORMES_MODEL_RETRIES`, else 3."""
-    source, value = ("the retries", retries) if retries is not None else (
-        "GORMES_MODEL_RETRIES", env.get("GORMES_MODEL_RETRIES"))
+    return count_setting(retries, "the retries", env, "GORMES_MODEL_RETRIES", DEFAULT_RETRIES)
+
+
+def count_setting(given: int | None, name: str, env: Mapping[str, str], variable: str, default: int) -> int:
+    """A count of 0 or more: `given`, else the environment's `variable`, else `default`."""
+    source, value = (name, given) if given is not None else (variable, env.get(variable))
     if value is None or value == "":
-        return DEFAULT_RETRIES
+        return default
     try:
         number = int(value)
     except (TypeError, ValueError):

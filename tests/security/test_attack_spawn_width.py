@@ -1,9 +1,9 @@
-"""A run's spawns are capped (`max_children`, 32 by default; a subagent has its
-parent's cap). Tried here: one model turn asking for forty subagents started all
-forty, and each could ask for as many, to the depth cap: a turn's tool calls were
-a tree of tens of thousands of runs, bounded by nothing but a budget, if one was
-set. A spawn past the cap is refused like one past the depth cap: the model is
-told, the refusal is audited as denied, and the run replays exactly."""
+"""A run's spawns are capped (`max_children`: 100 by default, GORMES_MAX_CHILDREN;
+a subagent has its parent's cap). Tried here: one model turn asking for 108
+subagents started all of them, and each could ask for as many, to the depth cap:
+nothing bounded a tree's size but a token budget, if one was set. A spawn past
+the cap is refused like one past the depth cap: the model is told, the refusal
+is audited as denied, and the run replays exactly."""
 
 from __future__ import annotations
 
@@ -48,3 +48,19 @@ def test_a_turn_cannot_spawn_past_the_runs_cap(tmp_path: Path):
     replayed = run_gormes(db, "replay", root, timeout=300)
     assert replayed.returncode == 0 and replayed.stdout.splitlines()[-1].startswith("exact"), replayed
     assert rows(db, "SELECT count(*) FROM events") == before
+
+
+def test_the_cap_is_set_by_gormes_max_children_and_a_bad_one_is_one_line(tmp_path: Path):
+    import subprocess
+
+    from cli_helpers import REPO, assert_one_line_error, cli_env, gormes_command
+
+    db, script = tmp_path / "g.db", tmp_path / "wide.json"
+    script.write_text(json.dumps(SCRIPT))
+    command = gormes_command(db, "run", "agent", "--prompt", "start", "--model", f"scripted:{script}")
+    for value, code in (("3", 0), ("many", 2)):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO,
+                              env=cli_env() | {"GORMES_MAX_CHILDREN": value})
+        assert done.returncode == code, done
+    assert "GORMES_MAX_CHILDREN must be a whole number, not 'many'" in assert_one_line_error(done)
+    assert rows(db, "SELECT count(*) FROM events WHERE type = 'run.started'") == [(1 + 3,)]

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from gormes.providers.base import ModelReply, ModelRequest, ToolSpec
 
 DEFAULT_MAX_DEPTH = 3
-DEFAULT_MAX_CHILDREN = 32  # spawns one run may make: with the depth cap, a bound on a tree
+DEFAULT_MAX_CHILDREN = 100  # spawns one run may make (GORMES_MAX_CHILDREN)
+MAX_CHILDREN_ENV = "GORMES_MAX_CHILDREN"
 
 
 # -- what the context hands back ---------------------------------------------------

@@ -33,6 +33,7 @@ from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
 from gormes.actors.runs.context import (
     DEFAULT_MAX_CHILDREN,
     DEFAULT_MAX_DEPTH,
+    MAX_CHILDREN_ENV,
     RunContext,
     RunHandler,
     RunHandlerRegistry,
@@ -61,7 +62,7 @@ from gormes.events.runs import (
 from gormes.events.store import NO_STREAM, EventStore, Transaction
 from gormes.ops.spec import narrower
 from gormes.providers import open_provider
-from gormes.providers.config import model_retries
+from gormes.providers.config import count_setting, model_retries
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.context import JobContext
@@ -194,7 +195,7 @@ class RunManager:
         random: Callable[[], float] = _random.random,
         ids: Callable[[], str] = new_id,
         max_depth: int = DEFAULT_MAX_DEPTH,
-        max_children: int | None = DEFAULT_MAX_CHILDREN,  # None: no cap
+        max_children: int | None = None,  # None: GORMES_MAX_CHILDREN, else 100
         llm_retries: int | None = None,  # None: GORMES_MODEL_RETRIES, else 3
         llm_backoff_s: float = 0.2,
         provider_limits: ProviderLimits | None = None,  # None: GORMES_RATE_LIMITS, GORMES_OUTAGE_AFTER
@@ -208,7 +209,8 @@ class RunManager:
         self.random = random
         self.new_id = ids
         self.max_depth = max_depth
-        self.max_children = max_children
+        self.max_children = count_setting(max_children, "max_children", os.environ, MAX_CHILDREN_ENV,
+                                          DEFAULT_MAX_CHILDREN)
         self.llm_retries = model_retries(llm_retries, os.environ)
         self.llm_backoff_s = llm_backoff_s
         # rate limits, shared back-off, outage guard: asked around each model request
@@ -285,7 +287,7 @@ class RunManager:
         top_job = job is not None and job.id == job_id and job.parent_id is None
         with _in_flight_from_here():
             budgets = await applicable(self.store, budget, job_id=job_id, scope=memory_scope,
-                                       job_has_parent=not top_job)
+                                       job_has_parent=not top_job, trust=trust)
             run = LiveRun(
                 run_id=run_id or self.new_id(), handler=handler, input=input, trust=trust,
                 memory_scope=memory_scope, tools=None if tools is None else tuple(tools), model=model,
