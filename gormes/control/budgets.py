@@ -9,7 +9,8 @@ settles to what it used after (decision 0030).
 A run is charged to the budgets named on its `run.started` (`budgets`): the one
 it was started with, `job:<its job>`, `job:<each ancestor job>` (the job tree: the
 `parent_id` chain in the ledger, any depth, so a child job's runs pay into the
-budget of the job that submitted it) and `scope:<its memory scope>` when those
+budget of the job that submitted it), `scope:<its memory scope>` and
+`trust:<its trust class>` (for a gateway's or an agent's run: `class_budget`) when those
 exist (`applicable`); its subagents, resumes and forks carry the same ones, so
 no child escapes its parent's budget. A run charged to none pays nothing here.
 
@@ -99,6 +100,15 @@ def job_budget(job_id: str) -> str:
     return f"job:{job_id}"
 
 
+# The trust classes a budget may cap as a whole (`trust:<class>`): those whose
+# runs others start, and whose names (a gateway's scope) they choose.
+CLASS_BUDGETED = ("gateway", "child-agent")
+
+
+def class_budget(trust: str) -> str | None:
+    return f"trust:{trust}" if trust in CLASS_BUDGETED else None
+
+
 MAX_TREE_DEPTH = 1000  # ancestors looked up at most (a bound on a chain, never reached)
 
 # The job's ancestors, nearest first: the ledger's parent_id chain (primary-key
@@ -119,20 +129,23 @@ def job_ancestors(conn: Any, job_id: str) -> list[str]:
 
 
 async def applicable(store: EventStore, budget: str | None, *, job_id: str | None,
-                     scope: str | None, job_has_parent: bool = True) -> tuple[str, ...]:
+                     scope: str | None, job_has_parent: bool = True, trust: str | None = None) -> tuple[str, ...]:
     """The budgets a top-level run is charged to: `budget` (which must exist), and
-    `job:<job_id>`, `job:<ancestor>` for each job above it in its tree, and
-    `scope:<scope>` if they do. One read; none for a run with neither a budget, a
-    job nor a scope. `job_has_parent` False (the caller knows the job is a tree's
-    top): its ancestors are not looked up, and the read is one query."""
-    if budget is None and job_id is None and scope is None:
+    `job:<job_id>`, `job:<ancestor>` for each job above it in its tree,
+    `scope:<scope>` and `trust:<its trust class>` (a gateway's or an agent's:
+    CLASS_BUDGETED) if they do. One read; none for a run with neither a budget, a
+    job, a scope nor such a class. `job_has_parent` False (the caller knows the job
+    is a tree's top): its ancestors are not looked up, and the read is one query."""
+    whole_class = class_budget(trust) if trust is not None else None
+    if budget is None and job_id is None and scope is None and whole_class is None:
         return ()
 
     def look(log: Any) -> tuple[list[str], list[int]]:
         above = job_ancestors(log.sql, job_id) if job_id and job_has_parent else []
         jobs = [job_id, *above] if job_id else []
         names = list(dict.fromkeys(n for n in (budget, *map(job_budget, jobs),
-                                               scope_budget(scope) if scope else None) if n is not None))
+                                               scope_budget(scope) if scope else None, whole_class)
+                                   if n is not None))
         streams = [budget_stream(n) for n in names]
         versions = log.stream_versions(streams)
         return names, [versions[s] for s in streams]

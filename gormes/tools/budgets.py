@@ -22,8 +22,9 @@ OPERATOR = frozenset({"operator"})
 
 BudgetId = Annotated[str, msgspec.Meta(
     min_length=1, max_length=200,
-    description="The budget's id: a name given to runs and jobs, job:JOB_ID (that job's runs) "
-                "or scope:NAME (every run of that memory scope).")]
+    description="The budget's id: a name given to runs and jobs, job:JOB_ID (that job's runs), "
+                "scope:NAME (every run of that memory scope) or trust:gateway / trust:child-agent "
+                "(every run of that trust class).")]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 

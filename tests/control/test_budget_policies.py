@@ -223,3 +223,25 @@ def test_bad_input_is_one_line_and_changes_nothing(tmp_path) -> None:
     assert json.loads(after.stdout) == json.loads(before.stdout)
     listed = run_gormes(db, "budget", "list", "--json")
     assert [b["id"] for b in json.loads(listed.stdout)["budgets"]] == ["b"]
+
+
+async def test_a_budget_on_a_trust_class_caps_every_gateway_whatever_its_name(store, tmp_path) -> None:
+    """A gateway's scope is `chat:mcp-<the name it gives>`, so `scope:chat:mcp-alice`
+    capped a client until it reconnected as `alice2`. `trust:gateway` caps every
+    gateway's runs, and their subagents', together; an operator's runs pay nothing
+    into it."""
+    book = BudgetBook(store)
+    await book.set("trust:gateway", tokens=420)  # a first turn holds 199 tokens, a second 362
+    async with RunManager.open(store, handlers=handlers) as runs:
+        first = await runs.run("two_turns", None, model=two_replies(tmp_path), trust="gateway",
+                               memory_scope="chat:mcp-alice")
+        renamed = await runs.run("two_turns", None, model=two_replies(tmp_path), trust="gateway",
+                                 memory_scope="chat:mcp-alice2")
+        operator = await runs.run("two_turns", None, model=two_replies(tmp_path))
+    assert first.result == {"first": "a", "second": "b"}  # each turn used 30: 60 spent
+    assert renamed.result["refused"] == "BudgetExceeded" and "trust:gateway" in renamed.result["why"]
+    assert operator.result == {"first": "a", "second": "b"}
+    for outcome, budgets in ((first, ("trust:gateway",)), (renamed, ("trust:gateway",)), (operator, ())):
+        started = (await events_of(store, run_stream(outcome.run_id)))[0]
+        assert isinstance(started, RunStarted) and started.budgets == budgets
+    assert (await book.get("trust:gateway")).spent_tokens == 90
