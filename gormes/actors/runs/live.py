@@ -566,10 +566,14 @@ class LiveRunContext(RunIdentity, RunContext):
                 from gormes.actors.runs.continuation import resumable_run
 
                 resumable = await resumable_run(self._manager, earlier)
-        await self.record_observation(lambda seq: RunChildSpawned(
-            seq=seq, child_run_id=child_id, handler=handler, input=input, tools=asked_tools, model=model,
-        ), audit=spawn_audited(self._caller(), digest, at=int(self._manager.clock() * 1000)))
-        self.spawns_made += 1
+        self.spawns_made += 1  # before the await: a spawn of another of the run's tasks counts it
+        try:
+            await self.record_observation(lambda seq: RunChildSpawned(
+                seq=seq, child_run_id=child_id, handler=handler, input=input, tools=asked_tools, model=model,
+            ), audit=spawn_audited(self._caller(), digest, at=int(self._manager.clock() * 1000)))
+        except BaseException:
+            self.spawns_made -= 1  # not recorded: not made
+            raise
         child = await self._manager.start_child(
             self, run_id=child_id, handler=handler, input=input, tools=child_tools,
             model=child_model, deadline_s=deadline_s, resume=resumable,

@@ -213,3 +213,30 @@ async def test_a_fork_counts_the_spawns_its_prefix_served(store, recorded_cap, f
               if r.event.operation == "agent.spawn" and r.event.outcome == "denied"
               and r.event.caller == f"run-{forked.run_id}"]
     assert len(denied) == 1  # the fork's own refusal, audited
+
+
+@handler("spawns_at_once")
+async def spawns_at_once(ctx, input):
+    results: list = []
+
+    async def one(n: int) -> None:
+        try:
+            child = await ctx.spawn("leaf", {"n": n})
+        except SpawnRefused:
+            results.append("refused")
+            return
+        results.append((await child.result()).result)
+
+    async with trio.open_nursery() as nursery:
+        for n in range(input["n"]):
+            nursery.start_soon(one, n)
+    return sorted(results, key=str)
+
+
+async def test_spawns_made_at_once_by_several_tasks_keep_to_the_cap(store):
+    async with RunManager.open(store, handlers=handlers, max_children=2) as runs:
+        outcome = await runs.run("spawns_at_once", {"n": 6})
+    assert outcome.status == "completed"
+    assert outcome.result.count("refused") == 4
+    events = await run_events(store, outcome.run_id)
+    assert sum(isinstance(e, RunChildSpawned) for e in events) == 2
