@@ -1,10 +1,12 @@
 """A change and its audit record commit together: a `gormes approve`, `gormes
-append`, `gormes import`, `gormes jobs submit` or `gormes cron add` SIGKILLed right
-after its change committed still left its audit record (an attacker's window: the
-executor used to append the record after the handler returned, so a kill there
-left an approval, events written by hand, a job or a schedule that no audit
-record names). The first three seal it themselves; the job queue's commands and
-the actors' `ask` take the call's seal (gormes/events/audit_seal.py)."""
+append`, `gormes import`, `gormes jobs submit`, `gormes cron add`, `gormes run`,
+`gormes fork` or `gormes runs resume` SIGKILLed right after its change committed
+still left its audit record (an attacker's window: the executor used to append
+the record after the handler returned, so a kill there left an approval, events
+written by hand, a job, a schedule or a run that no audit record names). The
+first three seal it themselves; the job queue's commands and the actors' `ask`
+take the call's seal (gormes/events/audit_seal.py); a run start hands it to the
+task that appends `run.started` (gormes/actors/runs/start_record.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,10 @@ jobs.summary = killed_now  # built right after the queue's transaction
     "cron": """
 import gormes.tools.cron as cron
 cron._view = killed_now  # built right after the schedule's transaction
+""",
+    "run start": """
+import gormes.tools.run_admin as run_admin
+run_admin.RunStarter.started = killed_now  # kept right after the run's start committed
 """,
 }
 PREAMBLE = """
@@ -125,4 +131,47 @@ def test_a_schedule_added_and_killed_after_its_commit_is_audited(tmp_path: Path)
     killed_after_commit(db, "cron", "cron", "add", "nightly", "--schedule", "0 3 * * *", "--job", "echo")
     [(added_at,)] = rows(db, "SELECT position FROM events WHERE stream GLOB 'cron-*'")
     assert audits_after(db, added_at) == [("cron.add", "ok")]
+    ok(db, "audit", "verify")
+
+
+def started_runs(db: Path, expected: int) -> list[tuple[str, int]]:
+    started = rows(db, "SELECT stream, position FROM events WHERE type = 'run.started' ORDER BY position")
+    assert len(started) == expected, "the run's start was not durable when the call returned"
+    return started
+
+
+def scripted(tmp_path: Path, name: str, replies: list[dict]) -> str:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"agents": [{"replies": replies}]}))
+    return f"scripted:{path}"
+
+
+def test_a_run_started_and_killed_after_its_start_committed_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    model = scripted(tmp_path, "m", [{"text": "done"}])
+    killed_after_commit(db, "run start", "run", "agent", "--prompt", "hi", "--model", model)
+    [(_, started_at)] = started_runs(db, 1)
+    assert audits_after(db, started_at) == [("run.start", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_fork_killed_after_its_start_committed_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    model = scripted(tmp_path, "m", [{"tool_calls": [{"name": "time.now", "arguments": {}}]}, {"text": "done"}])
+    source = json.loads(ok(db, "run", "agent", "--prompt", "hi", "--model", model, "--json"))["run_id"]
+    [(first_turn,)] = rows(db, "SELECT min(position) FROM events WHERE type = 'run.llm_turn'")
+    killed_after_commit(db, "run start", "fork", source, "--at", str(first_turn), "--yes")
+    [_, (_, forked_at)] = started_runs(db, 2)
+    assert audits_after(db, forked_at) == [("run.fork", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_resume_killed_after_its_start_committed_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    model = scripted(tmp_path, "m", [{"text": "done"}])
+    killed_after_commit(db, "run start", "run", "agent", "--prompt", "hi", "--model", model)
+    [(stream, _)] = started_runs(db, 1)  # no end, its process gone: it may be resumed
+    killed_after_commit(db, "run start", "runs", "resume", stream.removeprefix("run-"))
+    [_, (_, resumed_at)] = started_runs(db, 2)
+    assert audits_after(db, resumed_at) == [("run.resume", "ok")]
     ok(db, "audit", "verify")
