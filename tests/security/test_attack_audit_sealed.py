@@ -41,6 +41,10 @@ jobs.summary = killed_now  # built right after the queue's transaction
 import gormes.tools.cron as cron
 cron._view = killed_now  # built right after the schedule's transaction
 """,
+    "remember": """
+import gormes.tools.memory as memory
+memory.RememberOutput = killed_now  # built right after the remembering transaction
+""",
     "run start": """
 import gormes.tools.run_admin as run_admin
 run_admin.RunStarter.started = killed_now  # kept right after the run's start committed
@@ -174,4 +178,17 @@ def test_a_resume_killed_after_its_start_committed_is_audited(tmp_path: Path) ->
     killed_after_commit(db, "run start", "runs", "resume", stream.removeprefix("run-"))
     [_, (_, resumed_at)] = started_runs(db, 2)
     assert audits_after(db, resumed_at) == [("run.resume", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_memory_remembered_and_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    ok(db, "append", "notes-1", "note.added", "--data", '{"text": "a"}')  # the database exists
+    remembered = {"fact": "Ada writes programs", "subject": "Ada",
+                  "relation": {"subject": "Ada", "predicate": "works with", "object": "Charles"}}
+    killed_after_commit(db, "remember", "ops", "call", "memory.remember", json.dumps(remembered))
+    written = rows(db, "SELECT type, position FROM events WHERE stream GLOB 'memory-*' ORDER BY position")
+    assert [t for t, _ in written] == ["memory.entity_observed"] * 2 + ["memory.relationship_observed",
+                                      "memory.entity_observed", "memory.fact_recorded"]
+    assert audits_after(db, written[-1][1]) == [("memory.remember", "ok")]
     ok(db, "audit", "verify")
