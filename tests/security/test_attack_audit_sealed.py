@@ -18,6 +18,8 @@ from pathlib import Path
 
 from cli_helpers import REPO, cli_env, rows, run_gormes
 
+from gormes.events.redaction import CHUNK
+
 # Each script kills its own process at the first step after the change's
 # transaction committed, then runs the CLI command given.
 KILLED_AFTER_COMMIT = {
@@ -44,6 +46,23 @@ cron._view = killed_now  # built right after the schedule's transaction
     "remember": """
 import gormes.tools.memory as memory
 memory.RememberOutput = killed_now  # built right after the remembering transaction
+""",
+    "redact": """
+import gormes.projections.redaction as projections
+projections.catch_up = killed  # folded again right after the last chunk's transaction
+""",
+    "redact between chunks": """
+import gormes.tools.log_redact as log_redact
+redact_in = log_redact.redact_in
+chunks = []
+
+def killed_in_the_second(tx, *args, **kwargs):  # in the second chunk's transaction, before its commit
+    chunks.append(1)
+    if len(chunks) == 2:
+        killed_now()
+    return redact_in(tx, *args, **kwargs)
+
+log_redact.redact_in = killed_in_the_second
 """,
     "run start": """
 import gormes.tools.run_admin as run_admin
@@ -191,4 +210,36 @@ def test_a_memory_remembered_and_killed_after_its_commit_is_audited(tmp_path: Pa
     assert [t for t, _ in written] == ["memory.entity_observed"] * 2 + ["memory.relationship_observed",
                                       "memory.entity_observed", "memory.fact_recorded"]
     assert audits_after(db, written[-1][1]) == [("memory.remember", "ok")]
+    ok(db, "audit", "verify")
+
+
+def noted(tmp_path: Path, db: Path, count: int) -> None:
+    """`count` events on stream notes-1."""
+    lines = tmp_path / "notes.jsonl"
+    lines.write_text("".join(
+        json.dumps({"stream": "notes-1", "type": "note.added", "data": {"text": str(i)}}) + "\n" for i in range(count)
+    ))
+    ok(db, "import", str(lines))
+
+
+def test_a_redaction_killed_after_its_last_chunk_committed_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    noted(tmp_path, db, CHUNK + 10)  # two chunks
+    killed_after_commit(db, "redact", "redact", "--stream", "notes-1", "--reason", "erasure request")
+    [_, (last_chunk,)] = rows(db, "SELECT position FROM events WHERE type = 'log.redacted' ORDER BY position")
+    redacted = "SELECT count(*) FROM events WHERE stream = 'notes-1' AND json_extract(data, '$.redacted') IS NOT NULL"
+    assert rows(db, redacted) == [(CHUNK + 10,)]
+    assert audits_after(db, last_chunk) == [("log.redact", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_redaction_killed_between_its_chunks_claims_no_success(tmp_path: Path) -> None:
+    """Its record is sealed with the last chunk, never with the first: a call killed
+    midway leaves the first chunk's `log.redacted` record, and no `ok`."""
+    db = tmp_path / "g.db"
+    noted(tmp_path, db, CHUNK + 10)
+    [(before,)] = rows(db, "SELECT max(position) FROM events")
+    killed_after_commit(db, "redact between chunks", "redact", "--stream", "notes-1", "--reason", "erasure request")
+    assert len(rows(db, "SELECT position FROM events WHERE type = 'log.redacted'")) == 1
+    assert audits_after(db, before) == []
     ok(db, "audit", "verify")
