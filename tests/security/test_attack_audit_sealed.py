@@ -64,6 +64,14 @@ def killed_in_the_second(tx, *args, **kwargs):  # in the second chunk's transact
 
 log_redact.redact_in = killed_in_the_second
 """,
+    "feedback": """
+import gormes.tools.skills_admin as skills_admin
+skills_admin.FeedbackRecorded = killed_now  # built right after the recording transaction
+""",
+    "select": """
+import gormes.tools.skills_admin as skills_admin
+skills_admin.Selected = killed_now  # built right after the recording transaction
+""",
     "run start": """
 import gormes.tools.run_admin as run_admin
 run_admin.RunStarter.started = killed_now  # kept right after the run's start committed
@@ -242,4 +250,26 @@ def test_a_redaction_killed_between_its_chunks_claims_no_success(tmp_path: Path)
     killed_after_commit(db, "redact between chunks", "redact", "--stream", "notes-1", "--reason", "erasure request")
     assert len(rows(db, "SELECT position FROM events WHERE type = 'log.redacted'")) == 1
     assert audits_after(db, before) == []
+    ok(db, "audit", "verify")
+
+
+def a_run(tmp_path: Path, db: Path) -> str:
+    model = scripted(tmp_path, "m", [{"text": "done"}])
+    return json.loads(ok(db, "run", "agent", "--prompt", "hi", "--model", model, "--json"))["run_id"]
+
+
+def test_skill_feedback_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    killed_after_commit(db, "feedback", "skills", "feedback", a_run(tmp_path, db), "replay-forensics", "good")
+    [(fed_at,)] = rows(db, "SELECT position FROM events WHERE type = 'skill.feedback'")
+    assert audits_after(db, fed_at) == [("skills.feedback", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_skill_selection_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    run_id = a_run(tmp_path, db)
+    killed_after_commit(db, "select", "skills", "route", "why did my run fail", "--candidates", "--run", run_id)
+    [(selected_at,)] = rows(db, "SELECT max(position) FROM events WHERE type = 'skill.selected'")
+    assert audits_after(db, selected_at) == [("skills.select", "ok")]
     ok(db, "audit", "verify")
