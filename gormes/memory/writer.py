@@ -41,7 +41,7 @@ from gormes.projections.memory import ENTITIES, FACTS, RELATIONSHIPS
 
 if TYPE_CHECKING:
     from gormes.events.base import Event
-    from gormes.events.store import AppendResult, EventStore
+    from gormes.events.store import AppendResult, EventStore, Transaction
 
 EVIDENCE_EXCERPT = 280
 
@@ -182,8 +182,20 @@ class MemoryWriter:
         self.store = store
         self.clock = clock
 
-    async def append(self, scope: str, events: Sequence[Event]) -> AppendResult:
-        return await self.store.append(memory_stream(check_scope(scope)), list(events))
+    async def append(self, scope: str, events: Sequence[Event], *,
+                     seal: Callable[[Transaction], None] | None = None) -> AppendResult:
+        """`seal(tx)`: also written in the append's transaction (an operation call's
+        audit record, `OperationContext.seal_into`)."""
+        stream = memory_stream(check_scope(scope))
+        if seal is None:
+            return await self.store.append(stream, list(events))
+
+        def write(tx: Transaction) -> AppendResult:
+            appended = tx.append(stream, list(events))
+            seal(tx)
+            return appended
+
+        return await self.store.transact(write)
 
     async def add_entity(self, scope: str, name: str, source: Source, *, kind: str = "thing",
                          aliases: Sequence[str] = ()) -> MemoryEntityObserved:

@@ -1,6 +1,8 @@
 """Recording skill use: a selection tied to the run that used it, and a person's
 feedback on it. Both are events on the skill's stream; the `skill_usage`
 projection (gormes/projections/skill_usage.py) joins them with the run's outcome.
+A recording is one transaction; `seal(tx)`, given, is written in it too (an
+operation call's audit record, `OperationContext.seal_into`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from gormes.events.runs import run_stream
+from gormes.events.store import AppendRequest
 from gormes.events.skills import (
     FeedbackVerdict,
     SkillFeedback,
@@ -22,7 +25,8 @@ from gormes.skillbook.errors import SkillsError
 from gormes.skillbook.resolver import Match
 
 if TYPE_CHECKING:
-    from gormes.events.store import EventStore
+    from gormes.events.audit_seal import Seal
+    from gormes.events.store import AppendResult, EventStore, Transaction
 
 
 class UnknownRun(SkillsError):
@@ -54,21 +58,34 @@ def selection_event(run_id: str, match: Match, phrase: str | None) -> SkillSelec
     )
 
 
-async def record_selections(store: EventStore, run_id: str, matches: list[Match], phrase: str | None) -> list[int]:
-    """Append one `skill.selected` per match (each on its skill's stream); their positions."""
-    positions = []
-    for match in matches:
-        appended = await store.append(skill_stream(match.skill), [selection_event(run_id, match, phrase)])
-        positions.append(appended.last_position)
-    return positions
+async def record_selections(
+    store: EventStore, run_id: str, matches: list[Match], phrase: str | None, *, seal: Seal | None = None,
+) -> list[int]:
+    """Append one `skill.selected` per match (each on its skill's stream), all or
+    none; their positions."""
+    requests = [AppendRequest(skill_stream(m.skill), [selection_event(run_id, m, phrase)]) for m in matches]
+    return [a.last_position for a in await _recorded(store, requests, seal)]
 
 
-async def record_feedback(store: EventStore, run_id: str, skill: str, verdict: FeedbackVerdict, note: str = "") -> int:
+async def record_feedback(
+    store: EventStore, run_id: str, skill: str, verdict: FeedbackVerdict, note: str = "", *, seal: Seal | None = None,
+) -> int:
     await require_run(store, run_id)
-    appended = await store.append(
-        skill_stream(skill), [SkillFeedback(run_id=run_id, skill=skill, verdict=verdict, note=note)]
-    )
+    event = SkillFeedback(run_id=run_id, skill=skill, verdict=verdict, note=note)
+    [appended] = await _recorded(store, [AppendRequest(skill_stream(skill), [event])], seal)
     return appended.last_position
+
+
+async def _recorded(store: EventStore, requests: list[AppendRequest], seal: Seal | None) -> list[AppendResult]:
+    if seal is None:
+        return await store.append_many(requests)
+
+    def write(tx: Transaction) -> list[AppendResult]:
+        appended = tx.append_many(requests)
+        seal(tx)
+        return appended
+
+    return await store.transact(write)
 
 
 async def read_usage(store: EventStore, skill: str | None = None) -> list[UsageRow]:

@@ -11,11 +11,17 @@ projections that may hold the text, all in one commit, so a process killed
 between two leaves a log where every redaction made is whole (run it again to
 finish: what is redacted already is skipped). Then the emptied projections are
 folded again and, on SQLite, the WAL is truncated (`reclaim`).
+
+log.redact's audit record is sealed into the last chunk's transaction, the one
+that completes the redaction (when it redacted anything): never into an earlier
+one, whose record would say `ok` for a call that may yet fail or be killed
+midway. A process killed between two chunks leaves the chunks done with their
+`log.redacted` records (by whom, why, which positions) and no `audit.operation`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import msgspec
@@ -54,20 +60,29 @@ def by_of(ctx: OperationContext) -> str:
     return f"{ctx.caller.trust}:{ctx.caller.id}"
 
 
-async def erase(store: EventStore, positions: Sequence[int], *, by: str, reason: str) -> Redaction:
-    """Redact `positions` (see the module doc)."""
+async def erase(
+    store: EventStore, positions: Sequence[int], *, by: str, reason: str,
+    seal: Callable[[Transaction], None] | None = None,
+) -> Redaction:
+    """Redact `positions` (see the module doc); `seal(tx)` is written in the last
+    chunk's transaction if that chunk redacted anything (the call's audit record)."""
     wanted = sorted(set(positions))
     done: list[int] = []
     streams: set[str] = set()
     emptied: list[str] = []
     for i in range(0, len(wanted), CHUNK):
         chunk = wanted[i : i + CHUNK]
+        last = i + CHUNK >= len(wanted)
 
-        def write(tx: Transaction, chunk: list[int] = chunk) -> tuple[list[int], set[str], list[str]]:
+        def write(
+            tx: Transaction, chunk: list[int] = chunk, last: bool = last,
+        ) -> tuple[list[int], set[str], list[str]]:
             record = redact_in(tx, chunk, by=by, reason=reason)
             if record is None:
                 return [], set(), []
             names = projections.reset_affected(tx, record.entries)
+            if last and seal is not None:
+                seal(tx)
             return [e.position for e in record.entries], {e.stream for e in record.entries}, names
 
         got, in_streams, names = await store.transact(write)
@@ -99,7 +114,7 @@ async def redact(ctx: OperationContext, value: RedactInput) -> Redaction:
         if not 1 <= position <= await store.head():
             raise UserError(f"no event at position {position}")
         positions = [position]
-    return await erase(store, positions, by=by_of(ctx), reason=value.reason)
+    return await erase(store, positions, by=by_of(ctx), reason=value.reason, seal=ctx.seal_into)
 
 
 SPECS = (

@@ -18,9 +18,10 @@ from typing import Annotated
 
 import msgspec
 
-from gormes.events.memory import Origin, is_valid_scope
+from gormes.events.base import Event
+from gormes.events.memory import MemoryFactRecorded, MemoryRelationshipObserved, Origin, is_valid_scope
 from gormes.memory.extractor import ExtractResult, extract_run
-from gormes.memory.writer import MemoryInputError, MemoryWriter, Source
+from gormes.memory.writer import MemoryInputError, MemoryWriter, Source, fact_events, relationship_events
 from gormes.ops.spec import (
     Caller,
     OperationContext,
@@ -144,16 +145,23 @@ async def memory_remember(ctx: OperationContext, value: RememberInput) -> Rememb
     caller = ctx.caller
     source = Source(origin=Origin(run_id=caller.run_id, artifact=None if caller.run_id else f"caller:{caller.id}"),
                     kind="manual", trust=caller.trust, confidence=value.confidence)
-    writer = MemoryWriter(_store(ctx), clock=ctx.clock)
+    now = ctx.clock()
+    events: list[Event] = []
     ids, state = [], ""
     if value.relation is not None:
-        edge = await writer.relate(scope, value.relation.subject, value.relation.predicate, value.relation.object, source)
+        relation = value.relation
+        events += relationship_events(scope, relation.subject, relation.predicate, relation.object, source, now)
+        edge: MemoryRelationshipObserved = events[-1]  # type: ignore[assignment]  (the builder's last)
         ids.append(edge.relationship_id)
         state = edge.review_state
     if value.fact is not None:
-        fact = await writer.add_fact(scope, value.fact, source, subject=value.subject)
+        events += fact_events(scope, value.fact, source, now, subject=value.subject)
+        fact: MemoryFactRecorded = events[-1]  # type: ignore[assignment]  (the builder's last)
         ids.append(fact.fact_id)
         state = fact.review_state
+    # One append, the call's audit record sealed into it: a relation and a fact are
+    # remembered together or not at all, and never unaudited.
+    await MemoryWriter(_store(ctx), clock=ctx.clock).append(scope, events, seal=ctx.seal_into)
     return RememberOutput(scope=scope, ids=ids, review_state=state)
 
 

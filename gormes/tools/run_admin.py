@@ -7,8 +7,10 @@ resuming a run is audited (`run.write`) like every other state change (decision
 forked or resumed) is audited with it, as `invalid`.
 
 Each handler only STARTS the run, on the caller's `RunStarter`, and returns its
-id: the run goes on after the call (its own tool calls audited as always), and
-the command waits for it with `RunStarter.result`. The operation's timeout bounds
+id once the run's `run.started` is durable, the call's audit record sealed into
+that transaction (gormes/actors/runs/start_record.py). The run goes on after the
+call (its own tool calls audited as always), and the command waits for it with
+`RunStarter.result`. The operation's timeout bounds
 the checks before the start (a fork's or resume's replay of the prefix), never
 the run. Trust does not widen: a started run acts as the caller (the operator);
 a fork or a resume keeps its source's trust class and memory scope (decision 0016).
@@ -34,6 +36,7 @@ from gormes.actors.runs.fork_replace import (
     tool_error_replacement,
     tool_result_replacement,
 )
+from gormes.events.audit_seal import take_seal
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 
 OPERATOR = frozenset({"operator"})
@@ -58,7 +61,7 @@ class RunStarter:
 
     async def launch(self, drive: Callable[[Callable[[str], None]], Awaitable[Any]]) -> str:
         """Run `drive(on_start)` in the nursery; return the new run's id once it calls
-        `on_start(run_id)` (every check passed). An error before that is raised here,
+        `on_start(run_id)` (every check passed, the run started). An error before that is raised here,
         as itself (and nothing was started); one after is `result`'s."""
         ended = trio.Event()
         outcome: list[Any] = []
@@ -149,7 +152,7 @@ async def run_start(ctx: OperationContext, value: RunStartInput) -> StartedRun:
     handle = await starter.manager.start(
         value.handler, value.input, model=value.model, tools=value.tools,
         max_iterations=value.max_iterations, deadline_s=value.deadline_s,
-        trust=ctx.caller.trust, memory_scope=ctx.caller.scope,
+        trust=ctx.caller.trust, memory_scope=ctx.caller.scope, seal=take_seal(),
     )
     starter.started(handle.run_id, handle.outcome)
     return StartedRun(run_id=handle.run_id)
@@ -161,9 +164,10 @@ async def run_fork(ctx: OperationContext, value: RunForkInput) -> StartedRun:
 
     starter = run_starter(ctx)
     replace = fork_replacement(value)
+    seal = take_seal()  # here: the fork is driven in a task of its own
     run_id = await starter.launch(lambda on_start: fork_run(
         starter.manager, value.run_id, value.at, model=value.model, overrides=value.overrides,
-        on_start=on_start, replace=replace, confirmed=value.yes,
+        on_start=on_start, replace=replace, confirmed=value.yes, seal=seal,
     ))
     return StartedRun(run_id=run_id)
 
@@ -187,8 +191,9 @@ async def run_resume(ctx: OperationContext, value: RunResumeInput) -> StartedRun
     from gormes.actors.runs.resume import resume_from_outside
 
     starter = run_starter(ctx)
+    seal = take_seal()  # here: the resumed run is driven in a task of its own
     run_id = await starter.launch(lambda on_start: resume_from_outside(
-        starter.manager, value.run_id, force=value.force, on_start=on_start,
+        starter.manager, value.run_id, force=value.force, on_start=on_start, seal=seal,
     ))
     return StartedRun(run_id=run_id)
 

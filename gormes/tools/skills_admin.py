@@ -121,7 +121,8 @@ async def skills_feedback(ctx: OperationContext, value: FeedbackInput) -> Feedba
     # The skills `gormes skills list` shows: with no skills/ here, the shipped ones.
     root = root if root.is_dir() else operator_skills_dir(value.skills_dir)
     await trio.to_thread.run_sync(require_skill, root, value.skill)
-    position = await record_feedback(_store(ctx), value.run_id, value.skill, value.verdict, value.note)
+    position = await record_feedback(_store(ctx), value.run_id, value.skill, value.verdict, value.note,
+                                     seal=ctx.seal_into)
     return FeedbackRecorded(run_id=value.run_id, skill=value.skill, verdict=value.verdict, position=position)
 
 
@@ -138,7 +139,9 @@ async def skills_select(ctx: OperationContext, value: SelectInput) -> Selected:
     skills = await trio.to_thread.run_sync(load_strict, _root(ctx, value.skills_dir))
     routed = route(skills, value.phrase, include_candidates=value.include_candidates)
     await require_run(store, value.run_id)
-    positions = await record_selections(store, value.run_id, routed.chosen, routed.phrase) if routed.chosen else []
+    positions = await record_selections(
+        store, value.run_id, routed.chosen, routed.phrase, seal=ctx.seal_into,
+    ) if routed.chosen else []
     return Selected(route=routed, positions=positions)
 
 

@@ -1,10 +1,12 @@
 """A change and its audit record commit together: a `gormes approve`, `gormes
-append`, `gormes import`, `gormes jobs submit` or `gormes cron add` SIGKILLed right
-after its change committed still left its audit record (an attacker's window: the
-executor used to append the record after the handler returned, so a kill there
-left an approval, events written by hand, a job or a schedule that no audit
-record names). The first three seal it themselves; the job queue's commands and
-the actors' `ask` take the call's seal (gormes/events/audit_seal.py)."""
+append`, `gormes import`, `gormes jobs submit`, `gormes cron add`, `gormes run`,
+`gormes fork` or `gormes runs resume` SIGKILLed right after its change committed
+still left its audit record (an attacker's window: the executor used to append
+the record after the handler returned, so a kill there left an approval, events
+written by hand, a job, a schedule or a run that no audit record names). The
+first three seal it themselves; the job queue's commands and the actors' `ask`
+take the call's seal (gormes/events/audit_seal.py); a run start hands it to the
+task that appends `run.started` (gormes/actors/runs/start_record.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import sys
 from pathlib import Path
 
 from cli_helpers import REPO, cli_env, rows, run_gormes
+
+from gormes.events.redaction import CHUNK
 
 # Each script kills its own process at the first step after the change's
 # transaction committed, then runs the CLI command given.
@@ -38,6 +42,39 @@ jobs.summary = killed_now  # built right after the queue's transaction
     "cron": """
 import gormes.tools.cron as cron
 cron._view = killed_now  # built right after the schedule's transaction
+""",
+    "remember": """
+import gormes.tools.memory as memory
+memory.RememberOutput = killed_now  # built right after the remembering transaction
+""",
+    "redact": """
+import gormes.projections.redaction as projections
+projections.catch_up = killed  # folded again right after the last chunk's transaction
+""",
+    "redact between chunks": """
+import gormes.tools.log_redact as log_redact
+redact_in = log_redact.redact_in
+chunks = []
+
+def killed_in_the_second(tx, *args, **kwargs):  # in the second chunk's transaction, before its commit
+    chunks.append(1)
+    if len(chunks) == 2:
+        killed_now()
+    return redact_in(tx, *args, **kwargs)
+
+log_redact.redact_in = killed_in_the_second
+""",
+    "feedback": """
+import gormes.tools.skills_admin as skills_admin
+skills_admin.FeedbackRecorded = killed_now  # built right after the recording transaction
+""",
+    "select": """
+import gormes.tools.skills_admin as skills_admin
+skills_admin.Selected = killed_now  # built right after the recording transaction
+""",
+    "run start": """
+import gormes.tools.run_admin as run_admin
+run_admin.RunStarter.started = killed_now  # kept right after the run's start committed
 """,
 }
 PREAMBLE = """
@@ -125,4 +162,114 @@ def test_a_schedule_added_and_killed_after_its_commit_is_audited(tmp_path: Path)
     killed_after_commit(db, "cron", "cron", "add", "nightly", "--schedule", "0 3 * * *", "--job", "echo")
     [(added_at,)] = rows(db, "SELECT position FROM events WHERE stream GLOB 'cron-*'")
     assert audits_after(db, added_at) == [("cron.add", "ok")]
+    ok(db, "audit", "verify")
+
+
+def started_runs(db: Path, expected: int) -> list[tuple[str, int]]:
+    started = rows(db, "SELECT stream, position FROM events WHERE type = 'run.started' ORDER BY position")
+    assert len(started) == expected, "the run's start was not durable when the call returned"
+    return started
+
+
+def scripted(tmp_path: Path, name: str, replies: list[dict]) -> str:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"agents": [{"replies": replies}]}))
+    return f"scripted:{path}"
+
+
+def test_a_run_started_and_killed_after_its_start_committed_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    model = scripted(tmp_path, "m", [{"text": "done"}])
+    killed_after_commit(db, "run start", "run", "agent", "--prompt", "hi", "--model", model)
+    [(_, started_at)] = started_runs(db, 1)
+    assert audits_after(db, started_at) == [("run.start", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_fork_killed_after_its_start_committed_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    model = scripted(tmp_path, "m", [{"tool_calls": [{"name": "time.now", "arguments": {}}]}, {"text": "done"}])
+    source = json.loads(ok(db, "run", "agent", "--prompt", "hi", "--model", model, "--json"))["run_id"]
+    [(first_turn,)] = rows(db, "SELECT min(position) FROM events WHERE type = 'run.llm_turn'")
+    killed_after_commit(db, "run start", "fork", source, "--at", str(first_turn), "--yes")
+    [_, (_, forked_at)] = started_runs(db, 2)
+    assert audits_after(db, forked_at) == [("run.fork", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_resume_killed_after_its_start_committed_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    model = scripted(tmp_path, "m", [{"text": "done"}])
+    killed_after_commit(db, "run start", "run", "agent", "--prompt", "hi", "--model", model)
+    [(stream, _)] = started_runs(db, 1)  # no end, its process gone: it may be resumed
+    killed_after_commit(db, "run start", "runs", "resume", stream.removeprefix("run-"))
+    [_, (_, resumed_at)] = started_runs(db, 2)
+    assert audits_after(db, resumed_at) == [("run.resume", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_memory_remembered_and_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    ok(db, "append", "notes-1", "note.added", "--data", '{"text": "a"}')  # the database exists
+    remembered = {"fact": "Ada writes programs", "subject": "Ada",
+                  "relation": {"subject": "Ada", "predicate": "works with", "object": "Charles"}}
+    killed_after_commit(db, "remember", "ops", "call", "memory.remember", json.dumps(remembered))
+    written = rows(db, "SELECT type, position FROM events WHERE stream GLOB 'memory-*' ORDER BY position")
+    assert [t for t, _ in written] == ["memory.entity_observed"] * 2 + ["memory.relationship_observed",
+                                      "memory.entity_observed", "memory.fact_recorded"]
+    assert audits_after(db, written[-1][1]) == [("memory.remember", "ok")]
+    ok(db, "audit", "verify")
+
+
+def noted(tmp_path: Path, db: Path, count: int) -> None:
+    """`count` events on stream notes-1."""
+    lines = tmp_path / "notes.jsonl"
+    lines.write_text("".join(
+        json.dumps({"stream": "notes-1", "type": "note.added", "data": {"text": str(i)}}) + "\n" for i in range(count)
+    ))
+    ok(db, "import", str(lines))
+
+
+def test_a_redaction_killed_after_its_last_chunk_committed_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    noted(tmp_path, db, CHUNK + 10)  # two chunks
+    killed_after_commit(db, "redact", "redact", "--stream", "notes-1", "--reason", "erasure request")
+    [_, (last_chunk,)] = rows(db, "SELECT position FROM events WHERE type = 'log.redacted' ORDER BY position")
+    redacted = "SELECT count(*) FROM events WHERE stream = 'notes-1' AND json_extract(data, '$.redacted') IS NOT NULL"
+    assert rows(db, redacted) == [(CHUNK + 10,)]
+    assert audits_after(db, last_chunk) == [("log.redact", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_redaction_killed_between_its_chunks_claims_no_success(tmp_path: Path) -> None:
+    """Its record is sealed with the last chunk, never with the first: a call killed
+    midway leaves the first chunk's `log.redacted` record, and no `ok`."""
+    db = tmp_path / "g.db"
+    noted(tmp_path, db, CHUNK + 10)
+    [(before,)] = rows(db, "SELECT max(position) FROM events")
+    killed_after_commit(db, "redact between chunks", "redact", "--stream", "notes-1", "--reason", "erasure request")
+    assert len(rows(db, "SELECT position FROM events WHERE type = 'log.redacted'")) == 1
+    assert audits_after(db, before) == []
+    ok(db, "audit", "verify")
+
+
+def a_run(tmp_path: Path, db: Path) -> str:
+    model = scripted(tmp_path, "m", [{"text": "done"}])
+    return json.loads(ok(db, "run", "agent", "--prompt", "hi", "--model", model, "--json"))["run_id"]
+
+
+def test_skill_feedback_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    killed_after_commit(db, "feedback", "skills", "feedback", a_run(tmp_path, db), "replay-forensics", "good")
+    [(fed_at,)] = rows(db, "SELECT position FROM events WHERE type = 'skill.feedback'")
+    assert audits_after(db, fed_at) == [("skills.feedback", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_skill_selection_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    run_id = a_run(tmp_path, db)
+    killed_after_commit(db, "select", "skills", "route", "why did my run fail", "--candidates", "--run", run_id)
+    [(selected_at,)] = rows(db, "SELECT max(position) FROM events WHERE type = 'skill.selected'")
+    assert audits_after(db, selected_at) == [("skills.select", "ok")]
     ok(db, "audit", "verify")

@@ -11,7 +11,8 @@ import pytest
 
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.ops.executor import Executor
-from gormes.ops.spec import Caller, InvalidOperationInput
+from gormes.memory.writer import MemoryInputError
+from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
 from gormes.tools.builtin import default_registry
 from gormes.tools.memory import MAX_FACT_CHARS, MAX_NAME_CHARS
 
@@ -30,6 +31,22 @@ async def test_a_fact_or_a_name_past_its_cap_is_invalid_and_writes_nothing(db_pa
         assert not await store.read_all(types=["memory.*"])
         await executor.call("memory.remember", {"fact": "y" * MAX_FACT_CHARS}, GATEWAY)  # at the cap: taken
         assert len(await store.read_all(types=["memory.*"])) >= 1
+
+
+async def test_a_remember_refused_in_part_writes_nothing_and_is_audited_once(db_path: Path):
+    """A relation and a fact are one append, sealed with the call's record: a fact
+    refused after its relation was built leaves neither, and the executor's one
+    record says what happened (the relation used to be written before the refusal)."""
+    relation = {"subject": "Ada", "predicate": "owes", "object": "Mallory"}
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        with pytest.raises(MemoryInputError, match="needs some text"):
+            await executor.call("memory.remember", {"relation": relation, "fact": "   "}, GATEWAY)
+        with pytest.raises(OperationDenied):
+            await executor.call("memory.remember", {"relation": relation, "scope": "chat:other"}, GATEWAY)
+        assert not await store.read_all(types=["memory.*"])
+        audits = [(r.event.operation, r.event.outcome) for r in await store.read_all(types=["audit.operation"])]
+        assert audits == [("memory.remember", "invalid"), ("memory.remember", "denied")]
 
 
 async def test_odd_entity_names_get_pages_of_their_own_and_the_mirror_works(db_path: Path, tmp_path: Path):

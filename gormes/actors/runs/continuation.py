@@ -65,6 +65,7 @@ from gormes.actors.runs.recorded import RecordedRun, split_run
 from gormes.actors.runs.context import ChildRun, RunContext, handler_version
 from gormes.actors.runs.live import LiveRunContext, TokenSink
 from gormes.actors.runs.manager import LiveRun, RunManager, RunOutcome
+from gormes.actors.runs.start_record import append_start
 from gormes.errors import UserError
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
@@ -81,11 +82,12 @@ from gormes.events.runs import (
     run_stream,
     tokens_of,
 )
-from gormes.events.store import NO_STREAM, EventStore
+from gormes.events.store import EventStore
 from gormes.ops.spec import narrower
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.context import JobContext
+    from gormes.events.audit_seal import Seal
     from gormes.events.base import Recorded
 
 
@@ -206,10 +208,12 @@ async def fork_run(
     on_start: Callable[[str], None] | None = None,
     replace: Replacement | None = None,
     confirmed: bool = True,
+    seal: Seal | None = None,
 ) -> ForkedRun:
     """Fork `source_run_id` at `at` and drive the new run to its end; refused, with
     nothing written, when the code no longer replays the prefix. `on_start(new_run_id)`
-    is called once every check passed, as `resume_run` does.
+    is called once the new run's `run.started` is durable, as `resume_run` does;
+    `seal`: the audit seal of the call that forks, sealed with it (start_record.py).
 
     `replace`: the observation AT `at` is served to the fork as this instead of what
     was recorded (fork_replace.py, decision 0034); the fork's `forked_from.replaced`
@@ -251,11 +255,9 @@ async def fork_run(
         budgets=started.budgets,
     )
     origin = ForkOrigin(run_id=source_run_id, position=at, replaced=replaced)
-    if on_start is not None:
-        on_start(run.run_id)
     outcome = await continue_run(
         manager, run, prefix, run.started_event(handler_version(fn), forked_from=origin, external_tools=manager.external_tools(run)),
-        lenient_llm=bool(model or overrides),
+        lenient_llm=bool(model or overrides), on_start=on_start, seal=seal,
     )
     return ForkedRun(run_id=run.run_id, forked_from=origin, copied=len(prefix), outcome=outcome)
 
@@ -286,8 +288,11 @@ async def _continuation(
     job: JobContext | None = None,
     source: RecordedRun | None = None,
     holding_job: JobContext | None = None,
+    on_start: Callable[[str], None] | None = None,
+    seal: Seal | None = None,
 ) -> tuple[LiveRunContext, ForkContext]:
-    """`continue_run` up to driving: `started` recorded, the two contexts made.
+    """`continue_run` up to driving: `started` recorded (with `seal`, the starting
+    call's audit seal, start_record.py), then `on_start(run_id)`, the two contexts made.
 
     A continuation of `source` acting with a narrower trust class than it recorded
     (decision 0016) may be offered other tools, so its model requests differ from
@@ -305,7 +310,9 @@ async def _continuation(
     if source is not None:
         live.child_resumption = ChildResumption.after(source.observations, len(prefix))
         live.tool_resumption = ToolResumption.after(source.observations, len(prefix))
-    await store.append(run_stream(run.run_id), [started, *messages], expected_version=NO_STREAM)
+    await append_start(store, run.run_id, [started, *messages], seal)
+    if on_start is not None:
+        on_start(run.run_id)
     copy = RecordedRun(
         run_id=run.run_id, started=started, started_position=0, observations=prefix,
         end=None, records=tuple(prefix),
@@ -430,13 +437,16 @@ async def resume_run(
     on_start: Callable[[str], None] | None = None,
     trust: str | None = None,
     memory_scope: str | None = None,
+    seal: Seal | None = None,
 ) -> ResumedRun:
     """Continue `source`, a run that did not complete (cancelled, or cut off with no
     end), as a new run with `resumed_from`: the same handler, input and options; its
     recorded prefix (see `resumable_prefix`) is replayed, not redone, then the run
     goes live, resuming the unfinished children it spawns again. Refused, with
     nothing written, when the code no longer replays the prefix (then only a fresh
-    start makes sense). `on_start(new_run_id)` is called once that check passed.
+    start makes sense). `on_start(new_run_id)` is called once the new run's
+    `run.started` is durable; `seal`: the audit seal of the call that resumes, sealed
+    with it (start_record.py).
     The new run acts with the source's trust and memory scope, or, given `trust`,
     the narrower of the two classes (and `memory_scope` instead of the source's):
     a job's next attempt acts for the job's submitter (decision 0016); see
@@ -446,8 +456,6 @@ async def resume_run(
     started = source.started
     fn = manager.handlers.get(started.handler)
     run_id = run_id or manager.new_id()
-    if on_start is not None:
-        on_start(run_id)
     run = LiveRun(
         run_id=run_id, handler=started.handler, input=started.input,
         depth=started.depth, max_depth=started.max_depth, max_children=_children_cap(started, manager),
@@ -460,5 +468,6 @@ async def resume_run(
     outcome = await continue_run(
         manager, run, prefix, run.started_event(handler_version(fn), resumed_from=origin, external_tools=manager.external_tools(run)),
         messages=carried_messages(source, prefix), token_sink=token_sink, job=job, source=source,
+        on_start=on_start, seal=seal,
     )
     return ResumedRun(run_id=run.run_id, resumed_from=origin, copied=len(prefix), outcome=outcome)

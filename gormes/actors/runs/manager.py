@@ -43,6 +43,7 @@ from gormes.actors.runs.context import (
 )
 from gormes.actors.runs.live import CHILD_TRUST, LiveRunContext, TokenSink, error_text
 from gormes.actors.runs.process import this_process
+from gormes.actors.runs.start_record import append_start
 from gormes.actors.runtime import ask
 from gormes.control.budgets import BudgetMeter, applicable
 from gormes.control.rate_limits import ProviderLimits
@@ -59,13 +60,14 @@ from gormes.events.runs import (
     RunStarted,
     run_stream,
 )
-from gormes.events.store import NO_STREAM, EventStore, Transaction
+from gormes.events.store import EventStore, Transaction
 from gormes.ops.spec import narrower
 from gormes.providers import open_provider
 from gormes.providers.config import count_setting, model_retries
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.context import JobContext
+    from gormes.events.audit_seal import Seal
     from gormes.providers.base import Provider
     from gormes.ops.executor import Executor
 
@@ -270,13 +272,16 @@ class RunManager:
         job: JobContext | None = None,
         outside_reason: Callable[[], str | None] | None = None,
         budget: str | None = None,
+        seal: Seal | None = None,
     ) -> RunHandle:
         """Start a top-level run; returns once `run.started` is durable. An unknown
         handler, a bad model spec or input that is not JSON raise before anything
         is recorded. `trust` and `memory_scope`: the class and memory scope its tool
         calls are made with (its submitter's, decision 0016). `budget`: a budget
         its tree is charged to, besides `job:<job_id>` and `scope:<memory_scope>`
-        if they exist (decision 0030); an unknown one raises before anything is recorded."""
+        if they exist (decision 0030); an unknown one raises before anything is recorded.
+        `seal`: the audit seal of the call that starts it, sealed with `run.started`
+        (start_record.py)."""
         fn = self.handlers.get(handler)
         if not model and self.handlers.needs_model(handler):
             raise UserError(f"run handler {handler!r} needs a model: give one (scripted:PATH, "
@@ -296,7 +301,7 @@ class RunManager:
                 outside_reason=outside_reason, budgets=budgets,
             )
             ctx = LiveRunContext(self, run, provider, token_sink=token_sink, job=job)
-            await self._nursery.start(self._new_run, run, ctx, fn)
+            await self._nursery.start(self._new_run, run, ctx, fn, seal)
         return RunHandle(self, run)
 
     async def run(self, handler: str, input: Any = None, **options: Any) -> RunOutcome:
@@ -339,11 +344,11 @@ class RunManager:
         return run
 
     async def _new_run(
-        self, run: LiveRun, ctx: LiveRunContext, fn: RunHandler,
+        self, run: LiveRun, ctx: LiveRunContext, fn: RunHandler, seal: Seal | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         started = run.started_event(handler_version(fn), external_tools=self.external_tools(run))
-        await self.store.append(run_stream(run.run_id), [started], expected_version=NO_STREAM)
+        await append_start(self.store, run.run_id, [started], seal)
         task_status.started()
         # The start's bookkeeping (its nursery, cancel scope, status) is not kept alive by
         # this frame for the run's life: ten thousand runs' worth the collector walks.

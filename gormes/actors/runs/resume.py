@@ -30,7 +30,7 @@ below, which stands):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gormes.actors.runs.continuation import ResumedRun, ResumeRefused, resume_run
 from gormes.actors.runs.cut_off import end_cut_off_runs
@@ -41,13 +41,19 @@ from gormes.events.runs import run_stream
 from gormes.events.sql_fragments import json_text
 from gormes.events.store import EventStore
 
+if TYPE_CHECKING:
+    from gormes.events.audit_seal import Seal
+
 FORCED_REASON = "cut off: its process declared gone by the operator (gormes runs resume --force)"
 
 
 async def resume_from_outside(
     manager: RunManager, run_id: str, *, force: bool = False, on_start: Callable[[str], None] | None = None,
+    seal: Seal | None = None,
 ) -> ResumedRun:
-    """Resume `run_id` (see the module doc); `on_start(new_run_id)` once every check passed."""
+    """Resume `run_id` (see the module doc); `on_start(new_run_id)` once every check
+    passed and the new run's `run.started` is durable, sealed with `seal` (the
+    resuming call's audit seal, start_record.py)."""
     source = split_run(run_id, await manager.store.read_stream(run_stream(run_id)))  # UnknownRun
     started = source.started
     if started.job_id is not None:
@@ -84,7 +90,7 @@ async def resume_from_outside(
             )
         if run_id not in await end_cut_off_runs(manager.store, run_id, reason):
             raise ResumeRefused(f"run {run_id} is still being written: its process is not gone")
-    return await resume_run(manager, source, on_start=on_start)
+    return await resume_run(manager, source, on_start=on_start, seal=seal)
 
 
 async def resumed_by(store: EventStore, run_id: str) -> str | None:
