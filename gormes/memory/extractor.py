@@ -26,13 +26,13 @@ from gormes.events.memory import TRUSTED_SOURCES, Origin
 from gormes.events.memory import (
     MemoryFactRecorded,
     MemoryRelationshipObserved,
-    memory_stream,
 )
 from gormes.events.runs import RunInboxRead, RunLlmTurn, RunStarted
 from gormes.events.runs import run_stream
-from gormes.memory.writer import Source, check_scope, entity_event, fact_events, relationship_events
+from gormes.memory.writer import MemoryWriter, Source, check_scope, entity_event, fact_events, relationship_events
 
 if TYPE_CHECKING:
+    from gormes.events.audit_seal import Seal
     from gormes.events.base import Event, Recorded
     from gormes.events.store import EventStore
 
@@ -167,8 +167,10 @@ class ExtractResult(msgspec.Struct, frozen=True, kw_only=True):
     unreviewed: int  # relationships and facts held for review (untrusted text)
 
 
-async def extract_run(store: EventStore, provider: Provider, run_id: str, scope: str, now: float) -> ExtractResult:
-    """Read run `run_id`, ask `provider` for observations, append them to `memory-<scope>`."""
+async def extract_run(store: EventStore, provider: Provider, run_id: str, scope: str, now: float, *,
+                      seal: Seal | None = None) -> ExtractResult:
+    """Read run `run_id`, ask `provider` for observations, append them to `memory-<scope>`
+    in one transaction, `seal(tx)` written in it too (an operation call's audit record)."""
     check_scope(scope)
     records = await store.read_stream(run_stream(run_id))
     if not records:
@@ -177,7 +179,7 @@ async def extract_run(store: EventStore, provider: Provider, run_id: str, scope:
     reply = await provider.complete(extraction_request(provider.model, turns))
     events = observation_events(scope, run_id, turns, parse_extraction(reply.message.content), now)
     if events:
-        await store.append(memory_stream(scope), events)
+        await MemoryWriter(store).append(scope, events, seal=seal)
     edges = [e for e in events if isinstance(e, MemoryRelationshipObserved)]
     facts = [e for e in events if isinstance(e, MemoryFactRecorded)]
     return ExtractResult(

@@ -40,6 +40,7 @@ from gormes.events.memory import (
 from gormes.projections.memory import ENTITIES, FACTS, RELATIONSHIPS
 
 if TYPE_CHECKING:
+    from gormes.events.audit_seal import Seal
     from gormes.events.base import Event
     from gormes.events.store import AppendResult, EventStore, Transaction
 
@@ -182,8 +183,7 @@ class MemoryWriter:
         self.store = store
         self.clock = clock
 
-    async def append(self, scope: str, events: Sequence[Event], *,
-                     seal: Callable[[Transaction], None] | None = None) -> AppendResult:
+    async def append(self, scope: str, events: Sequence[Event], *, seal: Seal | None = None) -> AppendResult:
         """`seal(tx)`: also written in the append's transaction (an operation call's
         audit record, `OperationContext.seal_into`)."""
         stream = memory_stream(check_scope(scope))
@@ -198,32 +198,32 @@ class MemoryWriter:
         return await self.store.transact(write)
 
     async def add_entity(self, scope: str, name: str, source: Source, *, kind: str = "thing",
-                         aliases: Sequence[str] = ()) -> MemoryEntityObserved:
+                         aliases: Sequence[str] = (), seal: Seal | None = None) -> MemoryEntityObserved:
         event = entity_event(scope, name, source, self.clock(), kind=kind, aliases=aliases)
-        await self.append(scope, [event])
+        await self.append(scope, [event], seal=seal)
         return event
 
     async def relate(self, scope: str, subject: str, predicate: str, object_: str,
-                     source: Source) -> MemoryRelationshipObserved:
+                     source: Source, *, seal: Seal | None = None) -> MemoryRelationshipObserved:
         events = relationship_events(scope, subject, predicate, object_, source, self.clock())
-        await self.append(scope, events)
+        await self.append(scope, events, seal=seal)
         return events[-1]  # type: ignore[return-value]
 
     async def add_fact(self, scope: str, text: str, source: Source, *, subject: str | None = None,
-                       supersedes: Sequence[str] = ()) -> MemoryFactRecorded:
+                       supersedes: Sequence[str] = (), seal: Seal | None = None) -> MemoryFactRecorded:
         events = fact_events(scope, text, source, self.clock(), subject=subject, supersedes=supersedes)
-        await self.append(scope, events)
+        await self.append(scope, events, seal=seal)
         return events[-1]  # type: ignore[return-value]
 
     async def review(self, target: MemoryTarget, verdict: ReviewVerdict, *, reviewer: str = "operator",
-                     note: str = "") -> MemoryRelationshipReviewed:
+                     note: str = "", seal: Seal | None = None) -> MemoryRelationshipReviewed:
         if target.kind not in ("relationship", "fact"):
             raise MemoryInputError(f"memory: only relationships and facts are reviewed, not {target.kind}s")
         event = MemoryRelationshipReviewed(
             target_id=target.id, target_kind=target.kind, verdict=verdict, scope=target.scope,  # type: ignore[arg-type]
             reviewer=reviewer, note=note, reviewed_at=self.clock(),
         )
-        await self.append(target.scope, [event])
+        await self.append(target.scope, [event], seal=seal)
         return event
 
     async def forget(self, target: MemoryTarget, *, reason: str = "") -> MemoryForgotten:

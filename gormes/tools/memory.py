@@ -167,7 +167,8 @@ async def memory_remember(ctx: OperationContext, value: RememberInput) -> Rememb
 
 async def memory_extract(ctx: OperationContext, value: ExtractInput) -> ExtractResult:
     scope = bound_scope(ctx.caller, value.scope)
-    return await extract_run(_store(ctx), open_provider(value.model), value.run_id, scope, ctx.clock())
+    return await extract_run(_store(ctx), open_provider(value.model), value.run_id, scope, ctx.clock(),
+                             seal=ctx.seal_into)
 
 
 SPECS = (

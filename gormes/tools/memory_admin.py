@@ -152,23 +152,25 @@ async def add_fact(ctx: OperationContext, value: AddFactInput) -> MemoryFactReco
     if value.supersedes:
         await _read_memory(ctx, lambda conn: require_facts(conn, value.supersedes, scope))
     return await writer.add_fact(scope, value.text, _source(ctx, value.artifact, value.confidence),
-                                 subject=value.subject, supersedes=value.supersedes)
+                                 subject=value.subject, supersedes=value.supersedes, seal=ctx.seal_into)
 
 
 async def add_entity(ctx: OperationContext, value: AddEntityInput) -> MemoryEntityObserved:
     return await _writer(ctx).add_entity(bound_scope(ctx.caller, value.scope), value.name,
-                                         _source(ctx, None, 1.0), kind=value.kind, aliases=value.aliases)
+                                         _source(ctx, None, 1.0), kind=value.kind, aliases=value.aliases,
+                                         seal=ctx.seal_into)
 
 
 async def relate(ctx: OperationContext, value: RelateInput) -> MemoryRelationshipObserved:
     return await _writer(ctx).relate(bound_scope(ctx.caller, value.scope), value.subject, value.predicate,
-                                     value.object, _source(ctx, value.artifact, value.confidence))
+                                     value.object, _source(ctx, value.artifact, value.confidence),
+                                     seal=ctx.seal_into)
 
 
 async def review(ctx: OperationContext, value: ReviewInput) -> MemoryRelationshipReviewed:
     writer = _writer(ctx)
     return await writer.review(await _target(ctx, value.id, None), value.verdict,
-                               reviewer=ctx.caller.trust, note=value.note)
+                               reviewer=ctx.caller.trust, note=value.note, seal=ctx.seal_into)
 
 
 class Forgotten(msgspec.Struct, kw_only=True):

@@ -47,6 +47,16 @@ cron._view = killed_now  # built right after the schedule's transaction
 import gormes.tools.memory as memory
 memory.RememberOutput = killed_now  # built right after the remembering transaction
 """,
+    "memory admin": """
+import gormes.memory.writer as writer
+append = writer.MemoryWriter.append
+
+async def appended_then_killed(self, *args, **kwargs):  # right after the writer's transaction
+    await append(self, *args, **kwargs)
+    killed_now()
+
+writer.MemoryWriter.append = appended_then_killed
+""",
     "redact": """
 import gormes.projections.redaction as projections
 projections.catch_up = killed  # folded again right after the last chunk's transaction
@@ -219,6 +229,57 @@ def test_a_memory_remembered_and_killed_after_its_commit_is_audited(tmp_path: Pa
                                       "memory.entity_observed", "memory.fact_recorded"]
     assert audits_after(db, written[-1][1]) == [("memory.remember", "ok")]
     ok(db, "audit", "verify")
+
+
+def test_the_operators_memory_commands_killed_after_their_commit_are_audited(tmp_path: Path) -> None:
+    """`gormes memory add-fact`, `add-entity`, `relate` and `review` each write one
+    append, their audit record sealed into it."""
+    db = tmp_path / "g.db"
+    ok(db, "append", "notes-1", "note.added", "--data", '{"text": "a"}')  # the database exists
+    for args, operation in ((("add-entity", "Ada"), "memory.add_entity"),
+                            (("add-fact", "Ada writes programs", "--subject", "Ada"), "memory.add_fact"),
+                            (("relate", "Ada", "works with", "Charles"), "memory.relate")):
+        killed_after_commit(db, "memory admin", "memory", *args)
+        last = rows(db, "SELECT max(position) FROM events WHERE stream GLOB 'memory-*'")[0][0]
+        assert audits_after(db, last) == [(operation, "ok")], operation
+    remembered_by_a_gateway(db, "Charles builds engines")  # unreviewed
+    (fact_id,) = [json.loads(d)["fact_id"] for (d,) in rows(
+        db, "SELECT data FROM events WHERE type = 'memory.fact_recorded' AND data LIKE '%Charles builds%'")]
+    killed_after_commit(db, "memory admin", "memory", "review", fact_id, "--promote")
+    last = rows(db, "SELECT max(position) FROM events WHERE stream GLOB 'memory-*'")[0][0]
+    assert audits_after(db, last) == [("memory.review", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_an_extraction_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    ok(db, "run", "agent", "--prompt", "I am Ada and I work at Acme",
+       "--model", scripted(tmp_path, "m", [{"text": "noted"}]))
+    [(stream, _)] = started_runs(db, 1)
+    extraction = {"entities": [{"name": "Ada Lovelace", "kind": "person"}], "relationships": [
+        {"subject": "Ada Lovelace", "predicate": "works at", "object": "Acme", "turn": "input"}]}
+    model = scripted(tmp_path, "x", [{"text": json.dumps(extraction)}])
+    killed_after_commit(db, "memory admin", "ops", "call", "memory.extract",
+                        json.dumps({"run_id": stream.removeprefix("run-"), "model": model}))
+    last = rows(db, "SELECT max(position) FROM events WHERE stream GLOB 'memory-*'")[0][0]
+    assert last is not None and audits_after(db, last) == [("memory.extract", "ok")]
+    ok(db, "audit", "verify")
+
+
+def remembered_by_a_gateway(db: Path, fact: str) -> None:
+    import trio
+
+    from gormes.events.sqlite import SQLiteEventStore
+    from gormes.ops.executor import Executor
+    from gormes.ops.spec import Caller
+    from gormes.tools.builtin import default_registry
+
+    async def remember() -> None:
+        async with SQLiteEventStore.open(db) as store:
+            await Executor(default_registry(), store).call(
+                "memory.remember", {"fact": fact}, Caller(trust="gateway", id="mcp:x"))
+
+    trio.run(remember)
 
 
 def noted(tmp_path: Path, db: Path, count: int) -> None:
