@@ -183,15 +183,16 @@ def environment_at_start(env: Mapping[str, str] | None = None) -> dict[str, str]
 
 def apply_to_environment(settings: DaemonSettings, at_start: Mapping[str, str] | None = None) -> None:
     """The file's settings over the environment the daemon started with
-    (`at_start`, environment_at_start), anew at each reload: a setting the file no
-    longer names is the environment's again, not the previous file's.
+    (`at_start`, environment_at_start; None: the environment as it is now), anew at
+    each reload: a setting the file no longer names is the environment's again, not
+    the previous file's.
 
     Limits and gates are never dropped by the file. Its rate rules come first (the
     first rule to match a key wins) and the environment's follow, so a key only the
     environment limits stays limited; its approval rules add to the environment's
     (an attacker's finding: the file's list replaced the environment's, silently
     un-gating what it named)."""
-    wanted = dict(at_start or {})
+    wanted = environment_at_start() if at_start is None else dict(at_start)
     if settings.model_timeout_s is not None:
         wanted[MODEL_TIMEOUT_ENV] = repr(settings.model_timeout_s)
     if settings.model_retries is not None:
