@@ -120,9 +120,10 @@ def test_a_parked_job_survives_its_worker_killed_and_goes_on_when_approved(tmp_p
     runs = [json.loads(d)["entry"]["data"]["agent_run"] for (d,) in query(
         db, "SELECT data FROM events WHERE stream = ? AND type = 'job.transcribed' AND data LIKE '%agent_run%' "
         "ORDER BY version", f"job-{job_id}")]
-    # the parked attempt's run and the approved one's; a full run under load once saw
-    # three (most likely the workers' 1 s lease lapsing, which adds an attempt that
-    # resumes the last run): the file is still read once, and every run replays exactly
+    # the parked attempt's run and the approved one's; under load the workers' 1 s
+    # lease lapses (`job.stalled`), which adds an attempt that resumes the last run
+    # (three busy loops on two cores did so in two runs of three): the file is still
+    # read once, and every run replays exactly
     assert len(runs) >= 2
     audits = [json.loads(d) for (d,) in query(db, "SELECT data FROM events WHERE type = 'audit.operation'")]
     assert sum(1 for a in audits if a["operation"] == "fs.read" and a["outcome"] == "ok") == 1
