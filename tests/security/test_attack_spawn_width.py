@@ -64,3 +64,41 @@ def test_the_cap_is_set_by_gormes_max_children_and_a_bad_one_is_one_line(tmp_pat
         assert done.returncode == code, done
     assert "GORMES_MAX_CHILDREN must be a whole number, not 'many'" in assert_one_line_error(done)
     assert rows(db, "SELECT count(*) FROM events WHERE type = 'run.started'") == [(1 + 3,)]
+
+
+async def test_a_gateways_agent_job_keeps_to_the_cap_and_pays_its_class_budget(store, tmp_path: Path, monkeypatch):
+    """The same rules on the job path, where a gateway's work runs (an MCP client's
+    `run__submit` is an agent job with a gateway submitter): its subagents stop at
+    the cap, and the run and every subagent are charged to `trust:gateway`."""
+    import trio
+    from agent_worker import agent_worker
+
+    from gormes.actors.jobs.queue import JobQueue
+    from gormes.actors.jobs.worker import WorkerConfig
+    from gormes.control.budget_book import BudgetBook
+    from gormes.events.jobs import Submitter
+
+    monkeypatch.setenv("GORMES_MAX_CHILDREN", "3")
+    script = tmp_path / "wide.json"
+    script.write_text(json.dumps(SCRIPT))
+    await BudgetBook(store).set("trust:gateway", tokens=10_000_000)
+    queue = await JobQueue.open(store)
+    job = await queue.submit("agent", {"prompt": "start", "model": f"scripted:{script}"}, {"max_attempts": 1},
+                             submitter=Submitter(trust="gateway", caller="mcp:mallory2", scope="chat:mcp-mallory2"))
+
+    worker = agent_worker(queue, WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        with trio.fail_after(120):
+            while (await queue.get(job.id)).status not in ("completed", "failed", "dead"):
+                await trio.sleep(0.05)
+        worker.stop()
+        await worker.wait_stopped()
+    assert (await queue.get(job.id)).status == "completed"
+    started = [r.event for r in await store.read_all(types=["run.started"])]
+    assert len(started) == 1 + 3 and {s.max_children for s in started} == {3}
+    assert all("trust:gateway" in s.budgets for s in started), [s.budgets for s in started]
+    assert (await BudgetBook(store).get("trust:gateway")).spent_tokens > 0
+    denied = [r.event for r in await store.read_all(types=["audit.operation"])
+              if r.event.operation == "agent.spawn" and r.event.outcome == "denied"]
+    assert len(denied) == ASKED - 3 and all(d.trust == "gateway" for d in denied)
