@@ -38,7 +38,7 @@ PACKAGE = ROOT / "gormes"
 # may use each other as long as no cycle forms.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
-    ("printable", "out_file", "logging_setup", "systemd", "data"),
+    ("printable", "out_file", "logging_setup", "systemd", "data", "settings"),
     ("events",),
     ("projections",),
     ("actors",),  # actor.py, runtime.py: the actor model and its runtime

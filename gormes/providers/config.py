@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gormes.errors import UserError
+from gormes.settings import count_setting
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -58,17 +59,3 @@ def model_retries(retries: int | None, env: Mapping[str, str]) -> int:
     """How many times a run retries a model request that failed retryably (each
     attempt recorded as run.llm_failed): `retries`, else `GORMES_MODEL_RETRIES`, else 3."""
     return count_setting(retries, "the retries", env, "GORMES_MODEL_RETRIES", DEFAULT_RETRIES)
-
-
-def count_setting(given: int | None, name: str, env: Mapping[str, str], variable: str, default: int) -> int:
-    """A count of 0 or more: `given`, else the environment's `variable`, else `default`."""
-    source, value = (name, given) if given is not None else (variable, env.get(variable))
-    if value is None or value == "":
-        return default
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{source} must be a whole number, not {value!r}") from None
-    if number < 0:
-        raise UserError(f"{source} must be 0 or more, not {value!r}")
-    return number

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gormes.errors import UserError
 from gormes.events.jobs import Submitter
 from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
+from gormes.settings import count_setting
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.queue import Job, JobQueue
@@ -106,16 +106,7 @@ def check_priority(caller: Caller, priority: int) -> None:
 
 def max_live_jobs() -> int:
     """The operator's cap on the unfinished jobs of each untrusted class."""
-    text = os.environ.get(MAX_LIVE_JOBS_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_LIVE_JOBS
-    try:
-        cap = int(text)
-    except ValueError:
-        cap = -1
-    if cap < 0:
-        raise UserError(f"{MAX_LIVE_JOBS_ENV} must be a whole number >= 0, not {text!r}")
-    return cap
+    return count_setting(None, MAX_LIVE_JOBS_ENV, os.environ, MAX_LIVE_JOBS_ENV, DEFAULT_MAX_LIVE_JOBS)
 
 
 async def check_live_jobs(caller: Caller, queue: JobQueue) -> None:

@@ -63,7 +63,8 @@ from gormes.events.runs import (
 from gormes.events.store import EventStore, Transaction
 from gormes.ops.spec import narrower
 from gormes.providers import open_provider
-from gormes.providers.config import count_setting, model_retries
+from gormes.providers.config import model_retries
+from gormes.settings import count_setting
 
 if TYPE_CHECKING:
     from gormes.actors.jobs.context import JobContext
