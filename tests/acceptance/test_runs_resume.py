@@ -29,22 +29,37 @@ def write_script(path: Path, answer_delay_ms: int) -> str:
 
 
 def start_run(db: Path, model: str) -> tuple[subprocess.Popen, str]:
-    """`gormes run` in the background, once its tool has run (it then waits on its
-    slow second turn): (process, run id)."""
+    """`gormes run` in the background, once its tool has run and it waits on its slow
+    second turn, with nothing more to record until that turn answers: (process, run id)."""
     proc = subprocess.Popen(gormes_command(db, "run", "agent", "--prompt", "work", "--model", model),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO)
     assert proc.stdout is not None
     try:
         run_id = proc.stdout.readline().split()[1]
         deadline = time.monotonic() + 30
-        while not executions(db, "memory.remember"):
-            assert time.monotonic() < deadline and proc.poll() is None, "the run never called its tool"
+        while not waits_on_its_second_turn(db, run_id):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run never reached its second turn"
             time.sleep(0.05)
     except BaseException:
         proc.kill()
         proc.communicate()
         raise
     return proc, run_id
+
+
+def waits_on_its_second_turn(db: Path, run_id: str) -> bool:
+    """The run's stream ends with the inbox read that precedes its second model
+    turn: its tool call, and the read after it, are recorded (a check made only
+    after the tool's audit raced that read)."""
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        types = [t for (t,) in conn.execute(
+            "SELECT type FROM events WHERE stream = ? ORDER BY position", (run_stream(run_id),))]
+    except sqlite3.OperationalError:  # no table yet
+        return False
+    finally:
+        conn.close()
+    return "run.tool_called" in types and types[-1] == "run.inbox_read"
 
 
 def executions(db: Path, operation: str) -> int:
