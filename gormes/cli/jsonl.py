@@ -22,10 +22,13 @@ PROGRESS_MIN_EVENTS = 10_000
 @click.argument("source", metavar="FILE|-")
 @click.option("--ignore-versions", is_flag=True,
               help="Append every line at the end of its stream, ignoring its 'version'.")
+@click.option("--live-work", is_flag=True,
+              help="Also import jobs not ended and cron schedules not removed, which a worker or the"
+                   " daemon then runs with the trust their records name.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON: imported, first_position, last_position.")
 @click.pass_obj
-def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
+def import_(obj, source: str, ignore_versions: bool, live_work: bool, as_json: bool) -> None:
     """Append events from a JSONL file ('-' for stdin), all of them or none.
 
     Each line is a JSON object with at least stream, type and data (the shape
@@ -34,6 +37,10 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
     deeper than 64 levels, refused unread) undoes the whole import, and the first
     bad line is reported by number. A line's 'version', when present,
     must follow its stream's current version, so an export is not imported twice.
+
+    An import that would leave a job not ended or a cron schedule not removed is
+    refused unless --live-work is given: a worker runs such a job, and the daemon
+    fires such a schedule, with the trust its records name, whoever wrote them.
     """
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli import output
@@ -44,7 +51,8 @@ def import_(obj, source: str, ignore_versions: bool, as_json: bool) -> None:
     load_all()
     with _spooled(source) as path:
         result = operator_call(obj, "events.import",
-                               EventsImportInput(path=path, name=source, ignore_versions=ignore_versions),
+                               EventsImportInput(path=path, name=source, ignore_versions=ignore_versions,
+                                                 live_work=live_work),
                                jobs=False)
     if as_json:
         output.write_json_objects([result])

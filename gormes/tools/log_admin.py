@@ -13,7 +13,10 @@ its input; the rules are here:
 - import takes records already parsed (`gormes.events.jsonl.parse_lines`), or
   the path of a JSONL file it streams, and appends them all or none. Audit records in an import are accepted as they are:
   restoring an export restores its audit trail, and a forged or edited record
-  breaks the hash chain, which `gormes audit verify` reports.
+  breaks the hash chain, which `gormes audit verify` reports;
+- import refuses live work (a job not ended, a cron schedule not removed) unless
+  `live_work` is set: a worker would run it with the trust its records name
+  (gormes/tools/import_live_work.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from gormes.events.audit import AUDIT_STREAM_PREFIX
 from gormes.events.base import Event
 from gormes.events.codec import default_codec
 from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec
+from gormes.tools.import_live_work import live_work, refusal, touches_live_work
 
 OPERATOR = frozenset({"operator"})
 INT64_MAX = 2**63 - 1
@@ -109,6 +113,7 @@ class EventsImportInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     path: str | None = None
     name: str | None = None
     ignore_versions: bool = False
+    live_work: bool = False  # jobs not ended, cron schedules not removed: refused without it
 
 
 class EventsImported(msgspec.Struct, kw_only=True):
@@ -139,6 +144,16 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
     from gormes.events import jsonl
 
     check_versions = not value.ignore_versions
+    streams: set[str] = set()  # the job and cron streams the import touched
+
+    def refuse_live_work(tx: Any, name: str) -> None:
+        if not value.live_work and (found := live_work(tx, streams)):
+            raise UserError(refusal(name, found))  # undoes the whole import
+
+    def seen(stream: str) -> None:
+        if touches_live_work(stream):
+            streams.add(stream)
+
     if value.path is not None:
         if value.records:
             raise UserError("an import takes records or a path, not both")
@@ -146,18 +161,22 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
 
         def streamed(tx: Any) -> Any:
             try:
-                result = jsonl.import_file_in(tx, path, check_versions=check_versions)
+                result = jsonl.import_file_in(tx, path, check_versions=check_versions, seen=seen)
             except UserError as exc:
                 raise UserError(str(exc).replace(path, name)) from None
+            refuse_live_work(tx, name)
             ctx.seal_into(tx)  # the change and its audit record commit together
             return result
 
         result = await ctx.store.transact(streamed)
     else:
         lines = _checked_records(value.records)
+        for line in lines:
+            seen(line.stream)
 
         def parsed(tx: Any) -> Any:
             result = jsonl.import_lines_in(tx, lines, check_versions=check_versions)
+            refuse_live_work(tx, value.name or "the import")
             ctx.seal_into(tx)  # the change and its audit record commit together
             return result
 

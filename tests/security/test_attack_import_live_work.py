@@ -1,0 +1,149 @@
+"""A crafted file given to `gormes import`: its records name whom its jobs act for
+(`job.submitted`'s submitter) and a cron schedule fires as `system`, so a job left
+waiting, or a schedule left active, would run on this host with trust the file
+chose. The import refuses such live work unless the operator says --live-work;
+history (ended jobs, removed schedules, notes) imports as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import assert_one_line_error, json_lines, run_gormes, running_worker
+from pg_helpers import backend_store
+
+from gormes.events.jsonl import parse_lines
+from gormes.ops.executor import Executor
+from gormes.ops.spec import Caller
+from gormes.tools.builtin import default_registry
+from gormes.tools.log_admin import EventsImportInput, ImportRecord
+
+OPERATOR = Caller(trust="operator", id="cli")
+
+
+def exported(db: Path, *streams: str) -> list[dict]:
+    args = [arg for stream in streams for arg in ("--stream", stream)]
+    done = run_gormes(db, "export", *args)
+    assert done.returncode == 0, done.stderr
+    return json_lines(done.stdout)
+
+
+def write_jsonl(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def submitted_job(db: Path) -> str:
+    done = run_gormes(db, "jobs", "submit", "echo", "--data", '{"said": "hello"}')
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def not_audit(db: Path) -> list[dict]:
+    return [e for e in json_lines(run_gormes(db, "events", "--json").stdout) if not e["stream"].startswith("audit-")]
+
+
+def import_audits(db: Path) -> list[dict]:
+    return [e["data"] for e in json_lines(run_gormes(db, "events", "--json").stdout)
+            if e["type"] == "audit.operation" and e["data"]["operation"] == "events.import"]
+
+
+def test_a_waiting_job_in_a_file_is_refused_and_nothing_is_imported(tmp_path: Path) -> None:
+    source, target = tmp_path / "source.db", tmp_path / "target.db"
+    job_id = submitted_job(source)
+    lines = exported(source, "job-*")
+    # What an attacker hands over: the job as the operator's, beside harmless history.
+    lines[0]["data"]["submitter"] = {"trust": "operator", "caller": "cli", "scope": None}
+    note = {"stream": "notes", "type": "note.added", "data": {"text": "history"}}
+    crafted = write_jsonl(tmp_path / "crafted.jsonl", [note, *lines])
+
+    refused = run_gormes(target, "import", str(crafted))
+    assert refused.returncode == 2
+    error = assert_one_line_error(refused)
+    assert f"job {job_id} (waiting, submitted as operator)" in error and "--live-work" in error
+    assert not_audit(target) == []  # the note before the job went too: all or nothing
+    [audit] = import_audits(target)
+    assert audit["outcome"] == "invalid" and "holds live work" in audit["error"]
+    assert json.loads(run_gormes(target, "jobs", "list", "--json").stdout) == []
+
+
+def test_with_live_work_the_job_is_imported_and_a_worker_runs_it(tmp_path: Path) -> None:
+    """The reason for the refusal, shown: once imported, the job runs."""
+    source, target = tmp_path / "source.db", tmp_path / "target.db"
+    job_id = submitted_job(source)
+    file = write_jsonl(tmp_path / "live.jsonl", exported(source, "job-*"))
+    done = run_gormes(target, "import", str(file), "--live-work")
+    assert done.returncode == 0, done.stderr
+    with running_worker(target):
+        waited = run_gormes(target, "jobs", "wait", job_id, "--timeout", "60")
+    assert waited.returncode == 0, waited.stderr
+    assert json.loads(run_gormes(target, "jobs", "get", job_id, "--json").stdout)["status"] == "completed"
+    assert [a["outcome"] for a in import_audits(target)] == ["ok"]
+
+
+def test_an_ended_job_is_history_and_imports_without_the_flag(tmp_path: Path) -> None:
+    source, target = tmp_path / "source.db", tmp_path / "target.db"
+    job_id = submitted_job(source)
+    with running_worker(source):
+        assert run_gormes(source, "jobs", "wait", job_id, "--timeout", "60").returncode == 0
+    file = write_jsonl(tmp_path / "ended.jsonl", exported(source, "job-*"))
+    done = run_gormes(target, "import", str(file))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(run_gormes(target, "jobs", "get", job_id, "--json").stdout)["status"] == "completed"
+
+
+def test_a_live_cron_schedule_is_refused_a_removed_one_is_history(tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    for name in ("active", "paused", "removed"):
+        assert run_gormes(source, "cron", "add", name, "--schedule", "* * * * *", "--job", "echo").returncode == 0
+    assert run_gormes(source, "cron", "pause", "paused").returncode == 0
+    assert run_gormes(source, "cron", "remove", "removed").returncode == 0
+    for name, refused in (("active", "cron schedule active (active)"), ("paused", "cron schedule paused (paused)")):
+        target = tmp_path / f"{name}.db"
+        file = write_jsonl(tmp_path / f"{name}.jsonl", exported(source, f"cron-{name}"))
+        assert refused in assert_one_line_error(run_gormes(target, "import", str(file)))
+        assert not_audit(target) == []
+    target = tmp_path / "removed.db"
+    file = write_jsonl(tmp_path / "removed.jsonl", exported(source, "cron-removed"))
+    done = run_gormes(target, "import", str(file))
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_import_that_ends_a_live_job_is_not_live_work(tmp_path: Path) -> None:
+    """The check is of what the import leaves: a file that cancels a job this log
+    holds waiting brings no live work, although it touches that job's stream."""
+    source = tmp_path / "source.db"
+    job_id = submitted_job(source)
+    target = tmp_path / "target.db"
+    before = write_jsonl(tmp_path / "before.jsonl", exported(source, "job-*"))
+    assert run_gormes(target, "import", str(before), "--live-work").returncode == 0
+    assert run_gormes(source, "jobs", "cancel", job_id).returncode == 0
+    cancel = [line for line in exported(source, "job-*") if line["version"] > 1]
+    assert [line["type"] for line in cancel] == ["job.cancelled"]
+    done = run_gormes(target, "import", str(write_jsonl(tmp_path / "cancel.jsonl", cancel)))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(run_gormes(target, "jobs", "get", job_id, "--json").stdout)["status"] == "cancelled"
+
+
+def test_a_stream_named_like_a_job_that_holds_no_job_is_history(tmp_path: Path) -> None:
+    notes = [{"stream": "job-1", "type": "note.added", "data": {"text": "not a job"}}]
+    done = run_gormes(tmp_path / "g.db", "import", str(write_jsonl(tmp_path / "n.jsonl", notes)))
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_parsed_records_from_python_are_checked_too(tmp_path: Path, backend: str) -> None:
+    """`events.import` given parsed records (the Python API) keeps the same rule,
+    on either backend."""
+    source = tmp_path / "source.db"
+    submitted_job(source)
+    parsed = parse_lines(json.dumps(line) for line in exported(source, "job-*"))
+    records = [ImportRecord(number=p.number, stream=p.stream, event=p.event, version=p.version) for p in parsed]
+    async with backend_store(backend, tmp_path / "target.db") as store:
+        executor = Executor(default_registry(), store)
+        with pytest.raises(Exception, match="holds live work"):
+            await executor.call("events.import", EventsImportInput(records=records), OPERATOR)
+        assert await store.read_stream(parsed[0].stream) == []
+        done = await executor.call("events.import", EventsImportInput(records=records, live_work=True), OPERATOR)
+        assert done.imported == len(records)
