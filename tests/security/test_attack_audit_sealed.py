@@ -1,12 +1,14 @@
 """A change and its audit record commit together: a `gormes approve`, `gormes
 append`, `gormes import`, `gormes jobs submit`, `gormes cron add`, `gormes run`,
-`gormes fork` or `gormes runs resume` SIGKILLed right after its change committed
-still left its audit record (an attacker's window: the executor used to append
-the record after the handler returned, so a kill there left an approval, events
-written by hand, a job, a schedule or a run that no audit record names). The
-first three seal it themselves; the job queue's commands and the actors' `ask`
-take the call's seal (gormes/events/audit_seal.py); a run start hands it to the
-task that appends `run.started` (gormes/actors/runs/start_record.py)."""
+`gormes fork`, `gormes runs resume` or `gormes memory forget` SIGKILLed right
+after its change committed still left its audit record (an attacker's window:
+the executor used to append the record after the handler returned, so a kill
+there left an approval, events written by hand, a job, a schedule, a run or a
+forgotten memory that no audit record names). The first three seal it
+themselves; the job queue's commands and the actors' `ask` take the call's seal
+(gormes/events/audit_seal.py); a run start hands it to the task that appends
+`run.started` (gormes/actors/runs/start_record.py); a redaction (`redact`,
+`memory forget`) seals it into its last chunk."""
 
 from __future__ import annotations
 
@@ -333,4 +335,46 @@ def test_a_skill_selection_killed_after_its_commit_is_audited(tmp_path: Path) ->
     killed_after_commit(db, "select", "skills", "route", "why did my run fail", "--candidates", "--run", run_id)
     [(selected_at,)] = rows(db, "SELECT max(position) FROM events WHERE type = 'skill.selected'")
     assert audits_after(db, selected_at) == [("skills.select", "ok")]
+    ok(db, "audit", "verify")
+
+
+SECRET = "Ada keeps the spare key under the blue flowerpot"
+
+
+def remembered_and_noted(tmp_path: Path, db: Path) -> str:
+    """The id of a fact the operator added, whose text `CHUNK + 10` notes on
+    notes-1 repeat (outside its scope: forgetting it there needs --everywhere),
+    so that forgetting it redacts in two chunks."""
+    fact = json.loads(ok(db, "memory", "add-fact", SECRET, "--json"))["fact_id"]
+    lines = tmp_path / "notes.jsonl"
+    lines.write_text("".join(
+        json.dumps({"stream": "notes-1", "type": "note.added", "data": {"text": f"{i}: {SECRET}"}}) + "\n"
+        for i in range(CHUNK + 10)
+    ))
+    ok(db, "import", str(lines))
+    return fact
+
+
+def test_a_forget_killed_after_its_last_chunk_committed_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    fact = remembered_and_noted(tmp_path, db)
+    killed_after_commit(db, "redact", "memory", "forget", fact, "--everywhere", "--reason", "asked to")
+    assert len(rows(db, "SELECT position FROM events WHERE type = 'memory.forgotten'")) == 1
+    [_, (last_chunk,)] = rows(db, "SELECT position FROM events WHERE type = 'log.redacted' ORDER BY position")
+    redacted = "SELECT count(*) FROM events WHERE stream = 'notes-1' AND json_extract(data, '$.redacted') IS NOT NULL"
+    assert rows(db, redacted) == [(CHUNK + 10,)]
+    assert audits_after(db, last_chunk) == [("memory.forget", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_forget_killed_between_its_chunks_claims_no_success(tmp_path: Path) -> None:
+    """Its record is sealed with the last chunk, never with `memory.forgotten` or the
+    first chunk: a call killed midway leaves those, and no `ok`."""
+    db = tmp_path / "g.db"
+    fact = remembered_and_noted(tmp_path, db)
+    [(before,)] = rows(db, "SELECT max(position) FROM events")
+    killed_after_commit(db, "redact between chunks", "memory", "forget", fact, "--everywhere", "--reason", "asked to")
+    assert len(rows(db, "SELECT position FROM events WHERE type = 'memory.forgotten'")) == 1
+    assert len(rows(db, "SELECT position FROM events WHERE type = 'log.redacted'")) == 1
+    assert audits_after(db, before) == []
     ok(db, "audit", "verify")
