@@ -1,18 +1,19 @@
 """A change and its audit record commit together: a `gormes approve`, `gormes
 append`, `gormes import`, `gormes jobs submit`, `gormes cron add`, `gormes run`,
-`gormes fork`, `gormes runs resume` or `gormes memory forget` SIGKILLed right
-after its change committed still left its audit record (an attacker's window:
-the executor used to append the record after the handler returned, so a kill
-there left an approval, events written by hand, a job, a schedule, a run or a
-forgotten memory that no audit record names). The first three seal it
-themselves; the job queue's commands and the actors' `ask` take the call's seal
-(gormes/events/audit_seal.py); a run start hands it to the task that appends
-`run.started` (gormes/actors/runs/start_record.py); a redaction (`redact`,
-`memory forget`) seals it into its last chunk."""
+`gormes fork`, `gormes runs resume`, `gormes memory forget` or `gormes skills
+promote` SIGKILLed right after its change committed still left its audit record
+(an attacker's window: the executor used to append the record after the handler
+returned, so a kill there left an approval, events written by hand, a job, a
+schedule, a run, a forgotten memory or a promotion that no audit record names).
+The first three seal it themselves; the job queue's commands and the actors'
+`ask` take the call's seal (gormes/events/audit_seal.py); a run start hands it to
+the task that appends `run.started` (gormes/actors/runs/start_record.py); a
+redaction (`redact`, `memory forget`) seals it into its last chunk."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,6 +88,12 @@ skills_admin.Selected = killed_now  # built right after the recording transactio
     "run start": """
 import gormes.tools.run_admin as run_admin
 run_admin.RunStarter.started = killed_now  # kept right after the run's start committed
+""",
+    "promote": """
+import os, types
+import gormes.skillbook.promotion as promotion
+promotion.os = types.SimpleNamespace(**vars(os))
+promotion.os.replace = killed_now  # the rename right after skill.promoted committed
 """,
 }
 PREAMBLE = """
@@ -378,3 +385,32 @@ def test_a_forget_killed_between_its_chunks_claims_no_success(tmp_path: Path) ->
     assert len(rows(db, "SELECT position FROM events WHERE type = 'log.redacted'")) == 1
     assert audits_after(db, before) == []
     ok(db, "audit", "verify")
+
+
+def promotable(tmp_path: Path) -> Path:
+    """A skills folder whose candidate `alpha` has the evidence to become proven."""
+    root = tmp_path / "skills"
+    shutil.copytree(REPO / "tests" / "skills" / "fixtures" / "good", root)
+    skill = root / "alpha" / "SKILL.md"
+    skill.write_text(skill.read_text().replace("evidence: []", (
+        "evidence:\n  - {date: 2026-01-05, type: run, ref: run-1}\n"
+        "  - {date: 2026-01-06, type: run, ref: run-2}\n  - {date: 2026-01-07, type: review, ref: bob}"
+    )))
+    return root
+
+
+def test_a_promotion_killed_after_its_event_committed_is_audited(tmp_path: Path) -> None:
+    """Killed before the rename: `skill.promoted` and its `ok` record committed, the
+    SKILL.md as it was (the rename comes only after the event is durable); promoting
+    again rewrites it."""
+    db = tmp_path / "g.db"
+    root = promotable(tmp_path)
+    skill = root / "alpha" / "SKILL.md"
+    before = skill.read_text()
+    killed_after_commit(db, "promote", "skills", "promote", "alpha", "--skills-dir", str(root))
+    [(promoted_at,)] = rows(db, "SELECT position FROM events WHERE type = 'skill.promoted'")
+    assert audits_after(db, promoted_at) == [("skills.promote", "ok")]
+    assert skill.read_text() == before
+    ok(db, "audit", "verify")
+    ok(db, "skills", "promote", "alpha", "--skills-dir", str(root))
+    assert "status: proven\n" in skill.read_text()
