@@ -111,7 +111,7 @@ main(["--db", sys.argv[1], *sys.argv[2:]])
 """
 
 
-def killed_after_commit(db: Path, hook: str, *args: str) -> None:
+def killed_after_commit(db: Path | str, hook: str, *args: str) -> None:
     script = PREAMBLE + KILLED_AFTER_COMMIT[hook] + RUN
     child = subprocess.run([sys.executable, "-c", script, str(db), *args], env=cli_env(), cwd=REPO,
                            capture_output=True, text=True, timeout=120)
@@ -124,7 +124,7 @@ def audits_after(db: Path, position: int) -> list[tuple]:
                     f" WHERE type = 'audit.operation' AND position > {position}")
 
 
-def ok(db: Path, *args: str) -> str:
+def ok(db: Path | str, *args: str) -> str:
     done = run_gormes(db, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -348,7 +348,7 @@ def test_a_skill_selection_killed_after_its_commit_is_audited(tmp_path: Path) ->
 SECRET = "Ada keeps the spare key under the blue flowerpot"
 
 
-def remembered_and_noted(tmp_path: Path, db: Path) -> str:
+def remembered_and_noted(tmp_path: Path, db: Path | str) -> str:
     """The id of a fact the operator added, whose text `CHUNK + 10` notes on
     notes-1 repeat (outside its scope: forgetting it there needs --everywhere),
     so that forgetting it redacts in two chunks."""
