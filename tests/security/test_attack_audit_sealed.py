@@ -414,3 +414,4 @@ def test_a_promotion_killed_after_its_event_committed_is_audited(tmp_path: Path)
     ok(db, "audit", "verify")
     ok(db, "skills", "promote", "alpha", "--skills-dir", str(root))
     assert "status: proven\n" in skill.read_text()
+    assert len(rows(db, "SELECT position FROM events WHERE type = 'skill.promoted'")) == 2
