@@ -6,6 +6,12 @@ YAML comments in the front matter are not kept).
 Its evidence is the front matter's entries plus the runs recorded as served well
 (`skill.feedback` good, the latest verdict per run); those are written into the
 new front matter, so the file alone still justifies its status.
+
+The event comes first, and the file is renamed into place only once it is
+durable. The call's audit record (`seal`, skills.promote's) is sealed with the
+event, so a process killed before the rename leaves the event and its record,
+and the file as it was: promoting again rewrites it (and records the promotion
+again).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from gormes.skillbook.model import LADDER, Evidence, FrontMatter, Skill
 from gormes.skillbook.validator import check, status_problem
 
 if TYPE_CHECKING:
-    from gormes.events.store import EventStore
+    from gormes.events.audit_seal import Seal
+    from gormes.events.store import AppendResult, EventStore, Transaction
 
 
 class PromotionPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,11 +127,15 @@ def evidence_notes(meta: FrontMatter) -> tuple[EvidenceNote, ...]:
     )
 
 
-async def promote(root: Path, name: str, store: EventStore, today: datetime.date) -> PromotionResult:
+async def promote(
+    root: Path, name: str, store: EventStore, today: datetime.date, *, seal: Seal | None = None,
+) -> PromotionResult:
     """Check the skills, plan the promotion, then write the file and the event.
 
     The new file is written beside the old one first and renamed over it only once
-    the event is durable, so a failed append leaves the file as it was.
+    the event is durable, so a failed append leaves the file as it was. `seal(tx)`:
+    also written in the event's transaction (an operation call's audit record,
+    `OperationContext.seal_into`).
     """
     loaded = load_skills(root)
     skill = next((s for s in loaded.skills if s.name == name), None)
@@ -144,7 +155,7 @@ async def promote(root: Path, name: str, store: EventStore, today: datetime.date
         event = SkillPromoted(
             skill=name, from_status=plan.from_status, to=plan.to_status, evidence=evidence_notes(skill.meta),
         )
-        appended = await store.append(skill_stream(name), [event])
+        appended = await _appended(store, skill_stream(name), event, seal)
         os.replace(staged, skill.path)
     finally:
         if staged.exists():
@@ -153,6 +164,18 @@ async def promote(root: Path, name: str, store: EventStore, today: datetime.date
         skill=name, from_status=plan.from_status, to_status=plan.to_status, file=skill.file,
         position=appended.last_position,
     )
+
+
+async def _appended(store: EventStore, stream: str, event: SkillPromoted, seal: Seal | None) -> AppendResult:
+    if seal is None:
+        return await store.append(stream, [event])
+
+    def write(tx: Transaction) -> AppendResult:
+        appended = tx.append(stream, [event])
+        seal(tx)
+        return appended
+
+    return await store.transact(write)
 
 
 def _stage(path: Path, text: str) -> Path:

@@ -12,11 +12,12 @@ between two leaves a log where every redaction made is whole (run it again to
 finish: what is redacted already is skipped). Then the emptied projections are
 folded again and, on SQLite, the WAL is truncated (`reclaim`).
 
-log.redact's audit record is sealed into the last chunk's transaction, the one
-that completes the redaction (when it redacted anything): never into an earlier
-one, whose record would say `ok` for a call that may yet fail or be killed
-midway. A process killed between two chunks leaves the chunks done with their
-`log.redacted` records (by whom, why, which positions) and no `audit.operation`.
+log.redact's audit record, and memory.forget's, is sealed into the last chunk's
+transaction, the one that completes the redaction (when it redacted anything):
+never into an earlier one, whose record would say `ok` for a call that may yet
+fail or be killed midway. A process killed between two chunks leaves the chunks
+done with their `log.redacted` records (by whom, why, which positions) and no
+`audit.operation`.
 """
 
 from __future__ import annotations

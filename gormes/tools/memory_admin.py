@@ -252,8 +252,10 @@ async def forget(ctx: OperationContext, value: ForgetInput) -> Forgotten:
     for more in elsewhere.values():
         positions += more
     event = await writer.forget(target, reason=value.reason)
+    # The call's record goes with the last chunk, the one that completes the forget:
+    # never with `memory.forgotten`, whose `ok` a call killed midway would belie.
     redaction = await erase(store, sorted(set(positions)), by=by_of(ctx),
-                            reason=value.reason or f"memory.forget {target.id}")
+                            reason=value.reason or f"memory.forget {target.id}", seal=ctx.seal_into)
     return Forgotten(forgotten=event, redaction=redaction)
 
 

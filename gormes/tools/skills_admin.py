@@ -104,7 +104,7 @@ async def skills_promote(ctx: OperationContext, value: PromoteInput) -> Promotio
     root = _root(ctx, value.skills_dir)
     await trio.to_thread.run_sync(check_inside, root, value.name)
     today = datetime.date.fromtimestamp(ctx.clock())
-    return await promote(root, value.name, _store(ctx), today)
+    return await promote(root, value.name, _store(ctx), today, seal=ctx.seal_into)
 
 
 def require_skill(root: Path, name: str) -> None:

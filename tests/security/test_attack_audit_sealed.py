@@ -1,16 +1,19 @@
 """A change and its audit record commit together: a `gormes approve`, `gormes
 append`, `gormes import`, `gormes jobs submit`, `gormes cron add`, `gormes run`,
-`gormes fork` or `gormes runs resume` SIGKILLed right after its change committed
-still left its audit record (an attacker's window: the executor used to append
-the record after the handler returned, so a kill there left an approval, events
-written by hand, a job, a schedule or a run that no audit record names). The
-first three seal it themselves; the job queue's commands and the actors' `ask`
-take the call's seal (gormes/events/audit_seal.py); a run start hands it to the
-task that appends `run.started` (gormes/actors/runs/start_record.py)."""
+`gormes fork`, `gormes runs resume`, `gormes memory forget` or `gormes skills
+promote` SIGKILLed right after its change committed still left its audit record
+(an attacker's window: the executor used to append the record after the handler
+returned, so a kill there left an approval, events written by hand, a job, a
+schedule, a run, a forgotten memory or a promotion that no audit record names).
+The first three seal it themselves; the job queue's commands and the actors'
+`ask` take the call's seal (gormes/events/audit_seal.py); a run start hands it to
+the task that appends `run.started` (gormes/actors/runs/start_record.py); a
+redaction (`redact`, `memory forget`) seals it into its last chunk."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +89,12 @@ skills_admin.Selected = killed_now  # built right after the recording transactio
 import gormes.tools.run_admin as run_admin
 run_admin.RunStarter.started = killed_now  # kept right after the run's start committed
 """,
+    "promote": """
+import os, types
+import gormes.skillbook.promotion as promotion
+promotion.os = types.SimpleNamespace(**vars(os))
+promotion.os.replace = killed_now  # the rename right after skill.promoted committed
+""",
 }
 PREAMBLE = """
 import os, signal, sys
@@ -102,7 +111,7 @@ main(["--db", sys.argv[1], *sys.argv[2:]])
 """
 
 
-def killed_after_commit(db: Path, hook: str, *args: str) -> None:
+def killed_after_commit(db: Path | str, hook: str, *args: str) -> None:
     script = PREAMBLE + KILLED_AFTER_COMMIT[hook] + RUN
     child = subprocess.run([sys.executable, "-c", script, str(db), *args], env=cli_env(), cwd=REPO,
                            capture_output=True, text=True, timeout=120)
@@ -115,7 +124,7 @@ def audits_after(db: Path, position: int) -> list[tuple]:
                     f" WHERE type = 'audit.operation' AND position > {position}")
 
 
-def ok(db: Path, *args: str) -> str:
+def ok(db: Path | str, *args: str) -> str:
     done = run_gormes(db, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -334,3 +343,75 @@ def test_a_skill_selection_killed_after_its_commit_is_audited(tmp_path: Path) ->
     [(selected_at,)] = rows(db, "SELECT max(position) FROM events WHERE type = 'skill.selected'")
     assert audits_after(db, selected_at) == [("skills.select", "ok")]
     ok(db, "audit", "verify")
+
+
+SECRET = "Ada keeps the spare key under the blue flowerpot"
+
+
+def remembered_and_noted(tmp_path: Path, db: Path | str) -> str:
+    """The id of a fact the operator added, whose text `CHUNK + 10` notes on
+    notes-1 repeat (outside its scope: forgetting it there needs --everywhere),
+    so that forgetting it redacts in two chunks."""
+    fact = json.loads(ok(db, "memory", "add-fact", SECRET, "--json"))["fact_id"]
+    lines = tmp_path / "notes.jsonl"
+    lines.write_text("".join(
+        json.dumps({"stream": "notes-1", "type": "note.added", "data": {"text": f"{i}: {SECRET}"}}) + "\n"
+        for i in range(CHUNK + 10)
+    ))
+    ok(db, "import", str(lines))
+    return fact
+
+
+def test_a_forget_killed_after_its_last_chunk_committed_is_audited(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    fact = remembered_and_noted(tmp_path, db)
+    killed_after_commit(db, "redact", "memory", "forget", fact, "--everywhere", "--reason", "asked to")
+    assert len(rows(db, "SELECT position FROM events WHERE type = 'memory.forgotten'")) == 1
+    [_, (last_chunk,)] = rows(db, "SELECT position FROM events WHERE type = 'log.redacted' ORDER BY position")
+    redacted = "SELECT count(*) FROM events WHERE stream = 'notes-1' AND json_extract(data, '$.redacted') IS NOT NULL"
+    assert rows(db, redacted) == [(CHUNK + 10,)]
+    assert audits_after(db, last_chunk) == [("memory.forget", "ok")]
+    ok(db, "audit", "verify")
+
+
+def test_a_forget_killed_between_its_chunks_claims_no_success(tmp_path: Path) -> None:
+    """Its record is sealed with the last chunk, never with `memory.forgotten` or the
+    first chunk: a call killed midway leaves those, and no `ok`."""
+    db = tmp_path / "g.db"
+    fact = remembered_and_noted(tmp_path, db)
+    [(before,)] = rows(db, "SELECT max(position) FROM events")
+    killed_after_commit(db, "redact between chunks", "memory", "forget", fact, "--everywhere", "--reason", "asked to")
+    assert len(rows(db, "SELECT position FROM events WHERE type = 'memory.forgotten'")) == 1
+    assert len(rows(db, "SELECT position FROM events WHERE type = 'log.redacted'")) == 1
+    assert audits_after(db, before) == []
+    ok(db, "audit", "verify")
+
+
+def promotable(tmp_path: Path) -> Path:
+    """A skills folder whose candidate `alpha` has the evidence to become proven."""
+    root = tmp_path / "skills"
+    shutil.copytree(REPO / "tests" / "skills" / "fixtures" / "good", root)
+    skill = root / "alpha" / "SKILL.md"
+    skill.write_text(skill.read_text().replace("evidence: []", (
+        "evidence:\n  - {date: 2026-01-05, type: run, ref: run-1}\n"
+        "  - {date: 2026-01-06, type: run, ref: run-2}\n  - {date: 2026-01-07, type: review, ref: bob}"
+    )))
+    return root
+
+
+def test_a_promotion_killed_after_its_event_committed_is_audited(tmp_path: Path) -> None:
+    """Killed before the rename: `skill.promoted` and its `ok` record committed, the
+    SKILL.md as it was (the rename comes only after the event is durable); promoting
+    again rewrites it."""
+    db = tmp_path / "g.db"
+    root = promotable(tmp_path)
+    skill = root / "alpha" / "SKILL.md"
+    before = skill.read_text()
+    killed_after_commit(db, "promote", "skills", "promote", "alpha", "--skills-dir", str(root))
+    [(promoted_at,)] = rows(db, "SELECT position FROM events WHERE type = 'skill.promoted'")
+    assert audits_after(db, promoted_at) == [("skills.promote", "ok")]
+    assert skill.read_text() == before
+    ok(db, "audit", "verify")
+    ok(db, "skills", "promote", "alpha", "--skills-dir", str(root))
+    assert "status: proven\n" in skill.read_text()
+    assert len(rows(db, "SELECT position FROM events WHERE type = 'skill.promoted'")) == 2

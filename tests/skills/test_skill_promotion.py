@@ -57,6 +57,27 @@ async def test_short_evidence_is_refused_and_nothing_is_written(tmp_path, store)
     assert sorted(p.name for p in (root / "alpha").iterdir()) == ["SKILL.md"]
 
 
+async def test_a_promotion_whose_transaction_fails_leaves_the_file_as_it_was(tmp_path, store):
+    """The rename comes after the event's transaction: one undone (here by its seal,
+    the call's audit record, failing) leaves no event and the file untouched."""
+    root = fixture_copy("good", tmp_path)
+    path = root / "alpha" / "SKILL.md"
+    path.write_text(path.read_text().replace("evidence: []", (
+        "evidence:\n  - {date: 2026-01-05, type: run, ref: run-1}\n"
+        "  - {date: 2026-01-06, type: run, ref: run-2}\n  - {date: 2026-01-07, type: review, ref: bob}"
+    )))
+    before = path.read_bytes()
+
+    def failing(tx):
+        raise RuntimeError("the seal failed")
+
+    with pytest.raises(RuntimeError, match="the seal failed"):
+        await promote(root, "alpha", store, TODAY, seal=failing)
+    assert path.read_bytes() == before
+    assert await store.head() == 0
+    assert sorted(p.name for p in (root / "alpha").iterdir()) == ["SKILL.md"]
+
+
 async def test_proven_to_promoted_needs_a_consumer_that_requires_it(tmp_path, store):
     root = fixture_copy("good", tmp_path)
     with pytest.raises(PromotionRefused, match="type 'promotion'"):
