@@ -23,8 +23,8 @@ PROGRESS_MIN_EVENTS = 10_000
 @click.option("--ignore-versions", is_flag=True,
               help="Append every line at the end of its stream, ignoring its 'version'.")
 @click.option("--live-work", is_flag=True,
-              help="Also import jobs not ended and cron schedules not removed, which a worker or the"
-                   " daemon then runs with the trust their records name.")
+              help="Also import live work: jobs not ended, cron schedules not removed, records for"
+                   " runs running here, decisions on approvals requested here.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON: imported, first_position, last_position.")
 @click.pass_obj
@@ -38,9 +38,11 @@ def import_(obj, source: str, ignore_versions: bool, live_work: bool, as_json: b
     bad line is reported by number. A line's 'version', when present,
     must follow its stream's current version, so an export is not imported twice.
 
-    An import that would leave a job not ended or a cron schedule not removed is
-    refused unless --live-work is given: a worker runs such a job, and the daemon
-    fires such a schedule, with the trust its records name, whoever wrote them.
+    An import that brings live work is refused unless --live-work is given: a job
+    not ended or a cron schedule not removed (a worker runs such a job, and the
+    daemon fires such a schedule, with the trust its records name, whoever wrote
+    them), a record for a run running here, or a decision on an approval
+    requested here.
     """
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli import output

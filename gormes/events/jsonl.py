@@ -310,18 +310,18 @@ def open_lines(path: str | Path) -> Iterator[Iterable[bytes]]:
 
 
 def import_file_in(tx: Any, path: str | Path, *, check_versions: bool = True,
-                   chunk: int = IMPORT_CHUNK, seen: Callable[[str], None] | None = None) -> ImportResult:
+                   chunk: int = IMPORT_CHUNK, seen: Callable[[ParsedLine], None] | None = None) -> ImportResult:
     """Stream a JSONL file (gzip or plain) into a store transaction: each line is
     checked, parsed and appended in turn, and staged rows are flushed every `chunk`
     lines, so the memory it takes does not grow with the file. A bad line raises
     `UserError` naming it, and the transaction (every line before it) is undone.
-    `seen` is told each line's stream."""
+    `seen` is shown each line before it is appended."""
     imported = first = last = 0
     with open_lines(path) as lines:
         try:
             for line in iter_parsed(checked_lines(lines)):
                 if seen is not None:
-                    seen(line.stream)
+                    seen(line)
                 result = append_lines(tx.append_many, (line,), check_versions=check_versions)
                 first = first or result.first_position
                 last = result.last_position

@@ -1,45 +1,88 @@
-"""Live work an import would bring in: jobs not ended and cron schedules not removed.
+"""Live work an import would bring in, or reach into.
 
 An imported `job.submitted` names its submitter, and an imported `cron.scheduled`
-the trust its fires carry. Once imported, a worker runs such a job, and the daemon
-fires such a schedule, with the trust the record names, whoever wrote the file.
-So an import that leaves a job or a schedule live is refused unless the operator
-says it brings live work on purpose (`gormes import --live-work`): restoring a
-host's own export, say. History (ended jobs, removed schedules, runs, memory) is
-imported as before.
+the trust its fires carry (`system`). Once imported, a worker runs such a job, and
+the daemon fires such a schedule, with the trust the record names, whoever wrote
+the file. Records appended to a run running here reach its agent (a
+`run.message_sent` is read from its inbox, as from the sender it names), and a
+decision appended for an approval requested here lets the call it holds run. So an
+import is refused when it leaves
 
-The check reads, inside the import's transaction, each job and cron stream the
-import touched, as the import left it (events already there included).
+- a job not ended, or a cron schedule not removed (as the import leaves them: the
+  stream's events already in the log included);
+- a record on the stream of a run this log held before the import and that has
+  not ended;
+- an approval decided in the file whose request is not in the file,
+
+unless the operator says it brings live work on purpose (`gormes import
+--live-work`): restoring a host's own export, say. History (ended jobs, removed
+schedules, runs the file brings whole, notes, an archived segment) imports as
+before.
+
+`LiveWorkWatch` is shown each line before it is appended, then asked what the
+import left, inside the import's transaction. It reads only the job, cron and run
+streams the import touched, and of runs only those the log held before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gormes.actors.cron import rules as cron_rules
 from gormes.actors.jobs.state import evolve as evolve_job
+from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalRequested
 from gormes.events.cron import CRON_STREAM_PREFIX
 from gormes.events.jobs import JobSubmitted, job_stream
+from gormes.events.runs import TERMINAL_TYPES, run_stream
+
+if TYPE_CHECKING:
+    from gormes.events.jsonl import ParsedLine
 
 JOB_STREAM_PREFIX = job_stream("")
+RUN_STREAM_PREFIX = run_stream("")
 SHOWN = 3  # live items named in the refusal; the rest are counted
 
 
-def touches_live_work(stream: str) -> bool:
-    return stream.startswith((JOB_STREAM_PREFIX, CRON_STREAM_PREFIX))
+class LiveWorkWatch:
+    def __init__(self) -> None:
+        self._jobs_and_schedules: set[str] = set()
+        self._runs_seen: set[str] = set()
+        self._runs_held_before: set[str] = set()
+        self._requested: set[str] = set()
+        self._decided: dict[str, str] = {}  # approval id -> decision, in file order
 
+    def see(self, tx: Any, line: ParsedLine) -> None:
+        """Note `line`, before it is appended."""
+        stream, event = line.stream, line.event
+        if stream.startswith((JOB_STREAM_PREFIX, CRON_STREAM_PREFIX)):
+            self._jobs_and_schedules.add(stream)
+        elif stream.startswith(RUN_STREAM_PREFIX):
+            if stream not in self._runs_seen:
+                self._runs_seen.add(stream)
+                if tx.stream_version(stream) > 0:
+                    self._runs_held_before.add(stream)
+        elif stream == APPROVALS_STREAM:
+            if isinstance(event, ApprovalRequested):
+                self._requested.add(event.approval_id)
+            elif isinstance(event, ApprovalDecided):
+                self._decided.setdefault(event.approval_id, event.decision)
 
-def live_work(tx: Any, streams: Iterable[str]) -> list[str]:
-    """What the touched `streams` leave live, one phrase each ("job J (waiting, as
-    operator)"), in stream order; empty when the import brings only history."""
-    found = []
-    for stream in sorted(s for s in set(streams) if touches_live_work(s)):
-        events = [record.event for record in tx.read_stream(stream)]
-        phrase = _job(events) if stream.startswith(JOB_STREAM_PREFIX) else _schedule(events)
-        if phrase is not None:
-            found.append(phrase)
-    return found
+    def found(self, tx: Any) -> list[str]:
+        """What the import leaves live, one phrase each ("job J (waiting, submitted
+        as operator)"); empty when it brings only history."""
+        found = []
+        for stream in sorted(self._jobs_and_schedules):
+            events = [record.event for record in tx.read_stream(stream)]
+            phrase = _job(events) if stream.startswith(JOB_STREAM_PREFIX) else _schedule(events)
+            if phrase is not None:
+                found.append(phrase)
+        for stream in sorted(self._runs_held_before):
+            if not any(isinstance(record.event, TERMINAL_TYPES) for record in tx.read_stream(stream)):
+                found.append(f"records for run {stream.removeprefix(RUN_STREAM_PREFIX)}, live here")
+        for approval_id, decision in self._decided.items():
+            if approval_id not in self._requested:
+                found.append(f"approval {approval_id} {decision}, its request not in the file")
+        return found
 
 
 def _job(events: list[Any]) -> str | None:
@@ -64,6 +107,6 @@ def _schedule(events: list[Any]) -> str | None:
 
 def refusal(name: str, found: list[str]) -> str:
     shown = ", ".join(found[:SHOWN]) + (f" and {len(found) - SHOWN} more" if len(found) > SHOWN else "")
-    return (f"{name} holds live work: {shown}; once imported, a worker or the daemon runs it with the"
-            " trust its records name, whoever wrote the file. Import it only if you would run it:"
-            " --live-work. Nothing was imported")
+    return (f"{name} holds live work: {shown}; once imported, it acts here with the trust its records"
+            " name, whoever wrote the file. Import it only if you would run it: --live-work."
+            " Nothing was imported")

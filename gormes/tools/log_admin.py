@@ -14,8 +14,9 @@ its input; the rules are here:
   the path of a JSONL file it streams, and appends them all or none. Audit records in an import are accepted as they are:
   restoring an export restores its audit trail, and a forged or edited record
   breaks the hash chain, which `gormes audit verify` reports;
-- import refuses live work (a job not ended, a cron schedule not removed) unless
-  `live_work` is set: a worker would run it with the trust its records name
+- import refuses live work unless `live_work` is set (a job not ended, a cron
+  schedule not removed, a record for a run running here, a decision on an
+  approval requested here): it would act with the trust its records name
   (gormes/tools/import_live_work.py).
 """
 
@@ -31,7 +32,6 @@ from gormes.events.audit import AUDIT_STREAM_PREFIX
 from gormes.events.base import Event
 from gormes.events.codec import default_codec
 from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec
-from gormes.tools.import_live_work import live_work, refusal, touches_live_work
 
 OPERATOR = frozenset({"operator"})
 INT64_MAX = 2**63 - 1
@@ -142,17 +142,13 @@ def _checked_records(records: list[ImportRecord]) -> list[Any]:
 async def events_import(ctx: OperationContext, value: EventsImportInput) -> EventsImported:
     # Lazy for start-up time: loaded on first use, not with the registry.
     from gormes.events import jsonl
+    from gormes.tools.import_live_work import LiveWorkWatch, refusal
 
     check_versions = not value.ignore_versions
-    streams: set[str] = set()  # the job and cron streams the import touched
 
-    def refuse_live_work(tx: Any, name: str) -> None:
-        if not value.live_work and (found := live_work(tx, streams)):
+    def refuse_live_work(tx: Any, watch: LiveWorkWatch, name: str) -> None:
+        if not value.live_work and (found := watch.found(tx)):
             raise UserError(refusal(name, found))  # undoes the whole import
-
-    def seen(stream: str) -> None:
-        if touches_live_work(stream):
-            streams.add(stream)
 
     if value.path is not None:
         if value.records:
@@ -160,23 +156,26 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
         path, name = value.path, value.name or value.path
 
         def streamed(tx: Any) -> Any:
+            watch = LiveWorkWatch()
             try:
-                result = jsonl.import_file_in(tx, path, check_versions=check_versions, seen=seen)
+                result = jsonl.import_file_in(tx, path, check_versions=check_versions,
+                                              seen=lambda line: watch.see(tx, line))
             except UserError as exc:
                 raise UserError(str(exc).replace(path, name)) from None
-            refuse_live_work(tx, name)
+            refuse_live_work(tx, watch, name)
             ctx.seal_into(tx)  # the change and its audit record commit together
             return result
 
         result = await ctx.store.transact(streamed)
     else:
         lines = _checked_records(value.records)
-        for line in lines:
-            seen(line.stream)
 
         def parsed(tx: Any) -> Any:
+            watch = LiveWorkWatch()
+            for line in lines:
+                watch.see(tx, line)
             result = jsonl.import_lines_in(tx, lines, check_versions=check_versions)
-            refuse_live_work(tx, value.name or "the import")
+            refuse_live_work(tx, watch, value.name or "the import")
             ctx.seal_into(tx)  # the change and its audit record commit together
             return result
 
