@@ -4,11 +4,13 @@ requests are pending (decision 0057).
     approval_index(position, approval_id, status)
 
 One row per event of `approvals`: its position, and the approval it is about
-(NULL for an event that names none, one redacted before it was indexed). A
-request's row also holds the approval's status (`pending`, then the decision:
-`approved`, `denied`, `timed_out`); the other rows hold NULL. So one approval's
-events are found by its id, and the pending ones by their status, whatever the
-number of approvals the stream holds.
+(NULL for an event that names none: a redacted one). A request's row also holds
+the approval's status (`pending`, then the decision: `approved`, `denied`,
+`timed_out`); the other rows hold NULL. So one approval's events are found by
+its id, and the pending ones by their status, whatever the number of approvals
+the stream holds. A redaction of indexed events indexes the approvals they name
+again, in its transaction (`redacted`): the rows are always those a build from
+the log as it is now would make.
 
 Every read folds the events the rows point at with `fold_approvals`, the fold of
 the whole stream: the fold of one approval never looks at another approval's
@@ -65,6 +67,8 @@ _OF_STATUS = "SELECT approval_id FROM approval_index WHERE status = ? ORDER BY p
 _OF_ANY_STATUS = "SELECT approval_id FROM approval_index WHERE status IS NOT NULL ORDER BY position DESC LIMIT ?"
 _EVENTS_OF = ("SELECT {columns} FROM approval_index a JOIN events e ON e.position = a.position"
               " WHERE {ids} ORDER BY e.position")
+_NAMED_AT = "SELECT DISTINCT approval_id FROM approval_index WHERE approval_id IS NOT NULL AND {positions}"
+_FORGET = "DELETE FROM approval_index WHERE {ids}"
 
 
 def _about(event: Any) -> str | None:
@@ -107,6 +111,26 @@ def catch_up(conn: Any, decode: Decode) -> None:
         if not rows:
             return
         apply(conn, decode(rows))
+
+
+def redacted(conn: Any, decode: Decode, positions: Sequence[int]) -> None:
+    """In the transaction that redacted `positions` of `approvals`: index the
+    approvals those events named again, from their events as they are now. A
+    tombstone names no approval, and a request's status is what its events still
+    say (a redacted decision leaves it pending, a redacted request leaves no
+    status to list). Positions not indexed yet need nothing: `catch_up` will
+    index the tombstones."""
+    if not positions or not has_table(conn, TABLE):
+        return
+    params: list[Any] = []
+    where = one_of(conn, "position", sorted(set(positions)), params)
+    ids = [approval_id for (approval_id,) in conn.execute(_NAMED_AT.format(positions=where), params).fetchall()]
+    if not ids:
+        return
+    records = decode(_events_of(conn, ids))
+    params = []
+    conn.execute(_FORGET.format(ids=one_of(conn, "approval_id", ids, params)), params)
+    apply(conn, records)
 
 
 def lags(conn: Any) -> bool:
