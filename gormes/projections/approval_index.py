@@ -21,8 +21,9 @@ The index is caught up, not kept inline: a write transaction of the approval boo
 first indexes the events of `approvals` past the last one indexed (`catch_up`),
 whoever appended them (a run's request, `gormes append`, an older gormes). A read
 that may not write folds those events itself (the tail). A database no write has
-indexed yet (written by an older gormes) has no table: its reads fold the whole
-stream, as they did, until the first write transaction builds it.
+indexed yet (written by an older gormes) has no table: the first read of it on a
+store that may write builds it (gormes/actors/runs/approval_book.py); read-only,
+its reads fold the whole stream.
 
 Plain blocking functions over one connection (`?` SQL: an sqlite3 connection or
 PostgreSQL's PortableConnection), given the function that decodes stored rows.
@@ -88,6 +89,12 @@ def apply(conn: Any, records: Sequence[Recorded]) -> None:
     decided = [(r.event.decision, r.event.approval_id) for r in records if isinstance(r.event, ApprovalDecided)]
     if decided:
         conn.executemany(_DECIDE, decided)
+
+
+def built(conn: Any) -> bool:
+    """Whether the database has the index (a write of the approval book, or the
+    first read on a store that may write, builds it)."""
+    return has_table(conn, TABLE)
 
 
 def create(conn: Any) -> None:

@@ -85,8 +85,9 @@ async def test_the_pending_listing_reads_the_pending_ones(tmp_path):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_an_older_log_is_read_decided_claimed_and_listed(tmp_path, backend):
-    """A log written before the index: its approvals are found by the reads before
-    any write builds the index, then decided and claimed through it."""
+    """A log written before the index: its approvals are found by the first read
+    (which builds the index, the store being writable), then decided and claimed
+    through it."""
     with database(tmp_path, backend) as where:
         async with open_on(backend, where) as store:
             await _log_of(store, 30)
