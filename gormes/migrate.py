@@ -14,7 +14,9 @@ A target that already holds events is accepted only if they are an exact prefix
 of the source (a migration that was interrupted, or is run again): the copy then
 continues after them. Anything else is refused before a row is written.
 Projection tables and tracking rows are not copied: projections rebuild from the
-log on the target.
+log on the target. The approvals index is built there at the end of the copy,
+from the target's own events (decision 0057), so the target's approval reads
+never fold the whole stream, even read-only.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from gormes.events.postgres_schema import (
 )
 from gormes.events.sqlite_log import SQLiteLog
 from gormes.events.store import EventLog
+from gormes.projections import approval_index
 
 BATCH = 5000
 
@@ -153,13 +156,29 @@ class Migration:
             raise refuse
 
     def copy(self, progress: Callable[[int], Any] | None = None, batch: int = BATCH) -> int:
-        """Copy the source's events after the target's head; returns how many."""
+        """Copy the source's events after the target's head, then index the
+        target's approvals; returns how many events were copied."""
         for rows in row_pages(self.source, self.target_head, self.source_head, batch):
             self._write(rows)
             self.copied += len(rows)
             if progress is not None:
                 progress(len(rows))
+        self.index_approvals()
         return self.copied
+
+    def index_approvals(self) -> None:
+        """Build the approvals index from the target's events, or catch it up after
+        a copy that continued (the source's index is not copied: it may lag its
+        log, or be missing)."""
+        conn = self.target.conn
+        self.target.begin_write()
+        try:
+            approval_index.catch_up(self.target.sql, self.target.decode)
+            conn.execute("COMMIT")
+        except BaseException:
+            if not conn.closed and not conn.broken:
+                conn.execute("ROLLBACK")
+            raise
 
     def _write(self, rows: list[Row]) -> None:
         conn = self.target.conn

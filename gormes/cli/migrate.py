@@ -24,7 +24,8 @@ def migrate(source: str, target: str, batch: int, as_json: bool) -> None:
     type_version, data) in position order, computed on each side, must agree. A
     target that already holds events is refused unless they are an exact prefix
     of the source, in which case the copy continues after them. Projections are
-    not copied: they rebuild from the log.
+    not copied: they rebuild from the log. The approvals index is built on the
+    target at the end of the copy.
     """
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import msgspec

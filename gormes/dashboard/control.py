@@ -6,7 +6,8 @@ what each budget has spent, holds and may spend.
 
 Cheap reads only, one read connection a refresh: the pending approvals, through
 the approvals index (gormes/projections/approval_index.py: the pending ones'
-events, never the whole stream), and each `budget-<id>` stream (the budget index
+events, never the whole stream; the first read builds the index where no write
+has, if the store may write), and each `budget-<id>` stream (the budget index
 says which exist), read from where the previous refresh left it and folded onto
 what was folded before (gormes/control/budget_rules.py `fold`), so a refresh reads
 only the budget events that are new. The rows and their drawing are pure;
@@ -20,6 +21,7 @@ from typing import Any
 import msgspec
 from rich.text import Text
 
+from gormes.actors.runs.approval_book import index_approvals
 from gormes.control.budget_book import view
 from gormes.control.budget_rules import BudgetState, fold
 from gormes.events.approvals import Approval
@@ -100,6 +102,7 @@ class ControlWatch:
         self._index_version = 0
         self._budget_ids: list[str] = []
         self._budgets: dict[str, BudgetState] = {}
+        self._indexed = False
 
     def _read(self, log: Any) -> tuple[dict[str, Approval], list[Any], dict[str, list[Any]]]:
         approvals = approvals_on(log.sql, log.decode, status="pending")
@@ -114,6 +117,9 @@ class ControlWatch:
         return approvals, index, budgets
 
     async def read(self, *, now: float, pricing: PricingTable) -> tuple[tuple[ApprovalRow, ...], tuple[BudgetRow, ...]]:
+        if not self._indexed:  # else each refresh of a never-indexed database folds the whole stream
+            await index_approvals(self.store)
+            self._indexed = True
         approvals, index, budgets = await self.store.read_with(self._read)
         if index:
             self._index_version = index[-1].version

@@ -128,9 +128,10 @@ def matching(
     return "(" + " OR ".join(clauses) + ")"
 
 
-def one_of(conn: Any, column: str, values: Sequence[str], params: list[Any]) -> str:
-    """`column` is one of `values`, passed as one parameter however many there are
-    (a JSON array read by json_each on SQLite, a text array on PostgreSQL)."""
+def one_of(conn: Any, column: str, values: Sequence[str] | Sequence[int], params: list[Any]) -> str:
+    """`column` is one of `values` (texts, or integers), passed as one parameter
+    however many there are (a JSON array read by json_each on SQLite, an array on
+    PostgreSQL)."""
     if _postgres(conn):
         params.append(list(values))
         return f"{column} = ANY(?)"

@@ -4,11 +4,13 @@ requests are pending (decision 0057).
     approval_index(position, approval_id, status)
 
 One row per event of `approvals`: its position, and the approval it is about
-(NULL for an event that names none, one redacted before it was indexed). A
-request's row also holds the approval's status (`pending`, then the decision:
-`approved`, `denied`, `timed_out`); the other rows hold NULL. So one approval's
-events are found by its id, and the pending ones by their status, whatever the
-number of approvals the stream holds.
+(NULL for an event that names none: a redacted one). A request's row also holds
+the approval's status (`pending`, then the decision: `approved`, `denied`,
+`timed_out`); the other rows hold NULL. So one approval's events are found by
+its id, and the pending ones by their status, whatever the number of approvals
+the stream holds. A redaction of indexed events indexes the approvals they name
+again, in its transaction (`redacted`): the rows are always those a build from
+the log as it is now would make.
 
 Every read folds the events the rows point at with `fold_approvals`, the fold of
 the whole stream: the fold of one approval never looks at another approval's
@@ -19,8 +21,9 @@ The index is caught up, not kept inline: a write transaction of the approval boo
 first indexes the events of `approvals` past the last one indexed (`catch_up`),
 whoever appended them (a run's request, `gormes append`, an older gormes). A read
 that may not write folds those events itself (the tail). A database no write has
-indexed yet (written by an older gormes) has no table: its reads fold the whole
-stream, as they did, until the first write transaction builds it.
+indexed yet (written by an older gormes) has no table: the first read of it on a
+store that may write builds it (gormes/actors/runs/approval_book.py); read-only,
+its reads fold the whole stream.
 
 Plain blocking functions over one connection (`?` SQL: an sqlite3 connection or
 PostgreSQL's PortableConnection), given the function that decodes stored rows.
@@ -65,6 +68,8 @@ _OF_STATUS = "SELECT approval_id FROM approval_index WHERE status = ? ORDER BY p
 _OF_ANY_STATUS = "SELECT approval_id FROM approval_index WHERE status IS NOT NULL ORDER BY position DESC LIMIT ?"
 _EVENTS_OF = ("SELECT {columns} FROM approval_index a JOIN events e ON e.position = a.position"
               " WHERE {ids} ORDER BY e.position")
+_NAMED_AT = "SELECT DISTINCT approval_id FROM approval_index WHERE approval_id IS NOT NULL AND {positions}"
+_FORGET = "DELETE FROM approval_index WHERE {ids}"
 
 
 def _about(event: Any) -> str | None:
@@ -84,6 +89,12 @@ def apply(conn: Any, records: Sequence[Recorded]) -> None:
     decided = [(r.event.decision, r.event.approval_id) for r in records if isinstance(r.event, ApprovalDecided)]
     if decided:
         conn.executemany(_DECIDE, decided)
+
+
+def built(conn: Any) -> bool:
+    """Whether the database has the index (a write of the approval book, or the
+    first read on a store that may write, builds it)."""
+    return has_table(conn, TABLE)
 
 
 def create(conn: Any) -> None:
@@ -107,6 +118,26 @@ def catch_up(conn: Any, decode: Decode) -> None:
         if not rows:
             return
         apply(conn, decode(rows))
+
+
+def redacted(conn: Any, decode: Decode, positions: Sequence[int]) -> None:
+    """In the transaction that redacted `positions` of `approvals`: index the
+    approvals those events named again, from their events as they are now. A
+    tombstone names no approval, and a request's status is what its events still
+    say (a redacted decision leaves it pending, a redacted request leaves no
+    status to list). Positions not indexed yet need nothing: `catch_up` will
+    index the tombstones."""
+    if not positions or not has_table(conn, TABLE):
+        return
+    params: list[Any] = []
+    where = one_of(conn, "position", sorted(set(positions)), params)
+    ids = [approval_id for (approval_id,) in conn.execute(_NAMED_AT.format(positions=where), params).fetchall()]
+    if not ids:
+        return
+    records = decode(_events_of(conn, ids))
+    params = []
+    conn.execute(_FORGET.format(ids=one_of(conn, "approval_id", ids, params)), params)
+    apply(conn, records)
 
 
 def lags(conn: Any) -> bool:

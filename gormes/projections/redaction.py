@@ -8,6 +8,11 @@ log, so it ends exactly as a rebuild would. The job ledger, inline, is emptied
 and folded again inside that transaction. `catch_up` then brings the emptied
 projections back before the caller returns.
 
+The approvals index (gormes/projections/approval_index.py, not a registered
+projection: it holds no payload) indexes the approvals whose events were
+redacted again, in the same transaction, so a redacted decision's approval is
+pending there too.
+
 A projection is affected when it folds one of the redacted types (its `types`
 GLOB patterns, or every type), has folded past the first redacted position, and
 does not say `holds_payload = False` (the `streams` projection: names and
@@ -19,7 +24,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from gormes.events.approvals import APPROVALS_STREAM
+from gormes.events.base import Recorded
+from gormes.events.codec import default_codec
 from gormes.events.redaction import RedactedEntry
+from gormes.projections import approval_index
 from gormes.projections.refold import catch_up, empty_reached, reached
 from gormes.projections.runner import Projection
 
@@ -45,4 +54,6 @@ def reset_affected(tx: Transaction, entries: Iterable[RedactedEntry]) -> list[st
     entries = list(entries)
     if not entries:
         return []
+    approval_index.redacted(tx.conn, lambda rows: default_codec.decode_rows(rows, Recorded),
+                            [e.position for e in entries if e.stream == APPROVALS_STREAM])
     return empty_reached(tx, {e.type for e in entries}, min(e.position for e in entries), payload_only=True)

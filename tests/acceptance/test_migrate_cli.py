@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_helpers import (
@@ -26,7 +27,15 @@ from cli_helpers import (
     run_gormes,
     write_notes,
 )
-from pg_helpers import admin, fresh_schema, url_for_schema
+from pg_helpers import PG_URL, admin, fresh_schema, url_for_schema
+
+from gormes.actors.runs.approval_book import decide_in, read_approvals
+from gormes.events.approvals import APPROVALS_STREAM, ApprovalRequested, fold_approvals
+from gormes.events.notes import NoteAdded
+from gormes.events.postgres import PostgresEventStore
+from gormes.events.sqlite import SQLiteEventStore
+from gormes.projections import approval_index
+from gormes.projections.bookkeeping import has_table
 
 NOTES = [(f"{kind}-{i % 7}", f"note {i}") for i, kind in
          zip(range(1, 1201), ["job", "run", "memory"] * 400, strict=True)]
@@ -180,3 +189,43 @@ def test_migrate_shows_a_progress_bar_on_a_terminal(source, target):
     assert done.returncode == 0
     assert b"copying events" in shown and b"100%" in shown
     assert "verified: 1200 events" in done.stdout
+
+
+def _request(approval_id: str) -> ApprovalRequested:
+    return ApprovalRequested(approval_id=approval_id, operation="shell.run", arguments="{}", args_hash="h",
+                             caller="mcp:client", trust="gateway", why="rule", at=1)
+
+
+async def test_the_migrated_log_answers_approval_reads_through_an_index_built_there(tmp_path, target):
+    """The approvals index is not copied: the target's is built from its own
+    events at the end of the copy, so it holds what a build there holds, the
+    events the source had not indexed yet too, and reads on the target (even
+    read-only) go through it and agree with the whole stream's fold."""
+    url, schema = target
+    source = tmp_path / "approvals.db"
+    async with SQLiteEventStore.open(source) as store:
+        for i in range(6):
+            await store.append(f"notes-{i}", [NoteAdded(text=f"note {i}")])
+            await store.append(APPROVALS_STREAM, [_request(f"a{i}")])
+        await store.transact(lambda tx: decide_in(tx, 2, "a1", "approved", by="operator:cli"))
+        await store.transact(lambda tx: decide_in(tx, 2, "a2", "denied", by="operator:cli"))
+        await store.append(APPROVALS_STREAM, [_request("late")])  # after the source's last indexing
+    done = migrate(source, url)
+    assert done.returncode == 0, done.stderr
+
+    async with PostgresEventStore.open(PG_URL, schema=schema, readonly=True) as store:
+        records = await store.read_stream(APPROVALS_STREAM)
+        oracle = fold_approvals([(r.position, r.event) for r in records])
+        expected = [(r.position, r.event.approval_id,
+                     oracle[r.event.approval_id].status if isinstance(r.event, ApprovalRequested) else None)
+                    for r in records]
+
+        def index(conn: Any) -> tuple[bool, list[tuple]]:
+            rows = conn.execute("SELECT position, approval_id, status FROM approval_index ORDER BY position")
+            return approval_index.lags(conn), [tuple(row) for row in rows.fetchall()]
+
+        assert await store.read_sql(lambda conn: has_table(conn, approval_index.TABLE))
+        assert await store.read_sql(index) == (False, expected)
+        for status in ("pending", "approved", "denied", "all"):
+            assert await read_approvals(store, status=status) == {
+                i: a for i, a in oracle.items() if status in ("all", a.status)}

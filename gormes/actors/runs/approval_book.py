@@ -4,11 +4,15 @@ Every approval's request and decision is on the one stream `approvals`
 (gormes/events/approvals.py). They are read through the approvals index
 (gormes/projections/approval_index.py, decision 0057): one approval from its own
 events, a listing from the approvals it lists, never the whole stream. Each
-transaction here first indexes what was appended since the last one. A decision
-is made in the transaction that read the request and found it pending, under the
-store's write lock: exactly one decision stands, whoever races. The same
-transaction resumes the job the request parked (gormes/actors/jobs/parking.py),
-so a decision never misses its job and a job never misses its decision.
+transaction here first indexes what was appended since the last one. On a
+database no write has indexed yet, the first read on a store that may write
+builds the index (`index_approvals`); a read-only store folds the whole stream.
+
+A decision is made in the transaction that read the request and found it
+pending, under the store's write lock: exactly one decision stands, whoever
+races. The same transaction resumes the job the request parked
+(gormes/actors/jobs/parking.py), so a decision never misses its job and a job
+never misses its decision.
 
 A request past its `expires_at` is timed out (`decision="timed_out"`, by
 `system:approval-timeout`) by whoever looks first: the waiting run, the sweep a
@@ -20,8 +24,8 @@ pending (one line, nothing changed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from gormes.actors.jobs.parking import unpark_in
 from gormes.errors import UserError
@@ -38,6 +42,9 @@ from gormes.events.store import AppendRequest, EventStore, Transaction
 from gormes.projections import approval_index
 
 TIMEOUT_BY = "system:approval-timeout"
+
+T = TypeVar("T")
+_UNINDEXED = object()
 
 
 class UnknownApproval(UserError):
@@ -65,6 +72,37 @@ def _indexed(tx: Transaction) -> Any:
     return conn
 
 
+def _index(tx: Transaction) -> None:
+    """A transaction that only builds or catches up the index."""
+    _indexed(tx)
+
+
+async def index_approvals(store: EventStore) -> None:
+    """Build the index on a database no write of the book has indexed yet (an
+    older gormes, or only runs and `gormes append`, wrote its approvals), so the
+    reads after it stop folding the whole stream; once, in one write transaction.
+    Nothing on a store that may not write."""
+    if not store.readonly and not await store.read_sql(approval_index.built):
+        await store.transact(_index)
+
+
+async def _read(store: EventStore, read: Callable[[Any, Any], T]) -> T:
+    """`read(conn, decode)` on a read connection, the index built first where it
+    is missing and the store may write (`index_approvals`): in the same read as
+    the check, so a read through the index costs no more than before."""
+
+    def attempt(log: Any) -> Any:
+        if not store.readonly and not approval_index.built(log.sql):
+            return _UNINDEXED
+        return read(log.sql, log.decode)
+
+    got = await store.read_with(attempt)
+    if got is _UNINDEXED:
+        await store.transact(_index)
+        got = await store.read_with(lambda log: read(log.sql, log.decode))
+    return got  # type: ignore[no-any-return]
+
+
 def approval_in(tx: Transaction, approval_id: str) -> Approval | None:
     return approval_index.approval_on(_indexed(tx), _decode, approval_id)
 
@@ -74,14 +112,14 @@ def pending_in(tx: Transaction) -> dict[str, Approval]:
 
 
 async def read_approval(store: EventStore, approval_id: str) -> Approval | None:
-    return await store.read_with(lambda log: approval_index.approval_on(log.sql, log.decode, approval_id))
+    return await _read(store, lambda conn, decode: approval_index.approval_on(conn, decode, approval_id))
 
 
 async def read_approvals(store: EventStore, *, status: str = "all", limit: int | None = None) -> dict[str, Approval]:
     """The newest `limit` approvals of `status` (pending, approved, denied,
     timed_out, or all) by id, oldest first."""
-    return await store.read_with(
-        lambda log: approval_index.approvals_on(log.sql, log.decode, status=status, limit=limit))
+    return await _read(
+        store, lambda conn, decode: approval_index.approvals_on(conn, decode, status=status, limit=limit))
 
 
 def _expired(approval: Approval, now: int) -> bool:

@@ -7,31 +7,21 @@ read, decided, claimed and listed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from pg_helpers import PG_URL, fresh_schema
+from approval_helpers import NOW, counting, database, open_on, request
 
 from gormes.actors.runs.approval_book import (
     ApprovalNotPending, claim_in, decide_in, decision_in, expire_due, read_approval, read_approvals,
 )
-from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalRequested, ApprovalUsed
+from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalUsed
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.projections.approval_index import approvals_on
 
-NOW = 1_000_000
 BACKENDS = ["sqlite", "postgres"]
-
-
-def request(approval_id: str, *, expires_at: int | None = None) -> ApprovalRequested:
-    return ApprovalRequested(
-        approval_id=approval_id, operation="shell.run", arguments="{}", args_hash="h", run_id=None,
-        caller="mcp:client", trust="gateway", why="deployment rule 'shell.*'", expires_at=expires_at, at=NOW,
-    )
 
 
 async def _log_of(store, approvals: int) -> None:
@@ -65,23 +55,6 @@ async def _work_of_one_approval(path: Path, others: int) -> list[int]:
     return work
 
 
-@contextmanager
-def counting(conn: Any) -> Iterator[list[int]]:
-    """The SQLite VM instructions `conn` runs meanwhile: the work of its statements,
-    rows scanned included, and the same on any machine."""
-    steps = [0]
-
-    def step() -> int:
-        steps[0] += 1
-        return 0
-
-    conn.set_progress_handler(step, 1)
-    try:
-        yield steps
-    finally:
-        conn.set_progress_handler(None, 1)
-
-
 async def test_deciding_claiming_and_checking_one_approval_cost_the_same_in_a_log_200_times_larger(tmp_path):
     small = await _work_of_one_approval(tmp_path / "small.db", 10)
     large = await _work_of_one_approval(tmp_path / "large.db", 2_000)
@@ -110,31 +83,13 @@ async def test_the_pending_listing_reads_the_pending_ones(tmp_path):
     assert work[0] == work[1]
 
 
-@contextmanager
-def _database(tmp_path: Path, backend: str) -> Iterator[str]:
-    """An SQLite file's path, or a fresh PostgreSQL schema's name."""
-    if backend == "sqlite":
-        yield str(tmp_path / "gormes.db")
-        return
-    with fresh_schema() as schema:
-        yield schema
-
-
-def _open(backend: str, where: str) -> Any:
-    """A store on the database (another one on the same database each call)."""
-    if backend == "sqlite":
-        return SQLiteEventStore.open(where)
-    from gormes.events.postgres import PostgresEventStore
-
-    return PostgresEventStore.open(PG_URL, schema=where, poll_interval=0.05)
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_an_older_log_is_read_decided_claimed_and_listed(tmp_path, backend):
-    """A log written before the index: its approvals are found by the reads before
-    any write builds the index, then decided and claimed through it."""
-    with _database(tmp_path, backend) as where:
-        async with _open(backend, where) as store:
+    """A log written before the index: its approvals are found by the first read
+    (which builds the index, the store being writable), then decided and claimed
+    through it."""
+    with database(tmp_path, backend) as where:
+        async with open_on(backend, where) as store:
             await _log_of(store, 30)
             await store.append(APPROVALS_STREAM, [request("late", expires_at=NOW - 1)])
             listed = await read_approvals(store)
@@ -164,8 +119,8 @@ async def test_two_deciders_racing_leave_one_decision(tmp_path, backend):
     """Two stores on one database (two processes), each deciding the same requests
     at once: every request ends with exactly one decision, and each decider that
     lost was told so."""
-    with _database(tmp_path, backend) as where:
-        async with _open(backend, where) as first, _open(backend, where) as second:
+    with database(tmp_path, backend) as where:
+        async with open_on(backend, where) as first, open_on(backend, where) as second:
             ids = [f"race-{i}" for i in range(20)]
             await first.append(APPROVALS_STREAM, [request(i) for i in ids])
             outcomes: list[str] = []
