@@ -28,7 +28,7 @@ from gormes.events.jobs import STATUSES, TERMINAL
 from gormes.printable import printable
 
 if TYPE_CHECKING:
-    from gormes.actors.jobs.queue import JobQueue
+    from gormes.actors.jobs.queue import Job, JobQueue
     from gormes.events.store import EventStore
 
 T = TypeVar("T")
@@ -274,13 +274,15 @@ def stats(obj: Any, pricing: str | None, as_json: bool) -> None:
 @click.argument("job_id", metavar="ID")
 @click.option("--timeout", type=float, metavar="SECONDS",
               help="Give up (exit 1) if the job is not terminal by then.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the ended job as JSON: id, status, result, error.")
 @click.pass_obj
-def wait(obj: Any, job_id: str, timeout: float | None) -> None:
+def wait(obj: Any, job_id: str, timeout: float | None, as_json: bool) -> None:
     """Wait until a job is terminal; print its status (exit 0)."""
     check_range("--timeout", timeout, 0, None)
     import trio  # lazy: start-up time of the quick reads
 
-    async def until_terminal(store: EventStore, q: JobQueue) -> str:
+    async def until_terminal(store: EventStore, q: JobQueue) -> Job:
         job = require_job(await q.get(job_id), job_id)
         with trio.move_on_after(timeout if timeout is not None else float("inf")):
             while job.status not in TERMINAL:
@@ -289,12 +291,15 @@ def wait(obj: Any, job_id: str, timeout: float | None) -> None:
                 if job.status in TERMINAL:
                     break
                 await store.wait_for_change(seen)
-        return job.status
+        return job
 
-    status = run_queue(obj.target, until_terminal)
-    if status not in TERMINAL:
-        raise WaitTimedOut(f"job {job_id} is still {status} after {timeout} s")
-    click.echo(status)
+    job = run_queue(obj.target, until_terminal)
+    if job.status not in TERMINAL:
+        raise WaitTimedOut(f"job {job_id} is still {job.status} after {timeout} s")
+    if as_json:
+        emit_json({"id": job.id, "status": job.status, "result": job.result, "error": job.error})
+        return
+    click.echo(job.status)
 
 
 class WaitTimedOut(UserError):

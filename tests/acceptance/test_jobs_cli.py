@@ -53,6 +53,8 @@ def get(db: Path, job_id: str) -> dict:
 def test_submit_then_a_worker_completes_it_and_get_shows_every_field(jobs_db: Path, worker):
     job_id = ok(jobs_db, "jobs", "submit", "echo", "--data", '{"x": 1}', "--priority", "3")
     assert ok(jobs_db, "jobs", "wait", job_id, "--timeout", "60") == "completed"
+    assert json.loads(ok(jobs_db, "jobs", "wait", job_id, "--json")) == {
+        "id": job_id, "status": "completed", "result": {"x": 1}, "error": None}
     job = get(jobs_db, job_id)
     assert JOB_FIELDS <= set(job)
     assert (job["status"], job["result"], job["priority"]) == ("completed", {"x": 1}, 3)
