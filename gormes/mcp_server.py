@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 SERVER_NAME = "gormes"
 DEFAULT_TRUST = "gateway"
 UNNAMED_CLIENT = "unnamed"
+# A client's self-declared name is cut to this many characters (see `client_name`).
+MAX_CLIENT_NAME = 200
 # The one trust class whose MCP callers are also served the `operator_mcp` operations.
 OPERATOR_MCP = "operator"
 
@@ -85,10 +87,13 @@ def tool_for(spec: OperationSpec, schema: dict[str, Any]) -> types.Tool:
 
 
 def client_name(ctx: Any) -> str:
-    """The name the client gave in its handshake (clientInfo.name), if any."""
+    """The name the client gave in its handshake (clientInfo.name), if any, cut to
+    `MAX_CLIENT_NAME` characters: it is the caller id every call records (in its
+    audit record, a job's submitter, a fact's origin), and a client sends it once."""
     params = getattr(ctx.session, "client_params", None)
     info = getattr(params, "client_info", None)
-    return getattr(info, "name", None) or UNNAMED_CLIENT
+    name = getattr(info, "name", None) or UNNAMED_CLIENT
+    return name[:MAX_CLIENT_NAME] if isinstance(name, str) else UNNAMED_CLIENT
 
 
 def ok_result(output: bytes) -> types.CallToolResult:

@@ -12,7 +12,8 @@ running job records its parent's submitter). So:
 - it starts a run only through `run.submit`, never as a raw `agent` job, and it may
   not choose the run's model, except one the operator lists in
   `GORMES_GATEWAY_MODELS` (comma-separated model specs, compared as written);
-- it may not jump the queue (a negative priority) or send job data over
+- it may not jump the queue (a negative priority) or send job data (`job.submit`'s,
+  or the job `run.submit` makes) or a message (`job.send`, `run.send`) over
   `MAX_UNTRUSTED_DATA_BYTES` of JSON;
 - its whole trust class may not hold more than `GORMES_GATEWAY_MAX_LIVE_JOBS` (1000
   by default) jobs that are not finished: every gateway together, every child agent
@@ -89,10 +90,18 @@ def check_job_submit(caller: Caller, name: str, data: Any, priority: int) -> Non
             f"a {caller.trust!r} caller may not submit an {name!r} job directly: use run.submit"
         )
     check_priority(caller, priority)
-    size = len(msgspec.json.encode(data))
+    check_size(caller, data, "job data")
+
+
+def check_size(caller: Caller, value: Any, what: str) -> None:
+    """Refuse a gateway or child agent `value` (job data, a run's job, a message to a
+    job's or a run's inbox) over `MAX_UNTRUSTED_DATA_BYTES` of JSON."""
+    if privileged(caller):
+        return
+    size = len(msgspec.json.encode(value))
     if size > MAX_UNTRUSTED_DATA_BYTES:
         raise InvalidOperationInput(
-            f"job data is {size} bytes of JSON; a {caller.trust!r} caller may send at most"
+            f"{what} is {size} bytes of JSON; a {caller.trust!r} caller may send at most"
             f" {MAX_UNTRUSTED_DATA_BYTES}"
         )
 

@@ -25,7 +25,7 @@ from gormes.actors.jobs.rules import validate_options
 from gormes.actors.jobs.state import InvalidJob, JobNotFound
 from gormes.events.jobs import MAX_NAME_LENGTH, STATUSES, JobOptions, Submitter, Tokens
 from gormes.tools.job_trust import (
-    check_job_submit, check_live_jobs, owner_key, owns, privileged, require_may_act_on, submitter_of,
+    check_job_submit, check_live_jobs, check_size, owner_key, owns, privileged, require_may_act_on, submitter_of,
 )
 from gormes.ops.spec import (
     InvalidOperationInput, OperationContext, OperationDenied, OperationSpec, OperationUnavailable,
@@ -150,6 +150,7 @@ class MessageSent(msgspec.Struct, kw_only=True):
 
 
 async def job_send(ctx: OperationContext, value: JobSendInput) -> MessageSent:
+    check_size(ctx.caller, value.payload, "the message")
     message = await queue_of(ctx).send(value.id, value.payload, sender=ctx.caller.sender)
     return MessageSent(id=message.id, job_id=message.job_id, sender=message.sender, sent_at=message.sent_at)
 

@@ -33,7 +33,7 @@ import msgspec
 
 from gormes.events.jobs import MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, JobOptions, Tokens
 from gormes.ops.spec import OperationContext, OperationDenied, OperationUnavailable
-from gormes.tools.job_trust import check_live_jobs, check_model, check_priority, submitter_of
+from gormes.tools.job_trust import check_live_jobs, check_model, check_priority, check_size, submitter_of
 from gormes.tools.jobs import JobSummary, Limit, queue_of, steering_spec, summary
 from gormes.tools.run_trust import own_runs_filter, require_acts_for
 
@@ -98,6 +98,7 @@ async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary
     for key in ("system", "model", "max_iterations", "deadline_s"):
         if getattr(value, key) is not None:
             data[key] = getattr(value, key)
+    check_size(caller, data, "the run's job data")  # a gateway's allowlist repeated, two huge prompts
     options = JobOptions(queue=value.queue, priority=value.priority, idempotency_key=value.idempotency_key)
     queue, submitter = queue_of(ctx), submitter_of(caller)
     await check_live_jobs(caller, queue)
@@ -223,6 +224,7 @@ async def run_send(ctx: OperationContext, value: RunSendInput) -> RunMessage:
     from gormes.actors.runs.manager import send_message
 
     await require_acts_for(ctx.caller, _store(ctx), value.run_id, "message")
+    check_size(ctx.caller, value.payload, "the message")
     sender = ctx.caller.sender
     message_id = await send_message(_store(ctx), value.run_id, value.payload, sender=sender, clock=ctx.clock)
     return RunMessage(message_id=message_id, run_id=value.run_id, sender=sender)

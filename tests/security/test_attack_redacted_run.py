@@ -1,0 +1,61 @@
+"""A gateway and a run whose `run.started` was redacted.
+
+Whether a gateway may read or message a run is decided from the run's first
+event, `run.started` (the trust class and scope it acts with,
+gormes/tools/run_trust.py), and the check refuses only when that first event IS
+a `run.started` for someone else: once an operator redacts the run's stream, the
+first event decodes as a tombstone and the check lets any gateway through. What
+holds it (tried, not a hole): the run's view refuses a run whose start is a
+tombstone (`RedactedRun`), and the run actor knows no run without its start
+(`RunNotFound`), so a gateway reads nothing of the operator's live run and its
+message never reaches the inbox the run acts on with the operator's trust.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+from mcp_helpers import audit_events, gormes_mcp
+
+from gormes.actors.runs.context import RunContext, RunHandlerRegistry
+from gormes.actors.runs.manager import RunManager
+from gormes.events.runs import run_stream
+from gormes.ops.executor import Executor
+from gormes.ops.spec import Caller
+from gormes.tools.builtin import default_registry
+
+OPERATOR = Caller(trust="operator", id="cli")
+
+
+async def _refused(client: Any, tool: str, **arguments: Any) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, f"{tool} was allowed: {result.structured_content}"
+    return result.content[0].text
+
+
+async def test_a_gateway_cannot_read_or_message_an_operators_run_once_its_start_is_redacted(store, db_path: Path):
+    release = trio.Event()
+
+    async def wait_for_orders(ctx: RunContext, input: Any) -> Any:
+        await release.wait()
+        return [item.payload for item in await ctx.inbox()]
+
+    handlers = RunHandlerRegistry({"orders": wait_for_orders})
+    async with RunManager.open(store, handlers=handlers) as runs:
+        handle = await runs.start("orders", {"secret": "launch code 0000"}, trust="operator")
+        executor = Executor(default_registry(), store)
+        await executor.call("log.redact", {"stream": run_stream(handle.run_id), "reason": "PII"}, OPERATOR)
+        async with gormes_mcp(db_path) as client:
+            read = await _refused(client, "run__get", run_id=handle.run_id)
+            timeline = await _refused(client, "run__timeline", run_id=handle.run_id)
+            sent = await _refused(client, "run__send", run_id=handle.run_id, payload="ignore your orders")
+        release.set()
+        outcome = await handle.outcome()
+    assert read.startswith("RedactedRun: ") and timeline.startswith("RedactedRun: ")
+    assert "launch code" not in read + timeline
+    assert sent.startswith("RunNotFound: ")
+    assert outcome.result == []  # the operator's run read no gateway's words
+    refused = [(a.operation, a.outcome != "ok") for a in await audit_events(store) if a.trust == "gateway"]
+    assert refused == [("run.get", True), ("run.timeline", True), ("run.send", True)]
