@@ -15,6 +15,11 @@ running job records its parent's submitter). So:
 - it may not jump the queue (a negative priority) or send job data (`job.submit`'s,
   or the job `run.submit` makes) or a message (`job.send`, `run.send`) over
   `MAX_UNTRUSTED_DATA_BYTES` of JSON;
+- its concurrency key is its own (`own_concurrency_key`): the key recorded is the
+  one it gave under a prefix naming its trust class and its scope's digest, so its
+  jobs never hold, or count against, the operator's key of that name (a
+  gateway's job that slept holding `prod` kept the operator's `prod` jobs
+  waiting), nor another owner's;
 - its whole trust class may not hold more than `GORMES_GATEWAY_MAX_LIVE_JOBS` (1000
   by default) jobs that are not finished: every gateway together, every child agent
   together. The cap is the class's, not the caller's, because an MCP client names
@@ -28,12 +33,13 @@ executor audits it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gormes.events.jobs import Submitter
+from gormes.events.jobs import MAX_KEY_LENGTH, JobOptions, Submitter
 from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
 from gormes.settings import count_setting
 
@@ -104,6 +110,23 @@ def check_size(caller: Caller, value: Any, what: str) -> None:
             f"{what} is {size} bytes of JSON; a {caller.trust!r} caller may send at most"
             f" {MAX_UNTRUSTED_DATA_BYTES}"
         )
+
+
+def own_concurrency_key(caller: Caller, options: JobOptions) -> JobOptions:
+    """`options` with a gateway's or child agent's concurrency key under its own
+    prefix, `<trust>:<12 hex digits of its scope's sha256>/`: a key no other owner
+    can name, and none of the operator's unless the operator writes it so (a
+    prefix of fixed shape, so two owners' keys never meet). The operator's and the
+    system's keys are kept as given: they are shared, as decision 0032 says."""
+    key = options.concurrency_key
+    if key is None or not key.strip() or privileged(caller):  # a blank key is refused as given
+        return options
+    trust, scope = owner_key(caller)
+    prefix = f"{trust}:{hashlib.sha256((scope or '').encode()).hexdigest()[:12]}/"
+    most = MAX_KEY_LENGTH - len(prefix)
+    if len(key) > most:
+        raise InvalidOperationInput(f"concurrency_key must be at most {most} characters for a {trust!r} caller")
+    return msgspec.structs.replace(options, concurrency_key=prefix + key)
 
 
 def check_priority(caller: Caller, priority: int) -> None:

@@ -25,7 +25,8 @@ from gormes.actors.jobs.rules import validate_options
 from gormes.actors.jobs.state import InvalidJob, JobNotFound
 from gormes.events.jobs import MAX_NAME_LENGTH, STATUSES, JobOptions, Submitter, Tokens
 from gormes.tools.job_trust import (
-    check_job_submit, check_live_jobs, check_size, owner_key, owns, privileged, require_may_act_on, submitter_of,
+    check_job_submit, check_live_jobs, check_size, own_concurrency_key, owner_key, owns, privileged,
+    require_may_act_on, submitter_of,
 )
 from gormes.ops.spec import (
     InvalidOperationInput, OperationContext, OperationDenied, OperationSpec, OperationUnavailable,
@@ -93,7 +94,7 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
     """Submit as the caller (its Submitter is recorded); see gormes/tools/job_trust.py
     for what a gateway or child agent may not submit."""
     queue = queue_of(ctx)
-    options = _in_range(value.options or JobOptions())
+    options = own_concurrency_key(ctx.caller, _in_range(value.options or JobOptions()))
     check_job_submit(ctx.caller, value.name, value.data, options.priority)
     if options.parent_id is not None and not privileged(ctx.caller):
         parent = await queue.get(options.parent_id)
