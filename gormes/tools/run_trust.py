@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gormes.events.log_sql import COLUMNS
 from gormes.events.runs import RunStarted, run_stream
 from gormes.events.sql_fragments import json_text
 from gormes.ops.spec import Caller, OperationDenied
@@ -31,13 +32,28 @@ def acts_for(caller: Caller, started: RunStarted) -> bool:
     return started.trust == caller.trust and started.scope == bound_scope(caller, None)
 
 
+_FIRST_OF_STREAM = f"SELECT {COLUMNS} FROM events WHERE stream = ? ORDER BY version LIMIT 1"
+
+
 async def require_acts_for(caller: Caller, store: EventStore, run_id: str, what: str) -> None:
-    """Refuse a caller that may not `what` run `run_id`; an unknown run is left to
-    the operation (it says so in its own words)."""
+    """Refuse a caller that may not `what` run `run_id`, from the run's first event
+    alone (read, not the run's whole stream); an unknown run is left to the
+    operation (it says so in its own words). A stream whose first event is not a
+    `run.started` (its start redacted) cannot be shown to act for the caller, and
+    is refused: the check does not lean on the operation to refuse it too."""
     if caller.trust in SEES_EVERY_RUN:
         return
-    records = await store.read_stream(run_stream(run_id))
-    if records and isinstance(records[0].event, RunStarted) and not acts_for(caller, records[0].event):
+    stream = run_stream(run_id)
+    first = await store.read_with(lambda log: log.decode(log.sql.execute(_FIRST_OF_STREAM, (stream,)).fetchall()))
+    if not first:
+        return
+    started = first[0].event
+    if not isinstance(started, RunStarted):
+        raise OperationDenied(
+            f"a {caller.trust!r} caller may not {what} run {run_id}: its start is not readable"
+            " (redacted), so whom it acts for cannot be checked"
+        )
+    if not acts_for(caller, started):
         raise OperationDenied(
             f"a {caller.trust!r} caller may not {what} run {run_id}: it acts for another caller"
         )
