@@ -53,6 +53,9 @@ HitKind = Literal["fact", "relationship"]
 DEFAULT_SCOPE = "project:default"
 DEFAULT_K = 10
 MAX_K = 1000
+# A query is a question, not a document: as long as fs.grep's pattern. Every term
+# of it is matched and scored, so a 10 MB query cost 1.8 s of CPU.
+MAX_QUERY_CHARS = 2000
 GRAPH_DEPTH = 2
 CROSS_SCOPE_TRUST: frozenset[str] = frozenset({"operator"})
 

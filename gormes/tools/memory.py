@@ -35,6 +35,7 @@ from gormes.recall.api import (
     DEFAULT_K,
     DEFAULT_SCOPE,
     MAX_K,
+    MAX_QUERY_CHARS,
     RecallResult,
     recall_in_store,
 )
@@ -82,7 +83,7 @@ def _store(ctx: OperationContext):
 class RecallInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Recall what memory holds about a query."""
 
-    query: Annotated[str, msgspec.Meta(min_length=1, description="What to recall.")]
+    query: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_QUERY_CHARS, description="What to recall.")]
     mode: Annotated[str, msgspec.Meta(description="lexical, graph, semantic or fused (default).")] = "fused"
     k: Annotated[int, msgspec.Meta(ge=1, le=MAX_K)] = DEFAULT_K
     scope: Scope | None = None

@@ -1,6 +1,7 @@
 """What a gateway may write into memory, and what the operator's memory commands
 then do with it (an attacker's pass): a fact is capped in size, an entity name
-cannot break the mirror's file names nor share a page with another."""
+cannot break the mirror's file names nor share a page with another; a recall's
+query is capped in length."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import re
 from pathlib import Path
 
 import pytest
+from mcp_helpers import audit_events
 
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.ops.executor import Executor
 from gormes.memory.writer import MemoryInputError
 from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
+from gormes.recall.api import MAX_QUERY_CHARS
 from gormes.tools.builtin import default_registry
 from gormes.tools.memory import MAX_FACT_CHARS, MAX_NAME_CHARS
 
@@ -118,3 +121,28 @@ async def test_a_gateways_text_cannot_change_the_mirrors_structure(db_path: Path
         assert not re.search(r"(?<!\\)<img", page) and not re.search(r"(?<!\\)\[click(?<!\\)\]\(", page), page
         assert not any(line.startswith(("# Trusted", "1. ")) for line in page.splitlines()), page
     assert "\\<img src=x onerror=alert(1)>" in "\n".join(pages)  # shown, escaped, not dropped
+
+
+# -- how much a class may hold, and how long a query may be ------------------------------
+
+
+async def test_a_recall_query_past_its_cap_is_invalid_for_every_caller(db_path: Path):
+    """A 10 MB query cost 1.8 s of CPU in recall; a query now has a length cap, for
+    the operator too, refused as bad input before anything is read."""
+    query = "Ada Lovelace " * 80_000  # about a megabyte
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        for caller in (GATEWAY, OPERATOR):
+            with pytest.raises(InvalidOperationInput, match=r"length <= \d+ - at `\$.query`"):
+                await executor.call("memory.recall", {"query": query}, caller)
+        audits = [a.outcome for a in await audit_events(store)]
+    assert audits == ["invalid", "invalid"]
+
+
+async def test_a_recall_query_at_its_cap_is_taken(db_path: Path):
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        await executor.call("memory.remember", {"fact": "Ada Lovelace wrote the first program"}, GATEWAY)
+        query = ("Ada " * MAX_QUERY_CHARS)[:MAX_QUERY_CHARS]
+        found = await executor.call("memory.recall", {"query": query, "mode": "lexical"}, GATEWAY)
+    assert [hit.text for hit in found.hits] == ["Ada Lovelace wrote the first program"]
