@@ -111,6 +111,9 @@ SCHEMA = Schema(
         Index(RELATIONSHIPS, ("scope", "review_state")),
         Index(FACTS, ("subject",)),
         Index(FACTS, ("scope",)),
+        # `held_by`: what a trust class holds, read from the index alone.
+        Index(FACTS, ("source_trust", "forgotten", "observations")),
+        Index(RELATIONSHIPS, ("source_trust", "forgotten", "observations")),
     ),
     postgres_extra=(
         (FACTS_TSV_INDEX,
@@ -181,6 +184,20 @@ def read_connection(log: EventLog) -> sqlite3.Connection:
     `read_with` log: `log.sql`, the connection `?` SQL runs on (a PortableConnection
     on PostgreSQL); `store.read_sql` hands it over directly."""
     return log.sql  # type: ignore[no-any-return]
+
+
+def held_by(conn: sqlite3.Connection, trust: str) -> int:
+    """How much memory the `trust` class holds: the observations of the facts and
+    relationships recorded from its text and not forgotten (a repeat is another
+    event in the log, so it counts again). Read from the `source_trust` indexes, it
+    costs the rows it counts."""
+    return sum(
+        int(conn.execute(
+            f"SELECT coalesce(sum(observations), 0) FROM {table} WHERE source_trust = ? AND forgotten = 0",
+            (trust,),
+        ).fetchone()[0])
+        for table in (FACTS, RELATIONSHIPS)
+    )
 
 
 def _provenance_values(p: Provenance) -> tuple[object, ...]:

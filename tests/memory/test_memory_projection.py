@@ -17,6 +17,7 @@ from gormes.projections.memory import (
     FACTS_TSV_INDEX,
     RELATIONSHIPS,
     SCHEMA,
+    held_by,
     memory_projection,
     read_connection,
 )
@@ -110,6 +111,31 @@ def _plan(log) -> str:
     return "\n".join(r[0] for r in conn.execute(
         f"EXPLAIN SELECT fact_id FROM {FACTS} f WHERE {FACTS_TSV.format(alias='f.')} "
         "@@ websearch_to_tsquery('english', ?)", ("ada",)))
+
+
+async def test_what_a_class_holds_is_counted_from_an_index(store, backend):
+    """`held_by` (the untrusted classes' memory cap): the observations of the live
+    facts and relationships from a class's text, rejected ones too, forgotten ones
+    not; read from an index, never from the table's rows or the log."""
+    await seed(store)
+    await ProjectionRunner(store, memory_projection).catch_up()
+    held = await store.read_sql(lambda conn: {t: held_by(conn, t) for t in ("gateway", "operator", "child-agent")})
+    assert held == {"gateway": 2, "operator": 5, "child-agent": 0}  # the boat fact was forgotten
+
+    def plan(log) -> str:
+        conn = read_connection(log)
+        if backend == "postgres":
+            conn.execute("SET LOCAL enable_seqscan = off")  # its planner has no statistics on so few rows
+        sql = f"SELECT coalesce(sum(observations), 0) FROM {{}} WHERE source_trust = ? AND forgotten = 0"
+        explain = "EXPLAIN" if backend == "postgres" else "EXPLAIN QUERY PLAN"
+        return "\n".join(str(r[-1]) for t in (FACTS, RELATIONSHIPS)
+                         for r in conn.execute(f"{explain} {sql.format(t)}", ("gateway",)))
+
+    steps = await store.read_with(plan)
+    for table in (FACTS, RELATIONSHIPS):
+        assert f"idx_{table}_source_trust_forgotten_observations" in steps, steps
+    if backend == "sqlite":
+        assert steps.count("USING COVERING INDEX") == 2, steps
 
 
 async def test_every_relationship_carries_its_provenance(store):
