@@ -7,12 +7,17 @@ their own chat, `chat:<caller id>`: asking for any other scope is denied, and
 so is cross-scope recall (gormes/recall/api.py: only the operator may widen).
 What a non-operator, non-system caller remembers is recorded `unreviewed`.
 
+Each untrusted class (every gateway together, every child agent together: an MCP
+client names itself) holds at most `GORMES_GATEWAY_MAX_FACTS` live facts and
+relationships (`check_held`, decision 0061): memory streams are never retained.
+
 memory.extract reads a whole run and calls a model: operator and system only,
 and not offered to models.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Annotated
 
@@ -29,6 +34,8 @@ from gormes.ops.spec import (
     OperationSpec,
     OperationUnavailable,
 )
+from gormes.projections.memory import held_by, memory_projection
+from gormes.projections.runner import ProjectionRunner
 from gormes.providers import open_provider
 from gormes.recall.api import (
     CROSS_SCOPE_TRUST,
@@ -39,6 +46,8 @@ from gormes.recall.api import (
     RecallResult,
     recall_in_store,
 )
+from gormes.settings import count_setting
+from gormes.tools.job_trust import privileged
 
 EVERYONE = frozenset({"operator", "gateway", "child-agent", "system"})
 NAMES_ITS_SCOPE = frozenset({"operator", "system"})
@@ -123,6 +132,38 @@ class RememberOutput(msgspec.Struct, kw_only=True):
     review_state: str
 
 
+# How much an untrusted class may hold. A fact is a sentence or two; 10,000 is far
+# more than a chat's memory needs, and bounds what a class can pile into the log
+# at about 10,000 remembers of at most 16 KB of fact and 3 KB of names each.
+MAX_FACTS_ENV = "GORMES_GATEWAY_MAX_FACTS"
+DEFAULT_MAX_FACTS = 10_000
+
+
+def max_facts() -> int:
+    """The operator's cap on the live facts and relationships of each untrusted class."""
+    return count_setting(None, MAX_FACTS_ENV, os.environ, MAX_FACTS_ENV, DEFAULT_MAX_FACTS)
+
+
+async def check_held(ctx: OperationContext, adding: int) -> None:
+    """Refuse a gateway or child agent whose class would hold more than the cap once
+    `adding` more are remembered. Counted before the append, so concurrent
+    remembers may pass it by as many as they are."""
+    trust = ctx.caller.trust
+    if privileged(ctx.caller):
+        return
+    cap = max_facts()
+    store = _store(ctx)
+    # The projection's count is current once it has folded what came since it last
+    # did (what recall would fold next); the count itself reads an index.
+    await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
+    held = await store.read_sql(lambda conn: held_by(conn, trust))
+    if held + adding > cap:
+        raise OperationDenied(
+            f"{trust!r} callers may hold at most {cap} facts and relationships between them"
+            f" ({MAX_FACTS_ENV}; a repeat counts again, a forgotten one not at all)"
+        )
+
+
 class ExtractInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     run_id: Annotated[str, msgspec.Meta(min_length=1)]
     model: Annotated[str, msgspec.Meta(description="Provider spec: scripted:PATH or openai:MODEL.")]
@@ -160,6 +201,7 @@ async def memory_remember(ctx: OperationContext, value: RememberInput) -> Rememb
         fact: MemoryFactRecorded = events[-1]  # type: ignore[assignment]  (the builder's last)
         ids.append(fact.fact_id)
         state = fact.review_state
+    await check_held(ctx, (value.fact is not None) + (value.relation is not None))
     # One append, the call's audit record sealed into it: a relation and a fact are
     # remembered together or not at all, and never unaudited.
     await MemoryWriter(_store(ctx), clock=ctx.clock).append(scope, events, seal=ctx.seal_into)

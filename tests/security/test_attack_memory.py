@@ -1,7 +1,7 @@
 """What a gateway may write into memory, and what the operator's memory commands
 then do with it (an attacker's pass): a fact is capped in size, an entity name
-cannot break the mirror's file names nor share a page with another; a recall's
-query is capped in length."""
+cannot break the mirror's file names nor share a page with another; a trust class
+holds only so many facts, and a recall's query is capped in length."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from mcp_helpers import audit_events
+from mcp_helpers import audit_events, call_ok, call_refused, gormes_mcp
 
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.ops.executor import Executor
@@ -126,6 +126,97 @@ async def test_a_gateways_text_cannot_change_the_mirrors_structure(db_path: Path
 # -- how much a class may hold, and how long a query may be ------------------------------
 
 
+async def _remembered(store) -> int:
+    return len(await store.read_all(types=["memory.*"]))
+
+
+async def test_a_gateways_class_may_hold_only_so_many_facts_and_a_forget_frees_a_place(
+        db_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A gateway kept remembering 16 KB facts, as many as it liked, into streams that
+    are never retained. Its class now holds at most GORMES_GATEWAY_MAX_FACTS live
+    facts and relationships, whatever names its callers give; a repeat counts (it
+    is another event in the log); the refusal writes nothing and is audited; the
+    child agents' class has its own count; a forgotten fact no longer counts."""
+    monkeypatch.setenv("GORMES_GATEWAY_MAX_FACTS", "3")
+    other = Caller(trust="gateway", id="mcp:mallory2")
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        held = [(await executor.call("memory.remember", {"fact": f"fact {n}"}, GATEWAY)).ids[0] for n in range(2)]
+        await executor.call("memory.remember", {"fact": "fact 0"}, GATEWAY)  # a repeat: the third
+        before = await _remembered(store)
+        for caller, value in ((GATEWAY, {"fact": "fact 3"}), (other, {"fact": "fact 3"}), (GATEWAY, {"fact": "fact 0"}),
+                              (GATEWAY, {"relation": {"subject": "a", "predicate": "is", "object": "b"}})):
+            with pytest.raises(OperationDenied, match=r"^'gateway' callers may hold at most 3 facts"):
+                await executor.call("memory.remember", value, caller)
+        assert await _remembered(store) == before
+        denied = [a for a in await audit_events(store) if a.outcome == "denied"]
+        assert len(denied) == 4 and all("at most 3 facts" in (a.error or "") for a in denied)
+
+        child = Caller(trust="child-agent", id="run-1", scope="chat:mcp-mallory")
+        await executor.call("memory.remember", {"fact": "a child's fact"}, child)  # a class of its own
+        await executor.call("memory.forget", {"id": held[1], "reason": "junk"}, OPERATOR)
+        again = await executor.call("memory.remember", {"fact": "fact 4"}, other)  # the forgotten one's place
+        assert again.review_state == "unreviewed"
+        with pytest.raises(OperationDenied, match="at most 3 facts"):
+            await executor.call("memory.remember", {"fact": "fact 5"}, GATEWAY)
+
+
+async def test_a_remember_of_a_fact_and_a_relation_needs_two_places(db_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("GORMES_GATEWAY_MAX_FACTS", "2")
+    relation = {"subject": "Ada", "predicate": "knows", "object": "Bob"}
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        await executor.call("memory.remember", {"fact": "one"}, GATEWAY)
+        with pytest.raises(OperationDenied, match="at most 2 facts"):
+            await executor.call("memory.remember", {"fact": "two", "relation": relation}, GATEWAY)
+        both = await executor.call("memory.remember", {"relation": relation}, GATEWAY)
+        assert len(both.ids) == 1
+
+
+async def test_the_operator_and_the_system_are_not_capped(db_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("GORMES_GATEWAY_MAX_FACTS", "0")
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        for caller in (OPERATOR, Caller(trust="system", id="cron:nightly")):
+            for n in range(3):
+                await executor.call("memory.remember", {"fact": f"{caller.trust} fact {n}"}, caller)
+        with pytest.raises(OperationDenied, match="at most 0 facts"):
+            await executor.call("memory.remember", {"fact": "mine"}, GATEWAY)
+        assert await _remembered(store) == 6
+
+
+async def test_a_bad_fact_cap_refuses_rather_than_lifting_it(db_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from gormes.errors import UserError
+
+    monkeypatch.setenv("GORMES_GATEWAY_MAX_FACTS", "lots")
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        with pytest.raises(UserError, match="GORMES_GATEWAY_MAX_FACTS must be a whole number"):
+            await executor.call("memory.remember", {"fact": "mine"}, GATEWAY)
+        assert await _remembered(store) == 0
+
+
+async def test_a_gateway_may_not_multiply_its_fact_cap_by_naming_itself_anew(db_path: Path):
+    """Through `gormes mcp` and the real SDK client: the cap is the class's, so a
+    client reconnecting under another name (another chat scope) finds it full."""
+    env = {"GORMES_GATEWAY_MAX_FACTS": "2"}
+    async with gormes_mcp(db_path, env=env, client_name="first") as client:
+        for n in range(2):
+            await call_ok(client, "memory__remember", fact=f"{'x' * 16_000} {n}")
+        first = await call_refused(client, "memory__remember", fact="one more")
+    async with gormes_mcp(db_path, env=env, client_name="second") as client:
+        second = await call_refused(client, "memory__remember", fact="mine, under a new name")
+        recalled = await call_ok(client, "memory__recall", query="mine")  # reading is not capped
+    for refusal in (first, second):
+        assert refusal.startswith("OperationDenied: 'gateway' callers may hold at most 2 facts"), refusal
+        assert "\n" not in refusal
+    assert recalled["hits"] == []
+    async with SQLiteEventStore.open(db_path) as store:
+        assert len(await store.read_all(types=["memory.fact_recorded"])) == 2
+        audited = [a for a in await audit_events(store) if a.operation == "memory.remember"]
+    assert [a.outcome for a in audited] == ["ok", "ok", "denied", "denied"]
+
+
 async def test_a_recall_query_past_its_cap_is_invalid_for_every_caller(db_path: Path):
     """A 10 MB query cost 1.8 s of CPU in recall; a query now has a length cap, for
     the operator too, refused as bad input before anything is read."""
@@ -146,3 +237,27 @@ async def test_a_recall_query_at_its_cap_is_taken(db_path: Path):
         query = ("Ada " * MAX_QUERY_CHARS)[:MAX_QUERY_CHARS]
         found = await executor.call("memory.recall", {"query": query, "mode": "lexical"}, GATEWAY)
     assert [hit.text for hit in found.hits] == ["Ada Lovelace wrote the first program"]
+
+
+async def test_on_postgres_a_gateways_class_may_hold_only_so_many_facts():
+    """The same cap, counted from the projection on PostgreSQL, through `gormes mcp`."""
+    from pg_helpers import PG_URL, fresh_schema, url_for_schema
+
+    from gormes.events.postgres import PostgresEventStore
+
+    env = {"GORMES_GATEWAY_MAX_FACTS": "2"}
+    with fresh_schema() as schema:
+        url = url_for_schema(schema)
+        async with gormes_mcp(url, env=env, client_name="first") as client:
+            ids = [(await call_ok(client, "memory__remember", fact=f"fact {n}"))["ids"][0] for n in range(2)]
+        async with gormes_mcp(url, env=env, client_name="second") as client:
+            refused = await call_refused(client, "memory__remember", fact="fact 2")
+        async with PostgresEventStore.open(PG_URL, schema=schema, poll_interval=0.05) as store:
+            executor = Executor(default_registry(), store)
+            await executor.call("memory.remember", {"fact": "the operator's"}, OPERATOR)  # not capped
+            await executor.call("memory.forget", {"id": ids[0], "reason": "junk"}, OPERATOR)
+        async with gormes_mcp(url, env=env, client_name="third") as client:
+            again = await call_ok(client, "memory__remember", fact="fact 3")
+            full = await call_refused(client, "memory__remember", fact="fact 4")
+    assert refused.startswith("OperationDenied: 'gateway' callers may hold at most 2 facts"), refused
+    assert again["review_state"] == "unreviewed" and full == refused
