@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -198,6 +199,19 @@ def held_by(conn: sqlite3.Connection, trust: str) -> int:
         ).fetchone()[0])
         for table in (FACTS, RELATIONSHIPS)
     )
+
+
+def recorded_from(conn: sqlite3.Connection, fact_ids: Sequence[str],
+                  relationship_ids: Sequence[str]) -> dict[str, tuple[str | None, bool]]:
+    """For those of these facts and relationships the graph holds (looked up by key):
+    the class of the text each was first recorded from, and whether it is forgotten."""
+    found: dict[str, tuple[str | None, bool]] = {}
+    for table, key, ids in ((FACTS, "fact_id", fact_ids), (RELATIONSHIPS, "relationship_id", relationship_ids)):
+        for item in ids:
+            row = conn.execute(f"SELECT source_trust, forgotten FROM {table} WHERE {key} = ?", (item,)).fetchone()
+            if row is not None:
+                found[item] = (row[0], bool(row[1]))
+    return found
 
 
 def _provenance_values(p: Provenance) -> tuple[object, ...]:

@@ -9,7 +9,8 @@ What a non-operator, non-system caller remembers is recorded `unreviewed`.
 
 Each untrusted class (every gateway together, every child agent together: an MCP
 client names itself) holds at most `GORMES_GATEWAY_MAX_FACTS` live facts and
-relationships (`check_held`, decision 0061): memory streams are never retained.
+relationships, and may not remember again what was forgotten or another class
+recorded (`check_held`, decision 0061): memory streams are never retained.
 
 memory.extract reads a whole run and calls a model: operator and system only,
 and not offered to models.
@@ -34,7 +35,7 @@ from gormes.ops.spec import (
     OperationSpec,
     OperationUnavailable,
 )
-from gormes.projections.memory import held_by, memory_projection
+from gormes.projections.memory import held_by, memory_projection, recorded_from
 from gormes.projections.runner import ProjectionRunner
 from gormes.providers import open_provider
 from gormes.recall.api import (
@@ -144,10 +145,14 @@ def max_facts() -> int:
     return count_setting(None, MAX_FACTS_ENV, os.environ, MAX_FACTS_ENV, DEFAULT_MAX_FACTS)
 
 
-async def check_held(ctx: OperationContext, adding: int) -> None:
+async def check_held(ctx: OperationContext, facts: list[str], relationships: list[str]) -> None:
     """Refuse a gateway or child agent whose class would hold more than the cap once
-    `adding` more are remembered. Counted before the append, so concurrent
-    remembers may pass it by as many as they are."""
+    these facts and relationships are remembered. Counted before the append, so
+    concurrent remembers may pass it by as many as they are.
+
+    What it remembers must count against its class: a forgotten item stays
+    forgotten (its repeat would go into the log and count nowhere), and another
+    class's (a subagent of a gateway's run shares its scope) counts in that class."""
     trust = ctx.caller.trust
     if privileged(ctx.caller):
         return
@@ -156,8 +161,15 @@ async def check_held(ctx: OperationContext, adding: int) -> None:
     # The projection's count is current once it has folded what came since it last
     # did (what recall would fold next); the count itself reads an index.
     await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
-    held = await store.read_sql(lambda conn: held_by(conn, trust))
-    if held + adding > cap:
+    held, found = await store.read_sql(
+        lambda conn: (held_by(conn, trust), recorded_from(conn, facts, relationships))
+    )
+    for item, (source, forgotten) in found.items():
+        if forgotten:
+            raise OperationDenied(f"a {trust!r} caller may not remember {item} again: it was forgotten")
+        if source != trust:
+            raise OperationDenied(f"a {trust!r} caller may not remember {item} again: it is the {source!r} callers'")
+    if held + len(facts) + len(relationships) > cap:
         raise OperationDenied(
             f"{trust!r} callers may hold at most {cap} facts and relationships between them"
             f" ({MAX_FACTS_ENV}; a repeat counts again, a forgotten one not at all)"
@@ -189,23 +201,25 @@ async def memory_remember(ctx: OperationContext, value: RememberInput) -> Rememb
                     kind="manual", trust=caller.trust, confidence=value.confidence)
     now = ctx.clock()
     events: list[Event] = []
-    ids, state = [], ""
+    facts: list[str] = []
+    relationships: list[str] = []
+    state = ""
     if value.relation is not None:
         relation = value.relation
         events += relationship_events(scope, relation.subject, relation.predicate, relation.object, source, now)
         edge: MemoryRelationshipObserved = events[-1]  # type: ignore[assignment]  (the builder's last)
-        ids.append(edge.relationship_id)
+        relationships.append(edge.relationship_id)
         state = edge.review_state
     if value.fact is not None:
         events += fact_events(scope, value.fact, source, now, subject=value.subject)
         fact: MemoryFactRecorded = events[-1]  # type: ignore[assignment]  (the builder's last)
-        ids.append(fact.fact_id)
+        facts.append(fact.fact_id)
         state = fact.review_state
-    await check_held(ctx, (value.fact is not None) + (value.relation is not None))
+    await check_held(ctx, facts, relationships)
     # One append, the call's audit record sealed into it: a relation and a fact are
     # remembered together or not at all, and never unaudited.
     await MemoryWriter(_store(ctx), clock=ctx.clock).append(scope, events, seal=ctx.seal_into)
-    return RememberOutput(scope=scope, ids=ids, review_state=state)
+    return RememberOutput(scope=scope, ids=relationships + facts, review_state=state)
 
 
 async def memory_extract(ctx: OperationContext, value: ExtractInput) -> ExtractResult:

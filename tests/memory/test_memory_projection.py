@@ -20,6 +20,7 @@ from gormes.projections.memory import (
     held_by,
     memory_projection,
     read_connection,
+    recorded_from,
 )
 from gormes.projections.runner import ProjectionRunner
 
@@ -116,11 +117,16 @@ def _plan(log) -> str:
 async def test_what_a_class_holds_is_counted_from_an_index(store, backend):
     """`held_by` (the untrusted classes' memory cap): the observations of the live
     facts and relationships from a class's text, rejected ones too, forgotten ones
-    not; read from an index, never from the table's rows or the log."""
+    not; read from an index, never from the table's rows or the log. And
+    `recorded_from`: whose each item is, and whether it is forgotten."""
     await seed(store)
     await ProjectionRunner(store, memory_projection).catch_up()
     held = await store.read_sql(lambda conn: {t: held_by(conn, t) for t in ("gateway", "operator", "child-agent")})
     assert held == {"gateway": 2, "operator": 5, "child-agent": 0}  # the boat fact was forgotten
+    [(gone,)] = await rows(store, f"SELECT fact_id FROM {FACTS} WHERE forgotten = 1")
+    [(owed,)] = await rows(store, f"SELECT relationship_id FROM {RELATIONSHIPS} WHERE predicate = 'owes'")
+    found = await store.read_sql(lambda conn: recorded_from(conn, [gone, "f_nothing"], [owed]))
+    assert found == {gone: ("operator", True), owed: ("gateway", False)}
 
     def plan(log) -> str:
         conn = read_connection(log)

@@ -161,6 +161,33 @@ async def test_a_gateways_class_may_hold_only_so_many_facts_and_a_forget_frees_a
             await executor.call("memory.remember", {"fact": "fact 5"}, GATEWAY)
 
 
+async def test_a_forgotten_fact_or_another_classs_is_not_remembered_again_past_the_cap(
+        db_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Two ways past the count, found once it stood: a repeat of a forgotten fact is
+    folded into its forgotten row (forgetting sticks), and a repeat of what another
+    class recorded in the scope (a gateway's run's subagent shares its scope) adds
+    to that class's count; either way the gateway's own count stayed put while its
+    text went into the log again and again. Both are refused now, nothing written."""
+    monkeypatch.setenv("GORMES_GATEWAY_MAX_FACTS", "5")
+    child = Caller(trust="child-agent", id="run-1", scope="chat:mcp-mallory")
+    async with SQLiteEventStore.open(db_path) as store:
+        executor = Executor(default_registry(), store)
+        [junk] = (await executor.call("memory.remember", {"fact": "x" * MAX_FACT_CHARS}, GATEWAY)).ids
+        await executor.call("memory.forget", {"id": junk, "reason": "junk"}, OPERATOR)
+        planted = await executor.call("memory.remember", {"fact": "planted by a subagent"}, child)
+        relation = {"subject": "Ada", "predicate": "knows", "object": "Bob"}
+        await executor.call("memory.remember", {"relation": relation}, child)
+        before = await _remembered(store)
+        with pytest.raises(OperationDenied, match=f"^a 'gateway' caller may not remember {junk} again: it was forgotten"):
+            await executor.call("memory.remember", {"fact": "x" * MAX_FACT_CHARS}, GATEWAY)
+        for value in ({"fact": "planted by a subagent"}, {"relation": relation}):
+            with pytest.raises(OperationDenied, match="it is the 'child-agent' callers'"):
+                await executor.call("memory.remember", value, GATEWAY)
+        assert await _remembered(store) == before
+        again = await executor.call("memory.remember", {"fact": "planted by a subagent"}, child)  # its own
+        assert again.ids == planted.ids
+
+
 async def test_a_remember_of_a_fact_and_a_relation_needs_two_places(db_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("GORMES_GATEWAY_MAX_FACTS", "2")
     relation = {"subject": "Ada", "predicate": "knows", "object": "Bob"}
