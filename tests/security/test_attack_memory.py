@@ -196,8 +196,8 @@ async def test_a_remember_of_a_fact_and_a_relation_needs_two_places(db_path: Pat
         await executor.call("memory.remember", {"fact": "one"}, GATEWAY)
         with pytest.raises(OperationDenied, match="at most 2 facts"):
             await executor.call("memory.remember", {"fact": "two", "relation": relation}, GATEWAY)
-        both = await executor.call("memory.remember", {"relation": relation}, GATEWAY)
-        assert len(both.ids) == 1
+        alone = await executor.call("memory.remember", {"relation": relation}, GATEWAY)  # the one place left
+        assert len(alone.ids) == 1
 
 
 async def test_the_operator_and_the_system_are_not_capped(db_path: Path, monkeypatch: pytest.MonkeyPatch):
