@@ -33,7 +33,7 @@ from gormes.actors.jobs.state import evolve as evolve_job
 from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalRequested
 from gormes.events.cron import CRON_STREAM_PREFIX
 from gormes.events.jobs import JobSubmitted, job_stream
-from gormes.events.runs import TERMINAL_TYPES, run_stream
+from gormes.events.runs import TERMINAL_TYPES, RunStarted, run_stream
 
 if TYPE_CHECKING:
     from gormes.events.jsonl import ParsedLine
@@ -77,7 +77,7 @@ class LiveWorkWatch:
             if phrase is not None:
                 found.append(phrase)
         for stream in sorted(self._runs_held_before):
-            if not any(isinstance(record.event, TERMINAL_TYPES) for record in tx.read_stream(stream)):
+            if _run_live([record.event for record in tx.read_stream(stream)]):
                 found.append(f"records for run {stream.removeprefix(RUN_STREAM_PREFIX)}, live here")
         for approval_id, decision in self._decided.items():
             if approval_id not in self._requested:
@@ -94,6 +94,13 @@ def _job(events: list[Any]) -> str | None:
         return None
     submitter = f"submitted as {state.submitter.trust}" if state.submitter is not None else "no submitter"
     return f"job {state.id} ({state.status}, {submitter})"
+
+
+def _run_live(events: list[Any]) -> bool:
+    """A run started and not ended (a stream so named that holds no `run.started`
+    is no run)."""
+    return (any(isinstance(event, RunStarted) for event in events)
+            and not any(isinstance(event, TERMINAL_TYPES) for event in events))
 
 
 def _schedule(events: list[Any]) -> str | None:

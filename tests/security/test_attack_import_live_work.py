@@ -131,10 +131,13 @@ def test_an_import_that_ends_a_live_job_is_not_live_work(tmp_path: Path) -> None
     assert json.loads(run_gormes(target, "jobs", "get", job_id, "--json").stdout)["status"] == "cancelled"
 
 
-def test_a_stream_named_like_a_job_that_holds_no_job_is_history(tmp_path: Path) -> None:
-    notes = [{"stream": "job-1", "type": "note.added", "data": {"text": "not a job"}}]
-    done = run_gormes(tmp_path / "g.db", "import", str(write_jsonl(tmp_path / "n.jsonl", notes)))
-    assert done.returncode == 0, done.stderr
+def test_streams_named_like_a_job_or_a_run_that_hold_neither_are_history(tmp_path: Path) -> None:
+    """Imported twice: the second import appends to streams the log holds."""
+    notes = [{"stream": stream, "type": "note.added", "data": {"text": "not a job"}} for stream in ("job-1", "run-1")]
+    file = write_jsonl(tmp_path / "n.jsonl", notes)
+    for _ in range(2):
+        done = run_gormes(tmp_path / "g.db", "import", str(file), "--ignore-versions")
+        assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
