@@ -46,13 +46,14 @@ def deepest(root: Path) -> int:
     descriptor: its paths are longer than PATH_MAX)."""
     def below(fd: int) -> int:
         most = 0
-        for entry in os.scandir(fd):
-            if entry.is_dir(follow_symlinks=False):
-                child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                try:
-                    most = max(most, 1 + below(child))
-                finally:
-                    os.close(child)
+        with os.scandir(fd) as found:
+            names = [e.name for e in found if e.is_dir(follow_symlinks=False)]
+        for name in names:
+            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                most = max(most, 1 + below(child))
+            finally:
+                os.close(child)
         return most
 
     top = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
