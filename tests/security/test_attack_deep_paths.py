@@ -30,7 +30,7 @@ from gormes.tools.builtin import default_registry
 
 CHILD = Caller(trust="child-agent", id="run-1", run_id="run-1")
 GATEWAY = Caller(trust="gateway", id="mcp:attacker")
-TOO_DEEP = 2000
+TOO_DEEP = 200  # past MAX_DEPTH; shallow enough for shutil.rmtree (recursive) to clean up
 
 
 @pytest.fixture(autouse=True)
