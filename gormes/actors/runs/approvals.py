@@ -54,6 +54,7 @@ from gormes.events.approvals import (
 )
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.audit_chain import append_sealed
+from gormes.events.jobs import MAX_DELAY_MS
 from gormes.events.runs import canonical_arguments
 from gormes.events.store import AppendRequest, EventStore
 
@@ -66,6 +67,7 @@ REQUIRE_ENV = "GORMES_REQUIRE_APPROVAL"
 TIMEOUT_ENV = "GORMES_APPROVAL_TIMEOUT"
 ON_TIMEOUT_ENV = "GORMES_APPROVAL_ON_TIMEOUT"
 DEFAULT_TIMEOUT_S = 86_400.0  # a day
+MAX_TIMEOUT_S = MAX_DELAY_MS / 1000  # ten years: an expiry in ms always fits the log's integers
 DECIDING = "approval."  # the operations that list and decide requests (gormes/tools/approvals.py)
 
 
@@ -85,8 +87,12 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
     on_timeout: OnTimeout = "deny"
 
     def __post_init__(self) -> None:
-        if self.timeout_s is not None and not self.timeout_s > 0:
-            raise InvalidApprovalPolicy(f"approval timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.timeout_s is not None and not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            # inf passed `> 0`, and then each request's expiry (now + timeout, in ms) failed its run
+            raise InvalidApprovalPolicy(
+                f"approval timeout must be > 0 and at most {MAX_TIMEOUT_S:.0f} seconds (ten years; "
+                f"none: wait until decided), got {self.timeout_s}"
+            )
         if self.on_timeout not in ON_TIMEOUT:
             raise InvalidApprovalPolicy(f"on_timeout must be deny or fail, got {self.on_timeout!r}")
 
