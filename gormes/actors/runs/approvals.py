@@ -68,7 +68,9 @@ TIMEOUT_ENV = "GORMES_APPROVAL_TIMEOUT"
 ON_TIMEOUT_ENV = "GORMES_APPROVAL_ON_TIMEOUT"
 DEFAULT_TIMEOUT_S = 86_400.0  # a day
 MAX_TIMEOUT_S = MAX_DELAY_MS / 1000  # ten years: an expiry in ms always fits the log's integers
-DECIDING = "approval."  # the operations that list and decide requests (gormes/tools/approvals.py)
+# The operations that list and decide requests (gormes/tools/approvals.py), by their exact
+# names: a prefix let a deployment's own `approval.refund` skip every gate.
+DECIDING = frozenset({"approval.list", "approval.approve", "approval.deny"})
 
 
 class InvalidApprovalPolicy(UserError):
@@ -117,7 +119,7 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
     def why(self, spec: OperationSpec) -> str | None:
         """Why a call of `spec` needs approval, or None when it does not. The
         approval operations themselves never do: they are how a request is decided."""
-        if spec.name.startswith(DECIDING):
+        if spec.name in DECIDING:
             return None
         if spec.requires_approval:
             return f"{spec.name} requires approval (its operation spec)"
