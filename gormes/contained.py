@@ -21,6 +21,12 @@ the walk.
     files     only regular files are opened to read (`O_NONBLOCK`: a FIFO
               swapped in cannot block the open); FIFOs, sockets and devices are
               refused as "not a regular file"
+    depth     a path (links followed) may go at most MAX_DEPTH directories below
+              the root, as deep as a tree walk goes: the walk holds a descriptor
+              of each directory on the way (for `..`), so a deeper one (a few KB
+              of `d/d/d/...`) would hold thousands, or dig that many directories
+              with `make_dirs`; it is refused before the directory past that depth
+              is made or opened
 
 Hard links are regular files of the tree: they are read like any other (a hard
 link to an outside file is out of scope); writes replace the name atomically, so
@@ -46,7 +52,7 @@ import msgspec
 from gormes.ops.spec import InvalidOperationInput, PathOutsideWorkspace
 
 MAX_SYMLINKS = 40  # links followed (and looks repeated after a race) in one walk, as Linux's own
-MAX_DEPTH = 64  # directories below the root that a tree walk descends
+MAX_DEPTH = 64  # directories below the root that a tree walk descends, and a path may go
 MAX_RETRIES = 8  # a name that changes kind between look and open is looked at again
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -168,6 +174,7 @@ class Root:
                     if last and missing_ok:
                         return Located(dirs.pop(), name, (*names, name), None)
                     if make_dirs and not last:
+                        _within_depth(names, given)
                         if not _mkdir(name, dirs[-1]):
                             hops = _again(hops, given)  # made (or swapped in) meanwhile
                         pending.append(name)
@@ -199,6 +206,7 @@ class Root:
                     return Located(dirs.pop(), name, (*names, name), info)
                 if not stat.S_ISDIR(info.st_mode):
                     raise InvalidOperationInput(f"not a directory: {'/'.join((*names, name))!r} in {given!r}")
+                _within_depth(names, given)
                 try:
                     fd = os.open(name, DIR_FLAGS, dir_fd=dirs[-1])
                 except OSError as exc:
@@ -378,6 +386,13 @@ def _again(hops: int, given: str) -> int:
     if hops >= MAX_SYMLINKS:
         raise InvalidOperationInput(f"cannot resolve {given!r}: too many levels of symlinks (or it kept changing)")
     return hops + 1
+
+
+def _within_depth(names: list[str], given: str) -> None:
+    """Refuse to go one directory further when the walk is MAX_DEPTH deep already."""
+    if len(names) >= MAX_DEPTH:
+        shown = given if len(given) <= 120 else given[:60] + "..." + given[-40:]
+        raise InvalidOperationInput(f"path {shown!r} goes deeper than {MAX_DEPTH} directories below the root")
 
 
 def _mkdir(name: str, dir_fd: int) -> bool:

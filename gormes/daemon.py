@@ -24,6 +24,7 @@ Signals:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import tomllib
@@ -46,6 +47,7 @@ from gormes.actors.runs.approvals import (
 )
 from gormes.control.rate_rules import OUTAGE_AFTER_ENV, RATE_LIMITS_ENV, outage_after, parse_rule
 from gormes.errors import GormesError, UserError
+from gormes.events.jobs import MAX_DELAY_MS
 from gormes.events.open import open_store
 from gormes.events.store import EventStore
 from gormes.ops.declared import declared
@@ -122,8 +124,21 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 10_000:
             raise InvalidSettings(f"concurrency must be 1..10000, got {self.concurrency}")
+        # TOML has nan and inf: each passes a plain comparison one way or the other,
+        # and then a sleep, a deadline or a timestamp made from it fails in the running
+        # daemon (a reload would have "succeeded" and then killed it).
+        for name in ("status_interval_s", "model_timeout_s", "retain_every_s", "retain_older_than_days",
+                     "approval_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise InvalidSettings(f"{name} must be a finite number, got {value}")
+        for name in ("shutdown_grace_ms", "lease_ms"):
+            if getattr(self, name) > MAX_DELAY_MS:
+                raise InvalidSettings(f"{name} must be at most {MAX_DELAY_MS} (ten years), got {getattr(self, name)}")
         if self.shutdown_grace_ms < 0 or self.lease_ms < 100 or self.status_interval_s <= 0:
             raise InvalidSettings("shutdown_grace_ms >= 0, lease_ms >= 100 and status_interval_s > 0")
+        if self.retain_older_than_days is not None and self.retain_older_than_days * 86_400_000 > MAX_DELAY_MS:
+            raise InvalidSettings(f"retain_older_than_days must be at most ten years, got {self.retain_older_than_days}")
         if self.model_retries is not None and self.model_retries < 0:
             raise InvalidSettings(f"model_retries must be 0 or more, got {self.model_retries}")
         if self.model_timeout_s is not None and not self.model_timeout_s > 0:

@@ -109,11 +109,14 @@ def worker(obj: Any, queues: tuple[str, ...], concurrency: int, imports: tuple[s
 
     if (warning := renewal_warning(concurrency, lease_ms)) is not None:
         click.echo(warning, err=True)
-    config = WorkerConfig(
-        queues=queues or None, concurrency=concurrency, lease_ms=lease_ms,
-        stall_interval_ms=stall_interval_ms, stall_grace_ms=stall_grace_ms,
-        shutdown_grace_ms=shutdown_grace_ms,
-    )
+    try:
+        config = WorkerConfig(
+            queues=queues or None, concurrency=concurrency, lease_ms=lease_ms,
+            stall_interval_ms=stall_interval_ms, stall_grace_ms=stall_grace_ms,
+            shutdown_grace_ms=shutdown_grace_ms,
+        )
+    except ValueError as exc:  # a lease past any timestamp spun the worker, deaf to SIGTERM
+        raise UserError(f"worker options: {exc}") from None
     # A signal that arrives before trio listens still ends us cleanly.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     import trio

@@ -36,6 +36,25 @@ def nesting_depth_over(raw: bytes, limit: int = MAX_NESTING) -> bool:
     return False
 
 
+def value_depth_over(value: object, limit: int = MAX_NESTING) -> bool:
+    """Whether lists, tuples and dicts in an already parsed `value` (the MCP SDK's
+    arguments, a Python caller's dict) nest deeper than `limit`, counted as
+    `nesting_depth_over` counts the same value's JSON; a flat walk, no recursion."""
+    pending: list[tuple[object, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
+    return False
+
+
 def check_nesting(raw: str | bytes, what: str) -> None:
     """Refuse `raw` in one line if it nests deeper than `MAX_NESTING`."""
     data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw

@@ -43,7 +43,7 @@ from gormes.events.audit_chain import append_sealed, seal
 from gormes.events.audit_seal import sealing
 from gormes.errors import StoreError, UserError
 from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
-from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over
+from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over, value_depth_over
 from gormes.events.store import AppendRequest, EventStore
 from gormes.ops.registry import Registry
 from gormes.ops.spec import (
@@ -233,6 +233,12 @@ def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
         if isinstance(raw, msgspec.Struct):
             return msgspec.convert(msgspec.to_builtins(raw), kind)
         if isinstance(raw, dict):
+            # Parsed already (the MCP SDK's arguments): measured as text would be, so a
+            # gateway cannot record what no export of the log could be imported with.
+            if value_depth_over(raw):
+                raise InvalidOperationInput(
+                    f"invalid input for {spec.name}: JSON nested deeper than {MAX_NESTING} levels"
+                )
             return msgspec.convert(raw, kind)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidOperationInput(f"invalid input for {spec.name}: {exc}") from None

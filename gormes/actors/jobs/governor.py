@@ -28,6 +28,8 @@ The sampler and the clock are injectable, so tests drive the governor with chose
 
 from __future__ import annotations
 
+import math
+
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -127,8 +129,8 @@ class GovernorPolicy(msgspec.Struct, frozen=True, kw_only=True):
         if not self.memory_high <= self.memory_breaker <= 100:
             raise ValueError(f"governor wants memory_high <= memory_breaker <= 100, got "
                              f"{self.memory_high} and {self.memory_breaker}")
-        if self.interval_s <= 0:
-            raise ValueError(f"governor wants interval_s > 0, got {self.interval_s}")
+        if not (math.isfinite(self.interval_s) and self.interval_s > 0):  # nan passed `<= 0`, then broke trio.sleep
+            raise ValueError(f"governor wants a finite interval_s > 0, got {self.interval_s}")
 
 
 class GovernorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

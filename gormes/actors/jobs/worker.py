@@ -68,6 +68,7 @@ from gormes.actors.jobs.leases import keep_leases, renew_leases
 from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, JobState, LockLost
 from gormes.actors.jobs.queue import Job, JobQueue
 from gormes.errors import GormesError
+from gormes.events.jobs import MAX_DELAY_MS
 from gormes.events.store import EventStore
 
 IGNORED_ABORT = "handler ignored abort"
@@ -108,8 +109,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 10_000:
             raise ValueError(f"concurrency must be 1..10000, got {self.concurrency}")
-        if self.lease_ms < 2:
-            raise ValueError(f"lease must be at least 2 ms, got {self.lease_ms}")
+        if not 2 <= self.lease_ms <= MAX_DELAY_MS:  # now + lease must fit the ledger's integers
+            raise ValueError(f"lease must be 2..{MAX_DELAY_MS} ms (ten years), got {self.lease_ms}")
 
 
 class Sweep(NamedTuple):

@@ -54,6 +54,7 @@ from gormes.events.approvals import (
 )
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.audit_chain import append_sealed
+from gormes.events.jobs import MAX_DELAY_MS
 from gormes.events.runs import canonical_arguments
 from gormes.events.store import AppendRequest, EventStore
 
@@ -66,7 +67,10 @@ REQUIRE_ENV = "GORMES_REQUIRE_APPROVAL"
 TIMEOUT_ENV = "GORMES_APPROVAL_TIMEOUT"
 ON_TIMEOUT_ENV = "GORMES_APPROVAL_ON_TIMEOUT"
 DEFAULT_TIMEOUT_S = 86_400.0  # a day
-DECIDING = "approval."  # the operations that list and decide requests (gormes/tools/approvals.py)
+MAX_TIMEOUT_S = MAX_DELAY_MS / 1000  # ten years: an expiry in ms always fits the log's integers
+# The operations that list and decide requests (gormes/tools/approvals.py), by their exact
+# names: a prefix let a deployment's own `approval.refund` skip every gate.
+DECIDING = frozenset({"approval.list", "approval.approve", "approval.deny"})
 
 
 class InvalidApprovalPolicy(UserError):
@@ -85,8 +89,12 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
     on_timeout: OnTimeout = "deny"
 
     def __post_init__(self) -> None:
-        if self.timeout_s is not None and not self.timeout_s > 0:
-            raise InvalidApprovalPolicy(f"approval timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.timeout_s is not None and not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            # inf passed `> 0`, and then each request's expiry (now + timeout, in ms) failed its run
+            raise InvalidApprovalPolicy(
+                f"approval timeout must be > 0 and at most {MAX_TIMEOUT_S:.0f} seconds (ten years; "
+                f"none: wait until decided), got {self.timeout_s}"
+            )
         if self.on_timeout not in ON_TIMEOUT:
             raise InvalidApprovalPolicy(f"on_timeout must be deny or fail, got {self.on_timeout!r}")
 
@@ -111,7 +119,7 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
     def why(self, spec: OperationSpec) -> str | None:
         """Why a call of `spec` needs approval, or None when it does not. The
         approval operations themselves never do: they are how a request is decided."""
-        if spec.name.startswith(DECIDING):
+        if spec.name in DECIDING:
             return None
         if spec.requires_approval:
             return f"{spec.name} requires approval (its operation spec)"
