@@ -29,7 +29,6 @@ The sampler and the clock are injectable, so tests drive the governor with chose
 from __future__ import annotations
 
 import math
-
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
