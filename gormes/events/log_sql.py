@@ -22,6 +22,7 @@ HEAD = "SELECT coalesce(max(position), 0) FROM events"
 COUNT = "SELECT count(*) FROM events"
 STREAM_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream = ?"
 READ_STREAM = f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? ORDER BY version"
+FIRST_OF_STREAM = f"SELECT {COLUMNS} FROM events WHERE stream = ? ORDER BY version LIMIT 1"
 
 
 _TYPED_READS: dict[tuple[type, tuple[str, ...]], tuple[str, list[Any]]] = {}  # see below

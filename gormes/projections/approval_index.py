@@ -162,21 +162,24 @@ def _fold(records: Iterable[Recorded]) -> dict[str, Approval]:
     return fold_approvals(sorted(by_position.items(), key=lambda pair: pair[0]))
 
 
-def approval_on(conn: Any, decode: Decode, approval_id: str) -> Approval | None:
-    """One approval, from its own events (and those the index has not indexed yet)."""
-    if not has_table(conn, TABLE):
+def approval_on(conn: Any, decode: Decode, approval_id: str, *, indexed: bool | None = None) -> Approval | None:
+    """One approval, from its own events (and those the index has not indexed yet).
+    `indexed`: whether the index is built, when the caller knows (else looked up)."""
+    if not (built(conn) if indexed is None else indexed):
         return _fold(decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, 0)).fetchall())).get(approval_id)
     tail = conn.execute(READ_STREAM, (APPROVALS_STREAM, _folded(conn))).fetchall()
     return _fold(decode(tail + _events_of(conn, [approval_id]))).get(approval_id)
 
 
-def approvals_on(conn: Any, decode: Decode, *, status: str = "all", limit: int | None = None) -> dict[str, Approval]:
+def approvals_on(conn: Any, decode: Decode, *, status: str = "all", limit: int | None = None,
+                 indexed: bool | None = None) -> dict[str, Approval]:
     """The newest `limit` approvals of `status` (pending, approved, denied,
     timed_out, or all), oldest first: the index chooses them, their events say
     what they are. The version indexed is read before the tail, and the tail
-    before the rows: the events a read misses are newer than all it has."""
+    before the rows: the events a read misses are newer than all it has.
+    `indexed`: as for `approval_on`."""
     limit = EVERY if limit is None else limit
-    if not has_table(conn, TABLE):
+    if not (built(conn) if indexed is None else indexed):
         records = decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, 0)).fetchall())
         return _chosen(_fold(records), status, limit)
     tail = decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, _folded(conn))).fetchall())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gormes.events.log_sql import COLUMNS
+from gormes.events.log_sql import FIRST_OF_STREAM
 from gormes.events.runs import RunStarted, run_stream
 from gormes.events.sql_fragments import json_text
 from gormes.ops.spec import Caller, OperationDenied
@@ -32,9 +32,6 @@ def acts_for(caller: Caller, started: RunStarted) -> bool:
     return started.trust == caller.trust and started.scope == bound_scope(caller, None)
 
 
-_FIRST_OF_STREAM = f"SELECT {COLUMNS} FROM events WHERE stream = ? ORDER BY version LIMIT 1"
-
-
 async def require_acts_for(caller: Caller, store: EventStore, run_id: str, what: str) -> None:
     """Refuse a caller that may not `what` run `run_id`, from the run's first event
     alone (read, not the run's whole stream); an unknown run is left to the
@@ -44,7 +41,7 @@ async def require_acts_for(caller: Caller, store: EventStore, run_id: str, what:
     if caller.trust in SEES_EVERY_RUN:
         return
     stream = run_stream(run_id)
-    first = await store.read_with(lambda log: log.decode(log.sql.execute(_FIRST_OF_STREAM, (stream,)).fetchall()))
+    first = await store.read_with(lambda log: log.decode(log.sql.execute(FIRST_OF_STREAM, (stream,)).fetchall()))
     if not first:
         return
     started = first[0].event

@@ -86,40 +86,42 @@ async def index_approvals(store: EventStore) -> None:
         await store.transact(_index)
 
 
-async def _read(store: EventStore, read: Callable[[Any, Any], T]) -> T:
-    """`read(conn, decode)` on a read connection, the index built first where it
-    is missing and the store may write (`index_approvals`): in the same read as
-    the check, so a read through the index costs no more than before."""
+async def _read(store: EventStore, read: Callable[[Any, Any, bool], T]) -> T:
+    """`read(conn, decode, indexed)` on a read connection, the index built first
+    where it is missing and the store may write (`index_approvals`): looked up once,
+    in the same read, so a read through the index costs what it did before."""
 
     def attempt(log: Any) -> Any:
-        if not store.readonly and not approval_index.built(log.sql):
+        indexed = approval_index.built(log.sql)
+        if not indexed and not store.readonly:
             return _UNINDEXED
-        return read(log.sql, log.decode)
+        return read(log.sql, log.decode, indexed)
 
     got = await store.read_with(attempt)
     if got is _UNINDEXED:
         await store.transact(_index)
-        got = await store.read_with(lambda log: read(log.sql, log.decode))
+        got = await store.read_with(lambda log: read(log.sql, log.decode, True))
     return got  # type: ignore[no-any-return]
 
 
 def approval_in(tx: Transaction, approval_id: str) -> Approval | None:
-    return approval_index.approval_on(_indexed(tx), _decode, approval_id)
+    return approval_index.approval_on(_indexed(tx), _decode, approval_id, indexed=True)
 
 
 def pending_in(tx: Transaction) -> dict[str, Approval]:
-    return approval_index.approvals_on(_indexed(tx), _decode, status="pending")
+    return approval_index.approvals_on(_indexed(tx), _decode, status="pending", indexed=True)
 
 
 async def read_approval(store: EventStore, approval_id: str) -> Approval | None:
-    return await _read(store, lambda conn, decode: approval_index.approval_on(conn, decode, approval_id))
+    return await _read(store, lambda conn, decode, indexed: approval_index.approval_on(
+        conn, decode, approval_id, indexed=indexed))
 
 
 async def read_approvals(store: EventStore, *, status: str = "all", limit: int | None = None) -> dict[str, Approval]:
     """The newest `limit` approvals of `status` (pending, approved, denied,
     timed_out, or all) by id, oldest first."""
-    return await _read(
-        store, lambda conn, decode: approval_index.approvals_on(conn, decode, status=status, limit=limit))
+    return await _read(store, lambda conn, decode, indexed: approval_index.approvals_on(
+        conn, decode, status=status, limit=limit, indexed=indexed))
 
 
 def _expired(approval: Approval, now: int) -> bool:
