@@ -42,13 +42,7 @@ SECRET = "hunter2-the-outside-secret"
 ENV_SECRET = "sk-live-the-servers-api-key-0451"
 
 
-@pytest.fixture(autouse=True)
-def isolated_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Knowledge indexes go to this test's data dir; no gbrain is on PATH."""
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.delenv("GORMES_KNOWLEDGE_INDEX", raising=False)
-    monkeypatch.delenv("GORMES_KNOWLEDGE_ROOT", raising=False)
-    monkeypatch.setenv("GORMES_GBRAIN", str(tmp_path / "no-such-gbrain"))
+pytestmark = pytest.mark.usefixtures("isolated_knowledge")
 
 
 @pytest.fixture

@@ -33,12 +33,7 @@ GATEWAY = Caller(trust="gateway", id="mcp:attacker")
 TOO_DEEP = 200  # past MAX_DEPTH; shallow enough for shutil.rmtree (recursive) to clean up
 
 
-@pytest.fixture(autouse=True)
-def isolated_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.delenv("GORMES_KNOWLEDGE_INDEX", raising=False)
-    monkeypatch.delenv("GORMES_KNOWLEDGE_ROOT", raising=False)
-    monkeypatch.setenv("GORMES_GBRAIN", str(tmp_path / "no-such-gbrain"))
+pytestmark = pytest.mark.usefixtures("isolated_knowledge")
 
 
 def deepest(root: Path) -> int:
