@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -209,3 +210,15 @@ def mounted_tmpfs(tmp_path: Path, size: str):  # -> Iterator[Path], for a fixtur
         yield mount_point
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+def promotable(tmp_path: Path) -> Path:
+    """A skills folder whose candidate `alpha` has the evidence to become proven."""
+    root = tmp_path / "skills"
+    shutil.copytree(REPO / "tests" / "skills" / "fixtures" / "good", root)
+    skill = root / "alpha" / "SKILL.md"
+    skill.write_text(skill.read_text().replace("evidence: []", (
+        "evidence:\n  - {date: 2026-01-05, type: run, ref: run-1}\n"
+        "  - {date: 2026-01-06, type: run, ref: run-2}\n  - {date: 2026-01-07, type: review, ref: bob}"
+    )))
+    return root

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pg_helpers import fresh_schema, url_for_schema
 
-from cli_helpers import child_reads_notes_script, cli_env, gormes_command
+from cli_helpers import child_reads_notes_script, cli_env, gormes_command, promotable
 
 
 @pytest.fixture
@@ -173,7 +173,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_skills_route_feedback_usage_and_promote(url: str, tmp_path: Path):
-    import shutil
 
     skills = str(REPO / "skills")
     ok(gormes(url, tmp_path, "append", "run-r1", "run.started",
@@ -193,13 +192,7 @@ def test_skills_route_feedback_usage_and_promote(url: str, tmp_path: Path):
                      "--skills-dir", skills)
     assert unknown.returncode != 0 and unknown.stderr == "gormes: error: no run 'ghost' in this database\n"
 
-    root = tmp_path / "skills"
-    shutil.copytree(REPO / "tests" / "skills" / "fixtures" / "good", root)
-    skill = root / "alpha" / "SKILL.md"
-    skill.write_text(skill.read_text().replace("evidence: []", (
-        "evidence:\n  - {date: 2026-01-05, type: run, ref: run-1}\n"
-        "  - {date: 2026-01-06, type: run, ref: run-2}\n  - {date: 2026-01-07, type: review, ref: bob}"
-    )))
+    root = promotable(tmp_path)
     promoted = json.loads(ok(gormes(url, tmp_path, "skills", "promote", "alpha", "--skills-dir", str(root), "--json")))
     # after the audit records of feedback (6) and of the refused route (7)
     assert (promoted["to_status"], promoted["position"]) == ("proven", 10)

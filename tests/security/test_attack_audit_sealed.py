@@ -13,13 +13,12 @@ redaction (`redact`, `memory forget`) seals it into its last chunk."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from cli_helpers import REPO, cli_env, rows, run_gormes
+from cli_helpers import REPO, cli_env, promotable, rows, run_gormes
 
 from gormes.events.redaction import CHUNK
 
@@ -116,7 +115,6 @@ def killed_after_commit(db: Path | str, hook: str, *args: str) -> None:
     child = subprocess.run([sys.executable, "-c", script, str(db), *args], env=cli_env(), cwd=REPO,
                            capture_output=True, text=True, timeout=120)
     assert child.returncode == -signal.SIGKILL, child.stderr
-
 
 
 def audits_after(db: Path, position: int) -> list[tuple]:
@@ -385,18 +383,6 @@ def test_a_forget_killed_between_its_chunks_claims_no_success(tmp_path: Path) ->
     assert len(rows(db, "SELECT position FROM events WHERE type = 'log.redacted'")) == 1
     assert audits_after(db, before) == []
     ok(db, "audit", "verify")
-
-
-def promotable(tmp_path: Path) -> Path:
-    """A skills folder whose candidate `alpha` has the evidence to become proven."""
-    root = tmp_path / "skills"
-    shutil.copytree(REPO / "tests" / "skills" / "fixtures" / "good", root)
-    skill = root / "alpha" / "SKILL.md"
-    skill.write_text(skill.read_text().replace("evidence: []", (
-        "evidence:\n  - {date: 2026-01-05, type: run, ref: run-1}\n"
-        "  - {date: 2026-01-06, type: run, ref: run-2}\n  - {date: 2026-01-07, type: review, ref: bob}"
-    )))
-    return root
 
 
 def test_a_promotion_killed_after_its_event_committed_is_audited(tmp_path: Path) -> None:
