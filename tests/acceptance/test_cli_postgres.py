@@ -173,7 +173,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_skills_route_feedback_usage_and_promote(url: str, tmp_path: Path):
-
     skills = str(REPO / "skills")
     ok(gormes(url, tmp_path, "append", "run-r1", "run.started",
               "--data", '{"run_id": "r1", "handler": "agent", "handler_version": "v"}'))
