@@ -116,3 +116,17 @@ async def test_child_agents_share_their_class_cap_whatever_run_or_scope_they_act
         with pytest.raises(OperationDenied, match="'child-agent' callers may hold at most 2 unfinished jobs"):
             await executor.call("job.submit", {"name": "echo"}, child)
     assert (await executor.call("job.submit", {"name": "echo"}, GATEWAY)).name == "echo"  # another class
+
+
+@pytest.mark.parametrize("caller", [GATEWAY_RUN, CHILD])
+async def test_a_runs_tool_call_gets_a_concurrency_key_of_its_own(executor, queue, caller):
+    """What a gateway's run or its subagent submits from a tool call (the caller the
+    executor is given there) holds a key of its own owner, never the operator's
+    `prod` (decision 0060)."""
+    operator = await executor.call("job.submit", {"name": "echo", "options": {"concurrency_key": "prod"}}, OPERATOR)
+    theirs = await executor.call("job.submit", {"name": "echo", "options": {"concurrency_key": "prod"}}, caller)
+    assert (await queue.get(operator.id)).options.concurrency_key == "prod"
+    key = (await queue.get(theirs.id)).options.concurrency_key
+    assert key.startswith(f"{caller.trust}:") and key.endswith("/prod")
+    claimed = [await queue.claim({"echo"}, worker_id="w1"), await queue.claim({"echo"}, worker_id="w2")]
+    assert {job.id for job in claimed if job is not None} == {operator.id, theirs.id}
