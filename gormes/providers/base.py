@@ -128,41 +128,49 @@ def _tool_json(tool: ToolSpec) -> bytes:
     return data
 
 
-_tools_json_cache: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], bytes]] = {}
+_tools_json_cache: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], bytes, bytes]] = {}
 _TOOLS_JSON_CACHE_MAX = 256  # distinct lists of tools (not runs): each holds ~10 KB of JSON
+
+
+def _tools_entry(tools: tuple[ToolSpec, ...]) -> tuple[tuple[ToolSpec, ...], bytes, bytes]:
+    """The tools' canonical JSON and the JSON string of its sha256 (hex), each made
+    once for a list of tools. Kept by the ToolSpec objects the tuple holds, not by
+    the tuple: an agent sends the same tools every turn, and every run with the
+    same trust and allowlist offers the same ToolSpec objects in a tuple of its own
+    (the agent loop adds its spawn tool), so ten thousand runs share one entry. The
+    entry keeps its ToolSpecs alive, so their ids cannot be reused while it is kept."""
+    key = tuple(map(id, tools))
+    hit = _tools_json_cache.get(key)
+    if hit is not None:
+        return hit
+    if type(tools) is not tuple or not all([type(t) is ToolSpec for t in tools]):
+        data = _sorted.encode(tools)
+        return tools, data, _digest_json(data)
+    data = b"[" + b",".join([_tool_json(t) for t in tools]) + b"]" if tools else b"[]"
+    if len(_tools_json_cache) >= _TOOLS_JSON_CACHE_MAX:
+        _tools_json_cache.clear()
+    entry = _tools_json_cache[key] = (tools, data, _digest_json(data))
+    return entry
+
+
+def _digest_json(data: bytes) -> bytes:
+    return b'"' + hashlib.sha256(data).hexdigest().encode() + b'"'
 
 
 def tools_json(tools: tuple[ToolSpec, ...]) -> bytes:
     """`msgspec.json.encode(tools, order="sorted")`, each ToolSpec encoded once, and
-    each list of them joined once. Kept by the ToolSpec objects the tuple holds, not
-    by the tuple: an agent sends the same tools every turn, and every run with the
-    same trust and allowlist offers the same ToolSpec objects in a tuple of its own
-    (the agent loop adds its spawn tool), so ten thousand runs share one entry. The
-    entry keeps its ToolSpecs alive, so their ids cannot be reused while it is kept."""
-    if not tools:
-        return b"[]"
-    key = tuple(map(id, tools))
-    hit = _tools_json_cache.get(key)
-    if hit is not None:
-        return hit[1]
-    if type(tools) is not tuple or not all([type(t) is ToolSpec for t in tools]):
-        return _sorted.encode(tools)
-    data = b"[" + b",".join([_tool_json(t) for t in tools]) + b"]"
-    if len(_tools_json_cache) >= _TOOLS_JSON_CACHE_MAX:
-        _tools_json_cache.clear()
-    _tools_json_cache[key] = (tools, data)
-    return data
+    each list of them joined once (see `_tools_entry`)."""
+    return _tools_entry(tools)[1] if tools else b"[]"
 
 
-def _request_parts(request: ModelRequest) -> tuple[bytes, bytes, bytes]:
-    """A request with tools, as its canonical JSON in three parts: what comes before
-    the tools, the tools (shared by every turn: kept, see `tools_json`), and `}`."""
+def _request_head(request: ModelRequest) -> bytes:
+    """A request's canonical JSON up to its tools' value: every field but the tools,
+    keys sorted, and the `"tools":` key."""
     enc = _sorted.encode
-    head = b"".join((
+    return b"".join((
         _MAX_TOKENS, enc(request.max_tokens), _MESSAGES, enc(request.messages), _MODEL,
         enc(request.model), _TEMPERATURE, enc(request.temperature), _TOOLS,
     ))
-    return head, tools_json(request.tools), b"}"
 
 
 def request_json(request: ModelRequest) -> bytes:
@@ -170,20 +178,51 @@ def request_json(request: ModelRequest) -> bytes:
     as `msgspec.json.encode(request, order="sorted")`."""
     if not request.tools or type(request) is not ModelRequest:
         return _sorted.encode(request)
-    return b"".join(_request_parts(request))
+    return b"".join((_request_head(request), tools_json(request.tools), b"}"))
+
+
+REQUEST_HASH_V2 = "v2:"
 
 
 def request_hash(request: ModelRequest) -> str:
-    """sha256 (hex) of the request's canonical JSON: keys sorted, every field present.
-    The parts are hashed one after the other: the tools' ~10 KB are not copied into
-    one string first (the digest is the same)."""
+    """`v2:` and the sha256 (hex) of the request's canonical JSON with its tools
+    replaced by the JSON string of their own sha256 (hex): keys sorted, every field
+    present, no whitespace. The tools, the same every turn and most of a request's
+    bytes, are hashed once per list of tools, not once per turn (decision 0064).
+    A hash recorded before this scheme is `request_hash_v1`'s; `same_request`
+    compares a recorded hash of either scheme."""
+    h = hashlib.sha256(_request_head(request))
+    h.update(_tools_entry(request.tools)[2])
+    h.update(b"}")
+    return REQUEST_HASH_V2 + h.hexdigest()
+
+
+def request_hash_v1(request: ModelRequest) -> str:
+    """The first scheme: sha256 (hex) of the request's whole canonical JSON, tools
+    included. What every `request_hash` recorded before decision 0064 holds."""
     if not request.tools or type(request) is not ModelRequest:
         return hashlib.sha256(_sorted.encode(request)).hexdigest()
-    head, tools, tail = _request_parts(request)
-    h = hashlib.sha256(head)
-    h.update(tools)
-    h.update(tail)
+    h = hashlib.sha256(_request_head(request))
+    h.update(tools_json(request.tools))
+    h.update(b"}")
     return h.hexdigest()
+
+
+def same_request(recorded: str, digest: str, request: ModelRequest) -> bool:
+    """Whether a recorded `request_hash` is the hash of `request`, whose current
+    hash is `digest`. A hash of the first scheme (no `v2:`) is compared with
+    `request_hash_v1`, so logs recorded before decision 0064 replay as they ran."""
+    global _last_v1
+    if recorded == digest:
+        return True
+    if recorded.startswith(REQUEST_HASH_V2):
+        return False
+    if _last_v1[0] is not request:  # replay compares one request with several records
+        _last_v1 = (request, request_hash_v1(request))
+    return recorded == _last_v1[1]
+
+
+_last_v1: tuple[ModelRequest | None, str] = (None, "")
 
 
 class ProviderError(GormesError):

@@ -21,6 +21,7 @@ from gormes.providers import (
     parse_tool_arguments,
     request_hash,
 )
+from gormes.providers.base import request_hash_v1, same_request
 from gormes.errors import GormesError, UserError
 
 CALL = ToolCall(id="call_1", name="fs.read", arguments='{"path": "README.md"}')
@@ -39,14 +40,34 @@ REQUEST = ModelRequest(
 )
 
 
+def _canonical(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def test_request_hash_is_pinned():
-    # Recorded runs store this hash; if it changes, every recorded run diverges on replay.
-    assert request_hash(REQUEST) == "622197c5daba3ae06ed2987f4612fe01b3242d5aa8bb80134d0fe62a2fa278cc"
+    # Recorded runs store these hashes; if one changes, every run recorded under that
+    # scheme diverges on replay.
+    assert request_hash(REQUEST) == "v2:32131bb8ad8f3b8ba96f2e6784cdb55a3c0e02e00f00d2d3ad2ee1c2bd5de003"
+    assert request_hash_v1(REQUEST) == "622197c5daba3ae06ed2987f4612fe01b3242d5aa8bb80134d0fe62a2fa278cc"
 
 
-def test_request_hash_is_sha256_of_sorted_compact_json():
-    canonical = json.dumps(msgspec.to_builtins(REQUEST), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    assert request_hash(REQUEST) == hashlib.sha256(canonical.encode()).hexdigest()
+def test_request_hash_is_sha256_of_sorted_compact_json_with_the_tools_as_their_digest():
+    whole = msgspec.to_builtins(REQUEST)
+    tools_digest = hashlib.sha256(_canonical(whole["tools"])).hexdigest()
+    assert request_hash(REQUEST) == "v2:" + hashlib.sha256(_canonical({**whole, "tools": tools_digest})).hexdigest()
+    assert request_hash_v1(REQUEST) == hashlib.sha256(_canonical(whole)).hexdigest()
+
+
+@pytest.mark.parametrize("tools", [(), (TOOL,)])
+def test_a_recorded_hash_of_either_scheme_matches_its_request_and_no_other(tools):
+    request = msgspec.structs.replace(REQUEST, tools=tools)
+    other = msgspec.structs.replace(request, max_tokens=501)
+    digest = request_hash(request)
+    for recorded in (digest, request_hash_v1(request)):
+        assert same_request(recorded, digest, request)
+        assert not same_request(recorded, request_hash(other), other)
+    # a hash marked v2 is never compared by the first scheme
+    assert not same_request("v2:" + request_hash_v1(request), digest, request)
 
 
 def test_request_hash_ignores_dict_key_order():

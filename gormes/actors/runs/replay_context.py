@@ -44,6 +44,7 @@ from gormes.providers.base import (
     ProviderError,
     ToolSpec,
     request_hash,
+    same_request,
 )
 from gormes.actors.runs.replay_diff import request_diff, tool_call_diff
 from gormes.actors.runs.replay_report import Divergence, DivergenceDiff, RunState, describe
@@ -265,7 +266,7 @@ class ReplayContext(RunIdentity, RunContext):
     def llm_matches(self, event: Any, digest: str, request: ModelRequest) -> bool:
         return (
             isinstance(event, (RunLlmTurn, RunLlmFailed))
-            and event.request_hash == digest
+            and same_request(event.request_hash, digest, request)
             and (event.model or request.model) == request.model
         )
 
@@ -278,7 +279,8 @@ class ReplayContext(RunIdentity, RunContext):
             observations, cursor = self.recorded.observations, self.cursor
             record = observations[cursor] if cursor < len(observations) else None
             if record is not None and (self.until is None or record.position <= self.until) and (
-                (type(e := record.event) is RunLlmTurn and e.request_hash == digest and e.model == request.model)
+                (type(e := record.event) is RunLlmTurn and same_request(e.request_hash, digest, request)
+                 and e.model == request.model)
                 if self._strict_llm else self.llm_matches(record.event, digest, request)
             ):
                 self.cursor = cursor + 1
@@ -304,7 +306,7 @@ class ReplayContext(RunIdentity, RunContext):
                 await self.served(record, msgspec.structs.replace(
                     event, request_hash=digest, model=request.model, request=self._copied_requests.record(request),
                 ))
-            if not (event.retryable and self._retried(event, digest)):
+            if not (event.retryable and self._retried(event, digest, request)):
                 if event.error_type == "InvalidModelReply":
                     raise InvalidModelReply(event.error, retryable=event.retryable)
                 if event.error_type == "BudgetExceeded":
@@ -319,15 +321,15 @@ class ReplayContext(RunIdentity, RunContext):
         return request_diff(recorded, whole_request(request), recorded_model=event.model,
                             recorded_count=event.message_count if isinstance(event, RunLlmTurn) else None)
 
-    def _retried(self, failed: RunLlmFailed, digest: str) -> bool:
+    def _retried(self, failed: RunLlmFailed, digest: str, request: ModelRequest) -> bool:
         """Whether the live context tried the same request again after this failure."""
         following = self.peek()
         if following is None:
             return False
         event = following.event
         if isinstance(event, RunLlmFailed):
-            return event.request_hash == digest and event.attempt == failed.attempt + 1
-        return isinstance(event, RunLlmTurn) and event.request_hash == digest
+            return same_request(event.request_hash, digest, request) and event.attempt == failed.attempt + 1
+        return isinstance(event, RunLlmTurn) and same_request(event.request_hash, digest, request)
 
     def operation_name(self, name: str) -> str:
         operation = self._operations.get(name)

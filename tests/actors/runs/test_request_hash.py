@@ -1,5 +1,6 @@
-"""The request hash is the sha256 of msgspec's sorted JSON of the whole request,
-however it is assembled (tools encoded once per ToolSpec)."""
+"""The request hash is the sha256 of msgspec's sorted JSON of the request with its
+tools as their own sha256, however it is assembled (tools encoded and hashed once
+per list of ToolSpecs); the first scheme's, of the whole request."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gormes.providers.base import (
     ToolCall,
     ToolSpec,
     request_hash,
+    request_hash_v1,
     request_json,
     tools_json,
 )
@@ -38,8 +40,12 @@ def test_request_json_is_msgspec_sorted_json(tools: tuple[ToolSpec, ...], temper
     expected = msgspec.json.encode(request, order="sorted")
     assert request_json(request) == expected
     assert request_json(request) == expected  # again, from the tool cache
-    assert request_hash(request) == hashlib.sha256(expected).hexdigest()
+    assert request_hash_v1(request) == hashlib.sha256(expected).hexdigest()
     assert tools_json(tools) == msgspec.json.encode(tools, order="sorted")
+    tools_digest = hashlib.sha256(msgspec.json.encode(tools, order="sorted")).hexdigest()
+    with_digest = msgspec.json.encode({**msgspec.to_builtins(request), "tools": tools_digest}, order="sorted")
+    assert request_hash(request) == "v2:" + hashlib.sha256(with_digest).hexdigest()
+    assert request_hash(request) == request_hash(request)  # again, from the tool cache
 
 
 def test_a_run_s_tools_are_one_tuple_until_the_registry_changes() -> None:

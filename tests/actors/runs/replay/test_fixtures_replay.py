@@ -34,6 +34,14 @@ def events_of(name: str) -> list[dict]:
     return fixture_lines(name)
 
 
+def test_the_fixtures_hold_first_scheme_request_hashes_so_old_logs_are_replayed_above() -> None:
+    # Logs recorded before decision 0064 hold the first scheme's hashes; these fixtures
+    # are such logs. Re-recorded, they would test only the second: keep one old one.
+    hashes = [line["data"]["request_hash"] for name in MANIFEST for line in events_of(name)
+              if line["type"] in ("run.llm_turn", "run.llm_failed")]
+    assert hashes and not any(h.startswith("v2:") for h in hashes)
+
+
 def test_subagents_go_two_levels_deep() -> None:
     depths = [line["data"]["depth"] for line in events_of("subagents") if line["type"] == "run.started"]
     assert sorted(depths) == [0, 1, 2]
