@@ -265,7 +265,9 @@ class RunResumed(Event, tag="run.resumed", kw_only=True, gc=False):
 
 class RunLlmTurn(Event, tag="run.llm_turn", kw_only=True, gc=False):
     seq: int
-    request_hash: str  # gormes.providers.base.request_hash of the request
+    # gormes.providers.base.request_hash of the request: `v2:` and 64 hex digits; 64
+    # hex digits alone in a run recorded before decision 0064 (`request_hash_v1`)
+    request_hash: str
     model: str
     message_count: int
     reply: RecordedReply
