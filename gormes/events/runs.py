@@ -213,6 +213,9 @@ class RunStarted(Event, tag="run.started", kw_only=True, gc=False):
     # The spawns the run may make (a subagent's is its parent's cap); None in runs
     # recorded before the cap existed, which had none.
     max_children: int | None = None
+    # The runs its whole tree may hold, root included (a subagent's is its tree's,
+    # decision 0063); None in runs recorded before the cap existed, which had none.
+    max_tree_runs: int | None = None
     # A later attempt of the same agent job continuing this earlier run (decision 0011):
     # its observations up to the position were copied (replayed, not redone).
     resumed_from: ForkOrigin | None = None
@@ -356,6 +359,20 @@ class RunChildSpawned(Event, tag="run.child_spawned", kw_only=True, gc=False):
     model: str | None = None
 
 
+class RunSpawnRefused(Event, tag="run.spawn_refused", kw_only=True, gc=False):
+    """A spawn refused by what the run's own stream cannot tell again: its tree's
+    cap on runs, reached by whichever of the tree's runs spawned first (decision
+    0063). Replay serves it; the refusals a run's own record decides (the depth
+    cap, its cap on spawns, an unknown handler) are not recorded."""
+
+    seq: int
+    handler: str
+    input: Any = None
+    tools: tuple[str, ...] | None = None
+    model: str | None = None
+    reason: str
+
+
 class RunChildFinished(Event, tag="run.child_finished", kw_only=True, gc=False):
     """Recorded in the PARENT when the parent's handler observed the child's end
     (`await child.result()`), so the parent's order does not depend on timing."""
@@ -383,7 +400,7 @@ class RunMessageSent(Event, tag="run.message_sent", kw_only=True, gc=False):
 RunObservation = (
     RunLlmTurn | RunLlmFailed | RunToolCalled | RunInboxRead | RunClockRead
     | RunRandomDrawn | RunProgressed | RunTokensAdded | RunLogged | RunChildSpawned
-    | RunChildFinished | RunApprovalRequested | RunApprovalDecided
+    | RunSpawnRefused | RunChildFinished | RunApprovalRequested | RunApprovalDecided
 )
 RunEvent = (
     RunStarted | RunCompleted | RunFailed | RunCancelled | RunSuspended | RunResumed
@@ -391,7 +408,7 @@ RunEvent = (
 )
 OBSERVATION_TYPES: tuple[type, ...] = (
     RunLlmTurn, RunLlmFailed, RunToolCalled, RunInboxRead, RunClockRead, RunRandomDrawn,
-    RunProgressed, RunTokensAdded, RunLogged, RunChildSpawned, RunChildFinished,
+    RunProgressed, RunTokensAdded, RunLogged, RunChildSpawned, RunSpawnRefused, RunChildFinished,
     RunApprovalRequested, RunApprovalDecided,  # gormes/events/approvals.py (decision 0033)
 )
 TERMINAL_TYPES: tuple[type, ...] = (RunCompleted, RunFailed, RunCancelled)

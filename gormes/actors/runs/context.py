@@ -84,8 +84,10 @@ def spawn_cap_refusal(run_id: str, made: int, cap: int | None) -> str | None:
 
 
 class SpawnRefused(UserError):
-    """`ctx.spawn()` refused before starting anything (nothing recorded): the depth
-    cap or the run's cap on spawns is reached, or no run handler has that name."""
+    """`ctx.spawn()` refused before starting anything: the depth cap or the run's
+    cap on spawns is reached, or no run handler has that name (nothing recorded on
+    the run's stream), or the tree's cap on runs is reached (`run.spawn_refused`
+    recorded: decision 0063)."""
 
 
 class ChildRun(ABC):
@@ -149,6 +151,10 @@ class RunIdentity:
         return self._identity.max_children  # type: ignore[no-any-return]
 
     @property
+    def max_tree_runs(self) -> int | None:
+        return self._identity.max_tree_runs  # type: ignore[no-any-return]
+
+    @property
     def parent_run_id(self) -> str | None:
         return self._identity.parent_run_id  # type: ignore[no-any-return]
 
@@ -201,6 +207,12 @@ class RunContext(ABC):
     @abstractmethod
     def max_children(self) -> int | None:
         """The spawns this run may make (None: no cap, a run recorded before it)."""
+
+    @property
+    @abstractmethod
+    def max_tree_runs(self) -> int | None:
+        """The runs this run's tree may hold, its root included (None: no cap, a
+        run recorded before it; gormes/actors/runs/tree_cap.py)."""
 
     @property
     @abstractmethod
@@ -279,7 +291,8 @@ class RunContext(ABC):
         allowlist that is `tools` narrowed to the parent's own allowlist, and a
         deadline no later than the parent's. Cancelling this run cancels the child. Raises
         `SpawnRefused` past the depth cap or the spawn cap, or for an unknown handler (nothing recorded
-        on the run's stream; a live run audits the refusal, and each spawn it starts).
+        on the run's stream), or past the tree's cap on runs (`run.spawn_refused` recorded); a live
+        run audits each refusal, and each spawn it starts.
         """
 
     async def spawn_invalid(self, arguments: str, reason: str) -> None:  # noqa: B027 - a live run overrides it

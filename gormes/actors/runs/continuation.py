@@ -66,6 +66,7 @@ from gormes.actors.runs.context import ChildRun, RunContext, handler_version
 from gormes.actors.runs.live import LiveRunContext, TokenSink
 from gormes.actors.runs.manager import LiveRun, RunManager, RunOutcome
 from gormes.actors.runs.start_record import append_start
+from gormes.actors.runs.tree_history import prefix_tree_runs
 from gormes.errors import UserError
 from gormes.events.jobs import Tokens
 from gormes.events.runs import (
@@ -167,6 +168,12 @@ def _children_cap(started: RunStarted, manager: RunManager) -> int | None:
     return started.max_children if started.max_children is not None else manager.max_children
 
 
+def _tree_cap(started: RunStarted, manager: RunManager) -> int | None:
+    """The source's cap on its tree's runs; a run recorded before the cap existed
+    had none, and its fork or resume, a new tree, gets the manager's."""
+    return started.max_tree_runs if started.max_tree_runs is not None else manager.max_tree_runs
+
+
 def apply_overrides(input: Any, overrides: dict[str, Any]) -> Any:
     if not overrides:
         return input
@@ -249,7 +256,8 @@ async def fork_run(
     run = LiveRun(
         run_id=run_id or manager.new_id(), handler=started.handler,
         input=apply_overrides(started.input, overrides or {}), depth=started.depth,
-        max_depth=started.max_depth, max_children=_children_cap(started, manager), trust=started.trust,
+        max_depth=started.max_depth, max_children=_children_cap(started, manager),
+        max_tree_runs=_tree_cap(started, manager), trust=started.trust,
         memory_scope=started.scope, tools=started.tools,
         model=new_model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,
         budgets=started.budgets,
@@ -307,6 +315,8 @@ async def _continuation(
     live = LiveRunContext(manager, run, provider, next_seq=len(prefix) + 1, tokens=tokens,
                           token_sink=token_sink, job=job, holding_job=holding_job)
     live.mark_read({m.id for r in prefix if isinstance(r.event, RunInboxRead) for m in r.event.messages})
+    # the children the prefix spawned, and theirs, are runs of this run's tree (decision 0063)
+    run.tree.add_history(await prefix_tree_runs(store, prefix))
     if source is not None:
         live.child_resumption = ChildResumption.after(source.observations, len(prefix))
         live.tool_resumption = ToolResumption.after(source.observations, len(prefix))
@@ -459,6 +469,7 @@ async def resume_run(
     run = LiveRun(
         run_id=run_id, handler=started.handler, input=started.input,
         depth=started.depth, max_depth=started.max_depth, max_children=_children_cap(started, manager),
+        max_tree_runs=_tree_cap(started, manager),
         trust=started.trust if trust is None else narrower(started.trust, trust),
         memory_scope=started.scope if trust is None else memory_scope, tools=started.tools,
         model=started.model, max_iterations=started.max_iterations, deadline_s=started.deadline_s,

@@ -58,6 +58,7 @@ from gormes.events.runs import (
     RunChildFinished,
     RunChildSpawned,
     RunClockRead,
+    RunSpawnRefused,
     RunInboxRead,
     RunLlmFailed,
     RunLlmTurn,
@@ -555,30 +556,57 @@ class LiveRunContext(RunIdentity, RunContext):
             await self._audit_spawn_refused(digest, "denied", "SpawnRefused", str(exc))
             raise SpawnRefused(str(exc)) from None
         assert self.children_nursery is not None, "spawn outside the run's driver"
+        # The place in the tree is taken before any await (the tree's other runs spawn
+        # meanwhile) and given back if the spawn is not recorded. A refusal by the
+        # tree's cap is recorded: replay cannot count the tree again.
+        tree = self._run.tree
+        tree_full = tree.take()
+        if tree_full is not None:
+            await self._spawn_refused_by_tree(digest, handler, input, asked_tools, model, tree_full)
+        self.spawns_made += 1  # before the await: a spawn of another of the run's tasks counts it
+        try:
+            child_id, resumable = await self._record_spawn(handler, input, asked_tools, model, digest)
+        except BaseException:
+            self.spawns_made -= 1  # not recorded: not made
+            tree.give_back()
+            raise
         mine = tuple(s.name for s in self.tool_schemas())
-        child_tools = mine if tools is None else tuple(t for t in tools if t in mine)
-        child_model = model or self.model
+        child = await self._manager.start_child(
+            self, run_id=child_id, handler=handler, input=input,
+            tools=mine if tools is None else tuple(t for t in tools if t in mine),
+            model=model or self.model, deadline_s=deadline_s, resume=resumable,
+        )
+        return LiveChildRun(self, child)
+
+    async def _record_spawn(
+        self, handler: str, input: Any, tools: tuple[str, ...] | None, model: str | None, digest: str,
+    ) -> tuple[str, Any]:
+        """`run.child_spawned`, sealed with its audit record: the child's id, and the
+        earlier run it takes over (a resumed run's), if any."""
         child_id = self._manager.new_id()
         resumable = None
         if self.child_resumption is not None:
-            earlier = self.child_resumption.take(handler, input, asked_tools, model)
+            earlier = self.child_resumption.take(handler, input, tools, model)
             if earlier is not None:
                 from gormes.actors.runs.continuation import resumable_run
 
                 resumable = await resumable_run(self._manager, earlier)
-        self.spawns_made += 1  # before the await: a spawn of another of the run's tasks counts it
-        try:
-            await self.record_observation(lambda seq: RunChildSpawned(
-                seq=seq, child_run_id=child_id, handler=handler, input=input, tools=asked_tools, model=model,
-            ), audit=spawn_audited(self._caller(), digest, at=int(self._manager.clock() * 1000)))
-        except BaseException:
-            self.spawns_made -= 1  # not recorded: not made
-            raise
-        child = await self._manager.start_child(
-            self, run_id=child_id, handler=handler, input=input, tools=child_tools,
-            model=child_model, deadline_s=deadline_s, resume=resumable,
-        )
-        return LiveChildRun(self, child)
+        await self.record_observation(lambda seq: RunChildSpawned(
+            seq=seq, child_run_id=child_id, handler=handler, input=input, tools=tools, model=model,
+        ), audit=spawn_audited(self._caller(), digest, at=int(self._manager.clock() * 1000)))
+        return child_id, resumable
+
+    async def _spawn_refused_by_tree(
+        self, digest: str, handler: str, input: Any, tools: tuple[str, ...] | None, model: str | None,
+        reason: str,
+    ) -> None:
+        """Record the refusal (`run.spawn_refused`) with its audit record, then raise it."""
+        audit = spawn_audited(self._caller(), digest, at=int(self._manager.clock() * 1000),
+                              outcome="denied", error_type="SpawnRefused", reason=reason)
+        await self.record_observation(lambda seq: RunSpawnRefused(
+            seq=seq, handler=handler, input=input, tools=tools, model=model, reason=reason,
+        ), audit=audit)
+        raise SpawnRefused(reason)
 
     async def _audit_spawn_refused(self, digest: str, outcome: AuditOutcome, error_type: str, reason: str) -> None:
         """The audit record of a refused spawn (spawn_audit.py)."""

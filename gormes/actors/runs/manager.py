@@ -44,6 +44,7 @@ from gormes.actors.runs.context import (
 from gormes.actors.runs.live import CHILD_TRUST, LiveRunContext, TokenSink, error_text
 from gormes.actors.runs.process import this_process
 from gormes.actors.runs.start_record import append_start
+from gormes.actors.runs.tree_cap import DEFAULT_MAX_TREE_RUNS, MAX_TREE_RUNS_ENV, TreeCount
 from gormes.actors.runtime import ask
 from gormes.control.budgets import BudgetMeter, applicable
 from gormes.control.rate_limits import ProviderLimits
@@ -99,6 +100,7 @@ class LiveRun:
     depth: int = 0
     max_depth: int = DEFAULT_MAX_DEPTH
     max_children: int | None = DEFAULT_MAX_CHILDREN
+    max_tree_runs: int | None = DEFAULT_MAX_TREE_RUNS  # a subagent's is its tree's
     trust: str = "operator"
     # The memory scope its tool calls are pinned to (`run.started`'s `scope`; the
     # name `scope` is the cancel scope's, below).
@@ -118,6 +120,12 @@ class LiveRun:
     cancel_reason: str | None = None
     done: trio.Event = field(default_factory=trio.Event)
     outcome: RunOutcome | None = None
+    # The runs its tree holds (tree_cap.py): a subagent shares its parent's count, a
+    # root starts one.
+    tree: TreeCount = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tree = self.parent.tree if self.parent is not None else TreeCount(self.run_id, self.max_tree_runs)
 
     @property
     def parent_run_id(self) -> str | None:
@@ -156,7 +164,7 @@ class LiveRun:
             parent_run_id=self.parent_run_id, depth=self.depth, deadline_s=self.deadline_s,
             tools=self.tools, model=self.model, max_iterations=self.max_iterations,
             trust=self.trust, job_id=self.job_id, forked_from=forked_from, max_depth=self.max_depth,
-            max_children=self.max_children,
+            max_children=self.max_children, max_tree_runs=self.max_tree_runs,
             resumed_from=resumed_from, process=this_process(), scope=self.memory_scope,
             external_tools=external_tools, budgets=self.budgets,
         )
@@ -199,6 +207,7 @@ class RunManager:
         ids: Callable[[], str] = new_id,
         max_depth: int = DEFAULT_MAX_DEPTH,
         max_children: int | None = None,  # None: GORMES_MAX_CHILDREN, else 100
+        max_tree_runs: int | None = None,  # None: GORMES_MAX_TREE_RUNS, else 10,101 (tree_cap.py)
         llm_retries: int | None = None,  # None: GORMES_MODEL_RETRIES, else 3
         llm_backoff_s: float = 0.2,
         provider_limits: ProviderLimits | None = None,  # None: GORMES_RATE_LIMITS, GORMES_OUTAGE_AFTER
@@ -214,6 +223,8 @@ class RunManager:
         self.max_depth = max_depth
         self.max_children = count_setting(max_children, "max_children", os.environ, MAX_CHILDREN_ENV,
                                           DEFAULT_MAX_CHILDREN)
+        self.max_tree_runs = count_setting(max_tree_runs, "max_tree_runs", os.environ, MAX_TREE_RUNS_ENV,
+                                           DEFAULT_MAX_TREE_RUNS)
         self.llm_retries = model_retries(llm_retries, os.environ)
         self.llm_backoff_s = llm_backoff_s
         # rate limits, shared back-off, outage guard: asked around each model request
@@ -299,7 +310,7 @@ class RunManager:
                 memory_scope=memory_scope, tools=None if tools is None else tuple(tools), model=model,
                 max_iterations=max_iterations, deadline_s=deadline_s, job_id=job_id,
                 max_depth=self.max_depth if max_depth is None else max_depth, max_children=self.max_children,
-                outside_reason=outside_reason, budgets=budgets,
+                max_tree_runs=self.max_tree_runs, outside_reason=outside_reason, budgets=budgets,
             )
             ctx = LiveRunContext(self, run, provider, token_sink=token_sink, job=job)
             await self._nursery.start(self._new_run, run, ctx, fn, seal)
@@ -325,7 +336,7 @@ class RunManager:
         run = LiveRun(
             run_id=run_id, handler=handler, input=input, depth=parent.depth + 1,
             max_depth=parent.max_depth, max_children=parent_run.max_children,
-            trust=narrower(parent_run.trust, CHILD_TRUST),
+            max_tree_runs=parent_run.max_tree_runs, trust=narrower(parent_run.trust, CHILD_TRUST),
             memory_scope=parent_run.memory_scope, tools=tools, model=model,
             max_iterations=parent_run.max_iterations, deadline_s=deadline_s, job_id=parent_run.job_id,
             parent=parent_run,

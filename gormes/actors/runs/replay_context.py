@@ -6,7 +6,8 @@ Each call the handler makes is matched with the next recorded observation (by
     llm(request)      run.llm_turn / run.llm_failed: same request hash and model
     tool(name, args)  run.tool_called: same operation and arguments hash (after the
                       call's run.approval_requested and run.approval_decided, if it needed approval)
-    spawn(h, input)   run.child_spawned: same handler, input, tools and model
+    spawn(h, input)   run.child_spawned (or run.spawn_refused, raised again): same
+                      handler, input, tools and model
     child.result()    run.child_finished: the same child
     inbox/now/random  the kind of observation
     progress/tokens/log  the kind, and what the handler reports
@@ -79,6 +80,7 @@ from gormes.events.runs import (
     RunLogged,
     RunProgressed,
     RunRandomDrawn,
+    RunSpawnRefused,
     RunTokensAdded,
     RunToolCalled,
     canonical_arguments,
@@ -391,8 +393,9 @@ class ReplayContext(RunIdentity, RunContext):
             raise SpawnRefused(str(exc)) from None
         wanted_tools = None if tools is None else tuple(tools)
         asked = f"spawn {handler} {short(input)}" + (f" tools={list(wanted_tools)}" if wanted_tools is not None else "")
+        # the spawn as recorded: started, or refused by its tree's cap (decision 0063)
         record = await self.take(asked, lambda e: (
-            isinstance(e, RunChildSpawned) and e.handler == handler
+            isinstance(e, (RunChildSpawned, RunSpawnRefused)) and e.handler == handler
             and canonical(e.input) == canonical(input)
             and e.tools == wanted_tools and e.model == model
         ))
@@ -400,6 +403,8 @@ class ReplayContext(RunIdentity, RunContext):
             return await self.go_live().spawn(handler, input, tools=tools, model=model, deadline_s=deadline_s)
         if self.copies:
             await self.served(record)
+        if isinstance(record.event, RunSpawnRefused):
+            raise SpawnRefused(record.event.reason)
         self.spawns_made += 1
         child = ReplayChildRun(self, record.event, self.replayer.start_child(self, record.event))  # type: ignore[arg-type]
         self.children.append(child)

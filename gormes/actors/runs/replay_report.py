@@ -14,6 +14,7 @@ from gormes.events.runs import (
     RunCancelled,
     RunChildFinished,
     RunChildSpawned,
+    RunSpawnRefused,
     RunClockRead,
     RunCompleted,
     RunFailed,
@@ -185,6 +186,9 @@ def describe(event: Any) -> str:
     if isinstance(event, RunChildSpawned):
         tools = f" tools={list(event.tools)}" if event.tools is not None else ""
         return f"spawn {event.handler} {_short(event.input)}{tools}"
+    if isinstance(event, RunSpawnRefused):
+        tools = f" tools={list(event.tools)}" if event.tools is not None else ""
+        return f"spawn {event.handler} {_short(event.input)}{tools} (refused: {_short(event.reason, 60)})"
     if isinstance(event, RunChildFinished):
         return f"result of child {event.child_run_id}"
     if isinstance(event, RunInboxRead):

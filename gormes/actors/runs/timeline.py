@@ -29,6 +29,7 @@ from gormes.events.runs import (
     RunCancelled,
     RunChildFinished,
     RunChildSpawned,
+    RunSpawnRefused,
     RunClockRead,
     RunCompleted,
     RunFailed,
@@ -78,6 +79,8 @@ def _entry(r: Any, table: PricingTable) -> dict[str, Any] | None:
         base.update(message_id=e.message_id, sender=e.sender, text=_preview(e.payload))
     elif isinstance(e, RunChildSpawned):
         base.update(child_run_id=e.child_run_id, handler=e.handler, text=_preview(e.input))
+    elif isinstance(e, RunSpawnRefused):
+        base.update(handler=e.handler, text=e.reason)
     elif isinstance(e, RunChildFinished):
         base.update(child_run_id=e.child_run_id, status=e.status, tokens=msgspec.to_builtins(e.tokens),
                     text=_preview(e.result if e.status == "completed" else e.error))
