@@ -102,3 +102,72 @@ async def test_a_gateways_agent_job_keeps_to_the_cap_and_pays_its_class_budget(s
     denied = [r.event for r in await store.read_all(types=["audit.operation"])
               if r.event.operation == "agent.spawn" and r.event.outcome == "denied"]
     assert len(denied) == ASKED - 3 and all(d.trust == "gateway" for d in denied)
+
+
+# The cap on a whole tree (`max_tree_runs`, GORMES_MAX_TREE_RUNS, decision 0063):
+# within each run's cap, a tree of subagents of subagents still grew to
+# 1 + 100 + 100^2 + 100^3 runs. Two subagents that ask for three each: five runs
+# at a cap of 5, whichever of them spawns first.
+DEEP = {"model": "scripted", "agents": [
+    {"match": "start", "replies": [
+        {"tool_calls": [{"name": "agent.spawn", "arguments": {"prompt": f"middle {i}"}} for i in range(2)]},
+        {"text": "done"},
+    ]},
+    {"match": "middle", "replies": [
+        {"tool_calls": [{"name": "agent.spawn", "arguments": {"prompt": f"leaf {i}"}} for i in range(3)]},
+        {"text": "middle done"},
+    ]},
+    {"match": "leaf", "replies": [{"text": "a leaf's answer"}]},
+]}
+
+
+def test_a_tree_cannot_grow_past_gormes_max_tree_runs_and_replays_exactly(tmp_path: Path):
+    import subprocess
+
+    from cli_helpers import REPO, cli_env, gormes_command
+
+    db, script = tmp_path / "g.db", tmp_path / "deep.json"
+    script.write_text(json.dumps(DEEP))
+    done = subprocess.run(gormes_command(db, "run", "agent", "--prompt", "start", "--model", f"scripted:{script}"),
+                          capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env=cli_env() | {"GORMES_MAX_TREE_RUNS": "5"})
+    assert done.returncode == 0, done
+    started = rows(db, "SELECT json_extract(data, '$.max_tree_runs') FROM events WHERE type = 'run.started'")
+    assert started == [(5,)] * 5  # recorded, and a subagent's is its tree's
+    refused = rows(db, "SELECT stream, json_extract(data, '$.reason') FROM events WHERE type = 'run.spawn_refused'")
+    assert len(refused) == 2 * 3 - 2, refused  # six leaves asked, two started
+    assert all(reason.startswith("tree cap reached") and "max_tree_runs 5" in reason for _, reason in refused)
+    denied = rows(db, "SELECT json_extract(data, '$.caller'), json_extract(data, '$.error') FROM events"
+                      " WHERE type = 'audit.operation' AND json_extract(data, '$.operation') = 'agent.spawn'"
+                      " AND json_extract(data, '$.outcome') = 'denied'")
+    assert sorted(caller for caller, _ in denied) == sorted(stream for stream, _ in refused)
+    assert all(error.startswith("SpawnRefused: tree cap reached") for _, error in denied), denied
+    # each refusing subagent's model was told, in the tool results its next request carried
+    for stream in {stream for stream, _ in refused}:
+        turns = rows(db, f"SELECT data FROM events WHERE type = 'run.llm_turn' AND stream = '{stream}' ORDER BY position")
+        told = sum(1 for s, _ in refused if s == stream)
+        assert len(turns) == 2 and turns[1][0].count("tree cap reached") == told, turns
+    (root,) = rows(db, "SELECT json_extract(data, '$.run_id') FROM events WHERE type = 'run.started'"
+                       " AND json_extract(data, '$.depth') = 0")
+    before = rows(db, "SELECT count(*) FROM events")
+    replayed = run_gormes(db, "replay", root[0], timeout=300)
+    assert replayed.returncode == 0 and replayed.stdout.splitlines()[-1].startswith("exact"), replayed
+    assert "diverged" not in replayed.stdout, replayed.stdout
+    assert rows(db, "SELECT count(*) FROM events") == before
+
+
+def test_a_bad_gormes_max_tree_runs_is_one_line(tmp_path: Path):
+    import subprocess
+
+    from cli_helpers import REPO, assert_one_line_error, cli_env, gormes_command
+
+    db, script = tmp_path / "g.db", tmp_path / "deep.json"
+    script.write_text(json.dumps(DEEP))
+    command = gormes_command(db, "run", "agent", "--prompt", "start", "--model", f"scripted:{script}")
+    for value, said in (("lots", "GORMES_MAX_TREE_RUNS must be a whole number, not 'lots'"),
+                        ("-1", "GORMES_MAX_TREE_RUNS must be 0 or more, not '-1'")):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO,
+                              env=cli_env() | {"GORMES_MAX_TREE_RUNS": value})
+        assert done.returncode == 2, done
+        assert said in assert_one_line_error(done)
+    assert not db.exists() or rows(db, "SELECT count(*) FROM events WHERE type = 'run.started'") == [(0,)]
