@@ -69,7 +69,8 @@ def taxonomy(specs: Sequence[OperationSpec]) -> str:
             f"`{SPAWN_KIND}`, `mutating` true, the spawning run as the caller with its trust class. A "
             "spawn that starts a child is outcome `ok`, sealed in the same transaction as the parent's "
             "`run.child_spawned`; one refused past the depth cap or the run's cap on spawns, or for an unknown handler, is `denied` "
-            "(`SpawnRefused: ...`); the agent's spawn call whose arguments do not validate is `invalid` "
+            "(`SpawnRefused: ...`), and one refused past its tree's cap on runs is too, sealed with the run's "
+            "`run.spawn_refused` (replay serves that refusal: the tree's count is not the run's to tell again); the agent's spawn call whose arguments do not validate is `invalid` "
             "(`InvalidArguments: ...`). The input digest is the sha256 of what the spawn asked for "
             "(handler, input, tools, model), or of the arguments as the model sent them. Replay writes none."
         ),
