@@ -45,6 +45,7 @@ from gormes.actors.jobs.parking import park_in
 from gormes.actors.jobs.session import JobSession, new_id
 from gormes.actors.jobs.state import JobError
 from gormes.control.budget_rules import Ask, BudgetState, evolve, fold, refusal, reserve, worst_case
+from gormes.control.output_ceiling import output_ceiling
 from gormes.errors import UserError
 from gormes.events.budgets import BudgetExhausted, BudgetReleased, BudgetSettled, budget_stream
 from gormes.events.jobs import Tokens
@@ -76,12 +77,15 @@ class Charged(Protocol):
 
 
 class Spend:
-    """A turn's place in its budgets; `used(usage)` is what it settles to."""
+    """A turn's place in its budgets; `used(usage)` is what it settles to.
+    `output_ceiling`: the most output its reservations held (None: charged to no
+    budget), what the provider is sent as `max_tokens` (output_ceiling.py)."""
 
-    __slots__ = ("usage",)
+    __slots__ = ("output_ceiling", "usage")
 
     def __init__(self) -> None:
         self.usage: Usage | None = None
+        self.output_ceiling: int | None = None
 
     def used(self, usage: Usage) -> None:
         self.usage = usage
@@ -196,7 +200,7 @@ class BudgetMeter:
         if not budgets:
             yield spend
             return
-        hold_id = await self._reserve(budgets, run.run_id, run.job_id, request)
+        hold_id, spend.output_ceiling = await self._reserve(budgets, run.run_id, run.job_id, request)
         try:
             yield spend
         except BaseException as exc:
@@ -207,7 +211,8 @@ class BudgetMeter:
             await self._settle(budgets, hold_id, spend.usage, "no usage reported")
 
     async def _reserve(self, budgets: tuple[str, ...], run_id: str, job_id: str | None,
-                       request: ModelRequest) -> str:
+                       request: ModelRequest) -> tuple[str, int]:
+        """The hold's id and the turn's output ceiling."""
         hold_id = self._ids()
         decided = await self._try(budgets, hold_id, run_id, job_id, request, record=True)
         while isinstance(decided, _Refused):
@@ -216,7 +221,7 @@ class BudgetMeter:
             await self._sleep(self.poll_s)  # paused: a raise (or a settle) makes room
             if await self._has_room(budgets, request):
                 decided = await self._try(budgets, hold_id, run_id, job_id, request, record=False)
-        return hold_id
+        return hold_id, decided
 
     def _load(self, tx: Transaction, budget_id: str) -> BudgetState:
         known = self._states.get(budget_id) or BudgetState(budget_id=budget_id)
@@ -230,10 +235,11 @@ class BudgetMeter:
                 self._states[state.budget_id] = state
 
     async def _try(self, budgets: tuple[str, ...], hold_id: str, run_id: str, job_id: str | None,
-                   request: ModelRequest, *, record: bool) -> _Refused | None:
+                   request: ModelRequest, *, record: bool) -> _Refused | int:
+        """Reserve on every budget (the output ceiling of what they held) or on none."""
         table, now = self.pricing, int(self.clock() * 1000)
 
-        def decide(tx: Transaction) -> tuple[_Refused | None, list[BudgetState]]:
+        def decide(tx: Transaction) -> tuple[_Refused | int, list[BudgetState]]:
             states = [self._load(tx, b) for b in budgets]
             asks = [Ask(hold_id=hold_id, run_id=run_id, job_id=job_id, model=request.model,
                         tokens=worst_case(s, request), now=now) for s in states]
@@ -241,7 +247,7 @@ class BudgetMeter:
             refused = [(s, d) for s, d in zip(states, decisions, strict=True) if isinstance(d, BudgetExhausted)]
             if not refused:
                 after = [_append(tx, s, d) for s, d in zip(states, decisions, strict=True)]
-                return None, after
+                return output_ceiling(d.tokens for d in decisions), after
             stop = any(d.policy == "stop" for _, d in refused)
             after = []
             if record:
