@@ -11,7 +11,10 @@ share one script concurrently:
   the request. No shared cursor, so concurrent runs cannot steal each other's
   replies, and a forked run continuing at turn N gets reply N.
 - An `error` entry fails the turn that follows it once; the retried request then
-  gets the next entry. Attempts are counted per trio task (a run retries in the
+  gets the next entry.
+
+Like a real API it honours the request's `max_tokens`: a reply whose output
+(its `usage`, else its estimate) is more stops there (`held_to_max_tokens`). Attempts are counted per trio task (a run retries in the
   task that made the call) and per request, so every run meets its script's
   errors, whether or not runs share one provider, and no two runs share one.
 """
@@ -227,7 +230,7 @@ class ScriptedProvider:
         assert turn.reply is not None
         if turn.reply.delay_ms:
             await timer.sleep(turn.reply.delay_ms / 1000)
-        return self._reply(request, turn.reply, turn_index)
+        return held_to_max_tokens(self._reply(request, turn.reply, turn_index), request.max_tokens, self.name)
 
     def _agent_for(self, request: ModelRequest) -> ScriptedAgent:
         opening = conversation_opening(request.messages)
@@ -268,6 +271,31 @@ class ScriptedProvider:
         for call in calls:
             parse_tool_arguments(call, source=self.name)
         return calls
+
+
+def held_to_max_tokens(reply: ModelReply, max_tokens: int | None, source: str) -> ModelReply:
+    """The reply as a model held to `max_tokens` gives it, the way a real API does:
+    one whose output is more stops at `max_tokens` output tokens, its text and then
+    its tool calls cut at four characters a token (`estimate_tokens`), its
+    finish_reason "length". A tool call cut inside its arguments is not JSON: an
+    `InvalidModelReply`, as the HTTP providers raise for one."""
+    if max_tokens is None or reply.usage.output <= max_tokens:
+        return reply
+    room = max_tokens * 4
+    text = reply.message.content[:room]
+    room -= len(text)
+    calls: list[ToolCall] = []
+    for call in reply.message.tool_calls:
+        if room <= len(call.name):
+            break
+        arguments = call.arguments[:room - len(call.name)]
+        room -= len(call.name) + len(arguments)
+        calls.append(msgspec.structs.replace(call, arguments=arguments))
+    for call in calls:
+        parse_tool_arguments(call, source=source)
+    usage = msgspec.structs.replace(reply.usage, output=max_tokens, reasoning=min(reply.usage.reasoning, max_tokens))
+    message = Message(role="assistant", content=text, tool_calls=tuple(calls))
+    return ModelReply(message=message, usage=usage, finish_reason="length", model=reply.model)
 
 
 __all__ = ["InvalidModelReply", "ScriptError", "ScriptedProvider", "load_script"]

@@ -291,3 +291,22 @@ def test_a_bad_script_is_one_clear_line_naming_the_file(tmp_path, content, probl
 def test_a_directory_is_not_a_script(tmp_path):
     with pytest.raises(ScriptError, match="is a directory"):
         ScriptedProvider.open(tmp_path)
+
+
+async def test_a_reply_longer_than_max_tokens_stops_there_as_an_apis_does(tmp_path):
+    words = "word " * 2000  # 2500 tokens at four characters a token
+    provider = open_provider(f"scripted:{write_script(tmp_path, [{'text': words}])}")
+    ask = ModelRequest(model="scripted", messages=(Message(role="user", content="write"),), max_tokens=100)
+    cut = await provider.complete(ask)
+    assert (cut.finish_reason, cut.usage.output, cut.message.content) == ("length", 100, words[:400])
+    whole = await provider.complete(ModelRequest(model="scripted", messages=ask.messages))
+    assert (whole.finish_reason, whole.message.content) == ("stop", words)
+
+
+async def test_a_tool_call_cut_inside_its_arguments_is_an_invalid_reply(tmp_path):
+    calls = [{"name": "fs.read", "arguments": {"path": "p" * 1000}}]
+    provider = open_provider(f"scripted:{write_script(tmp_path, [{'tool_calls': calls}])}")
+    ask = ModelRequest(model="scripted", messages=(Message(role="user", content="go"),), max_tokens=50)
+    with pytest.raises(InvalidModelReply, match="are not JSON") as caught:
+        await provider.complete(ask)
+    assert not caught.value.retryable
