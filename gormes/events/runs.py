@@ -283,6 +283,10 @@ class RunLlmTurn(Event, tag="run.llm_turn", kw_only=True, gc=False):
     # Also in `usage.cache_write` since `Tokens` has it (decision 0035); a turn
     # recorded before has it only here: read a turn's usage with `turn_usage`.
     cache_write: int = 0
+    # The `max_tokens` the provider was sent in place of the request's: the output
+    # ceiling of the turn's budgets (decision 0065). None: sent as the handler asked
+    # (no budget, or a bound within it already); `request_hash` is the handler's.
+    sent_max_tokens: int | None = None
 
 
 class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True, gc=False):
@@ -298,6 +302,7 @@ class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True, gc=False):
     model: str = ""
     error_type: str = "ProviderError"  # the exception class raised (InvalidModelReply...)
     request: RecordedRequest | None = None  # as in `RunLlmTurn`
+    sent_max_tokens: int | None = None  # as in `RunLlmTurn`
 
 
 class RunToolCalled(Event, tag="run.tool_called", kw_only=True, gc=False):

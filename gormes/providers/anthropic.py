@@ -152,6 +152,12 @@ class AnthropicProvider:
             api_key=self.api_key or "unused", base_url=self.base_url, timeout=self.timeout, max_retries=0,
         )
 
+    @property
+    def default_max_tokens(self) -> int:
+        """The `max_tokens` sent for a request that sets none (a budget's output
+        ceiling is sent only when it is lower: output_ceiling.py)."""
+        return self.max_tokens
+
     async def complete(self, request: ModelRequest) -> ModelReply:
         names = tool_names(self.name, request.tools)
         body = wire_request(request, names, stream=self.stream, max_tokens=self.max_tokens)

@@ -272,7 +272,10 @@ class Provider(Protocol):
     """A model behind the neutral interface.
 
     `name` is the spec it was opened with (`"openai:gpt-4o-mini"`); `model` is the
-    model name to put in `ModelRequest.model`.
+    model name to put in `ModelRequest.model`. A provider that sends an output
+    bound of its own for a request with no `max_tokens` (Anthropic, whose API
+    requires one) says which as `default_max_tokens`; a budget's output ceiling
+    replaces it only when lower (gormes/control/output_ceiling.py).
     """
 
     name: str

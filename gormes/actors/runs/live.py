@@ -73,6 +73,7 @@ from gormes.events.runs import (
     tokens_of,
     turn_usage,
 )
+from gormes.control.output_ceiling import held_to, sent_max_tokens
 from gormes.events.store import AppendRequest
 from gormes.ops.executor import refusal_request
 from gormes.ops.spec import Caller, OperationDenied
@@ -376,9 +377,11 @@ class LiveRunContext(RunIdentity, RunContext):
             raise UserError(f"run {self.run_id} has no model: start it with a model spec")
         digest = request_hash(request)
         limits = self._manager.provider_limits
+        provider_default = getattr(self._provider, "default_max_tokens", None)
         attempt = 0
         while True:
             attempt += 1
+            sent = request  # what the provider is sent: the handler's request, held to its budgets
             try:
                 if not self._run.budgets and not limits.watches(self._provider.name, request.model):
                     # charged to no budget, no rate rule or outage guard: both turns below
@@ -386,18 +389,21 @@ class LiveRunContext(RunIdentity, RunContext):
                     started = trio.current_time()
                     reply = await self._provider.complete(request)
                 else:
-                    # budgets reserve the worst case (or refuse: BudgetExceeded) and settle after
-                    async with self._manager.budgets.turn(self._run, request) as spend, \
-                            limits.turn(self._provider.name, request) as turn:
-                        started = trio.current_time()  # the request's time, not its wait for room
-                        reply = await self._provider.complete(request)
-                        turn.used(reply.usage)
-                        spend.used(reply.usage)
+                    # budgets reserve the worst case (or refuse: BudgetExceeded) and settle after;
+                    # the provider is sent no more output than they held (decision 0065), and the
+                    # rate limits count what it is sent, as a server counts its max_tokens
+                    async with self._manager.budgets.turn(self._run, request) as spend:
+                        sent = held_to(request, spend.output_ceiling, provider_default)
+                        async with limits.turn(self._provider.name, sent) as turn:
+                            started = trio.current_time()  # the request's time, not its wait for room
+                            reply = await self._provider.complete(sent)
+                            turn.used(reply.usage)
+                            spend.used(reply.usage)
             except ProviderError as exc:
-                await self._record(lambda seq, exc=exc, n=attempt: RunLlmFailed(
+                await self._record(lambda seq, exc=exc, n=attempt, held=sent_max_tokens(request, sent): RunLlmFailed(
                     seq=seq, request_hash=digest, error=error_text(exc), retryable=exc.retryable,
                     attempt=n, model=request.model, error_type=type(exc).__name__,
-                    request=self._requests.record(request),
+                    request=self._requests.record(request), sent_max_tokens=held,
                 ))
                 if not exc.retryable or attempt > self._manager.llm_retries:
                     raise
@@ -410,7 +416,7 @@ class LiveRunContext(RunIdentity, RunContext):
             await self._record(lambda seq: RunLlmTurn(
                 seq=seq, request_hash=digest, model=request.model, message_count=len(request.messages),
                 reply=recorded, usage=usage, duration_ms=duration_ms, request=self._requests.record(request),
-                cache_write=u.cache_write,
+                cache_write=u.cache_write, sent_max_tokens=sent_max_tokens(request, sent),
             ))
             await self._count(usage, request.model)
             return reply
