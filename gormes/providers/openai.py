@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import openai
@@ -38,6 +39,16 @@ from gormes.providers.sse import Event, EventReader
 from gormes.providers.wire_names import ToolNames, tool_names
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+OPENAI_HOST = "api.openai.com"
+
+
+def output_bound_field(base_url: str) -> str:
+    """The field a request's `max_tokens` goes out as. OpenAI's own API:
+    `max_completion_tokens`, its documented one (`max_tokens` is deprecated there,
+    and its reasoning models refuse it), which bounds reasoning and visible output
+    together, as budgets count output. Any other server: `max_tokens`, the field
+    every compatible server reads (Ollama's, for one, reads no other)."""
+    return "max_completion_tokens" if urlsplit(base_url).hostname == OPENAI_HOST else "max_tokens"
 
 
 # -- the wire: what the server sends (unknown fields are ignored) ------------------
@@ -121,6 +132,7 @@ class OpenAIProvider:
         self.stream = stream
         self.timeout = model_timeout(self.name, timeout, env)
         self.url = f"{self.base_url}/chat/completions"
+        self.output_field = output_bound_field(self.base_url)
         # Built when opened (once per spec per process), not at the first turn: the
         # SDK's import takes a second or two, and a turn admitted by the shared
         # rate limits and back-off must leave at once, not that long after. A server
@@ -132,7 +144,7 @@ class OpenAIProvider:
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         names = tool_names(self.name, request.tools)
-        body = _wire_request(request, names, stream=self.stream)
+        body = _wire_request(request, names, stream=self.stream, output_field=self.output_field)
         headers: dict[str, Any] = {"Accept": "text/event-stream" if self.stream else "application/json"}
         if not self.api_key:
             headers["Authorization"] = openai.Omit()
@@ -144,7 +156,8 @@ class OpenAIProvider:
                 return _read_whole(self.name, request, names, await response.read())
 
 
-def _wire_request(request: ModelRequest, names: ToolNames, *, stream: bool) -> dict[str, Any]:
+def _wire_request(request: ModelRequest, names: ToolNames, *, stream: bool,
+                  output_field: str = "max_tokens") -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": request.model,
         "messages": [_wire_message(m, names) for m in request.messages],
@@ -160,7 +173,7 @@ def _wire_request(request: ModelRequest, names: ToolNames, *, stream: bool) -> d
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
+        body[output_field] = request.max_tokens
     return body
 
 

@@ -293,6 +293,8 @@ def _stream_lines(plan: TextReply | ToolCallsReply, include_usage: bool) -> list
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 PARTICIPANT_NAME = re.compile(r"^[^\s<|\\/>]+$")
 ROLES = ("system", "developer", "user", "assistant", "tool")
+# OpenAI's reasoning models (o-series, gpt-5): they refuse the deprecated `max_tokens`
+REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
 
 
 def request_problems(body: Any) -> list[str]:
@@ -308,10 +310,13 @@ def request_problems(body: Any) -> list[str]:
         messages = []
     if "stream_options" in body and body.get("stream") is not True:
         problems.append("The 'stream_options' parameter is only allowed when 'stream' is enabled.")
-    for key, low, high in (("temperature", 0, 2), ("max_tokens", 1, None)):
+    for key, low, high in (("temperature", 0, 2), ("max_tokens", 1, None), ("max_completion_tokens", 1, None)):
         value = body.get(key)
         if value is not None and (not isinstance(value, int | float) or value < low or (high is not None and value > high)):
             problems.append(f"Invalid '{key}': {value!r}.")
+    if "max_tokens" in body and isinstance(body.get("model"), str) and REASONING_MODEL.match(body["model"]):
+        problems.append("Unsupported parameter: 'max_tokens' is not supported with this model. "
+                        "Use 'max_completion_tokens' instead.")
     for i, tool in enumerate(body.get("tools") or []):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
