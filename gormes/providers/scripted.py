@@ -11,12 +11,12 @@ share one script concurrently:
   the request. No shared cursor, so concurrent runs cannot steal each other's
   replies, and a forked run continuing at turn N gets reply N.
 - An `error` entry fails the turn that follows it once; the retried request then
-  gets the next entry.
-
-Like a real API it honours the request's `max_tokens`: a reply whose output
-(its `usage`, else its estimate) is more stops there (`held_to_max_tokens`). Attempts are counted per trio task (a run retries in the
+  gets the next entry. Attempts are counted per trio task (a run retries in the
   task that made the call) and per request, so every run meets its script's
   errors, whether or not runs share one provider, and no two runs share one.
+
+Like a real API it honours the request's `max_tokens`: a reply whose output
+(its `usage`, else its estimate) is more stops there (`held_to_max_tokens`).
 """
 
 from __future__ import annotations
@@ -293,7 +293,8 @@ def held_to_max_tokens(reply: ModelReply, max_tokens: int | None, source: str) -
         calls.append(msgspec.structs.replace(call, arguments=arguments))
     for call in calls:
         parse_tool_arguments(call, source=source)
-    usage = msgspec.structs.replace(reply.usage, output=max_tokens, reasoning=min(reply.usage.reasoning, max_tokens))
+    usage = msgspec.structs.replace(reply.usage, output=max_tokens,
+                                    reasoning=min(reply.usage.reasoning, max_tokens))
     message = Message(role="assistant", content=text, tool_calls=tuple(calls))
     return ModelReply(message=message, usage=usage, finish_reason="length", model=reply.model)
 

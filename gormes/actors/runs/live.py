@@ -400,7 +400,8 @@ class LiveRunContext(RunIdentity, RunContext):
                             turn.used(reply.usage)
                             spend.used(reply.usage)
             except ProviderError as exc:
-                await self._record(lambda seq, exc=exc, n=attempt, held=sent_max_tokens(request, sent): RunLlmFailed(
+                held = sent_max_tokens(request, sent)
+                await self._record(lambda seq, exc=exc, n=attempt, held=held: RunLlmFailed(
                     seq=seq, request_hash=digest, error=error_text(exc), retryable=exc.retryable,
                     attempt=n, model=request.model, error_type=type(exc).__name__,
                     request=self._requests.record(request), sent_max_tokens=held,
