@@ -47,6 +47,14 @@ def check_not_negative(budget_id: str, **values: float | None) -> None:
                                 "a negative budget is no budget")
 
 
+def check_output_estimate(budget_id: str, output_estimate: int) -> None:
+    """The estimate is the most a turn with no max_tokens may write (decision 0065):
+    0 would send every such turn a max_tokens that every API refuses."""
+    if output_estimate < 1:
+        raise InvalidBudget(f"budget {budget_id}: output estimate {output_estimate} is below 1: it is the most "
+                            "output a turn may write, and a turn must be able to write something")
+
+
 class BudgetView(msgspec.Struct, kw_only=True):
     """A budget as it stands: caps, what was spent and what is held, priced now."""
 
@@ -63,7 +71,7 @@ class BudgetView(msgspec.Struct, kw_only=True):
     cost_left: float | None
     turns: int
     refused: int
-    overrun_tokens: int  # used beyond what turns held (requests with no max_tokens, a size estimate)
+    overrun_tokens: int  # used beyond what turns held (a provider ignoring max_tokens, a prompt estimate)
     paused_jobs: list[str]
     output_estimate: int
     bytes_per_token: float
@@ -118,6 +126,7 @@ class BudgetBook:
     ) -> BudgetView:
         check_id(budget_id)
         check_not_negative(budget_id, tokens=tokens, cost=cost, output_estimate=output_estimate, hold_s=hold_s)
+        check_output_estimate(budget_id, output_estimate)
         if bytes_per_token <= 0:
             raise InvalidBudget(f"budget {budget_id}: bytes per token must be above 0")
         now = self._now()

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from gormes.control.budget_book import BudgetBook, BudgetView, check_id, check_not_negative
+from gormes.control.budget_book import BudgetBook, BudgetView, check_id, check_not_negative, check_output_estimate
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 
 OPERATOR = frozenset({"operator"})
@@ -48,6 +48,7 @@ class BudgetSetInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         check_id(self.id)
         check_not_negative(self.id, tokens=self.tokens, cost=self.cost, output_estimate=self.output_estimate,
                            hold_s=self.hold_s)
+        check_output_estimate(self.id, self.output_estimate)
 
 
 class BudgetRaiseInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

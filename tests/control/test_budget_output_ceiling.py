@@ -12,13 +12,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
+import pytest
+
 from gormes.actors.runs.agent import SPAWN_TOOL
 from gormes.actors.runs.manager import RunManager
 from gormes.actors.runs.recorded import DatabaseRuns
 from gormes.actors.runs.replay import replay
-from gormes.control.budget_book import BudgetBook
+from gormes.control.budget_book import BudgetBook, InvalidBudget
 from gormes.events.runs import RunLlmFailed, RunLlmTurn, run_stream
 from gormes.providers.base import Message, ModelReply, ModelRequest, Usage, request_hash
+from gormes.tools.budgets import BudgetSetInput
 
 ESTIMATE = 100  # the budget's --output-estimate: the ceiling of an agent turn (it sets no max_tokens)
 LONG = "word " * 2000  # the model would write 2500 tokens (four characters a token)
@@ -144,3 +148,11 @@ async def test_the_rate_limits_count_the_output_bound_the_provider_is_sent(store
         outcome = await runs.run("agent", {"prompt": "write"}, model="verbose", budget="b")
     assert outcome.status == "completed", outcome.error
     assert limits.counted == provider.sent and limits.counted[0].max_tokens == ESTIMATE
+
+
+async def test_an_output_estimate_below_one_is_refused_it_is_the_most_a_turn_may_write(store) -> None:
+    with pytest.raises(InvalidBudget, match="output estimate 0 is below 1"):
+        await BudgetBook(store).set("b", tokens=1000, output_estimate=0)
+    with pytest.raises((InvalidBudget, msgspec.ValidationError), match="output estimate 0 is below 1"):
+        msgspec.convert({"id": "b", "output_estimate": 0}, BudgetSetInput)
+    assert await BudgetBook(store).list() == []
