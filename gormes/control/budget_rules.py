@@ -62,7 +62,7 @@ class BudgetState(msgspec.Struct, frozen=True, kw_only=True):
     holds: dict[str, Hold] = {}
     turns: int = 0  # settled turns
     refused: int = 0  # turns refused at a cap
-    overrun: int = 0  # tokens used beyond what their turns held (an estimate that was not a bound)
+    overrun: int = 0  # tokens used beyond what their turns held (a provider ignoring max_tokens, say)
     paused_jobs: tuple[str, ...] = ()  # jobs the budget paused, not resumed by a raise since
     created_at: int = 0
     updated_at: int = 0
@@ -127,7 +127,8 @@ def fold(budget_id: str, events: list[BudgetEvent], state: BudgetState | None = 
 def worst_case(state: BudgetState, request: ModelRequest) -> Tokens:
     """The most a request may use, as this budget estimates it: its canonical JSON's
     bytes over `bytes_per_token` as input (1.0: a token is at least one byte, so a
-    bound), and its max_tokens (else `output_estimate`) as output."""
+    bound), and its max_tokens (else `output_estimate`) as output: a bound, since
+    the provider is sent no more (gormes/control/output_ceiling.py)."""
     size = len(request_json(request))
     prompt = math.ceil(size / state.bytes_per_token)
     return Tokens(input=prompt, output=request.max_tokens if request.max_tokens is not None else state.output_estimate)

@@ -20,7 +20,10 @@ appends `budget.reserved` with the stream's expected version, on every budget or
 on none. Transactions on one store are serialized (SQLite's one writer, the
 PostgreSQL writer's table lock), so no two turns, in any task, process or host,
 decide on the same state: the spent plus the held never passes a cap as long as
-a turn uses no more than it held (a true bound: see `worst_case`).
+a turn uses no more than it held. Its output is held to that: the provider is
+sent the smallest output its reservations held as `max_tokens` (`spend.output_ceiling`,
+gormes/control/output_ceiling.py, decision 0065); its prompt is bounded by
+`worst_case` with `bytes_per_token` 1.
 
 At a cap, the budget's policy: `stop` raises `BudgetExceeded` (the run records it
 as `run.llm_failed`, error_type BudgetExceeded, and replay raises the same);

@@ -39,7 +39,7 @@ class BudgetSet(Event, tag="budget.set", kw_only=True):
     tokens: int | None = None  # input + output tokens
     cost: float | None = None  # US dollars, priced with the pricing table of the turn
     policy: Policy = "stop"
-    output_estimate: int = 4096  # output tokens reserved for a request with no max_tokens
+    output_estimate: int = 4096  # output tokens reserved for a request with no max_tokens: the most it may write
     bytes_per_token: float = 1.0  # the prompt's size estimate: its JSON bytes over this
     hold_s: float = 3600.0  # a reservation never settled (its process died) expires after this
     by: str = ""  # who set it (the caller's trust class and id)
