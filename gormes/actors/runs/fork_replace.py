@@ -143,8 +143,9 @@ def replace_observation(record: Recorded, replacement: Replacement) -> tuple[Any
     event = record.event
     if replacement.kind == "reply":
         if isinstance(event, RunLlmTurn):
+            # given, not a provider's: no usage, and no max_tokens was sent for it
             new: Any = msgspec.structs.replace(event, reply=replacement.reply, usage=Tokens(), cache_write=0,
-                                               duration_ms=0)
+                                               duration_ms=0, sent_max_tokens=None)
         elif isinstance(event, RunLlmFailed):
             new = RunLlmTurn(seq=event.seq, request_hash=event.request_hash, model=event.model, message_count=0,
                              reply=replacement.reply, usage=Tokens(), request=event.request)

@@ -23,6 +23,7 @@ from gormes.actors.runs.fork_replace import (
     GivenToolCall,
     observation_hash,
     parse_reply,
+    replace_observation,
     reply_replacement,
     tool_error_replacement,
     tool_result_replacement,
@@ -30,8 +31,9 @@ from gormes.actors.runs.fork_replace import (
 from gormes.actors.runs.manager import RunManager
 from gormes.actors.runs.recorded import DatabaseRuns
 from gormes.actors.runs.replay import replay
+from gormes.events.base import Recorded
 from gormes.events.jobs import Tokens
-from gormes.events.runs import RunLlmTurn, RunStarted, RunToolCalled, run_stream
+from gormes.events.runs import RecordedReply, RunLlmTurn, RunStarted, RunToolCalled, run_stream
 from gormes.ops.executor import Executor
 from gormes.tools.builtin import default_registry
 
@@ -194,3 +196,12 @@ async def test_an_unconfirmed_fork_lists_the_non_idempotent_operations(store, tm
         at = (await store.read_stream(run_stream(read_only.run_id)))[0].position
         forked = await fork_run(runs, read_only.run_id, at, confirmed=False)
     assert forked.outcome.status == "completed"
+
+
+def test_a_replaced_reply_was_sent_to_no_provider_so_it_keeps_no_sent_max_tokens() -> None:
+    clamped = RunLlmTurn(seq=3, request_hash="h", model="m", message_count=1, sent_max_tokens=100,
+                         reply=RecordedReply(content="cut", finish_reason="length"), usage=Tokens(input=5, output=100))
+    record = Recorded(position=9, stream=run_stream("r"), version=3, type="run.llm_turn", event=clamped, recorded_at=0.0)
+    new, replaced = replace_observation(record, reply_replacement("given"))
+    assert new.reply.content == "given" and new.sent_max_tokens is None and new.usage == Tokens()
+    assert replaced.original_hash == observation_hash(clamped)
