@@ -44,6 +44,7 @@ from gormes.actors.runs.context import (
 )
 from gormes.actors.runs.request_record import RequestRecorder
 from gormes.actors.runs.spawn_audit import spawn_audited, spawn_digest, text_digest
+from gormes.control.output_ceiling import held_to, sent_max_tokens
 from gormes.errors import GormesError, UserError
 from gormes.events.audit import AuditOutcome
 from gormes.events.audit_chain import append_sealed
@@ -73,7 +74,6 @@ from gormes.events.runs import (
     tokens_of,
     turn_usage,
 )
-from gormes.control.output_ceiling import held_to, sent_max_tokens
 from gormes.events.store import AppendRequest
 from gormes.ops.executor import refusal_request
 from gormes.ops.spec import Caller, OperationDenied
