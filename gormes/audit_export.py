@@ -69,6 +69,7 @@ class AuditFilter(msgspec.Struct, frozen=True, kw_only=True):
     since_ms: int | None = None  # inclusive
     until_ms: int | None = None  # exclusive
     kinds: tuple[str, ...] = ()  # audit kinds; empty: all
+    write_ahead: bool = False  # only write-ahead calls' records: `started`, and those naming one
 
 
 class AuditExport(msgspec.Struct, kw_only=True):
@@ -123,6 +124,9 @@ def _query(f: AuditFilter, conn: object) -> tuple[str, list[object]]:
     if f.kinds:
         sql += f" AND {json_text(conn, '$.audit_kind')} IN ({','.join('?' * len(f.kinds))})"
         params.extend(f.kinds)
+    if f.write_ahead:
+        started, named = json_text(conn, "$.outcome"), json_text(conn, "$.started_position")
+        sql += f" AND ({started} = 'started' OR {named} IS NOT NULL)"
     return sql + " ORDER BY position", params
 
 
