@@ -33,7 +33,7 @@ from gormes.events.codec import Codec
 from gormes.events.postgres_sql import iter_rows
 from gormes.events.sql_fragments import json_number, json_text, text_order
 
-AUDIT_SCHEMA_VERSION = 1
+AUDIT_SCHEMA_VERSION = 2  # 2: outcome `started` and `started_position` (decision 0062)
 AUDIT_TYPE = "audit.operation"
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|w)$")
@@ -62,12 +62,14 @@ class AuditRecord(msgspec.Struct, frozen=True, kw_only=True):
     duration_ms: float
     input_sha256: str | None
     mutating: bool
+    started_position: int | None  # the position of this call's `started` record (write-ahead operations)
 
 
 class AuditFilter(msgspec.Struct, frozen=True, kw_only=True):
     since_ms: int | None = None  # inclusive
     until_ms: int | None = None  # exclusive
     kinds: tuple[str, ...] = ()  # audit kinds; empty: all
+    write_ahead: bool = False  # only write-ahead calls' records: `started`, and those naming one
 
 
 class AuditExport(msgspec.Struct, kw_only=True):
@@ -122,6 +124,9 @@ def _query(f: AuditFilter, conn: object) -> tuple[str, list[object]]:
     if f.kinds:
         sql += f" AND {json_text(conn, '$.audit_kind')} IN ({','.join('?' * len(f.kinds))})"
         params.extend(f.kinds)
+    if f.write_ahead:
+        started, named = json_text(conn, "$.outcome"), json_text(conn, "$.started_position")
+        sql += f" AND ({started} = 'started' OR {named} IS NOT NULL)"
     return sql + " ORDER BY position", params
 
 
@@ -146,7 +151,7 @@ def to_record(position: int, stream: str, e: OperationAudited) -> AuditRecord:
         time=iso_ms(e.at), at=e.at, operation=e.operation, audit_kind=e.audit_kind,
         caller=e.caller, trust=e.trust, run_id=e.run_id, job_id=e.job_id, allowed=e.allowed,
         outcome=e.outcome, error=e.error, duration_ms=e.duration_ms,
-        input_sha256=e.input_sha256, mutating=e.mutating,
+        input_sha256=e.input_sha256, mutating=e.mutating, started_position=e.started_position,
     )
 
 

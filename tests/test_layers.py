@@ -51,7 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("contained", "recall", "skillbook", "memory", "knowledge"),  # what the tools use
     ("tools",),
     ("actors.agent_jobs",),
-    ("health", "doctor", "audit_export", "audit_taxonomy", "migrate", "dashboard",
+    ("health", "doctor", "audit_export", "audit_unfinished", "audit_taxonomy", "migrate", "dashboard",
      "demo", "demo_jobs", "demo_runs", "demo_tools", "telemetry"),
     ("daemon", "mcp_server"),
     ("cli", "__main__", ""),  # "" is gormes/__init__.py, the public face

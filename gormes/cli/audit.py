@@ -1,5 +1,6 @@
-"""`gormes audit export [--since T] [--until T] [--kind K]... [--out FILE]` and
-`gormes audit verify [--since DAY] [--json]` (the hash chains, gormes/events/audit_chain.py)."""
+"""`gormes audit export [--since T] [--until T] [--kind K]... [--out FILE]`,
+`gormes audit verify [--since DAY] [--json]` (the hash chains, gormes/events/audit_chain.py)
+and `gormes audit unfinished [--since T] [--json]` (gormes/audit_unfinished.py)."""
 
 from __future__ import annotations
 
@@ -96,6 +97,38 @@ def verify(obj: Any, since: str | None, as_json: bool) -> int:
     if not days and not as_json:
         click.echo("no audit records")
     return 1 if any(not d.intact for d in days) else 0
+
+
+@audit.command()
+@click.option("--since", metavar="T", help="Only calls started from this time on (ISO-8601, or an age: 30m, 2h, 7d).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per call (the export's record).")
+@click.pass_obj
+def unfinished(obj: Any, since: str | None, as_json: bool) -> None:
+    """List the calls started with no outcome recorded: a write-ahead operation
+    (knowledge.write, memory.mirror, projections.rebuild, shell.run) whose process
+    ended mid-call, or that still runs. Its effect may have happened: check it."""
+    # Lazy for start-up time: loaded when the command runs, not for its --help.
+    import time
+
+    import msgspec
+
+    from gormes.audit_export import make_filter, read_audit
+    from gormes.audit_unfinished import described
+    from gormes.audit_unfinished import unfinished as open_calls
+    from gormes.events.catalog import load_all
+    from gormes.events.codec import default_codec
+
+    load_all()
+    query = msgspec.structs.replace(make_filter(since, None, (), time.time()), write_ahead=True)
+    conn = _open(obj)
+    try:
+        calls = open_calls(read_audit(conn, query, default_codec))
+    finally:
+        conn.close()
+    for call in calls:
+        click.echo(msgspec.json.encode(call).decode() if as_json else described(call))
+    if not calls and not as_json:
+        click.echo("no call without its outcome")
 
 
 def _open(obj: Any) -> Any:

@@ -11,6 +11,13 @@ Each day's stream is a hash chain (gormes/events/audit_chain.py, decision 0018):
 carries the digest of the record before it (`prev`) and its own (`digest`), so an
 edited, deleted, moved or inserted record shows. Records written before the chain
 have neither.
+
+An operation whose change no log transaction covers (files written, a command run,
+many transactions: `OperationSpec.write_ahead`, decision 0062) gets two records: a
+`started` one, committed before its handler runs, then its outcome, which names
+the first (`started_position`). A `started` record that no later record names is
+a call whose process ended before its outcome was recorded (`gormes audit
+unfinished`).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from gormes.events.base import Event
 
 AUDIT_STREAM_PREFIX = "audit-"
 
-AuditOutcome = Literal["ok", "error", "denied", "invalid", "timeout", "cancelled"]
+AuditOutcome = Literal["ok", "error", "denied", "invalid", "timeout", "cancelled", "started"]
 
 
 DAY_MS = 86_400_000  # a UTC day in Unix time (which has no leap seconds)
@@ -43,7 +50,9 @@ class OperationAudited(Event, tag="audit.operation", kw_only=True):
     """One operation call. `allowed` is whether the handler ran (the name was
     known, the trust class allowed and the input valid); `outcome` says how the
     call ended: ok, error (the handler raised), denied (refused before or by the
-    handler), invalid (input did not validate), timeout or cancelled."""
+    handler), invalid (input did not validate), timeout or cancelled; or, for a
+    write-ahead operation, started (the handler is about to run: the outcome
+    follows in a record of its own, whose `started_position` is this one's)."""
 
     operation: str
     audit_kind: str | None  # None when the operation is unknown
@@ -58,5 +67,6 @@ class OperationAudited(Event, tag="audit.operation", kw_only=True):
     input_sha256: str | None = None
     mutating: bool = False
     at: int  # ms since the epoch, from the executor's clock
+    started_position: int | None = None  # the log position of this call's `started` record
     prev: str | None = None  # the day's previous record's digest (GENESIS for the first)
     digest: str | None = None  # sha256 over prev, stream, version and this record

@@ -1,4 +1,5 @@
-"""Audit check: every day's audit hash chain is intact (gormes/events/audit_chain.py).
+"""Audit checks: every day's audit hash chain is intact (gormes/events/audit_chain.py),
+and every write-ahead call of the last days has its outcome (gormes/audit_unfinished.py).
 
 An edited, deleted, moved or inserted audit record is a failure naming the day and
 position. Days before the last one the previous doctor run saw were verified then
@@ -8,8 +9,13 @@ ones after it are walked again (gormes/health/scan.py); `--full` walks every day
 
 from __future__ import annotations
 
+from gormes.audit_export import AuditFilter, read_audit
+from gormes.audit_unfinished import maybe_running, unfinished
+from gormes.events.audit import DAY_MS
 from gormes.events.audit_chain import DayChain, verify_chains
-from gormes.health import Check, DoctorContext, Verdict, fail, listing, ok
+from gormes.health import Check, DoctorContext, Verdict, fail, listing, ok, warn
+
+UNFINISHED_DAYS = 7  # how far back the doctor looks: its days' streams only, so a run costs a week of them
 
 
 def check_chain(ctx: DoctorContext) -> Verdict:
@@ -40,4 +46,22 @@ def _described(d: DayChain) -> str:
     return f"{d.day} at position {d.first_break.position}: {d.first_break.reason}"  # type: ignore[union-attr]
 
 
-CHECKS = [Check(name="audit.chain", category="audit", run=check_chain)]
+def check_unfinished(ctx: DoctorContext) -> Verdict:
+    since = ctx.now_ms - UNFINISHED_DAYS * DAY_MS
+    records = read_audit(ctx.db, AuditFilter(since_ms=since, write_ahead=True), ctx.codec)
+    timeouts = {spec.name: spec.timeout for spec in ctx.operations}
+    stale = [r for r in unfinished(records) if not maybe_running(r, timeouts, ctx.now_ms)]
+    if not stale:
+        return ok(f"every write-ahead call of the last {UNFINISHED_DAYS} days has its outcome recorded")
+    return warn(
+        f"{len(stale)} call(s) started with no outcome recorded: "
+        + listing([f"{r.operation} at {r.time} (position {r.position})" for r in stale], 3),
+        "their process ended mid-call (killed, crashed, or by the command it ran): the effect may have "
+        "happened unrecorded; check each (the file written, the command run) and `gormes audit unfinished`",
+    )
+
+
+CHECKS = [
+    Check(name="audit.chain", category="audit", run=check_chain),
+    Check(name="audit.unfinished", category="audit", run=check_unfinished),
+]

@@ -3,10 +3,17 @@
 For every call (the CLI, an agent's tool call, a gateway, cron) it, in order:
 finds the operation (unknown -> `UnknownOperation`, a denial); checks the caller's
 trust class against the spec BEFORE anything else runs (-> `OperationDenied`);
-validates the input with msgspec (-> `InvalidOperationInput`); runs the handler
+validates the input with msgspec (-> `InvalidOperationInput`); asks the spec
+whether it can run here (`available`, -> `OperationUnavailable`); runs the handler
 under the spec's timeout (-> `OperationTimeout`); and appends one
 `OperationAudited` event (gormes/events/audit.py) whatever happened, even when the
 handler raised or the call was cancelled. The original error always propagates.
+
+An operation whose change no log transaction covers (`OperationSpec.write_ahead`:
+files written, a command run) gets a `started` record first, committed before its
+handler runs, so that a process killed after the change still leaves a trace
+(decision 0062). If it cannot be committed, the handler does not run
+(`WriteAheadFailed`). Calls refused before the handler get no `started` record.
 
 A caller that records the call itself (a run's `run.tool_called`) passes `audit`:
 the executor then hands it the audit append request with the call's outcome, and
@@ -78,6 +85,11 @@ class InvalidOperationOutput(OperationError):
     """A handler returned something that is not its spec's output type (a bug)."""
 
 
+class WriteAheadFailed(OperationError):
+    """A write-ahead operation's `started` record could not be committed, so its
+    handler did not run."""
+
+
 def shell_enabled_from_env() -> bool:
     return os.environ.get(SHELL_ENV, "") == "1"
 
@@ -137,12 +149,16 @@ class Executor:
                 )
             value = decode_input(spec, raw_input)
             record.input_sha256 = input_digest(value)
+            ctx = self.context_for(caller)
+            if spec.available is not None:
+                spec.available(ctx)
             if self.approvals is not None and caller.run_id is None:
                 refused = await self.approvals(caller, spec, value)
                 if refused is not None:
                     raise ApprovalDenied(refused)
             record.allowed = True
-            ctx = self.context_for(caller)
+            if spec.write_ahead:
+                await self._write_ahead(record)
             seal_audit = None
             if audit is None:  # a caller's AuditWriter records more than the audit: it keeps its turn
                 seal_audit = record.sealer(self.clock)
@@ -189,6 +205,20 @@ class Executor:
     async def call_json(self, name: str, raw_input: RawInput, caller: Caller) -> bytes:
         """`call`, with the output encoded as JSON (what a model is shown)."""
         return msgspec.json.encode(await self.call(name, raw_input, caller))
+
+    async def _write_ahead(self, record: _CallRecord) -> None:
+        """Commit the call's `started` record; the handler runs only once it has."""
+        at = int(self.clock() * 1000)
+        request = AppendRequest(audit_stream(at), [record.started_event(at)])
+        try:
+            with trio.CancelScope(shield=True):  # a cancel lands at the handler's first checkpoint
+                [started] = await append_sealed(self.store, request)
+        except Exception as exc:
+            record.allowed = False
+            raise WriteAheadFailed(
+                f"{record.name} did not run: its started audit record could not be committed: {exc}"
+            ) from exc
+        record.started_position = started.first_position
 
     async def _append(
         self, record: _CallRecord, audit: AuditWriter | None, output: Any, error: BaseException | None,
@@ -337,6 +367,7 @@ class _CallRecord:
         self.error: str | None = None
         self.started = time.monotonic()  # not trio's clock: also read from the writer's thread
         self.sealed: tuple[int, str] | None = None  # (position, digest) of the record sealed
+        self.started_position: int | None = None  # of the `started` record (write-ahead operations)
 
     def sealer(self, clock: Callable[[], float]) -> _Sealer:
         return _Sealer(self, clock)
@@ -353,6 +384,10 @@ class _CallRecord:
     def failed(self, exc: BaseException) -> None:
         self.outcome = _outcome(exc)
         self.error = _error_text(exc)
+
+    def started_event(self, at: int) -> OperationAudited:
+        """The `started` record of a write-ahead call, its handler about to run."""
+        return msgspec.structs.replace(self.event(at=at), outcome="started")
 
     def event(self, *, at: int, duration_ms: float | None = None) -> OperationAudited:
         """The audit event; `duration_ms` None: the time since the record was made."""
@@ -372,4 +407,5 @@ class _CallRecord:
             input_sha256=self.input_sha256 if self.input_sha256 is not None else _raw_digest(self.raw),
             mutating=False if self.spec is None else self.spec.mutating,
             at=at,
+            started_position=self.started_position,
         )

@@ -154,6 +154,9 @@ def _validate(spec: OperationSpec) -> dict[str, Any]:
     if spec.operator_mcp and not spec.allows("operator"):
         raise InvalidOperationSpec(f"{where}: operator_mcp serves it to operator MCP callers, "
                                    "but the operator may not call it")
+    if spec.write_ahead and not spec.mutating:
+        raise InvalidOperationSpec(f"{where}: write_ahead audits a change before it is made, "
+                                   "but the operation is not mutating")
     if not spec.audit_kind or not spec.audit_kind.strip():
         raise InvalidOperationSpec(f"{where}: no audit kind")
     if not spec.timeout > 0:

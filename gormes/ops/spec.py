@@ -189,6 +189,15 @@ class OperationSpec:
     # may decide approvals and read or raise budgets; no model's tool list and no other
     # class's MCP server ever offers it (decision 0037).
     operator_mcp: bool = False
+    # Its change is no one log transaction the call's record could be sealed into
+    # (files written, a command run, many transactions): the executor commits a
+    # `started` audit record before the handler runs, so that a process killed
+    # after the change still leaves its trace (decision 0062). Mutating only.
+    write_ahead: bool = False
+    # available(ctx) raises `OperationUnavailable` when the operation cannot run here
+    # (switched off, not configured). The executor asks it before any `started`
+    # record, so such a refusal stays one record. None: always available.
+    available: Callable[[OperationContext], None] | None = None
 
     def allows(self, trust: str) -> bool:
         return trust in self.trust
@@ -210,6 +219,7 @@ class OperationSpec:
             doctor_checks=list(self.doctor_checks),
             requires_approval=self.requires_approval,
             operator_mcp=self.operator_mcp,
+            write_ahead=self.write_ahead,
         )
 
 
@@ -227,6 +237,7 @@ class OperationInfo(msgspec.Struct, frozen=True, kw_only=True):
     doctor_checks: list[str]
     requires_approval: bool = False
     operator_mcp: bool = False
+    write_ahead: bool = False
 
 
 class ToolSchema(msgspec.Struct, frozen=True, kw_only=True):

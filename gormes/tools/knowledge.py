@@ -64,7 +64,7 @@ def knowledge_operations(root: Path | None = None, brain: BrainConfig | None = N
             description="Write (or append to) a markdown page of project knowledge, then re-index it.",
             input_type=KnowledgeWriteInput, output_type=WriteResult, handler=write,
             trust=WRITERS, audit_kind="knowledge.write", prompt_visible=True, mutating=True,
-            idempotent=False, timeout=90.0,
+            idempotent=False, timeout=90.0, write_ahead=True,  # a file, no transaction
         ),
     )
 

@@ -59,5 +59,6 @@ SPECS = (
         name="projections.rebuild", description="Rebuild projections (all, or those named) from the start of the log.",
         input_type=RebuildInput, output_type=Rebuilt, handler=rebuild, trust=OPERATOR,
         audit_kind="projections.write", mutating=True, idempotent=True, timeout=REBUILD_TIMEOUT,
+        write_ahead=True,  # many transactions of derived tables, none the whole rebuild
     ),
 )

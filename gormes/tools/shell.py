@@ -80,11 +80,15 @@ def _kill_group(process: trio.Process) -> None:
         pass
 
 
-async def shell_run(ctx: OperationContext, value: ShellRunInput) -> ShellRunOutput:
+def shell_available(ctx: OperationContext) -> None:
     if not ctx.shell_enabled:
         raise OperationUnavailable(
             "shell.run is disabled (enable it with GORMES_SHELL_ENABLED=1)"
         )
+
+
+async def shell_run(ctx: OperationContext, value: ShellRunInput) -> ShellRunOutput:
+    shell_available(ctx)  # the executor asked already; a direct call asks here
     argv = ["/bin/sh", "-c", value.command] if value.command is not None else list(value.argv or ())
     timeout = value.timeout or math.inf
     process = await trio.lowlevel.open_process(
@@ -124,6 +128,7 @@ SPECS = (
         input_type=ShellRunInput, output_type=ShellRunOutput, handler=shell_run,
         trust=frozenset({"operator"}), audit_kind="shell.exec", mutating=True,
         idempotent=False, prompt_visible=False, timeout=SHELL_TIMEOUT,
-        doctor_checks=("shell-enabled",),
+        doctor_checks=("shell-enabled",), available=shell_available,
+        write_ahead=True,  # a command, outside the log
     ),
 )

@@ -34,7 +34,7 @@ def test_export_writes_one_valid_line_per_call(audited):
     assert done.returncode == 0, done.stderr
     records = _records(done.stdout)
     assert [r.operation for r in records] == ["time.now", "shell.run", "fs.read"]
-    assert all(r.schema_version == 1 and r.trust == "operator" for r in records)
+    assert all(r.schema_version == 2 and r.trust == "operator" for r in records)
     assert records[0].outcome == "ok"
     assert records[1].outcome == "denied"  # shell.run is off unless enabled
     assert records[2].outcome == "invalid" and records[2].error

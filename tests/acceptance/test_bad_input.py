@@ -254,6 +254,7 @@ POSTGRES_READING_COMMANDS = {
     "export": ["export"],
     "export --type": ["export", "--type", "job.*"],
     "audit export": ["audit", "export"],
+    "audit unfinished": ["audit", "unfinished"],
     "top": ["top", "--once"],
     "projections rebuild --check": ["projections", "rebuild", "--check"],
     "demo": ["demo"],

@@ -1,6 +1,7 @@
 """`gormes memory mirror` and `gormes projections rebuild` go through the one
-audited door (decision 0019): each leaves exactly one audit record with trust
-`operator`, a refusal made after the store was opened is one `gormes: error:`
+audited door (decision 0019): each leaves exactly one call's audit records with
+trust `operator` (two: written ahead, `started` and then its outcome, decision
+0062), a refusal made after the store was opened is one `gormes: error:`
 line and audited, and no other trust class may call either operation.
 
 The CLI runs in subprocesses against real SQLite files; the trust check is made
@@ -37,6 +38,15 @@ def _others(db: Path) -> list[tuple[str, str]]:
     return [(stream, kind) for stream, kind, _ in _events(db) if kind != "audit.operation"]
 
 
+def _started_then(records: list[dict]) -> dict:
+    """The outcome record of a write-ahead call, checked against its `started` record."""
+    started, record = records
+    assert started["outcome"] == "started" and started["allowed"] is True, started
+    assert (started["operation"], started["input_sha256"]) == (record["operation"], record["input_sha256"])
+    assert record["started_position"] is not None and started["started_position"] is None
+    return record
+
+
 def _by_operator(record: dict, operation: str, outcome: str) -> None:
     assert (record["operation"], record["trust"], record["caller"], record["outcome"]) == (
         operation, "operator", "cli", outcome), record
@@ -60,14 +70,14 @@ def test_mirror_is_one_audited_operator_call(memory_db: Path, tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"2 pages in {out}: 2 written, 0 removed"
     assert "likes tea" in (out / "USER.md").read_text()
-    [record] = _audits(memory_db)[before:]
+    record = _started_then(_audits(memory_db)[before:])
     _by_operator(record, "memory.mirror", "ok")
     assert record["mutating"] is True and record["audit_kind"] == "memory.write"
     assert _others(memory_db) == others  # files written, no event but the audit record
 
     again = run_gormes(memory_db, "memory", "mirror", "--out", str(out), "--json")
     assert json.loads(again.stdout) == {"out": str(out), "pages": 2, "written": 0, "removed": 0}
-    assert len(_audits(memory_db)) == before + 2
+    assert len(_audits(memory_db)) == before + 4
 
 
 def test_a_mirror_refused_below_its_directory_is_one_line_and_audited(memory_db: Path, tmp_path: Path):
@@ -80,7 +90,7 @@ def test_a_mirror_refused_below_its_directory_is_one_line_and_audited(memory_db:
     line = assert_one_line_error(run_gormes(memory_db, "memory", "mirror", "--out", str(out)))
     assert "symlink" in line
     assert list(elsewhere.iterdir()) == []  # nothing written outside the directory named
-    [record] = _audits(memory_db)[before:]
+    record = _started_then(_audits(memory_db)[before:])  # refused by the handler, once it started
     _by_operator(record, "memory.mirror", "invalid")
     assert record["error"]
 
@@ -107,16 +117,17 @@ def notes_db(tmp_path: Path) -> Path:
 def test_rebuild_is_one_audited_operator_call(notes_db: Path):
     done = run_gormes(notes_db, "projections", "rebuild", "streams")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "streams: rebuilt (version 1) up to position 2\n"
-    [record] = _audits(notes_db)
+    assert done.stdout == "streams: rebuilt (version 1) up to position 3\n"  # 3: its `started` record
+    record = _started_then(_audits(notes_db))
     _by_operator(record, "projections.rebuild", "ok")
     assert record["mutating"] is True and record["audit_kind"] == "projections.write"
     assert _others(notes_db) == [("notes-1", "note.added"), ("notes-2", "note.added")]
 
     everything = run_gormes(notes_db, "projections", "rebuild", "--json")
     assert everything.returncode == 0, everything.stderr
-    assert {r["name"]: r["position"] for r in json.loads(everything.stdout)}["streams"] == 3  # 3: the audit record
-    assert len(_audits(notes_db)) == 2
+    rebuilt = {r["name"]: r["position"] for r in json.loads(everything.stdout)}
+    assert rebuilt["streams"] == 5  # 3, 4: the first rebuild's records; 5: this one's `started`
+    assert len(_audits(notes_db)) == 4
 
 
 def test_a_rebuild_refused_is_one_line_and_audited(notes_db: Path):
@@ -124,7 +135,7 @@ def test_a_rebuild_refused_is_one_line_and_audited(notes_db: Path):
     assert done.returncode == 2
     line = assert_one_line_error(done)
     assert line.startswith("gormes: error: unknown projection 'nope' (known: ")
-    [record] = _audits(notes_db)
+    record = _started_then(_audits(notes_db))  # refused by the handler, once it started
     _by_operator(record, "projections.rebuild", "invalid")
 
 
@@ -133,7 +144,7 @@ def test_rebuild_check_is_a_read_and_not_audited(notes_db: Path):
     before = _events(notes_db)
     checked = run_gormes(notes_db, "projections", "rebuild", "--check")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "streams: identical to a rebuild at position 2" in checked.stdout
+    assert "streams: identical to a rebuild at position 3" in checked.stdout
     assert _events(notes_db) == before  # the live database is not written
     refused = run_gormes(notes_db, "projections", "rebuild", "nope", "--check")
     assert refused.returncode == 2 and "unknown projection 'nope'" in assert_one_line_error(refused)

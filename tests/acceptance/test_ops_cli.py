@@ -47,7 +47,7 @@ def test_ops_list_json_filters_by_trust_and_prompt_visibility(fresh_db):
         "name": "shell.run", "description": shell["description"], "trust": ["operator"],
         "mutating": True, "idempotent": False, "prompt_visible": False, "timeout": 300.0,
         "audit_kind": "shell.exec", "doctor_checks": ["shell-enabled"], "requires_approval": False,
-        "operator_mcp": False,
+        "operator_mcp": False, "write_ahead": True,
     }
     child = json.loads(run_gormes(fresh_db, "ops", "list", "--trust", "child-agent", "--json").stdout)
     assert "shell.run" not in {op["name"] for op in child}

@@ -66,25 +66,25 @@ def test_status_then_rebuild_then_status(db):
     done = gormes(db, "rebuild", "--json")
     assert done.returncode == 0, done.stderr
     rebuilt = {r["name"]: r for r in json.loads(done.stdout)}
-    assert rebuilt["streams"] == {"name": "streams", "version": 1, "position": 40}
+    assert rebuilt["streams"] == {"name": "streams", "version": 1, "position": 41}  # 41: its `started` record
     assert done.stderr == ""  # not a terminal: no progress display
     after = status(db)
-    # the rebuild's own audit record (decision 0019) is the one event after it
-    assert (after["state"], after["position"], after["lag"], after["failures"]) == ("behind", 40, 1, 0)
+    # the rebuild's outcome record (decisions 0019, 0062) is the one event after it
+    assert (after["state"], after["position"], after["lag"], after["failures"]) == ("behind", 41, 1, 0)
     assert after["built_version"] == after["version"] == StreamsProjection.version
-    assert execute(db, "SELECT stream, version FROM streams ORDER BY stream") == [
-        (f"job-{i}", 8) for i in range(5)
-    ]
+    streams = execute(db, "SELECT stream, version FROM streams ORDER BY stream")
+    assert [row for row in streams if not row[0].startswith("audit-")] == [(f"job-{i}", 8) for i in range(5)]
+    assert [version for name, version in streams if name.startswith("audit-")] == [1]  # its `started` record
 
 
 def test_check_is_clean_then_catches_a_tampered_row_and_rebuild_repairs_it(db):
     assert gormes(db, "rebuild").returncode == 0
-    append_notes(db, 10, start=40)  # the live tables are now behind: compared at 40
+    append_notes(db, 10, start=40)  # the live tables are now behind: compared at 41
 
     clean = gormes(db, "rebuild", "streams", "--check", "--json")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     [result] = json.loads(clean.stdout)
-    assert (result["state"], result["position"], result["differences"]) == ("identical", 40, [])
+    assert (result["state"], result["position"], result["differences"]) == ("identical", 41, [])
 
     execute(db, "UPDATE streams SET version = 99 WHERE stream = 'job-3'")
     dirty = gormes(db, "rebuild", "streams", "--check", "--json")
@@ -102,7 +102,7 @@ def test_check_is_clean_then_catches_a_tampered_row_and_rebuild_repairs_it(db):
 
     repaired = gormes(db, "rebuild", "streams")
     assert repaired.returncode == 0, repaired.stderr
-    assert "up to position 51" in repaired.stdout  # 40 notes, the first rebuild's audit record, 10 notes
+    assert "up to position 53" in repaired.stdout  # 40 notes, the first rebuild's 2 audit records, 10 notes, its `started`
     assert gormes(db, "rebuild", "--check").returncode == 0
     assert execute(db, "SELECT version FROM streams WHERE stream = 'job-3'") == [(10,)]
 
@@ -142,7 +142,7 @@ def test_status_reports_a_failed_batch(db):
 
     assert gormes(db, "rebuild").returncode == 0
     repaired = status(db)
-    assert (repaired["failures"], repaired["position"], repaired["lag"]) == (0, 40, 1)  # 1: the rebuild's audit record
+    assert (repaired["failures"], repaired["position"], repaired["lag"]) == (0, 41, 1)  # 41: its `started`; 1: its outcome
 
 
 def test_unknown_projection_is_one_line_and_exit_2(db):

@@ -94,7 +94,7 @@ async def test_every_call_and_trust_decision_is_exported(db_path: Path):
         ("time.now", "system", True, "ok"),
         ("no.such.op", "operator", False, "denied"),
     ]
-    assert all(r.schema_version == 1 for r in records)
+    assert all(r.schema_version == 2 for r in records)
     assert records[0].time == "2025-01-01T12:00:00.000Z" and records[0].stream == "audit-2025-01-01"
     assert records[3].audit_kind is None
     assert [r.position for r in records] == sorted(r.position for r in records)

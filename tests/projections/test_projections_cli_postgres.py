@@ -45,24 +45,24 @@ async def test_status_and_rebuild_on_postgres(store, backend):
     done = gormes(url, "rebuild", "streams", "runs", "--json")
     assert done.returncode == 0, done.stderr
     assert [(r["name"], r["position"]) for r in json.loads(done.stdout)] == [
-        ("streams", 10), ("runs", 10),
+        ("streams", 11), ("runs", 11),  # 11: the rebuild's `started` record (decision 0062)
     ]
     rebuilt = await rows(store, "SELECT * FROM streams ORDER BY stream")
-    assert [r[2] for r in rebuilt] == [4, 3, 3]  # every note counted once
+    assert [r[2] for r in rebuilt if r[0].startswith("job-")] == [4, 3, 3]  # every note counted once
     async with PostgresEventStore.open(PG_URL, schema=store.schema) as other:
         again = ProjectionRunner(other, streams)
         await again.prepare()
-        assert again.position == 10  # the CLI's rebuild is tracked
-        await again.rebuild(upto=10)  # 11: the rebuild's audit record (decision 0019)
+        assert again.position == 11  # the CLI's rebuild is tracked
+        await again.rebuild(upto=11)  # 12: the rebuild's outcome record (decision 0019)
     assert await rows(store, "SELECT * FROM streams ORDER BY stream") == rebuilt
 
     # Everything, ledger and memory included.
     done = gormes(url, "rebuild")
     assert done.returncode == 0, done.stderr
     assert "SQLite only" not in done.stderr
-    # 11: the first rebuild's audit record
-    assert "memory: rebuilt (version 1) up to position 11" in done.stdout
-    assert f"ledger: rebuilt (version {ledger.VERSION}) up to position 11" in done.stdout  # 3: stall deaths reworded, 4: keys
+    # 11, 12: the first rebuild's audit records; 13: this one's `started`
+    assert "memory: rebuilt (version 1) up to position 13" in done.stdout
+    assert f"ledger: rebuilt (version {ledger.VERSION}) up to position 13" in done.stdout  # 3: stall deaths reworded, 4: keys
 
 
 
@@ -93,8 +93,9 @@ async def test_check_on_postgres_compares_a_rebuild_in_a_scratch_schema(store, b
     clean = gormes(url, "rebuild", "--check", "--json")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     results = {r["name"]: r for r in json.loads(clean.stdout)}
-    assert results["streams"]["state"] == "identical" and results["streams"]["position"] == 13
-    assert results["ledger"]["state"] == "identical" and results["ledger"]["position"] == 15  # 14: the rebuild's audit record
+    # 14: the rebuild's `started` record (decision 0062), 15: its outcome record, 16: the note after
+    assert results["streams"]["state"] == "identical" and results["streams"]["position"] == 14
+    assert results["ledger"]["state"] == "identical" and results["ledger"]["position"] == 16
     assert results["memory"]["state"] == "identical"
     assert results["runs"]["state"] == "identical"
 

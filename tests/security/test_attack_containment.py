@@ -119,8 +119,8 @@ async def test_knowledge_write_never_writes_through_a_link_out(executor, store, 
         await executor.call("knowledge.write", {"path": path, "text": "# planted"}, CHILD)
     assert everything_under(outside) == before
     assert not (outside / "planted.md").exists() and not (outside / "sub" / "planted.md").exists()
-    (event,) = await audit_events(store)
-    assert event.outcome == "denied"
+    # written ahead (decision 0062): refused by the handler, once it started
+    assert [e.outcome for e in await audit_events(store)] == ["started", "denied"]
 
 
 @pytest.mark.parametrize("path", ["env.md", "leak.md", "relative-leak.md"])
@@ -360,8 +360,8 @@ async def test_hostile_arguments_are_invalid_input_not_errors(executor, store, w
     else:  # answering cleanly is fine too (an offset past the end reads nothing)
         assert name == "fs.read" and out.bytes_read == 0 and out.truncated is False
         outcome = "ok"
-    (event,) = await audit_events(store)
-    assert event.outcome == outcome
+    ahead = ["started"] if name == "knowledge.write" else []  # written ahead (decision 0062)
+    assert [e.outcome for e in await audit_events(store)] == ahead + [outcome]
     assert everything_under(workspace) == before
     rebuild_check(db_path)
 

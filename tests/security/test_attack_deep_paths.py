@@ -85,8 +85,9 @@ async def test_a_child_agents_write_cannot_dig_below_what_gormes_walks(store, tm
 
     root = ws / ".writ"
     assert not root.exists() or deepest(root) <= MAX_DEPTH
-    [record] = [a for a in await audit_events(store) if a.operation == "knowledge.write"]
-    assert (record.trust, record.outcome) == ("child-agent", "invalid")
+    # written ahead (decision 0062): refused by the handler, once it started
+    [started, record] = [a for a in await audit_events(store) if a.operation == "knowledge.write"]
+    assert (started.outcome, record.trust, record.outcome) == ("started", "child-agent", "invalid")
 
 
 async def test_a_write_as_deep_as_the_walks_go_is_still_written(store, tmp_path: Path):

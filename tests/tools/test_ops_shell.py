@@ -59,7 +59,7 @@ def test_it_is_never_offered_to_a_model():
 async def test_it_reports_exit_code_stdout_and_stderr(enabled, store):
     out = await enabled.call("shell.run", {"command": "echo out; echo err >&2; exit 3"}, OPERATOR)
     assert (out.exit_code, out.stdout, out.stderr) == (3, "out\n", "err\n")
-    assert [e.outcome for e in await audit_events(store)] == ["ok"]
+    assert [e.outcome for e in await audit_events(store)] == ["started", "ok"]  # written ahead (decision 0062)
 
 
 async def test_it_runs_in_the_workspace_and_refuses_a_cwd_outside(enabled, tmp_path):
@@ -83,8 +83,7 @@ async def test_a_command_that_overruns_is_killed(enabled, store, tmp_path):
             "shell.run", {"command": f"sleep 30; touch {marker}", "timeout": 0.2}, OPERATOR
         )
     assert not marker.exists()
-    (event,) = await audit_events(store)
-    assert event.outcome == "timeout"
+    assert [e.outcome for e in await audit_events(store)] == ["started", "timeout"]
 
 
 @pytest.mark.parametrize("raw", [{}, {"command": "ls", "argv": ["ls"]}, {"argv": []}])
