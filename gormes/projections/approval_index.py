@@ -20,10 +20,16 @@ approvals. The status column only chooses which approvals a listing folds.
 The index is caught up, not kept inline: a write transaction of the approval book
 first indexes the events of `approvals` past the last one indexed (`catch_up`),
 whoever appended them (a run's request, `gormes append`, an older gormes). A read
-that may not write folds those events itself (the tail). A database no write has
-indexed yet (written by an older gormes) has no table: the first read of it on a
-store that may write builds it (gormes/actors/runs/approval_book.py); read-only,
-its reads fold the whole stream.
+that may not write folds those events itself (the tail).
+
+The rules that built the index are recorded as a projection's are, a row of
+`projection_versions` (`VERSION`). Reads trust the rows only when they were
+built by these rules (`current`). An index that is missing (a database an older
+gormes wrote), or built by other rules (an older gormes, whose redactions left
+stale rows), is built again from the whole stream by the next write
+(`catch_up`); the first read of it on a store that may write makes that write
+(gormes/actors/runs/approval_book.py). Read-only, its reads fold the whole
+stream.
 
 Plain blocking functions over one connection (`?` SQL: an sqlite3 connection or
 PostgreSQL's PortableConnection), given the function that decodes stored rows.
@@ -41,9 +47,14 @@ from gormes.events.base import Recorded
 from gormes.events.log_sql import COLUMNS, READ_STREAM, STREAM_VERSION
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.sql_fragments import one_of
-from gormes.projections.bookkeeping import has_table
+from gormes.projections import bookkeeping
+from gormes.projections.bookkeeping import has_table, has_tables
 
 TABLE = "approval_index"
+NAME = TABLE  # its row in projection_versions
+# 1: before a redaction indexed the approvals it touched again; it recorded no
+# version. Its index of a redacted log may hold stale rows, so it is built again.
+VERSION = 2
 PAGE = 5000  # events indexed per query while catching up (a first build folds the whole stream)
 EVERY = 1 << 62  # no limit
 
@@ -70,6 +81,7 @@ _EVENTS_OF = ("SELECT {columns} FROM approval_index a JOIN events e ON e.positio
               " WHERE {ids} ORDER BY e.position")
 _NAMED_AT = "SELECT DISTINCT approval_id FROM approval_index WHERE approval_id IS NOT NULL AND {positions}"
 _FORGET = "DELETE FROM approval_index WHERE {ids}"
+_EMPTY = "DELETE FROM approval_index"
 
 
 def _about(event: Any) -> str | None:
@@ -91,10 +103,12 @@ def apply(conn: Any, records: Sequence[Recorded]) -> None:
         conn.executemany(_DECIDE, decided)
 
 
-def built(conn: Any) -> bool:
-    """Whether the database has the index (a write of the approval book, or the
-    first read on a store that may write, builds it)."""
-    return has_table(conn, TABLE)
+def current(conn: Any) -> bool:
+    """Whether the database has the index, built by these rules (`VERSION`): only
+    then may a read trust its rows. One catalog read and one row, as a projection's
+    version is read."""
+    return (has_tables(conn, (TABLE, bookkeeping.VERSIONS))
+            and bookkeeping.recorded_version(conn, NAME) == VERSION)
 
 
 def create(conn: Any) -> None:
@@ -103,16 +117,25 @@ def create(conn: Any) -> None:
         conn.execute(statement)
 
 
+def _start_over(conn: Any) -> None:
+    """An empty index recorded as built by these rules, for `catch_up` to fill from
+    the whole stream (whatever rules built the rows it drops)."""
+    create(conn)
+    conn.execute(_EMPTY)
+    bookkeeping.ensure_tables(conn)
+    bookkeeping.set_built_version(conn, NAME, VERSION)
+
+
 def _folded(conn: Any) -> int:
     return conn.execute(_FOLDED).fetchone()[0]
 
 
 def catch_up(conn: Any, decode: Decode) -> None:
-    """Build the index if it is missing and index every event of `approvals` past
-    the last one indexed. Call inside a write transaction, after its appends so
-    far were sent (`Transaction.flush`)."""
-    if not has_table(conn, TABLE):
-        create(conn)
+    """Build the index if it is missing or built by other rules, and index every
+    event of `approvals` past the last one indexed. Call inside a write
+    transaction, after its appends so far were sent (`Transaction.flush`)."""
+    if not current(conn):
+        _start_over(conn)
     while True:
         rows = conn.execute(_PAGE, (APPROVALS_STREAM, _folded(conn), PAGE)).fetchall()
         if not rows:
@@ -140,11 +163,12 @@ def redacted(conn: Any, decode: Decode, positions: Sequence[int]) -> None:
     apply(conn, records)
 
 
-def lags(conn: Any) -> bool:
+def lags(conn: Any, *, indexed: bool | None = None) -> bool:
     """Whether `approvals` holds events the index has not indexed (or it has events
-    and there is no index yet)."""
+    and the index is not `current`): whether `catch_up` would write. `indexed`: as
+    for `approval_on`."""
     version = conn.execute(STREAM_VERSION, (APPROVALS_STREAM,)).fetchone()[0]
-    return version > (_folded(conn) if has_table(conn, TABLE) else 0)
+    return version > (_folded(conn) if (current(conn) if indexed is None else indexed) else 0)
 
 
 def _events_of(conn: Any, approval_ids: Iterable[str]) -> list[Any]:
@@ -164,8 +188,8 @@ def _fold(records: Iterable[Recorded]) -> dict[str, Approval]:
 
 def approval_on(conn: Any, decode: Decode, approval_id: str, *, indexed: bool | None = None) -> Approval | None:
     """One approval, from its own events (and those the index has not indexed yet).
-    `indexed`: whether the index is built, when the caller knows (else looked up)."""
-    if not (built(conn) if indexed is None else indexed):
+    `indexed`: whether the index is `current`, when the caller knows (else looked up)."""
+    if not (current(conn) if indexed is None else indexed):
         return _fold(decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, 0)).fetchall())).get(approval_id)
     tail = conn.execute(READ_STREAM, (APPROVALS_STREAM, _folded(conn))).fetchall()
     return _fold(decode(tail + _events_of(conn, [approval_id]))).get(approval_id)
@@ -179,7 +203,7 @@ def approvals_on(conn: Any, decode: Decode, *, status: str = "all", limit: int |
     before the rows: the events a read misses are newer than all it has.
     `indexed`: as for `approval_on`."""
     limit = EVERY if limit is None else limit
-    if not (built(conn) if indexed is None else indexed):
+    if not (current(conn) if indexed is None else indexed):
         records = decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, 0)).fetchall())
         return _chosen(_fold(records), status, limit)
     tail = decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, _folded(conn))).fetchall())

@@ -87,6 +87,11 @@ def set_position(conn: sqlite3.Connection, name: str, position: int) -> None:
 def built_version(conn: sqlite3.Connection, name: str) -> int | None:
     if not has_table(conn, VERSIONS):
         return None
+    return recorded_version(conn, name)
+
+
+def recorded_version(conn: sqlite3.Connection, name: str) -> int | None:
+    """`built_version`, for a caller that knows `projection_versions` is there."""
     row = conn.execute(f"SELECT version FROM {VERSIONS} WHERE projection = ?", (name,)).fetchone()
     return row[0] if row else None
 
@@ -188,6 +193,17 @@ def _state(built: int | None, version: int, position: int, head: int, failures: 
     if failures:
         return "failing"
     return "behind" if position < head else "ok"
+
+
+def has_tables(conn: sqlite3.Connection, names: Sequence[str]) -> bool:
+    """Whether `conn`'s database has every table of `names` (distinct), in one catalog read."""
+    marks = ", ".join("?" * len(names))
+    if dialect_of(conn) == POSTGRES:
+        sql = ("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+               f" WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname IN ({marks})")
+    else:
+        sql = f"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
+    return bool(conn.execute(sql, tuple(names)).fetchone()[0] == len(names))
 
 
 def has_table(conn: sqlite3.Connection, name: str) -> bool:

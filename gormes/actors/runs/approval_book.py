@@ -5,8 +5,9 @@ Every approval's request and decision is on the one stream `approvals`
 (gormes/projections/approval_index.py, decision 0057): one approval from its own
 events, a listing from the approvals it lists, never the whole stream. Each
 transaction here first indexes what was appended since the last one. On a
-database no write has indexed yet, the first read on a store that may write
-builds the index (`index_approvals`); a read-only store folds the whole stream.
+database whose index is missing or was built by an older gormes (not
+`approval_index.current`), the first read on a store that may write builds it
+again (`index_approvals`); a read-only store folds the whole stream.
 
 A decision is made in the transaction that read the request and found it
 pending, under the store's write lock: exactly one decision stands, whoever
@@ -78,22 +79,23 @@ def _index(tx: Transaction) -> None:
 
 
 async def index_approvals(store: EventStore) -> None:
-    """Build the index on a database no write of the book has indexed yet (an
-    older gormes, or only runs and `gormes append`, wrote its approvals), so the
-    reads after it stop folding the whole stream; once, in one write transaction.
-    Nothing on a store that may not write."""
-    if not store.readonly and not await store.read_sql(approval_index.built):
+    """Build or catch up the index (missing or built by an older gormes: only runs
+    and `gormes append` wrote since, or an older gormes did), so the reads after it
+    stop folding the whole stream; in one write transaction, and only when there
+    is something to index. Nothing on a store that may not write."""
+    if not store.readonly and await store.read_sql(approval_index.lags):
         await store.transact(_index)
 
 
 async def _read(store: EventStore, read: Callable[[Any, Any, bool], T]) -> T:
     """`read(conn, decode, indexed)` on a read connection, the index built first
-    where it is missing and the store may write (`index_approvals`): looked up once,
-    in the same read, so a read through the index costs what it did before."""
+    where it is not current, the store may write and `approvals` has events
+    (`index_approvals`): looked up once, in the same read, so a read through the
+    index costs what it did before."""
 
     def attempt(log: Any) -> Any:
-        indexed = approval_index.built(log.sql)
-        if not indexed and not store.readonly:
+        indexed = approval_index.current(log.sql)
+        if not indexed and not store.readonly and approval_index.lags(log.sql, indexed=False):
             return _UNINDEXED
         return read(log.sql, log.decode, indexed)
 
@@ -216,12 +218,13 @@ async def expire_due(store: EventStore, now: int) -> list[ApprovalDecided]:
     """Time out every pending request past its timeout, resuming the jobs they
     parked (a worker's sweep). Reads the pending requests first, and writes only
     when one is due or the index lags the stream: so the sweep also keeps the
-    index caught up with requests nobody has decided yet, and builds it on a
-    database an older gormes wrote."""
+    index caught up with requests nobody has decided yet, and builds it again on
+    a database an older gormes wrote."""
 
     def look(log: Any) -> tuple[bool, bool]:
-        pending = approval_index.approvals_on(log.sql, log.decode, status="pending")
-        return any(_expired(a, now) for a in pending.values()), approval_index.lags(log.sql)
+        indexed = approval_index.current(log.sql)
+        pending = approval_index.approvals_on(log.sql, log.decode, status="pending", indexed=indexed)
+        return any(_expired(a, now) for a in pending.values()), approval_index.lags(log.sql, indexed=indexed)
 
     due, lags = await store.read_with(look)
     if not due and not lags:
