@@ -65,12 +65,11 @@ def _decode(rows: Sequence[Any]) -> list[Recorded]:
     return default_codec.decode_rows(rows, Recorded)
 
 
-def _indexed(tx: Transaction) -> Any:
-    """The transaction's connection, with the approvals index caught up."""
+def _indexed(tx: Transaction) -> tuple[Any, int]:
+    """The transaction's connection, with the approvals index caught up, and the
+    version of `approvals` it has indexed."""
     tx.flush()  # what this transaction appended so far is indexed too
-    conn = tx.conn
-    approval_index.catch_up(conn, _decode)
-    return conn
+    return tx.conn, approval_index.catch_up(tx.conn, _decode)
 
 
 def _index(tx: Transaction) -> None:
@@ -87,31 +86,33 @@ async def index_approvals(store: EventStore) -> None:
         await store.transact(_index)
 
 
-async def _read(store: EventStore, read: Callable[[Any, Any, bool], T]) -> T:
+async def _read(store: EventStore, read: Callable[[Any, Any, int | None], T]) -> T:
     """`read(conn, decode, indexed)` on a read connection, the index built first
     where it is not current, the store may write and `approvals` has events
     (`index_approvals`): looked up once, in the same read, so a read through the
     index costs what it did before."""
 
     def attempt(log: Any) -> Any:
-        indexed = approval_index.current(log.sql)
-        if not indexed and not store.readonly and approval_index.lags(log.sql, indexed=False):
+        indexed = approval_index.indexed_version(log.sql)
+        if indexed is None and not store.readonly and approval_index.lags(log.sql, indexed=None):
             return _UNINDEXED
         return read(log.sql, log.decode, indexed)
 
     got = await store.read_with(attempt)
     if got is _UNINDEXED:
         await store.transact(_index)
-        got = await store.read_with(lambda log: read(log.sql, log.decode, True))
+        got = await store.read_with(lambda log: read(log.sql, log.decode, approval_index.indexed_version(log.sql)))
     return got  # type: ignore[no-any-return]
 
 
 def approval_in(tx: Transaction, approval_id: str) -> Approval | None:
-    return approval_index.approval_on(_indexed(tx), _decode, approval_id, indexed=True)
+    conn, indexed = _indexed(tx)
+    return approval_index.approval_on(conn, _decode, approval_id, indexed=indexed)
 
 
 def pending_in(tx: Transaction) -> dict[str, Approval]:
-    return approval_index.approvals_on(_indexed(tx), _decode, status="pending", indexed=True)
+    conn, indexed = _indexed(tx)
+    return approval_index.approvals_on(conn, _decode, status="pending", indexed=indexed)
 
 
 async def read_approval(store: EventStore, approval_id: str) -> Approval | None:
@@ -222,7 +223,7 @@ async def expire_due(store: EventStore, now: int) -> list[ApprovalDecided]:
     a database an older gormes wrote."""
 
     def look(log: Any) -> tuple[bool, bool]:
-        indexed = approval_index.current(log.sql)
+        indexed = approval_index.indexed_version(log.sql)
         pending = approval_index.approvals_on(log.sql, log.decode, status="pending", indexed=indexed)
         return any(_expired(a, now) for a in pending.values()), approval_index.lags(log.sql, indexed=indexed)
 
