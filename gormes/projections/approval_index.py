@@ -75,12 +75,11 @@ _INDEXES = (
     " WHERE status IS NOT NULL",
 )
 # The version of `approvals` indexed: that of the event at the last position indexed.
-_FOLDED_VERSION = ("coalesce((SELECT version FROM events WHERE position ="
-                   " (SELECT max(position) FROM approval_index)), 0)")
-_FOLDED = f"SELECT {_FOLDED_VERSION}"
 # With the rules that built it: one statement, so a read asks no more than it did
 # before versions (a round trip less on PostgreSQL).
-_BUILT_AND_FOLDED = f"SELECT (SELECT version FROM projection_versions WHERE projection = ?), {_FOLDED_VERSION}"
+_BUILT_AND_FOLDED = ("SELECT (SELECT version FROM projection_versions WHERE projection = ?),"
+                     " coalesce((SELECT version FROM events WHERE position ="
+                     " (SELECT max(position) FROM approval_index)), 0)")
 _PAGE = f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? ORDER BY version LIMIT ?"
 _INSERT = "INSERT INTO approval_index(position, approval_id, status) VALUES (?, ?, ?)"
 # `status || ''`: found by its id, never by the status index (SQLite, with no
@@ -125,6 +124,7 @@ def indexed_version(conn: Any) -> int | None:
 
 
 def current(conn: Any) -> bool:
+    """Whether reads may trust the index (`indexed_version`)."""
     return indexed_version(conn) is not None
 
 
@@ -143,23 +143,21 @@ def _start_over(conn: Any) -> None:
     bookkeeping.set_built_version(conn, NAME, VERSION)
 
 
-def _folded(conn: Any) -> int:
-    return conn.execute(_FOLDED).fetchone()[0]
-
-
 def catch_up(conn: Any, decode: Decode) -> int:
     """Build the index if it is missing or built by other rules, and index every
     event of `approvals` past the last one indexed; the version indexed. Call
     inside a write transaction, after its appends so far were sent
     (`Transaction.flush`)."""
-    if not current(conn):
+    folded = indexed_version(conn)
+    if folded is None:
         _start_over(conn)
+        folded = 0
     while True:
-        folded = _folded(conn)
-        rows = conn.execute(_PAGE, (APPROVALS_STREAM, folded, PAGE)).fetchall()
-        if not rows:
+        records = decode(conn.execute(_PAGE, (APPROVALS_STREAM, folded, PAGE)).fetchall())
+        if not records:
             return folded
-        apply(conn, decode(rows))
+        apply(conn, records)
+        folded = records[-1].version
 
 
 def redacted(conn: Any, decode: Decode, positions: Sequence[int]) -> None:
@@ -184,8 +182,8 @@ def redacted(conn: Any, decode: Decode, positions: Sequence[int]) -> None:
 
 def lags(conn: Any, *, indexed: int | None | _LookUp = LOOK_UP) -> bool:
     """Whether `approvals` holds events the index has not indexed (or it has events
-    and the index is not current): whether `catch_up` would write. `indexed`: as
-    for `approval_on`."""
+    and the index is not current): whether `catch_up` has anything to index.
+    `indexed`: as for `approval_on`."""
     if isinstance(indexed, _LookUp):
         indexed = indexed_version(conn)
     return conn.execute(STREAM_VERSION, (APPROVALS_STREAM,)).fetchone()[0] > (indexed or 0)

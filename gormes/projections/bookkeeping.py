@@ -87,11 +87,6 @@ def set_position(conn: sqlite3.Connection, name: str, position: int) -> None:
 def built_version(conn: sqlite3.Connection, name: str) -> int | None:
     if not has_table(conn, VERSIONS):
         return None
-    return recorded_version(conn, name)
-
-
-def recorded_version(conn: sqlite3.Connection, name: str) -> int | None:
-    """`built_version`, for a caller that knows `projection_versions` is there."""
     row = conn.execute(f"SELECT version FROM {VERSIONS} WHERE projection = ?", (name,)).fetchone()
     return row[0] if row else None
 
