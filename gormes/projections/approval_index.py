@@ -24,12 +24,12 @@ that may not write folds those events itself (the tail).
 
 The rules that built the index are recorded as a projection's are, a row of
 `projection_versions` (`VERSION`). Reads trust the rows only when they were
-built by these rules (`indexed_version`). An index that is missing (a database an older
-gormes wrote), or built by other rules (an older gormes, whose redactions left
-stale rows), is built again from the whole stream by the next write
-(`catch_up`); the first read of it on a store that may write makes that write
-(gormes/actors/runs/approval_book.py). Read-only, its reads fold the whole
-stream.
+built by these rules (`indexed_version`). An index that is missing (a database
+an older gormes wrote), or built by other rules (an older gormes, whose
+redactions left stale rows), is built again from the whole stream by the next
+write (`catch_up`); the first read of it on a store that may write makes that
+write (gormes/actors/runs/approval_book.py). Read-only, its reads fold the
+whole stream.
 
 Plain blocking functions over one connection (`?` SQL: an sqlite3 connection or
 PostgreSQL's PortableConnection), given the function that decodes stored rows.
