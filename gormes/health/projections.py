@@ -1,10 +1,11 @@
-"""Projection checks: how far each read model is behind the log, and batches
-that failed to apply (open rows of `projection_failures`)."""
+"""Projection checks: how far each read model is behind the log, batches that
+failed to apply (open rows of `projection_failures`), and whether the approvals
+index was built by this gormes's rules (decision 0057)."""
 
 from __future__ import annotations
 
-from gormes.health import Check, DoctorContext, Verdict, fail, listing, ok, warn
-from gormes.projections import bookkeeping, registry
+from gormes.health import Check, DoctorContext, Verdict, fail, has_table, listing, ok, warn
+from gormes.projections import approval_index, bookkeeping, registry
 
 
 def _statuses(ctx: DoctorContext) -> list[bookkeeping.ProjectionStatus]:
@@ -49,7 +50,26 @@ def check_failures(ctx: DoctorContext) -> Verdict:
     )
 
 
+def check_approval_index(ctx: DoctorContext) -> Verdict:
+    """An index built by other rules is not read (its rows may be stale): until a
+    store that may write builds it again, every approval read folds the whole
+    stream. Only a read-only store leaves it so."""
+    if not has_table(ctx.db, approval_index.TABLE):
+        return ok("no approvals index yet: the first approvals read that may write builds it")
+    built = bookkeeping.built_version(ctx.db, approval_index.NAME)
+    if built == approval_index.VERSION:
+        return ok(f"the approvals index is built by this gormes's rules (v{approval_index.VERSION})")
+    by = "an older gormes (no version recorded)" if built is None else f"v{built}"
+    return warn(
+        f"the approvals index was built by {by}, this gormes builds v{approval_index.VERSION}:"
+        " approval reads fold the whole `approvals` stream until it is built again",
+        "open the database once where it may be written (`gormes approvals list`,"
+        " or a worker's first sweep): that builds it again",
+    )
+
+
 CHECKS = [
     Check(name="projections.lag", category="projections", run=check_lag, needs_daemon=True),
     Check(name="projections.failures", category="projections", run=check_failures),
+    Check(name="projections.approval_index", category="projections", run=check_approval_index),
 ]

@@ -20,10 +20,16 @@ approvals. The status column only chooses which approvals a listing folds.
 The index is caught up, not kept inline: a write transaction of the approval book
 first indexes the events of `approvals` past the last one indexed (`catch_up`),
 whoever appended them (a run's request, `gormes append`, an older gormes). A read
-that may not write folds those events itself (the tail). A database no write has
-indexed yet (written by an older gormes) has no table: the first read of it on a
-store that may write builds it (gormes/actors/runs/approval_book.py); read-only,
-its reads fold the whole stream.
+that may not write folds those events itself (the tail).
+
+The rules that built the index are recorded as a projection's are, a row of
+`projection_versions` (`VERSION`). Reads trust the rows only when they were
+built by these rules (`indexed_version`). An index that is missing (a database
+an older gormes wrote), or built by other rules (an older gormes, whose
+redactions left stale rows), is built again from the whole stream by the next
+write (`catch_up`); the first read of it on a store that may write makes that
+write (gormes/actors/runs/approval_book.py). Read-only, its reads fold the
+whole stream.
 
 Plain blocking functions over one connection (`?` SQL: an sqlite3 connection or
 PostgreSQL's PortableConnection), given the function that decodes stored rows.
@@ -41,13 +47,25 @@ from gormes.events.base import Recorded
 from gormes.events.log_sql import COLUMNS, READ_STREAM, STREAM_VERSION
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.sql_fragments import one_of
-from gormes.projections.bookkeeping import has_table
+from gormes.projections import bookkeeping
+from gormes.projections.bookkeeping import has_table, has_tables
 
 TABLE = "approval_index"
+NAME = TABLE  # its row in projection_versions
+# 1: before a redaction indexed the approvals it touched again; it recorded no
+# version. Its index of a redacted log may hold stale rows, so it is built again.
+VERSION = 2
 PAGE = 5000  # events indexed per query while catching up (a first build folds the whole stream)
 EVERY = 1 << 62  # no limit
 
 Decode = Callable[[Sequence[Any]], list[Recorded]]
+
+
+class _LookUp:
+    """`indexed` not given: the read looks it up (`indexed_version`)."""
+
+
+LOOK_UP = _LookUp()
 
 _TABLE = ("CREATE TABLE IF NOT EXISTS approval_index("
           "position {integer} PRIMARY KEY, approval_id TEXT, status TEXT)")
@@ -57,8 +75,11 @@ _INDEXES = (
     " WHERE status IS NOT NULL",
 )
 # The version of `approvals` indexed: that of the event at the last position indexed.
-_FOLDED = ("SELECT coalesce((SELECT version FROM events WHERE position ="
-           " (SELECT max(position) FROM approval_index)), 0)")
+# With the rules that built it: one statement, so a read asks no more than it did
+# before versions (a round trip less on PostgreSQL).
+_BUILT_AND_FOLDED = ("SELECT (SELECT version FROM projection_versions WHERE projection = ?),"
+                     " coalesce((SELECT version FROM events WHERE position ="
+                     " (SELECT max(position) FROM approval_index)), 0)")
 _PAGE = f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version > ? ORDER BY version LIMIT ?"
 _INSERT = "INSERT INTO approval_index(position, approval_id, status) VALUES (?, ?, ?)"
 # `status || ''`: found by its id, never by the status index (SQLite, with no
@@ -70,6 +91,7 @@ _EVENTS_OF = ("SELECT {columns} FROM approval_index a JOIN events e ON e.positio
               " WHERE {ids} ORDER BY e.position")
 _NAMED_AT = "SELECT DISTINCT approval_id FROM approval_index WHERE approval_id IS NOT NULL AND {positions}"
 _FORGET = "DELETE FROM approval_index WHERE {ids}"
+_EMPTY = "DELETE FROM approval_index"
 
 
 def _about(event: Any) -> str | None:
@@ -91,10 +113,19 @@ def apply(conn: Any, records: Sequence[Recorded]) -> None:
         conn.executemany(_DECIDE, decided)
 
 
-def built(conn: Any) -> bool:
-    """Whether the database has the index (a write of the approval book, or the
-    first read on a store that may write, builds it)."""
-    return has_table(conn, TABLE)
+def indexed_version(conn: Any) -> int | None:
+    """The version of `approvals` the index has indexed, or None when the index is
+    missing or was built by other rules than these (`VERSION`): only a current
+    index's rows may be trusted. One catalog read and one row."""
+    if not has_tables(conn, (TABLE, bookkeeping.VERSIONS)):
+        return None
+    built, folded = conn.execute(_BUILT_AND_FOLDED, (NAME,)).fetchone()
+    return folded if built == VERSION else None
+
+
+def current(conn: Any) -> bool:
+    """Whether reads may trust the index (`indexed_version`)."""
+    return indexed_version(conn) is not None
 
 
 def create(conn: Any) -> None:
@@ -103,21 +134,30 @@ def create(conn: Any) -> None:
         conn.execute(statement)
 
 
-def _folded(conn: Any) -> int:
-    return conn.execute(_FOLDED).fetchone()[0]
+def _start_over(conn: Any) -> None:
+    """An empty index recorded as built by these rules, for `catch_up` to fill from
+    the whole stream (whatever rules built the rows it drops)."""
+    create(conn)
+    conn.execute(_EMPTY)
+    bookkeeping.ensure_tables(conn)
+    bookkeeping.set_built_version(conn, NAME, VERSION)
 
 
-def catch_up(conn: Any, decode: Decode) -> None:
-    """Build the index if it is missing and index every event of `approvals` past
-    the last one indexed. Call inside a write transaction, after its appends so
-    far were sent (`Transaction.flush`)."""
-    if not has_table(conn, TABLE):
-        create(conn)
+def catch_up(conn: Any, decode: Decode) -> int:
+    """Build the index if it is missing or built by other rules, and index every
+    event of `approvals` past the last one indexed; the version indexed. Call
+    inside a write transaction, after its appends so far were sent
+    (`Transaction.flush`)."""
+    folded = indexed_version(conn)
+    if folded is None:
+        _start_over(conn)
+        folded = 0
     while True:
-        rows = conn.execute(_PAGE, (APPROVALS_STREAM, _folded(conn), PAGE)).fetchall()
-        if not rows:
-            return
-        apply(conn, decode(rows))
+        records = decode(conn.execute(_PAGE, (APPROVALS_STREAM, folded, PAGE)).fetchall())
+        if not records:
+            return folded
+        apply(conn, records)
+        folded = records[-1].version
 
 
 def redacted(conn: Any, decode: Decode, positions: Sequence[int]) -> None:
@@ -140,11 +180,13 @@ def redacted(conn: Any, decode: Decode, positions: Sequence[int]) -> None:
     apply(conn, records)
 
 
-def lags(conn: Any) -> bool:
+def lags(conn: Any, *, indexed: int | None | _LookUp = LOOK_UP) -> bool:
     """Whether `approvals` holds events the index has not indexed (or it has events
-    and there is no index yet)."""
-    version = conn.execute(STREAM_VERSION, (APPROVALS_STREAM,)).fetchone()[0]
-    return version > (_folded(conn) if has_table(conn, TABLE) else 0)
+    and the index is not current): whether `catch_up` has anything to index.
+    `indexed`: as for `approval_on`."""
+    if isinstance(indexed, _LookUp):
+        indexed = indexed_version(conn)
+    return conn.execute(STREAM_VERSION, (APPROVALS_STREAM,)).fetchone()[0] > (indexed or 0)
 
 
 def _events_of(conn: Any, approval_ids: Iterable[str]) -> list[Any]:
@@ -162,27 +204,32 @@ def _fold(records: Iterable[Recorded]) -> dict[str, Approval]:
     return fold_approvals(sorted(by_position.items(), key=lambda pair: pair[0]))
 
 
-def approval_on(conn: Any, decode: Decode, approval_id: str, *, indexed: bool | None = None) -> Approval | None:
+def approval_on(conn: Any, decode: Decode, approval_id: str, *,
+                indexed: int | None | _LookUp = LOOK_UP) -> Approval | None:
     """One approval, from its own events (and those the index has not indexed yet).
-    `indexed`: whether the index is built, when the caller knows (else looked up)."""
-    if not (built(conn) if indexed is None else indexed):
+    `indexed`: `indexed_version`, when the caller has it (else looked up)."""
+    if isinstance(indexed, _LookUp):
+        indexed = indexed_version(conn)
+    if indexed is None:
         return _fold(decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, 0)).fetchall())).get(approval_id)
-    tail = conn.execute(READ_STREAM, (APPROVALS_STREAM, _folded(conn))).fetchall()
+    tail = conn.execute(READ_STREAM, (APPROVALS_STREAM, indexed)).fetchall()
     return _fold(decode(tail + _events_of(conn, [approval_id]))).get(approval_id)
 
 
 def approvals_on(conn: Any, decode: Decode, *, status: str = "all", limit: int | None = None,
-                 indexed: bool | None = None) -> dict[str, Approval]:
+                 indexed: int | None | _LookUp = LOOK_UP) -> dict[str, Approval]:
     """The newest `limit` approvals of `status` (pending, approved, denied,
     timed_out, or all), oldest first: the index chooses them, their events say
     what they are. The version indexed is read before the tail, and the tail
     before the rows: the events a read misses are newer than all it has.
     `indexed`: as for `approval_on`."""
     limit = EVERY if limit is None else limit
-    if not (built(conn) if indexed is None else indexed):
+    if isinstance(indexed, _LookUp):
+        indexed = indexed_version(conn)
+    if indexed is None:
         records = decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, 0)).fetchall())
         return _chosen(_fold(records), status, limit)
-    tail = decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, _folded(conn))).fetchall())
+    tail = decode(conn.execute(READ_STREAM, (APPROVALS_STREAM, indexed)).fetchall())
     # The tail's decisions may take as many of the indexed pending out of the listing.
     wanted = min(EVERY, limit + len(tail))
     if status == "all":

@@ -190,6 +190,17 @@ def _state(built: int | None, version: int, position: int, head: int, failures: 
     return "behind" if position < head else "ok"
 
 
+def has_tables(conn: sqlite3.Connection, names: Sequence[str]) -> bool:
+    """Whether `conn`'s database has every table of `names` (distinct), in one catalog read."""
+    marks = ", ".join("?" * len(names))
+    if dialect_of(conn) == POSTGRES:
+        sql = ("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+               f" WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname IN ({marks})")
+    else:
+        sql = f"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
+    return bool(conn.execute(sql, tuple(names)).fetchone()[0] == len(names))
+
+
 def has_table(conn: sqlite3.Connection, name: str) -> bool:
     """Whether `conn`'s database (SQLite, or PostgreSQL's current schema) has table `name`."""
     if dialect_of(conn) == POSTGRES:

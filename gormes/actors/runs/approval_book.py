@@ -5,8 +5,9 @@ Every approval's request and decision is on the one stream `approvals`
 (gormes/projections/approval_index.py, decision 0057): one approval from its own
 events, a listing from the approvals it lists, never the whole stream. Each
 transaction here first indexes what was appended since the last one. On a
-database no write has indexed yet, the first read on a store that may write
-builds the index (`index_approvals`); a read-only store folds the whole stream.
+database whose index is missing or was built by an older gormes (not
+`approval_index.current`), the first read on a store that may write builds it
+again (`index_approvals`); a read-only store folds the whole stream.
 
 A decision is made in the transaction that read the request and found it
 pending, under the store's write lock: exactly one decision stands, whoever
@@ -64,12 +65,11 @@ def _decode(rows: Sequence[Any]) -> list[Recorded]:
     return default_codec.decode_rows(rows, Recorded)
 
 
-def _indexed(tx: Transaction) -> Any:
-    """The transaction's connection, with the approvals index caught up."""
+def _indexed(tx: Transaction) -> tuple[Any, int]:
+    """The transaction's connection, with the approvals index caught up, and the
+    version of `approvals` it has indexed."""
     tx.flush()  # what this transaction appended so far is indexed too
-    conn = tx.conn
-    approval_index.catch_up(conn, _decode)
-    return conn
+    return tx.conn, approval_index.catch_up(tx.conn, _decode)
 
 
 def _index(tx: Transaction) -> None:
@@ -78,38 +78,41 @@ def _index(tx: Transaction) -> None:
 
 
 async def index_approvals(store: EventStore) -> None:
-    """Build the index on a database no write of the book has indexed yet (an
-    older gormes, or only runs and `gormes append`, wrote its approvals), so the
-    reads after it stop folding the whole stream; once, in one write transaction.
-    Nothing on a store that may not write."""
-    if not store.readonly and not await store.read_sql(approval_index.built):
+    """Build or catch up the index (missing or built by an older gormes: only runs
+    and `gormes append` wrote since, or an older gormes did), so the reads after it
+    stop folding the whole stream; in one write transaction, and only when there
+    is something to index. Nothing on a store that may not write."""
+    if not store.readonly and await store.read_sql(approval_index.lags):
         await store.transact(_index)
 
 
-async def _read(store: EventStore, read: Callable[[Any, Any, bool], T]) -> T:
+async def _read(store: EventStore, read: Callable[[Any, Any, int | None], T]) -> T:
     """`read(conn, decode, indexed)` on a read connection, the index built first
-    where it is missing and the store may write (`index_approvals`): looked up once,
-    in the same read, so a read through the index costs what it did before."""
+    where it is not current, the store may write and `approvals` has events
+    (`index_approvals`): looked up once, in the same read, so a read through the
+    index costs what it did before."""
 
     def attempt(log: Any) -> Any:
-        indexed = approval_index.built(log.sql)
-        if not indexed and not store.readonly:
+        indexed = approval_index.indexed_version(log.sql)
+        if indexed is None and not store.readonly and approval_index.lags(log.sql, indexed=None):
             return _UNINDEXED
         return read(log.sql, log.decode, indexed)
 
     got = await store.read_with(attempt)
     if got is _UNINDEXED:
         await store.transact(_index)
-        got = await store.read_with(lambda log: read(log.sql, log.decode, True))
+        got = await store.read_with(lambda log: read(log.sql, log.decode, approval_index.indexed_version(log.sql)))
     return got  # type: ignore[no-any-return]
 
 
 def approval_in(tx: Transaction, approval_id: str) -> Approval | None:
-    return approval_index.approval_on(_indexed(tx), _decode, approval_id, indexed=True)
+    conn, indexed = _indexed(tx)
+    return approval_index.approval_on(conn, _decode, approval_id, indexed=indexed)
 
 
 def pending_in(tx: Transaction) -> dict[str, Approval]:
-    return approval_index.approvals_on(_indexed(tx), _decode, status="pending", indexed=True)
+    conn, indexed = _indexed(tx)
+    return approval_index.approvals_on(conn, _decode, status="pending", indexed=indexed)
 
 
 async def read_approval(store: EventStore, approval_id: str) -> Approval | None:
@@ -216,12 +219,13 @@ async def expire_due(store: EventStore, now: int) -> list[ApprovalDecided]:
     """Time out every pending request past its timeout, resuming the jobs they
     parked (a worker's sweep). Reads the pending requests first, and writes only
     when one is due or the index lags the stream: so the sweep also keeps the
-    index caught up with requests nobody has decided yet, and builds it on a
-    database an older gormes wrote."""
+    index caught up with requests nobody has decided yet, and builds it again on
+    a database an older gormes wrote."""
 
     def look(log: Any) -> tuple[bool, bool]:
-        pending = approval_index.approvals_on(log.sql, log.decode, status="pending")
-        return any(_expired(a, now) for a in pending.values()), approval_index.lags(log.sql)
+        indexed = approval_index.indexed_version(log.sql)
+        pending = approval_index.approvals_on(log.sql, log.decode, status="pending", indexed=indexed)
+        return any(_expired(a, now) for a in pending.values()), approval_index.lags(log.sql, indexed=indexed)
 
     due, lags = await store.read_with(look)
     if not due and not lags:
