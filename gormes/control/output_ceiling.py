@@ -20,8 +20,11 @@ from gormes.providers.base import ModelRequest
 
 
 def output_ceiling(held: Iterable[Tokens]) -> int:
-    """The smallest output the turn's reservations held (one per budget)."""
-    return min(tokens.output for tokens in held)
+    """The smallest output the turn's reservations held (one per budget), and at
+    least 1: a budget set with an output estimate of 0 before `budget set` refused
+    it holds nothing, and every API refuses `max_tokens` 0; its turns are held to
+    one token, the overrun counted as any is."""
+    return max(1, min(tokens.output for tokens in held))
 
 
 def held_to(request: ModelRequest, ceiling: int | None, provider_default: int | None = None) -> ModelRequest:

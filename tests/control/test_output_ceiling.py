@@ -13,6 +13,11 @@ def test_the_ceiling_is_the_smallest_output_held() -> None:
     assert output_ceiling([Tokens(input=9, output=4096), Tokens(input=9, output=300)]) == 300
 
 
+def test_a_budget_that_held_no_output_still_sends_a_ceiling_an_api_takes() -> None:
+    # an output estimate of 0, stored before `budget set` refused it
+    assert output_ceiling([Tokens(input=9, output=0), Tokens(input=9, output=300)]) == 1
+
+
 def test_a_request_with_no_bound_is_sent_with_the_ceiling_and_the_handlers_is_left_alone() -> None:
     sent = held_to(ASK, 300)
     assert sent.max_tokens == 300 and ASK.max_tokens is None
