@@ -97,6 +97,19 @@ def reopen_store(store: Any) -> Any:
 # them with `from pg_helpers import backend, store_on_both_backends`.
 
 
+@pytest.fixture(name="url")
+def schema_url() -> Iterator[str]:
+    """A URL naming a fresh schema of its own, dropped after the test (for a test
+    that runs the CLI with `--db URL`)."""
+    with fresh_schema() as name:
+        yield url_for_schema(name)
+
+
+def pg_rows(url: str, sql: str) -> list[tuple]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql).fetchall()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param

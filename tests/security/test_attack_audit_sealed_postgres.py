@@ -5,26 +5,13 @@ Skipped, with the reason, only when the server cannot be reached."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from pg_helpers import fresh_schema, url_for_schema
+from pg_helpers import pg_rows, schema_url  # noqa: F401 - schema_url is the `url` fixture
 from test_attack_audit_sealed import killed_after_commit, ok, promotable, remembered_and_noted
 
 from gormes.events.redaction import CHUNK
-
-
-@pytest.fixture
-def url() -> Iterator[str]:
-    with fresh_schema() as name:
-        yield url_for_schema(name)
-
-
-def pg_rows(url: str, sql: str) -> list[tuple]:
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql).fetchall()
 
 
 def audits_after(url: str, position: int) -> list[tuple]:

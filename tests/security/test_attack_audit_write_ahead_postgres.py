@@ -5,29 +5,16 @@ the reason, only when the server cannot be reached."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from pg_helpers import fresh_schema, url_for_schema
+from pg_helpers import pg_rows, schema_url  # noqa: F401 - schema_url is the `url` fixture
 from test_attack_audit_sealed import ok, scripted
 from test_attack_audit_write_ahead import (
     gormes_killed, killed_after, knowledge_env, knowledge_written, left_unfinished, shell_killing_gormes,
 )
 
 pytestmark = pytest.mark.usefixtures("isolated_knowledge")
-
-
-@pytest.fixture
-def url() -> Iterator[str]:
-    with fresh_schema() as name:
-        yield url_for_schema(name)
-
-
-def pg_rows(url: str, sql: str) -> list[tuple]:
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql).fetchall()
 
 
 def pg_audits(url: str) -> list[tuple]:
