@@ -4,7 +4,7 @@ settles to what it used after (decision 0030).
     meter = BudgetMeter(store)
     async with meter.turn(run, request) as spend:      # reserve, or refuse
         reply = await provider.complete(request)
-        spend.used(reply.usage)                        # settle (a raise: release)
+        spend.used(reply.usage)                        # settle (a raise: release, unless used)
 
 A run is charged to the budgets named on its `run.started` (`budgets`): the one
 it was started with, `job:<its job>`, `job:<each ancestor job>` (the job tree: the
@@ -196,8 +196,9 @@ class BudgetMeter:
     @asynccontextmanager
     async def turn(self, run: Charged, request: ModelRequest) -> AsyncIterator[Spend]:
         """Reserve (or refuse, or wait for room), run the block (the request), then
-        settle to what `spend.used` was given; release when the block raises or
-        gives nothing. A run charged to no budget goes at once."""
+        settle to what `spend.used` was given, even when the block then raises (a
+        reply the API billed and gormes could not use: decision 0069); release when
+        it gives nothing. A run charged to no budget goes at once."""
         spend = Spend()
         budgets = run.budgets
         if not budgets:
@@ -208,7 +209,7 @@ class BudgetMeter:
             yield spend
         except BaseException as exc:
             with trio.CancelScope(shield=True):
-                await self._settle(budgets, hold_id, None, type(exc).__name__)
+                await self._settle(budgets, hold_id, spend.usage, type(exc).__name__)
             raise
         with trio.CancelScope(shield=True):
             await self._settle(budgets, hold_id, spend.usage, "no usage reported")

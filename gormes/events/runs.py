@@ -303,6 +303,9 @@ class RunLlmFailed(Event, tag="run.llm_failed", kw_only=True, gc=False):
     error_type: str = "ProviderError"  # the exception class raised (InvalidModelReply...)
     request: RecordedRequest | None = None  # as in `RunLlmTurn`
     sent_max_tokens: int | None = None  # as in `RunLlmTurn`
+    # what the server reported using for a reply gormes could not use (a tool call
+    # cut off at max_tokens), which the API bills; None: it reported nothing (decision 0069)
+    usage: Tokens | None = None
 
 
 class RunToolCalled(Event, tag="run.tool_called", kw_only=True, gc=False):
@@ -426,6 +429,8 @@ def tokens_of(event: Event) -> Tokens:
     """The tokens one event adds to its run's total (`NO_TOKENS` for most events)."""
     if isinstance(event, RunLlmTurn):
         return turn_usage(event)
+    if isinstance(event, RunLlmFailed):
+        return event.usage or NO_TOKENS
     if isinstance(event, RunTokensAdded):
         return Tokens(input=event.input, output=event.output, cache_read=event.cache_read,
                       cache_write=event.cache_write)

@@ -43,6 +43,7 @@ from gormes.providers.base import (
     ProviderError,
     ToolCall,
     Usage,
+    billed,
     parse_tool_arguments,
 )
 from gormes.providers.config import endpoint, model_timeout, positive_number
@@ -270,19 +271,21 @@ def _read_whole(name: str, request: ModelRequest, names: ToolNames, data: bytes)
         message = _decode_message(data)
     except msgspec.MsgspecError as exc:
         raise InvalidModelReply(f"{name}: malformed reply: {' '.join(str(exc).split())}") from None
-    if message.content is None:
-        raise InvalidModelReply(f"{name}: the reply has no content")
+    usage = _usage(message.usage)
     text: list[str] = []
     calls: list[ToolCall] = []
-    for block in message.content:
-        if block.type == "text":
-            text.append(block.text or "")
-        elif block.type == "tool_use":
-            arguments = msgspec.json.encode(block.input if block.input is not None else {}).decode()
-            calls.append(_tool_call(name, names, block.id, block.name, arguments))
+    with billed(usage if message.usage is not None else None):
+        if message.content is None:
+            raise InvalidModelReply(f"{name}: the reply has no content")
+        for block in message.content:
+            if block.type == "text":
+                text.append(block.text or "")
+            elif block.type == "tool_use":
+                arguments = msgspec.json.encode(block.input if block.input is not None else {}).decode()
+                calls.append(_tool_call(name, names, block.id, block.name, arguments))
     return ModelReply(
         message=Message(role="assistant", content="".join(text), tool_calls=tuple(calls)),
-        usage=_usage(message.usage),
+        usage=usage,
         finish_reason=_finish(message.stop_reason, tuple(calls)),
         model=message.model or request.model,
     )
@@ -352,23 +355,28 @@ class _StreamAssembly:
             if value is not None:
                 setattr(self._usage, field, value)
 
+    def _tool_calls(self) -> list[ToolCall]:
+        calls: list[ToolCall] = []
+        for index in sorted(self._blocks):
+            block, parts = self._blocks[index], self._parts[index]
+            if block.type == "tool_use":
+                arguments = "".join(parts[1:]) or msgspec.json.encode(block.input or {}).decode()
+                calls.append(_tool_call(self.name, self.names, block.id, block.name, arguments))
+        return calls
+
     def finish(self) -> ModelReply:
         event = self._events.flush()
         if event is not None and not self.done:
             self._dispatch(event.data)
         if not self._started:
             raise InvalidModelReply(f"{self.name}: the stream carried no message")
-        if not self.done:
-            raise InvalidModelReply(f"{self.name}: the stream ended before the reply finished", retryable=True)
-        text: list[str] = []
-        calls: list[ToolCall] = []
-        for index in sorted(self._blocks):
-            block, parts = self._blocks[index], self._parts[index]
-            if block.type == "text":
-                text.append("".join(parts))
-            elif block.type == "tool_use":
-                arguments = "".join(parts[1:]) or msgspec.json.encode(block.input or {}).decode()
-                calls.append(_tool_call(self.name, self.names, block.id, block.name, arguments))
+        # message_start gave the input's count, message_delta the output's so far:
+        # a stream that broke off, or a tool call cut at max_tokens, was billed that
+        with billed(_usage(self._usage)):
+            if not self.done:
+                raise InvalidModelReply(f"{self.name}: the stream ended before the reply finished", retryable=True)
+            calls = self._tool_calls()
+        text = ["".join(self._parts[i]) for i in sorted(self._blocks) if self._blocks[i].type == "text"]
         return ModelReply(
             message=Message(role="assistant", content="".join(text), tool_calls=tuple(calls)),
             usage=_usage(self._usage),

@@ -12,6 +12,8 @@ replay recomputes it from the code's request and compares.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -231,25 +233,43 @@ class ProviderError(GormesError):
 
     `status` is the HTTP status, if there was one; `retry_after` the seconds the
     server asked us to wait before trying again (its `retry-after` or
-    `retry-after-ms` header), if it said."""
+    `retry-after-ms` header), if it said. `usage` is what the server reported
+    using for a reply it produced and gormes could not use (see `billed`), which
+    the API bills all the same; None when it reported nothing."""
 
     exit_code = 1
 
     def __init__(
-        self, message: str, *, retryable: bool, status: int | None = None, retry_after: float | None = None
+        self, message: str, *, retryable: bool, status: int | None = None, retry_after: float | None = None,
+        usage: Usage | None = None,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
+        self.usage = usage
 
 
 class InvalidModelReply(ProviderError):
     """The provider answered, but not with a valid reply: tool call arguments that are
     not JSON, no choices, a stream that breaks off or does not parse."""
 
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
-        super().__init__(message, retryable=retryable)
+    def __init__(self, message: str, *, retryable: bool = False, usage: Usage | None = None) -> None:
+        super().__init__(message, retryable=retryable, usage=usage)
+
+
+@contextmanager
+def billed(usage: Usage | None) -> Iterator[None]:
+    """Around the reading of a reply whose usage the server reported: an
+    `InvalidModelReply` raised inside (a tool call cut off at max_tokens, a stream
+    that broke off) carries that usage, so the run, its job and its budgets count
+    the tokens the API bills for it (decision 0069)."""
+    try:
+        yield
+    except InvalidModelReply as exc:
+        if exc.usage is None and usage is not None and (usage.input or usage.output):
+            exc.usage = usage
+        raise
 
 
 def parse_tool_arguments(call: ToolCall, *, source: str = "model") -> dict[str, Any]:

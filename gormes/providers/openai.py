@@ -31,6 +31,7 @@ from gormes.providers.base import (
     ProviderError,
     ToolCall,
     Usage,
+    billed,
     parse_tool_arguments,
 )
 from gormes.providers.config import endpoint, model_timeout
@@ -218,14 +219,16 @@ def _usage(wire: _WireUsage | None) -> Usage:
 
 def _read_whole(name: str, request: ModelRequest, names: ToolNames, data: bytes) -> ModelReply:
     completion = _decode(name, data, "reply")
-    if not completion.choices:
-        raise InvalidModelReply(f"{name}: the reply has no choices")
-    choice = completion.choices[0]
-    wire = choice.message or _WireMessage()
-    calls = _ToolCallAssembly()
-    for call in wire.tool_calls or ():
-        calls.add(call)
-    return _reply(request, completion.model, wire.content or "", calls.finish(name, names), choice.finish_reason, _usage(completion.usage))
+    usage = _usage(completion.usage)
+    with billed(usage if completion.usage is not None else None):
+        if not completion.choices:
+            raise InvalidModelReply(f"{name}: the reply has no choices")
+        choice = completion.choices[0]
+        wire = choice.message or _WireMessage()
+        calls = _ToolCallAssembly()
+        for call in wire.tool_calls or ():
+            calls.add(call)
+        return _reply(request, completion.model, wire.content or "", calls.finish(name, names), choice.finish_reason, usage)
 
 
 class _StreamAssembly:
@@ -271,18 +274,20 @@ class _StreamAssembly:
     def finish(self) -> ModelReply:
         if not self.done:
             self._dispatch(self._events.flush())
-        if not self._saw_choice:
-            raise InvalidModelReply(f"{self.name}: the stream carried no choices")
-        if self._finish_reason is None:
-            raise InvalidModelReply(f"{self.name}: the stream ended before the reply finished", retryable=True)
-        return _reply(
-            self.request,
-            self._model,
-            "".join(self._content),
-            self._calls.finish(self.name, self.names),
-            self._finish_reason,
-            _usage(self._usage),
-        )
+        # the usage chunk comes last (`stream_options.include_usage`): a stream cut short has none
+        with billed(_usage(self._usage) if self._usage is not None else None):
+            if not self._saw_choice:
+                raise InvalidModelReply(f"{self.name}: the stream carried no choices")
+            if self._finish_reason is None:
+                raise InvalidModelReply(f"{self.name}: the stream ended before the reply finished", retryable=True)
+            return _reply(
+                self.request,
+                self._model,
+                "".join(self._content),
+                self._calls.finish(self.name, self.names),
+                self._finish_reason,
+                _usage(self._usage),
+            )
 
 
 async def _read_stream(name: str, request: ModelRequest, names: ToolNames, lines: AsyncIterator[str]) -> ModelReply:

@@ -37,6 +37,7 @@ from gormes.providers.base import (
     ProviderError,
     ToolCall,
     Usage,
+    billed,
     parse_tool_arguments,
     request_hash,
     tools_json,
@@ -278,7 +279,8 @@ def held_to_max_tokens(reply: ModelReply, max_tokens: int | None, source: str) -
     one whose output is more stops at `max_tokens` output tokens, its text and then
     its tool calls cut at four characters a token (`estimate_tokens`), its
     finish_reason "length". A tool call cut inside its arguments is not JSON: an
-    `InvalidModelReply`, as the HTTP providers raise for one."""
+    `InvalidModelReply`, as the HTTP providers raise for one, carrying the usage
+    the API bills for it."""
     if max_tokens is None or reply.usage.output <= max_tokens:
         return reply
     room = max_tokens * 4
@@ -291,10 +293,11 @@ def held_to_max_tokens(reply: ModelReply, max_tokens: int | None, source: str) -
         arguments = call.arguments[:room - len(call.name)]
         room -= len(call.name) + len(arguments)
         calls.append(msgspec.structs.replace(call, arguments=arguments))
-    for call in calls:
-        parse_tool_arguments(call, source=source)
     usage = msgspec.structs.replace(reply.usage, output=max_tokens,
                                     reasoning=min(reply.usage.reasoning, max_tokens))
+    with billed(usage):
+        for call in calls:
+            parse_tool_arguments(call, source=source)
     message = Message(role="assistant", content=text, tool_calls=tuple(calls))
     return ModelReply(message=message, usage=usage, finish_reason="length", model=reply.model)
 

@@ -9,8 +9,9 @@ store's read connection, on either backend:
   to its latest claim), breaker trips (jobs the memory breaker killed);
 - the log, incrementally (only the rows after the last scrape, read by position):
   attempts (`job.claimed`), stalls (`job.stalled`), and tokens and cost by model
-  (`run.llm_turn`; a continuation's copied prefix counted once, in the run it was
-  made in; cost priced with the pricing table, unpriced models left out);
+  (`run.llm_turn`, and `run.llm_failed` with the usage of a reply the API billed;
+  a continuation's copied prefix counted once, in the run it was made in; cost
+  priced with the pricing table, unpriced models left out);
 - `tracking`: each follower's lag behind the head (projections, the trace follower);
 - the log's size (events, and bytes on SQLite);
 - the daemon's workers, in memory: their limit, active jobs and the governor's
@@ -40,7 +41,9 @@ from gormes.providers.pricing import PricingTable, load_table
 from gormes.telemetry.gauges import WorkerGauge
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-_FOLD_TYPES = ("run.llm_turn", "job.claimed", "job.stalled")
+# a failed turn adds the tokens of a reply the API billed, if it carries them (decision 0069)
+_MODEL_TYPES = ("run.llm_turn", "run.llm_failed")
+_FOLD_TYPES = (*_MODEL_TYPES, "job.claimed", "job.stalled")
 _FOLD_PAGE = 5000
 
 
@@ -97,7 +100,7 @@ class LogMetrics(Collector):
             rows = await self.store.read_sql(lambda conn: _fold_rows(conn, self._folded))
             if not rows:
                 return
-            fresh = sorted({r[1][4:] for r in rows if r[2] == "run.llm_turn"} - set(self._copied))
+            fresh = sorted({r[1][4:] for r in rows if r[2] in _MODEL_TYPES} - set(self._copied))
             if fresh:
                 found = await self.store.read_sql(lambda conn: copied_counts(conn, fresh))
                 self._copied.update({run_id: found.get(run_id, 0) for run_id in fresh})
@@ -106,11 +109,12 @@ class LogMetrics(Collector):
                     self._attempts += 1
                 elif kind == "job.stalled":
                     self._stalls += 1
-                elif int(seq or 0) > self._copied.get(stream[4:], 0):
+                elif (kind == "run.llm_turn" or i is not None) and int(seq or 0) > self._copied.get(stream[4:], 0):
+                    # a failed turn counts only with the usage of a reply the API billed
                     tokens = Tokens(input=int(i or 0), output=int(o or 0), cache_read=int(c or 0))
                     entry = self._by_model.setdefault(model or "", _ByModel())
                     entry.tokens = entry.tokens + tokens
-                    entry.turns += 1
+                    entry.turns += 1 if kind == "run.llm_turn" else 0
                     entry.cost += self.pricing.cost(model or "", tokens) or 0.0
                 self._folded = position
             if len(rows) < _FOLD_PAGE:

@@ -237,6 +237,9 @@ def _failed_chat_span(
         "gormes.llm.attempt": failed.attempt,
         "gormes.llm.retryable": failed.retryable,
     }
+    if failed.usage is not None:  # a reply the API billed and gormes could not use
+        attributes["gen_ai.usage.input_tokens"] = failed.usage.input
+        attributes["gen_ai.usage.output_tokens"] = failed.usage.output
     if provider:
         attributes["gen_ai.provider.name"] = provider
     return Span(

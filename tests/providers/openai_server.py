@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
@@ -53,6 +53,24 @@ class ToolCallsReply:
     cached_tokens: int = 0
     fragment: int = 5  # characters per streamed arguments delta
     model: str = "gpt-test-2025-01-01"
+    finish_reason: str = "tool_calls"
+
+
+def held_to_max_tokens(plan: ToolCallsReply, body: Any) -> ToolCallsReply:
+    """The reply as the API gives it when the request's `max_completion_tokens` (or
+    `max_tokens`) is less than the reply's output: it stops there, mid-arguments
+    if it must, with finish_reason "length", and bills the tokens it wrote (the
+    arguments cut at four characters a token, the stand-in's tokenizer)."""
+    limit = body.get("max_completion_tokens", body.get("max_tokens")) if isinstance(body, dict) else None
+    if limit is None or plan.completion_tokens <= limit:
+        return plan
+    room, calls = limit * 4, []
+    for id_, name, args in plan.calls:
+        if room <= 0:
+            break
+        calls.append((id_, name, args[:room]))
+        room -= len(args)
+    return replace(plan, calls=calls, completion_tokens=limit, finish_reason="length")
 
 
 @dataclass(frozen=True)
@@ -175,6 +193,8 @@ class _ChatHandler(BaseHTTPRequestHandler):
             return self._send_text(200, plan.body, "application/json")
         if isinstance(plan, RawStream):
             return self._send_events(plan.lines)
+        if isinstance(plan, ToolCallsReply):
+            plan = held_to_max_tokens(plan, body)
         if stream:
             include_usage = bool(body.get("stream_options", {}).get("include_usage"))
             pause = plan.pause if isinstance(plan, TextReply) else 0.0
@@ -230,7 +250,7 @@ def _whole_reply(plan: TextReply | ToolCallsReply) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": plan.text or None}
     finish = "stop"
     if isinstance(plan, ToolCallsReply):
-        finish = "tool_calls"
+        finish = plan.finish_reason
         message["tool_calls"] = [
             {"id": id_, "type": "function", "function": {"name": name, "arguments": args}}
             for id_, name, args in plan.calls
@@ -267,7 +287,7 @@ def _stream_lines(plan: TextReply | ToolCallsReply, include_usage: bool) -> list
     lines += [_chunk(plan, {"content": piece}) for piece in _pieces(plan.text, plan.fragment)]
     finish = "stop"
     if isinstance(plan, ToolCallsReply):
-        finish = "tool_calls"
+        finish = plan.finish_reason
         for index, (id_, name, args) in enumerate(plan.calls):
             head = {"index": index, "id": id_, "type": "function", "function": {"name": name, "arguments": ""}}
             lines.append(_chunk(plan, {"tool_calls": [head]}))

@@ -2,7 +2,8 @@
 
     costs = run_costs(conn, ["R1", "R2"], load_table())   # {"R1": 0.0123, "R2": None}
 
-A run's cost is that of its own model turns (`run.llm_turn`), as `gormes runs show`
+A run's cost is that of its own model turns (`run.llm_turn`, and each
+`run.llm_failed` that carries the usage of a reply the API billed), as `gormes runs show`
 lists them: a prefix it copied from another run (a fork, a resumed run) included,
 its subagents' turns not (each is a run of its own). None when a turn's model has
 no price, or a turn was redacted (its usage is gone); a run with no model turn has
@@ -55,6 +56,7 @@ def turns(conn: Any, run_ids: Sequence[str]) -> list[Turn]:
     usage = [f"coalesce({json_number(conn, f'$.usage.{kind}')}, 0)" for kind in TOKEN_KINDS]
     # a turn recorded before `Tokens` had cache writes kept them beside its usage (`turn_usage`)
     usage.append(f"coalesce({json_number(conn, '$.cache_write')}, 0)")
+    billed = json_number(conn, "$.usage.input")
     for chunk in _chunks(run_ids):
         streams = [run_stream(r) for r in chunk]
         rows = conn.execute(
@@ -63,7 +65,9 @@ def turns(conn: Any, run_ids: Sequence[str]) -> list[Turn]:
             f"SELECT substr(stream, 5), coalesce({json_text(conn, '$.seq')}, {json_text(conn, '$.redacted.seq')}),"
             f" {json_text(conn, '$.model')},"
             f" {', '.join(usage)} FROM events WHERE stream IN ({_marks(streams)})"
-            " AND type = 'run.llm_turn' ORDER BY position", streams,
+            # a failed turn counts when the server billed it a reply (decision 0069)
+            f" AND (type = 'run.llm_turn' OR (type = 'run.llm_failed' AND {billed} IS NOT NULL))"
+            " ORDER BY position", streams,
         ).fetchall()
         found += [  # int(): PostgreSQL gives the seq as text and the usage as numeric
             Turn(run_id, int(seq), model or "", Tokens(input=int(i), output=int(o), cache_read=int(c),

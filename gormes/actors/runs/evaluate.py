@@ -43,6 +43,7 @@ from gormes.events.runs import (
     RunChildSpawned,
     RunCompleted,
     RunFailed,
+    RunLlmFailed,
     RunLlmTurn,
     RunToolCalled,
     run_stream,
@@ -210,7 +211,7 @@ async def tree_turns(store: EventStore, run: RecordedRun) -> list[tuple[str, Tok
     while pending:
         for record in pending.pop():
             event = record.event
-            if isinstance(event, RunLlmTurn):
+            if isinstance(event, RunLlmTurn) or (isinstance(event, RunLlmFailed) and event.usage is not None):
                 turns.append((event.model, tokens_of(event)))
             elif isinstance(event, RunChildSpawned) and event.child_run_id not in seen:
                 seen.add(event.child_run_id)

@@ -155,6 +155,11 @@ def retry_wait(exc: ProviderError, backoff_s: float, attempt: int) -> float:
     return wait
 
 
+def usage_tokens(u: Usage) -> Tokens:
+    return Tokens(input=u.input, output=u.output, cache_read=u.cache_read, cache_write=u.cache_write,
+                  reasoning=u.reasoning)
+
+
 def _ms(started: float) -> int:
     return int((trio.current_time() - started) * 1000)
 
@@ -396,23 +401,31 @@ class LiveRunContext(RunIdentity, RunContext):
                         sent = held_to(request, spend.output_ceiling, provider_default)
                         async with limits.turn(self._provider.name, sent) as turn:
                             started = trio.current_time()  # the request's time, not its wait for room
-                            reply = await self._provider.complete(sent)
+                            try:
+                                reply = await self._provider.complete(sent)
+                            except ProviderError as exc:
+                                if exc.usage is not None:  # a reply the API billed: its budgets pay it
+                                    turn.used(exc.usage)
+                                    spend.used(exc.usage)
+                                raise
                             turn.used(reply.usage)
                             spend.used(reply.usage)
             except ProviderError as exc:
                 held = sent_max_tokens(request, sent)
-                await self._record(lambda seq, exc=exc, n=attempt, held=held: RunLlmFailed(
+                billed = None if exc.usage is None else usage_tokens(exc.usage)
+                await self._record(lambda seq, exc=exc, n=attempt, held=held, billed=billed: RunLlmFailed(
                     seq=seq, request_hash=digest, error=error_text(exc), retryable=exc.retryable,
                     attempt=n, model=request.model, error_type=type(exc).__name__,
-                    request=self._requests.record(request), sent_max_tokens=held,
+                    request=self._requests.record(request), sent_max_tokens=held, usage=billed,
                 ))
+                if billed is not None:
+                    await self._count(billed, request.model)
                 if not exc.retryable or attempt > self._manager.llm_retries:
                     raise
                 await trio.sleep(retry_wait(exc, self._manager.llm_backoff_s, attempt))
                 continue
             u = reply.usage
-            usage = Tokens(input=u.input, output=u.output, cache_read=u.cache_read, cache_write=u.cache_write,
-                           reasoning=u.reasoning)
+            usage = usage_tokens(u)
             recorded, duration_ms = record_reply(reply), _ms(started)
             await self._record(lambda seq: RunLlmTurn(
                 seq=seq, request_hash=digest, model=request.model, message_count=len(request.messages),

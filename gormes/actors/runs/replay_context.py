@@ -44,6 +44,7 @@ from gormes.providers.base import (
     ModelRequest,
     ProviderError,
     ToolSpec,
+    Usage,
     request_hash,
     same_request,
 )
@@ -310,7 +311,8 @@ class ReplayContext(RunIdentity, RunContext):
                 ))
             if not (event.retryable and self._retried(event, digest, request)):
                 if event.error_type == "InvalidModelReply":
-                    raise InvalidModelReply(event.error, retryable=event.retryable)
+                    billed = None if event.usage is None else msgspec.convert(event.usage, Usage, from_attributes=True)
+                    raise InvalidModelReply(event.error, retryable=event.retryable, usage=billed)
                 if event.error_type == "BudgetExceeded":
                     raise BudgetExceeded(event.error)
                 raise ProviderError(event.error, retryable=event.retryable)

@@ -67,7 +67,9 @@ def _entry(r: Any, table: PricingTable) -> dict[str, Any] | None:
         base.update(model=e.model, tokens=msgspec.to_builtins(usage), cost=table.cost(e.model, usage),
                     tool_calls=calls, text=_preview(e.reply.content), duration_ms=e.duration_ms)
     elif isinstance(e, RunLlmFailed):
-        base.update(error=e.error, retryable=e.retryable)
+        base.update(model=e.model, error=e.error, retryable=e.retryable)
+        if e.usage is not None:  # a reply the API billed and gormes could not use
+            base.update(tokens=msgspec.to_builtins(e.usage), cost=table.cost(e.model, e.usage))
     elif isinstance(e, RunToolCalled):
         base.update(operation=e.operation, arguments=e.arguments, outcome=e.outcome,
                     text=_preview(e.result if e.outcome == "ok" else e.error), duration_ms=e.duration_ms)
@@ -145,6 +147,9 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
             usage = turn_usage(e)
             tokens, own = tokens + usage, own + usage
             turns.append((e.model, usage))
+        elif isinstance(e, RunLlmFailed) and e.usage is not None:
+            tokens, own = tokens + e.usage, own + e.usage
+            turns.append((e.model, e.usage))
         elif isinstance(e, RunTokensAdded):
             tokens, own = tokens + tokens_of(e), own + tokens_of(e)
         elif isinstance(e, RunChildFinished):
@@ -237,6 +242,9 @@ def format_view(view: dict[str, Any], indent: str = "") -> list[str]:
             text = f"calls {', '.join(entry['tool_calls'])}"
         if entry["type"] == "run.inbox_read":
             text = "; ".join(f"{m['sender']}: {_preview(m['payload'])}" for m in entry["messages"])
+        if entry["type"] == "run.llm_failed":
+            billed = entry.get("tokens")
+            text = entry["error"] + (f" (billed: in {billed['input']} out {billed['output']})" if billed else "")
         seq = f"#{entry['seq']}" if entry["seq"] is not None else "  "
         lines.append(f"{indent}  {seq:>4} {entry['type']:<18} {detail} {outcome} {text or ''}".rstrip())
     for child in view["children"]:
