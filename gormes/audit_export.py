@@ -146,7 +146,9 @@ def read_open_calls(conn: sqlite3.Connection, codec: Codec) -> Iterator[AuditRec
     yield from _records(conn.execute(audit_open.OPEN_ROWS).fetchall(), codec, None)
 
 
-def _records(rows: Iterable[tuple[int, str, int, str]], codec: Codec, export: AuditExport | None) -> Iterator[AuditRecord]:
+def _records(
+    rows: Iterable[tuple[int, str, int, str]], codec: Codec, export: AuditExport | None
+) -> Iterator[AuditRecord]:
     for position, stream, type_version, data in rows:
         event = codec.decode(AUDIT_TYPE, type_version, data)
         if not isinstance(event, OperationAudited):
