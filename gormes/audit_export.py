@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
 
 import msgspec
 
 from gormes.errors import UserError
+from gormes.events import audit_open
 from gormes.events.audit import (
     AUDIT_STREAM_PREFIX,
     AuditOutcome,
@@ -136,7 +137,19 @@ def read_audit(
     """The matching audit events in log order; rows that do not decode as
     `OperationAudited` are counted in `export.unreadable` and left out."""
     sql, params = _query(f, conn)
-    for position, stream, type_version, data in iter_rows(conn, sql, params):
+    yield from _records(iter_rows(conn, sql, params), codec, export)
+
+
+def read_open_calls(conn: sqlite3.Connection, codec: Codec) -> Iterator[AuditRecord]:
+    """The `started` records no record names, in log order, from the open calls'
+    index (gormes/events/audit_open.py; the caller checks it is `current`)."""
+    yield from _records(conn.execute(audit_open.OPEN_ROWS).fetchall(), codec, None)
+
+
+def _records(
+    rows: Iterable[tuple[int, str, int, str]], codec: Codec, export: AuditExport | None
+) -> Iterator[AuditRecord]:
+    for position, stream, type_version, data in rows:
         event = codec.decode(AUDIT_TYPE, type_version, data)
         if not isinstance(event, OperationAudited):
             if export is not None:

@@ -6,17 +6,34 @@ its position (`started_position`). A `started` record that no record names is a
 call whose process ended before its outcome was recorded (killed, crashed, or a
 command that killed it), or one still running.
 
-    open_calls = unfinished(read_audit(conn, AuditFilter(write_ahead=True), codec))
-    stale = [r for r in open_calls if not maybe_running(r, timeouts, now_ms)]
+    calls = open_calls(conn, codec, since_ms)
+    stale = [r for r in calls if not maybe_running(r, timeouts, now_ms)]
+
+`open_calls` reads them from the open calls' index when it is current, as many
+rows as there are open calls (gormes/events/audit_open.py, decision 0067), and
+otherwise pairs the log's write-ahead records with `unfinished`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-from gormes.audit_export import AuditRecord
+from gormes.audit_export import AuditFilter, AuditRecord, read_audit, read_open_calls
+from gormes.events import audit_open
+from gormes.events.codec import Codec
 
 NO_OUTCOME = "started, no outcome recorded"
+
+
+def open_calls(conn: Any, codec: Codec, since_ms: int | None = None) -> list[AuditRecord]:
+    """The calls started (at `since_ms` or later) with no outcome recorded, in log
+    order: from the index when it is current; else from the write-ahead records of
+    the audit days from `since_ms` on (a store no gormes of decision 0067 wrote, or
+    one it could not make the index in)."""
+    if audit_open.current(conn):
+        return [r for r in read_open_calls(conn, codec) if since_ms is None or r.at >= since_ms]
+    return unfinished(read_audit(conn, AuditFilter(since_ms=since_ms, write_ahead=True), codec))
 
 
 def unfinished(records: Iterable[AuditRecord]) -> list[AuditRecord]:

@@ -112,17 +112,16 @@ def unfinished(obj: Any, since: str | None, as_json: bool) -> None:
 
     import msgspec
 
-    from gormes.audit_export import make_filter, read_audit
-    from gormes.audit_unfinished import described
-    from gormes.audit_unfinished import unfinished as open_calls
+    from gormes.audit_export import make_filter
+    from gormes.audit_unfinished import described, open_calls
     from gormes.events.catalog import load_all
     from gormes.events.codec import default_codec
 
     load_all()
-    query = msgspec.structs.replace(make_filter(since, None, (), time.time()), write_ahead=True)
+    since_ms = make_filter(since, None, (), time.time()).since_ms
     conn = _open(obj)
     try:
-        calls = open_calls(read_audit(conn, query, default_codec))
+        calls = open_calls(conn, default_codec, since_ms)
     finally:
         conn.close()
     for call in calls:

@@ -46,13 +46,18 @@ def audit_stream(at_ms: int) -> str:
     return _last_day[1]
 
 
-class OperationAudited(Event, tag="audit.operation", kw_only=True):
+class OperationAudited(Event, tag="audit.operation", kw_only=True, omit_defaults=True):
     """One operation call. `allowed` is whether the handler ran (the name was
     known, the trust class allowed and the input valid); `outcome` says how the
     call ended: ok, error (the handler raised), denied (refused before or by the
     handler), invalid (input did not validate), timeout or cancelled; or, for a
     write-ahead operation, started (the handler is about to run: the outcome
-    follows in a record of its own, whose `started_position` is this one's)."""
+    follows in a record of its own, whose `started_position` is this one's).
+
+    Stored without the fields that hold their default (decision 0067): a record
+    of a call outside a run has no `run_id`, one before its outcome no
+    `started_position`. Records stored before with them, as null, read the same,
+    and the chain's digest leaves such fields out for both."""
 
     operation: str
     audit_kind: str | None  # None when the operation is unknown

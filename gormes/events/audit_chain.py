@@ -28,7 +28,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
+import trio
 
+from gormes.events import audit_open
 from gormes.events.audit import AUDIT_STREAM_PREFIX, OperationAudited
 from gormes.events.base import UnknownEvent
 from gormes.events.codec import Codec
@@ -85,9 +87,10 @@ class _Heads:
     can only come back to it through another seal of this batch, which
     replaces it."""
 
-    __slots__ = ("batch", "committed", "pending")
+    __slots__ = ("batch", "committed", "indexed", "pending")
 
     def __init__(self) -> None:
+        self.indexed = False  # the open calls' index was made current (or could not be: see `_index`)
         self.committed: dict[str, Head] = {}
         self.batch: object | None = None
         self.pending: dict[str, Head] = {}
@@ -154,6 +157,8 @@ async def append_sealed(
         heads = _heads.setdefault(store, _Heads())
     except TypeError:  # a store that takes no weak reference: nothing remembered
         heads = _Heads()
+    if not heads.indexed:
+        await _index(store, heads)
     others = list(also)
     stream = audit.stream
 
@@ -166,6 +171,26 @@ async def append_sealed(
     results, head = await (store.transact_held(write) if held else store.transact(write))
     heads.committed_head(stream, head)
     return results
+
+
+async def _index(store: EventStore, heads: _Heads) -> None:
+    """Make the open calls' index current (gormes/events/audit_open.py), once per
+    store and process: a read finds it current, or a transaction of its own makes
+    it. A store that cannot (a role that may not create triggers) still takes the
+    audit record, and reads fall back to the log. Shielded: the caller's record may
+    be one that no cancel stops."""
+
+    def ensure(tx: Transaction) -> None:
+        tx.execute("SELECT 1")  # send what this batch staged before us, for the build to see
+        audit_open.ensure(tx.conn)
+
+    with trio.CancelScope(shield=True):
+        try:
+            if not await store.read_sql(audit_open.current):
+                await store.transact(ensure)
+        except Exception:  # noqa: BLE001 (the index spares reads; the record is what counts)
+            pass
+    heads.indexed = True
 
 
 # -- verifying ----------------------------------------------------------------------

@@ -9,13 +9,12 @@ ones after it are walked again (gormes/health/scan.py); `--full` walks every day
 
 from __future__ import annotations
 
-from gormes.audit_export import AuditFilter, read_audit
-from gormes.audit_unfinished import maybe_running, unfinished
+from gormes.audit_unfinished import maybe_running, open_calls
 from gormes.events.audit import DAY_MS
 from gormes.events.audit_chain import DayChain, verify_chains
 from gormes.health import Check, DoctorContext, Verdict, fail, listing, ok, warn
 
-UNFINISHED_DAYS = 7  # how far back the doctor looks: its days' streams only, so a run costs a week of them
+UNFINISHED_DAYS = 7  # how far back the doctor looks (an older call killed stays listed by `gormes audit unfinished`)
 
 
 def check_chain(ctx: DoctorContext) -> Verdict:
@@ -48,9 +47,8 @@ def _described(d: DayChain) -> str:
 
 def check_unfinished(ctx: DoctorContext) -> Verdict:
     since = ctx.now_ms - UNFINISHED_DAYS * DAY_MS
-    records = read_audit(ctx.db, AuditFilter(since_ms=since, write_ahead=True), ctx.codec)
     timeouts = {spec.name: spec.timeout for spec in ctx.operations}
-    stale = [r for r in unfinished(records) if not maybe_running(r, timeouts, ctx.now_ms)]
+    stale = [r for r in open_calls(ctx.db, ctx.codec, since) if not maybe_running(r, timeouts, ctx.now_ms)]
     if not stale:
         return ok(f"every write-ahead call of the last {UNFINISHED_DAYS} days has its outcome recorded")
     return warn(

@@ -128,6 +128,7 @@ def operation(
     description: str | None = None,
     audit_kind: str | None = None,
     requires_approval: bool = False,
+    write_ahead: bool = False,
     registry: DeclaredOperations | None = None,
 ) -> Callable[[F], F]:
     """Decorator: declare an async `(ctx: OperationContext, input: In) -> Out`
@@ -137,7 +138,10 @@ def operation(
     defaults to `not mutating`: a write is taken to do its effect again when called
     again (a fork or an eval of runs then asks for `--yes`) unless it says otherwise.
     `requires_approval`: a run's call waits for a person's `gormes approve` first
-    (decision 0033). Returns the function unchanged."""
+    (decision 0033). `write_ahead`: for a `mutating` operation whose change no log
+    transaction covers (a file written, a request sent), a `started` audit record
+    is committed before the function runs, so a process killed after the change
+    still leaves a trace (decision 0062). Returns the function unchanged."""
 
     def decorate(fn: F) -> F:
         where = f"operation {name!r}"
@@ -154,7 +158,7 @@ def operation(
             handler=typing.cast(Handler, fn), trust=frozenset(classes),
             audit_kind=audit_kind if audit_kind is not None else f"{first}.{'write' if mutating else 'read'}",
             mutating=mutating, idempotent=(not mutating) if idempotent is None else idempotent, prompt_visible=prompt_visible, timeout=timeout,
-            requires_approval=requires_approval,
+            requires_approval=requires_approval, write_ahead=write_ahead,
         )
         module = getattr(fn, "__module__", None) or "?"
         (declared if registry is None else registry).declare(spec, module=module, origin=_origin(fn, module))

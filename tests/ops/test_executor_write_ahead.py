@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 
 from gormes.errors import StoreError
+from gormes.events import audit_open
 from gormes.events.audit_chain import append_sealed, verify_chains
 from gormes.events.codec import default_codec
 from gormes.ops.executor import Executor, WriteAheadFailed
@@ -113,6 +114,7 @@ class FirstWriteFails:
 
 
 async def test_without_its_started_record_the_handler_does_not_run(store):
+    await store.transact(lambda tx: audit_open.ensure(tx.conn))  # so the store's first write is the record's
     recorder = Recorder()
     executor = Executor(written_ahead(recorder, store), FirstWriteFails(store))
     with pytest.raises(WriteAheadFailed, match="test.files did not run: .*disk is full"):

@@ -1,0 +1,115 @@
+"""The open calls' index (decision 0067): `gormes audit unfinished` and the
+doctor read as many rows as there are open calls, on SQLite and PostgreSQL. A
+log an older gormes wrote (started records, no index) is answered from the log
+by a read-only reader, and indexed once, from the log, by the first audit
+record a writing gormes appends; from then on the database keeps the index,
+whoever appends (an older gormes too)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from cli_helpers import json_lines, run_gormes
+from pg_helpers import backend, store_on_both_backends, url_for_schema  # noqa: F401 - fixtures
+
+from gormes.audit_unfinished import open_calls
+from gormes.events import audit_open
+from gormes.events.audit import OperationAudited, audit_stream
+from gormes.events.audit_chain import append_sealed, verify_chains
+from gormes.events.codec import default_codec
+from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.store import AppendRequest
+
+AT = 1_796_000_000_000  # ms since the epoch
+
+
+def call(outcome: str, started_position: int | None = None, at: int = AT) -> OperationAudited:
+    return OperationAudited(
+        operation="shell.run", audit_kind="shell.exec", caller="cli", trust="operator", allowed=True,
+        outcome=outcome, duration_ms=0.0, mutating=True, at=at, started_position=started_position,
+    )
+
+
+async def append_unindexed(store: Any, event: OperationAudited) -> int:
+    """Append as a gormes before the index did (no seal, no index made)."""
+    return (await store.append(audit_stream(event.at), [event])).first_position
+
+
+async def listed(store: Any) -> list[int]:
+    return await store.read_sql(lambda conn: [r.position for r in open_calls(conn, default_codec)])
+
+
+def db_of(store: Any) -> Path | str:
+    return store.path if store.dialect == "sqlite" else url_for_schema(store.schema)
+
+
+def cli_listed(store: Any) -> list[int]:
+    done = run_gormes(db_of(store), "audit", "unfinished", "--json")
+    assert done.returncode == 0, done.stderr
+    return [r["position"] for r in json_lines(done.stdout)]
+
+
+async def test_an_old_log_is_indexed_once_then_kept_by_the_database(store):
+    first = await append_unindexed(store, call("started"))
+    second = await append_unindexed(store, call("started"))
+    await append_unindexed(store, call("ok", started_position=first))
+    third = await append_unindexed(store, call("started"))
+    assert not await store.read_sql(audit_open.current)
+    # No index yet: read-only readers pair the log's records, as before.
+    assert await listed(store) == [second, third]
+    assert cli_listed(store) == [second, third]
+
+    refusal = msgspec.structs.replace(call("denied"), allowed=False, mutating=False)
+    await append_sealed(store, AppendRequest(audit_stream(AT), [refusal]))  # this gormes's first record
+    assert await store.read_sql(audit_open.current)
+    assert await store.read_sql(lambda c: sorted(p for (p,) in c.execute("SELECT position FROM audit_open")))\
+        == [second, third]
+
+    # An outcome appended by a gormes that knows nothing of the index still closes its call.
+    await append_unindexed(store, call("error", started_position=second))
+    fourth = await append_unindexed(store, call("started"))
+    assert await listed(store) == [third, fourth]
+    assert cli_listed(store) == [third, fourth]
+
+    # What is listed is the index's rows, not a pass over the log.
+    await store.transact(lambda tx: tx.execute("DELETE FROM audit_open WHERE position = ?", (fourth,)))
+    assert await listed(store) == [third]
+
+
+async def test_since_keeps_its_meaning_with_the_index(store):
+    early = await append_unindexed(store, call("started", at=AT))
+    await append_sealed(store, AppendRequest(audit_stream(AT), [call("started", at=AT + 86_400_000)]))
+    late = await listed(store)
+    assert late[0] == early and len(late) == 2
+    assert await store.read_sql(lambda c: [r.position for r in open_calls(c, default_codec, AT + 1)]) == late[1:]
+
+
+async def test_an_index_built_by_other_rules_is_built_again(db_path: Path):
+    async with SQLiteEventStore.open(db_path) as store:
+        started = await append_unindexed(store, call("started"))
+    conn = sqlite3.connect(db_path)
+    with conn:  # what another version might have left: stale rows, its own trigger
+        conn.execute("CREATE TABLE audit_open(position INTEGER PRIMARY KEY)")
+        conn.execute("INSERT INTO audit_open VALUES (999)")
+        conn.execute("CREATE TRIGGER audit_open_v0_started AFTER INSERT ON events BEGIN SELECT 1; END")
+    conn.close()
+    async with SQLiteEventStore.open(db_path) as store:
+        assert not await store.read_sql(audit_open.current)
+        await append_sealed(store, AppendRequest(audit_stream(AT), [call("started")]))
+        assert await store.read_sql(audit_open.current)
+        triggers = await store.read_sql(lambda c: sorted(
+            n for (n,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")))
+        assert triggers == ["audit_open_v1_ended", "audit_open_v1_started"]
+        assert await listed(store) == [started, started + 1]
+        assert all(day.intact for day in await store.read_sql(lambda c: verify_chains(c, default_codec)))
+
+
+async def test_the_read_looks_up_the_open_calls_and_walks_no_log(db_path: Path):
+    async with SQLiteEventStore.open(db_path) as store:
+        await append_sealed(store, AppendRequest(audit_stream(AT), [call("started")]))
+        plan = await store.read_sql(lambda c: c.execute("EXPLAIN QUERY PLAN " + audit_open.OPEN_ROWS).fetchall())
+    steps = [step for (*_, step) in plan]
+    assert steps == ["SCAN o", "SEARCH e USING INTEGER PRIMARY KEY (rowid=?)"], steps
