@@ -44,7 +44,10 @@ SHOWN = 3  # live items named in the refusal; the rest are counted
 
 
 class LiveWorkWatch:
-    def __init__(self) -> None:
+    """`within`: what a decision's request must be in to be history ("the file")."""
+
+    def __init__(self, within: str = "the file") -> None:
+        self._within = within
         self._jobs_and_schedules: set[str] = set()
         self._runs_seen: set[str] = set()
         self._runs_held_before: set[str] = set()
@@ -81,7 +84,7 @@ class LiveWorkWatch:
                 found.append(f"records for run {stream.removeprefix(RUN_STREAM_PREFIX)}, live here")
         for approval_id, decision in self._decided.items():
             if approval_id not in self._requested:
-                found.append(f"approval {approval_id} {decision}, its request not in the file")
+                found.append(f"approval {approval_id} {decision}, its request not in {self._within}")
         return found
 
 
@@ -112,8 +115,11 @@ def _schedule(events: list[Any]) -> str | None:
     return f"cron schedule {state.name} ({state.status})"
 
 
-def refusal(name: str, found: list[str]) -> str:
+def refusal(name: str, found: list[str], *, done: str = "imported", do: str = "Import",
+            source: str = "the file") -> str:
+    """The one line refusing live work: `name` holds it; once `done` it acts here;
+    `do` it only with --live-work."""
     shown = ", ".join(found[:SHOWN]) + (f" and {len(found) - SHOWN} more" if len(found) > SHOWN else "")
-    return (f"{name} holds live work: {shown}; once imported, it acts here with the trust its records"
-            " name, whoever wrote the file. Import it only if you would run it: --live-work."
-            " Nothing was imported")
+    return (f"{name} holds live work: {shown}; once {done}, it acts here with the trust its records"
+            f" name, whoever wrote {source}. {do} it only if you would run it: --live-work."
+            f" Nothing was {done}")
