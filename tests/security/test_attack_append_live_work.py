@@ -11,11 +11,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
+import pytest
 from cli_helpers import assert_one_line_error, json_lines, run_gormes, running_worker
+from pg_helpers import backend_store
 
+from gormes.errors import UserError
 from gormes.events.approvals import APPROVALS_STREAM, ApprovalRequested
 from gormes.events.runs import RunStarted, run_stream
 from gormes.events.sqlite_log import SQLiteLog
+from gormes.ops.executor import Executor
+from gormes.ops.spec import Caller
+from gormes.tools.builtin import default_registry
+from gormes.tools.log_admin import EventAppendInput
+
+OPERATOR = Caller(trust="operator", id="cli")
 
 
 def events_of(db: Path) -> list[dict]:
@@ -52,7 +62,7 @@ def test_a_waiting_job_appended_is_refused_and_audited(tmp_path: Path) -> None:
     assert refused.returncode == 2
     error = assert_one_line_error(refused)
     assert error.startswith("gormes: error: ")
-    assert f"job {data['id']} (waiting, submitted as operator)" in error and "--live-work" in error
+    assert f"job {data['job_id']} (waiting, submitted as operator)" in error and "--live-work" in error
     assert not_audit(target) == []
     [audit] = append_audits(target)
     assert audit["outcome"] == "invalid" and "holds live work" in audit["error"]
@@ -66,9 +76,9 @@ def test_with_live_work_the_appended_job_is_written_and_a_worker_runs_it(tmp_pat
     done = append_from_file(target, stream, "job.submitted", data, "--live-work")
     assert done.returncode == 0, done.stderr
     with running_worker(target):
-        waited = run_gormes(target, "jobs", "wait", data["id"], "--timeout", "60")
+        waited = run_gormes(target, "jobs", "wait", data["job_id"], "--timeout", "60")
     assert waited.returncode == 0, waited.stderr
-    assert json.loads(run_gormes(target, "jobs", "get", data["id"], "--json").stdout)["status"] == "completed"
+    assert json.loads(run_gormes(target, "jobs", "get", data["job_id"], "--json").stdout)["status"] == "completed"
     assert [a["outcome"] for a in append_audits(target)] == ["ok"]
 
 
@@ -121,3 +131,18 @@ def test_what_ends_live_work_or_brings_none_appends_as_before(tmp_path: Path) ->
                                 ("job-1", "note.added", {"text": "not a job"})):
         done = append_from_file(db, stream, type_, data)
         assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_events_append_from_python_is_checked_too(tmp_path: Path, backend: str) -> None:
+    """`events.append` through the executor (the Python API) keeps the same rule, on
+    either backend."""
+    stream, data = crafted_job(tmp_path)
+    value = EventAppendInput(stream=stream, type="job.submitted", data=json.dumps(data))
+    async with backend_store(backend, tmp_path / "target.db") as store:
+        executor = Executor(default_registry(), store)
+        with pytest.raises(UserError, match="holds live work"):
+            await executor.call("events.append", value, OPERATOR)
+        assert await store.read_stream(stream) == []
+        done = await executor.call("events.append", msgspec.structs.replace(value, live_work=True), OPERATOR)
+        assert done.version == 1
