@@ -217,3 +217,23 @@ def test_an_approval_decided_within_the_file_is_history(tmp_path: Path) -> None:
     file = write_jsonl(tmp_path / "both.jsonl", approval_lines(tmp_path / "source.db", with_request=True))
     done = run_gormes(tmp_path / "target.db", "import", str(file))
     assert done.returncode == 0, done.stderr
+
+
+def test_a_decision_brought_with_a_copy_of_a_request_pending_here_is_refused(tmp_path: Path) -> None:
+    """The file says it holds the request too: a copy of the one pending here (its id
+    is shown to whoever watches the run ask). The decision still lets the held call
+    run, so it is live work (decision 0068); a copy of a request already decided here
+    changes nothing and imports as history."""
+    target = tmp_path / "target.db"
+    approval_lines(target, with_request=False)  # A1, pending here
+    file = write_jsonl(tmp_path / "both.jsonl", approval_lines(tmp_path / "other.db", with_request=True))
+    error = assert_one_line_error(run_gormes(target, "import", str(file), "--ignore-versions"))
+    assert "approval A1 approved, requested here" in error
+    listed = json.loads(run_gormes(target, "approvals", "list", "--json").stdout)["approvals"]
+    assert [(a["id"], a["status"]) for a in listed] == [("A1", "pending")]
+
+    assert run_gormes(target, "deny", "A1", "--reason", "no").returncode == 0
+    done = run_gormes(target, "import", str(file), "--ignore-versions")
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(run_gormes(target, "approvals", "list", "--status", "all", "--json").stdout)["approvals"]
+    assert [(a["id"], a["status"]) for a in listed] == [("A1", "denied")]

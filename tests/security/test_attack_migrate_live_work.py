@@ -15,6 +15,9 @@ from pathlib import Path
 from cli_helpers import assert_one_line_error, run_gormes, running_worker, write_notes
 from pg_helpers import pg_rows, schema_url  # noqa: F401 - schema_url is the `url` fixture
 
+from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalRequested
+from gormes.events.sqlite_log import SQLiteLog
+
 NOTES = [(f"notes-{i % 3}", f"note {i}") for i in range(20)]
 
 
@@ -91,3 +94,29 @@ def test_a_continuation_that_brings_history_needs_no_flag(tmp_path: Path, url: s
     done = migrate(own, url)
     assert done.returncode == 0, done.stderr
     assert [job["status"] for job in jobs_on(url)] == ["cancelled"]
+
+
+def test_a_continuation_deciding_a_copy_of_a_request_pending_there_is_refused(tmp_path: Path, url: str) -> None:
+    """A source that adds a copy of a request pending in the target, and its
+    approval: the held call there would run."""
+    request = ApprovalRequested(approval_id="A1", operation="shell.run", arguments="{}", args_hash="h",
+                                run_id="here", caller="run-here", trust="gateway", why="spec", at=1)
+    own = tmp_path / "own.db"
+    log = SQLiteLog(own)
+    try:
+        log.append_now(APPROVALS_STREAM, [request])
+    finally:
+        log.close()
+    assert migrate(own, url).returncode == 0
+    crafted = tmp_path / "crafted.db"
+    shutil.copy(own, crafted)
+    log = SQLiteLog(crafted)
+    try:
+        log.append_now(APPROVALS_STREAM, [request, ApprovalDecided(approval_id="A1", decision="approved",
+                                                                   by="operator:cli", at=2)])
+    finally:
+        log.close()
+    error = assert_one_line_error(migrate(crafted, url))
+    assert "approval A1 approved, requested here" in error
+    listed = json.loads(run_gormes(url, "approvals", "list", "--json").stdout)["approvals"]
+    assert [(a["id"], a["status"]) for a in listed] == [("A1", "pending")]
