@@ -45,6 +45,7 @@ from gormes.events.postgres_schema import (
     redact,
 )
 from gormes.events.sqlite_log import SQLiteLog
+from gormes.events.approvals import Approval
 from gormes.events.jsonl import ParsedLine
 from gormes.events.store import EventLog
 from gormes.projections import approval_index
@@ -255,15 +256,18 @@ class _AsCopied:
     def stream_version(self, stream: str) -> int:
         return self.target.stream_version(stream)
 
-    def read_stream(self, stream: str) -> list[Any]:
-        return self.source.read_stream(stream)
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Any]:
+        return self.source.read_stream(stream, after_version)
+
+    def approval(self, _tx: Any, approval_id: str) -> Approval | None:
+        return approval_index.approval_on(self.source.sql, self.source.decode, approval_id)
 
 
 def live_work_in_copy(source: SQLiteLog, target: PostgresLog, after: int, upto: int) -> list[str]:
     """The live work the source's events in (after, upto] leave in the target once
     copied (`LiveWorkWatch`'s phrases; empty for history)."""
-    watch = LiveWorkWatch(within="what is copied")
     as_copied = _AsCopied(source, target)
+    watch = LiveWorkWatch(within="what is copied", approval=as_copied.approval)
     while after < upto:
         records = source.decode(source.select_rows(after, BATCH, upto=upto))
         if not records:

@@ -12,7 +12,8 @@ import is refused when it leaves
   stream's events already in the log included);
 - a record on the stream of a run this log held before the import and that has
   not ended;
-- an approval decided in the file whose request is not in the file,
+- an approval decided in the file whose request is not in the file, or is a copy
+  of one this log held pending (decision 0068: the id of a request is no secret),
 
 unless the operator says it brings live work on purpose (`gormes import
 --live-work`): restoring a host's own export, say. History (ended jobs, removed
@@ -26,11 +27,13 @@ streams the import touched, and of runs only those the log held before.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gormes.actors.cron import rules as cron_rules
+from gormes.actors.runs.approval_book import approval_in
 from gormes.actors.jobs.state import evolve as evolve_job
-from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalRequested
+from gormes.events.approvals import APPROVALS_STREAM, Approval, ApprovalDecided, ApprovalRequested
 from gormes.events.cron import CRON_STREAM_PREFIX
 from gormes.events.jobs import JobSubmitted, job_stream
 from gormes.events.runs import TERMINAL_TYPES, RunStarted, run_stream
@@ -44,15 +47,19 @@ SHOWN = 3  # live items named in the refusal; the rest are counted
 
 
 class LiveWorkWatch:
-    """`within`: what a decision's request must be in to be history ("the file")."""
+    """`within`: what a decision's request must be in to be history ("the file").
+    `approval(tx, id)`: the approval as the import leaves it (`approval_in`)."""
 
-    def __init__(self, within: str = "the file") -> None:
+    def __init__(self, within: str = "the file",
+                 approval: Callable[[Any, str], Approval | None] = approval_in) -> None:
         self._within = within
+        self._approval = approval
         self._jobs_and_schedules: set[str] = set()
         self._runs_seen: set[str] = set()
         self._runs_held_before: set[str] = set()
+        self._approvals_before: int | None = None  # the stream's version when the import first touched it
         self._requested: set[str] = set()
-        self._decided: dict[str, str] = {}  # approval id -> decision, in file order
+        self._decided: dict[str, ApprovalDecided] = {}  # approval id -> its first decision in the file
 
     def see(self, tx: Any, line: ParsedLine) -> None:
         """Note `line`, before it is appended."""
@@ -65,10 +72,12 @@ class LiveWorkWatch:
                 if tx.stream_version(stream) > 0:
                     self._runs_held_before.add(stream)
         elif stream == APPROVALS_STREAM:
+            if self._approvals_before is None:
+                self._approvals_before = tx.stream_version(APPROVALS_STREAM)
             if isinstance(event, ApprovalRequested):
                 self._requested.add(event.approval_id)
             elif isinstance(event, ApprovalDecided):
-                self._decided.setdefault(event.approval_id, event.decision)
+                self._decided.setdefault(event.approval_id, event)
 
     def found(self, tx: Any) -> list[str]:
         """What the import leaves live, one phrase each ("job J (waiting, submitted
@@ -82,10 +91,27 @@ class LiveWorkWatch:
         for stream in sorted(self._runs_held_before):
             if _run_live([record.event for record in tx.read_stream(stream)]):
                 found.append(f"records for run {stream.removeprefix(RUN_STREAM_PREFIX)}, live here")
-        for approval_id, decision in self._decided.items():
+        held_upto = self._approvals_held_upto(tx)
+        for approval_id, decided in self._decided.items():
             if approval_id not in self._requested:
-                found.append(f"approval {approval_id} {decision}, its request not in {self._within}")
+                found.append(f"approval {approval_id} {decided.decision}, its request not in {self._within}")
+            elif held_upto and self._decides_one_pending_here(tx, decided, held_upto):
+                found.append(f"approval {approval_id} {decided.decision}, requested here")
         return found
+
+    def _approvals_held_upto(self, tx: Any) -> int:
+        """The position of the last approvals event the log held before the import
+        (0: none)."""
+        if not self._approvals_before:
+            return 0
+        return tx.read_stream(APPROVALS_STREAM, after_version=self._approvals_before - 1)[0].position
+
+    def _decides_one_pending_here(self, tx: Any, decided: ApprovalDecided, held_upto: int) -> bool:
+        """A file may hold a copy of a request pending here (its id is no secret):
+        its decision then decides the request here, and lets the held call run."""
+        approval = self._approval(tx, decided.approval_id)
+        return (approval is not None and approval.requested_position <= held_upto
+                and approval.decision == decided)
 
 
 def _job(events: list[Any]) -> str | None:
