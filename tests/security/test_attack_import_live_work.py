@@ -237,3 +237,31 @@ def test_a_decision_brought_with_a_copy_of_a_request_pending_here_is_refused(tmp
     assert done.returncode == 0, done.stderr
     listed = json.loads(run_gormes(target, "approvals", "list", "--status", "all", "--json").stdout)["approvals"]
     assert [(a["id"], a["status"]) for a in listed] == [("A1", "denied")]
+
+
+def budget_shown(db: Path, budget_id: str) -> dict:
+    shown = run_gormes(db, "budget", "show", budget_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    return json.loads(shown.stdout)
+
+
+def test_records_for_a_budget_held_here_are_refused(tmp_path: Path) -> None:
+    """A budget caps what the runs charged to it spend. A file's `budget.raised` (or
+    `budget.released`, a reservation given back) on a budget this log holds lifts
+    the operator's cap for them (decision 0068). A budget the file brings whole is
+    history: nothing here is charged to it."""
+    target, source = tmp_path / "target.db", tmp_path / "source.db"
+    for db in (target, source):
+        assert run_gormes(db, "budget", "set", "B", "--tokens", "1000").returncode == 0
+    assert run_gormes(source, "budget", "raise", "B", "--to", "1000000").returncode == 0
+    raised = [line for line in exported(source, "budget-B") if line["type"] == "budget.raised"]
+    file = write_jsonl(tmp_path / "raise.jsonl", raised)
+    error = assert_one_line_error(run_gormes(target, "import", str(file), "--ignore-versions"))
+    assert "records for budget B, held here" in error
+    assert budget_shown(target, "B")["tokens_cap"] == 1000
+
+    whole = write_jsonl(tmp_path / "whole.jsonl", exported(source, "budget-*"))
+    fresh = tmp_path / "fresh.db"
+    done = run_gormes(fresh, "import", str(whole))
+    assert done.returncode == 0, done.stderr
+    assert budget_shown(fresh, "B")["tokens_cap"] == 1000000
