@@ -12,6 +12,9 @@ import is refused when it leaves
   stream's events already in the log included);
 - a record on the stream of a run this log held before the import and that has
   not ended;
+- a record on the stream of a budget this log held before the import (a raise,
+  a reservation given back: the caps of the runs charged to it would lift;
+  decision 0068);
 - an approval decided in the file whose request is not in the file, or is a copy
   of one this log held pending (decision 0068: the id of a request is no secret),
 
@@ -22,7 +25,8 @@ before.
 
 `LiveWorkWatch` is shown each line before it is appended, then asked what the
 import left, inside the import's transaction. It reads only the job, cron and run
-streams the import touched, and of runs only those the log held before.
+streams the import touched, and of runs only those the log held before; of
+approvals, only those the file both requests and decides, once the log held any.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gormes.actors.cron import rules as cron_rules
-from gormes.actors.runs.approval_book import approval_in
 from gormes.actors.jobs.state import evolve as evolve_job
+from gormes.actors.runs.approval_book import approval_in
 from gormes.events.approvals import APPROVALS_STREAM, Approval, ApprovalDecided, ApprovalRequested
+from gormes.events.budgets import BUDGET_STREAM_PREFIX
+from gormes.events.budgets import INDEX_STREAM as BUDGET_INDEX_STREAM
 from gormes.events.cron import CRON_STREAM_PREFIX
 from gormes.events.jobs import JobSubmitted, job_stream
 from gormes.events.runs import TERMINAL_TYPES, RunStarted, run_stream
@@ -57,6 +63,8 @@ class LiveWorkWatch:
         self._jobs_and_schedules: set[str] = set()
         self._runs_seen: set[str] = set()
         self._runs_held_before: set[str] = set()
+        self._budgets_seen: set[str] = set()
+        self._budgets_held_before: set[str] = set()
         self._approvals_before: int | None = None  # the stream's version when the import first touched it
         self._requested: set[str] = set()
         self._decided: dict[str, ApprovalDecided] = {}  # approval id -> its first decision in the file
@@ -71,6 +79,11 @@ class LiveWorkWatch:
                 self._runs_seen.add(stream)
                 if tx.stream_version(stream) > 0:
                     self._runs_held_before.add(stream)
+        elif stream.startswith(BUDGET_STREAM_PREFIX) and stream != BUDGET_INDEX_STREAM:
+            if stream not in self._budgets_seen:
+                self._budgets_seen.add(stream)
+                if tx.stream_version(stream) > 0:
+                    self._budgets_held_before.add(stream)
         elif stream == APPROVALS_STREAM:
             if self._approvals_before is None:
                 self._approvals_before = tx.stream_version(APPROVALS_STREAM)
@@ -91,6 +104,8 @@ class LiveWorkWatch:
         for stream in sorted(self._runs_held_before):
             if _run_live([record.event for record in tx.read_stream(stream)]):
                 found.append(f"records for run {stream.removeprefix(RUN_STREAM_PREFIX)}, live here")
+        for stream in sorted(self._budgets_held_before):
+            found.append(f"records for budget {stream.removeprefix(BUDGET_STREAM_PREFIX)}, held here")
         held_upto = self._approvals_held_upto(tx)
         for approval_id, decided in self._decided.items():
             if approval_id not in self._requested:
