@@ -15,7 +15,7 @@ import pytest
 from cli_helpers import assert_one_line_error, json_lines, run_gormes, running_worker
 from pg_helpers import backend_store
 
-from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalRequested
+from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalRequested, ApprovalUsed
 from gormes.events.jsonl import parse_lines
 from gormes.events.runs import RunCompleted, RunStarted, run_stream
 from gormes.events.sqlite_log import SQLiteLog
@@ -213,9 +213,27 @@ def test_a_decision_on_an_approval_requested_here_is_refused(tmp_path: Path) -> 
     assert [(a["id"], a["status"]) for a in listed] == [("A1", "pending")]
 
 
-def test_an_approval_decided_within_the_file_is_history(tmp_path: Path) -> None:
-    file = write_jsonl(tmp_path / "both.jsonl", approval_lines(tmp_path / "source.db", with_request=True))
+def test_an_approval_decided_and_used_within_the_file_is_history(tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    lines = approval_lines(source, with_request=True)
+    append(source, APPROVALS_STREAM, ApprovalUsed(approval_id="A1", run_id="here", at=3))
+    file = write_jsonl(tmp_path / "used.jsonl", exported(source, APPROVALS_STREAM))
+    assert len(lines) == 2
     done = run_gormes(tmp_path / "target.db", "import", str(file))
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_approval_the_file_approved_for_a_run_and_never_used_is_refused(tmp_path: Path) -> None:
+    """A run's call held on an approval is made once its run is resumed or forked
+    (`runs resume --force`, `fork --yes`): the live part waits for that request's
+    decision, and the file's says approved, so the call would run with nobody here
+    asked (decision 0068). Denied, it lets nothing run."""
+    file = write_jsonl(tmp_path / "both.jsonl", approval_lines(tmp_path / "source.db", with_request=True))
+    error = assert_one_line_error(run_gormes(tmp_path / "target.db", "import", str(file)))
+    assert "approval A1 approved, for run here, not yet used" in error
+    denied = [dict(line, data=dict(line["data"], decision="denied")) if line["type"] == "approval.decided"
+              else line for line in json_lines(file.read_text())]
+    done = run_gormes(tmp_path / "other.db", "import", str(write_jsonl(tmp_path / "denied.jsonl", denied)))
     assert done.returncode == 0, done.stderr
 
 
