@@ -16,7 +16,9 @@ import is refused when it leaves
   a reservation given back: the caps of the runs charged to it would lift;
   decision 0068);
 - an approval decided in the file whose request is not in the file, or is a copy
-  of one this log held pending (decision 0068: the id of a request is no secret),
+  of one this log held pending (the id of a request is no secret), or that
+  approves a run's call not yet made (resuming or forking the run makes it; both
+  decision 0068),
 
 unless the operator says it brings live work on purpose (`gormes import
 --live-work`): restoring a host's own export, say. History (ended jobs, removed
@@ -110,8 +112,8 @@ class LiveWorkWatch:
         for approval_id, decided in self._decided.items():
             if approval_id not in self._requested:
                 found.append(f"approval {approval_id} {decided.decision}, its request not in {self._within}")
-            elif held_upto and self._decides_one_pending_here(tx, decided, held_upto):
-                found.append(f"approval {approval_id} {decided.decision}, requested here")
+            elif phrase := self._decision_that_acts(tx, decided, held_upto):
+                found.append(phrase)
         return found
 
     def _approvals_held_upto(self, tx: Any) -> int:
@@ -121,12 +123,26 @@ class LiveWorkWatch:
             return 0
         return tx.read_stream(APPROVALS_STREAM, after_version=self._approvals_before - 1)[0].position
 
-    def _decides_one_pending_here(self, tx: Any, decided: ApprovalDecided, held_upto: int) -> bool:
-        """A file may hold a copy of a request pending here (its id is no secret):
-        its decision then decides the request here, and lets the held call run."""
+    def _decision_that_acts(self, tx: Any, decided: ApprovalDecided, held_upto: int) -> str | None:
+        """A decision the file brings with its request, when it stands (the request
+        was pending before) and lets a call run:
+
+        - the request is a copy of one pending here (its id is no secret): the call
+          held here runs;
+        - it approves a run's call not yet made (no `approval.used`): resuming or
+          forking that run makes the call with nobody here asked."""
+        if not held_upto and decided.decision != "approved":
+            return None
         approval = self._approval(tx, decided.approval_id)
-        return (approval is not None and approval.requested_position <= held_upto
-                and approval.decision == decided)
+        if approval is None or approval.decision != decided:
+            return None
+        said = f"approval {decided.approval_id} {decided.decision}"
+        if held_upto and approval.requested_position <= held_upto:
+            return f"{said}, requested here"
+        run_id = approval.request.run_id
+        if decided.decision == "approved" and run_id is not None and approval.used_by is None:
+            return f"{said}, for run {run_id}, not yet used"
+        return None
 
 
 def _job(events: list[Any]) -> str | None:
