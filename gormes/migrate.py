@@ -14,10 +14,11 @@ A target that already holds events is accepted only if they are an exact prefix
 of the source (a migration that was interrupted, or is run again): the copy then
 continues after them. Anything else is refused before a row is written. Such a
 continuation writes into a log that may have been run since, and what it adds is
-checked as an import of it would be: live work (a job not ended, a schedule not
-removed, a record for a run the target holds running, a decision whose request is
-not in what is added) is refused unless `live_work` is given (decision 0068). A
-migration into an empty target moves a whole log and keeps its live work.
+checked as an import of it would be (gormes/tools/import_live_work.py): live
+work (a job not ended, a schedule not removed, a record for a run the target holds
+running or a budget it holds, a decision that would let a call run) is refused
+unless `live_work` is given (decision 0068). A migration into an empty target
+moves a whole log and keeps its live work.
 Projection tables and tracking rows are not copied: projections rebuild from the
 log on the target. The approvals index is built there at the end of the copy,
 from the target's own events (decision 0057), so the target's approval reads
@@ -36,6 +37,8 @@ import msgspec
 import psycopg
 
 from gormes.errors import StoreError, UserError
+from gormes.events.approvals import Approval
+from gormes.events.jsonl import ParsedLine
 from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch
 from gormes.events.postgres_schema import (
     channel_name,
@@ -45,8 +48,6 @@ from gormes.events.postgres_schema import (
     redact,
 )
 from gormes.events.sqlite_log import SQLiteLog
-from gormes.events.approvals import Approval
-from gormes.events.jsonl import ParsedLine
 from gormes.events.store import EventLog
 from gormes.projections import approval_index
 from gormes.tools.import_live_work import LiveWorkWatch, refusal

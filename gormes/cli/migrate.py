@@ -16,8 +16,9 @@ import click
               metavar="N", help="Events per transaction on the target.")
 @click.option("--live-work", is_flag=True,
               help="Continue into a non-empty target even if what is copied leaves live work there: a job "
-                   "not ended, a cron schedule not removed, a record for a run running there, an approval's "
-                   "decision (its workers and daemon would act on it with the trust it names).")
+                   "not ended, a cron schedule not removed, a record for a run running there or a budget "
+                   "held there, an approval's decision that lets a call run (its workers, daemon and runs "
+                   "would act on it with the trust it names).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as one JSON object.")
 def migrate(source: str, target: str, batch: int, live_work: bool, as_json: bool) -> None:

@@ -108,7 +108,8 @@ class LiveWorkWatch:
                 found.append(f"records for run {stream.removeprefix(RUN_STREAM_PREFIX)}, live here")
         for stream in sorted(self._budgets_held_before):
             found.append(f"records for budget {stream.removeprefix(BUDGET_STREAM_PREFIX)}, held here")
-        held_upto = self._approvals_held_upto(tx)
+        brought_whole = any(approval_id in self._requested for approval_id in self._decided)
+        held_upto = self._approvals_held_upto(tx) if brought_whole else 0
         for approval_id, decided in self._decided.items():
             if approval_id not in self._requested:
                 found.append(f"approval {approval_id} {decided.decision}, its request not in {self._within}")
