@@ -12,7 +12,13 @@ position order, computed on each side from that side's own rows.
 
 A target that already holds events is accepted only if they are an exact prefix
 of the source (a migration that was interrupted, or is run again): the copy then
-continues after them. Anything else is refused before a row is written.
+continues after them. Anything else is refused before a row is written. Such a
+continuation writes into a log that may have been run since, and what it adds is
+checked as an import of it would be (gormes/tools/import_live_work.py): live
+work (a job not ended, a schedule not removed, a record for a run the target holds
+running or a budget it holds, a decision that would let a call run) is refused
+unless `live_work` is given (decision 0068). A migration into an empty target
+moves a whole log and keeps its live work.
 Projection tables and tracking rows are not copied: projections rebuild from the
 log on the target. The approvals index is built there at the end of the copy,
 from the target's own events (decision 0057), so the target's approval reads
@@ -31,6 +37,8 @@ import msgspec
 import psycopg
 
 from gormes.errors import StoreError, UserError
+from gormes.events.approvals import Approval
+from gormes.events.jsonl import ParsedLine
 from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch
 from gormes.events.postgres_schema import (
     channel_name,
@@ -42,6 +50,7 @@ from gormes.events.postgres_schema import (
 from gormes.events.sqlite_log import SQLiteLog
 from gormes.events.store import EventLog
 from gormes.projections import approval_index
+from gormes.tools.import_live_work import LiveWorkWatch, refusal
 
 BATCH = 5000
 
@@ -120,7 +129,8 @@ class Migration:
 
     @classmethod
     @contextmanager
-    def open(cls, source_path: str | PathLike[str], target_url: str) -> Iterator[Migration]:
+    def open(cls, source_path: str | PathLike[str], target_url: str, *,
+             live_work: bool = False) -> Iterator[Migration]:
         source = SQLiteLog(source_path, readonly=True, create=False)
         try:
             conn = connect(target_url, application_name="gormes-migrate")
@@ -128,6 +138,8 @@ class Migration:
                 prepare(conn, target_url, create=True)
                 migration = cls(source, PostgresLog(conn), str(source_path), target_url)
                 migration.check_target_is_a_prefix()
+                if not live_work:
+                    migration.check_no_live_work_added()
                 yield migration
             except psycopg.Error as exc:
                 raise StoreError(f"database error on {redact(target_url)}: {first_line(exc)}") from None
@@ -154,6 +166,16 @@ class Migration:
         ours = summarize(row_pages(self.source, 0, self.target_head))
         if theirs != ours:
             raise refuse
+
+    def check_no_live_work_added(self) -> None:
+        """Refuse a continuation whose events leave live work in the target (what
+        `events.import` refuses), before a row is written."""
+        if self.already_present == 0 or self.remaining == 0:
+            return
+        found = live_work_in_copy(self.source, self.target, self.target_head, self.source_head)
+        if found:
+            raise UserError(refusal(f"{self.source_name} after position {self.target_head}", found,
+                                    done="copied", do="Copy", source="it"))
 
     def copy(self, progress: Callable[[int], Any] | None = None, batch: int = BATCH) -> int:
         """Copy the source's events after the target's head, then index the
@@ -220,3 +242,38 @@ class Migration:
             sha256=ours.sha256,
             verified=True,
         )
+
+
+class _AsCopied:
+    """What `LiveWorkWatch` asks of the transaction an import runs in, for a copy
+    that leaves the target equal to the source: a stream's version as the target
+    holds it before the copy, and its events as the source holds them (the
+    target's after the copy)."""
+
+    def __init__(self, source: SQLiteLog, target: PostgresLog) -> None:
+        self.source = source
+        self.target = target
+
+    def stream_version(self, stream: str) -> int:
+        return self.target.stream_version(stream)
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[Any]:
+        return self.source.read_stream(stream, after_version)
+
+    def approval(self, _tx: Any, approval_id: str) -> Approval | None:
+        return approval_index.approval_on(self.source.sql, self.source.decode, approval_id)
+
+
+def live_work_in_copy(source: SQLiteLog, target: PostgresLog, after: int, upto: int) -> list[str]:
+    """The live work the source's events in (after, upto] leave in the target once
+    copied (`LiveWorkWatch`'s phrases; empty for history)."""
+    as_copied = _AsCopied(source, target)
+    watch = LiveWorkWatch(within="what is copied", approval=as_copied.approval)
+    while after < upto:
+        records = source.decode(source.select_rows(after, BATCH, upto=upto))
+        if not records:
+            break
+        for record in records:
+            watch.see(as_copied, ParsedLine(record.position, record.stream, record.event, record.version))
+        after = records[-1].position
+    return watch.found(as_copied)

@@ -1,9 +1,10 @@
 """`gormes append STREAM TYPE --data JSON`: append one typed event.
 
 The CLI refuses text that is not JSON before the database is opened; the rules
-(no audit records, no unknown fields, the nesting limit, the type's schema) are
-the `events.append` operation's (gormes/tools/log_admin.py), run through the audited
-executor as the operator: a write or a refusal is one audit event.
+(no audit records, no unknown fields, the nesting limit, the type's schema, no
+live work unless --live-work) are the `events.append` operation's
+(gormes/tools/log_admin.py), run through the audited executor as the operator: a
+write or a refusal is one audit event.
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ from gormes.cli.params import POSITION
               help="The event's fields as a JSON object; '-' reads it from stdin.")
 @click.option("--expected-version", type=POSITION, default=None, metavar="N",
               help="Fail (writing nothing) unless STREAM is at version N; 0 = a new stream.")
+@click.option("--live-work", is_flag=True,
+              help="Append it even if it leaves live work here: a job not ended, a cron schedule not "
+                   "removed, a record for a run running here or a budget held here, or an approval's "
+                   "decision (a worker, the daemon or the run would act on it with the trust it names).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the appended event as one JSON line (the shape of `gormes tail --json`).")
 @click.pass_obj
 def append(obj, stream: str, type_: str, data: str, expected_version: int | None,
-           as_json: bool) -> None:
+           live_work: bool, as_json: bool) -> None:
     """Append one event of TYPE to STREAM (see `gormes types` for the types)."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli import output
@@ -42,7 +47,8 @@ def append(obj, stream: str, type_: str, data: str, expected_version: int | None
         data = sys.stdin.read()
     check_well_formed(data, type_)
     load_all()
-    value = EventAppendInput(stream=stream, type=type_, data=data, expected_version=expected_version)
+    value = EventAppendInput(stream=stream, type=type_, data=data, expected_version=expected_version,
+                             live_work=live_work)
 
     async def work(door):
         appended = await door.call("events.append", value)

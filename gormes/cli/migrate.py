@@ -14,16 +14,23 @@ import click
               help="The PostgreSQL database (empty, or holding an exact prefix of the source).")
 @click.option("--batch", type=click.IntRange(min=1), default=5000, show_default=True,
               metavar="N", help="Events per transaction on the target.")
+@click.option("--live-work", is_flag=True,
+              help="Continue into a non-empty target even if what is copied leaves live work there: a job "
+                   "not ended, a cron schedule not removed, a record for a run running there or a budget "
+                   "held there, an approval's decision that lets a call run (its workers, daemon and runs "
+                   "would act on it with the trust it names).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as one JSON object.")
-def migrate(source: str, target: str, batch: int, as_json: bool) -> None:
+def migrate(source: str, target: str, batch: int, live_work: bool, as_json: bool) -> None:
     """Copy the event log from SQLite to PostgreSQL with positions preserved.
 
     The copy goes in batches (a progress bar on a terminal) and is then verified:
     the event counts and a SHA-256 over (position, stream, version, type,
     type_version, data) in position order, computed on each side, must agree. A
     target that already holds events is refused unless they are an exact prefix
-    of the source, in which case the copy continues after them. Projections are
+    of the source, in which case the copy continues after them, refusing live
+    work in what it adds unless --live-work (an empty target takes a whole log,
+    live work and all). Projections are
     not copied: they rebuild from the log. The approvals index is built on the
     target at the end of the copy.
     """
@@ -38,7 +45,7 @@ def migrate(source: str, target: str, batch: int, as_json: bool) -> None:
         raise UserError("--from must be an SQLite database (sqlite:PATH), not a PostgreSQL URL")
     if not is_postgres_url(target):
         raise UserError(f"--to must be a postgresql:// URL, not {target!r}")
-    with Migration.open(sqlite_path(source), target) as migration:
+    with Migration.open(sqlite_path(source), target, live_work=live_work) as migration:
         show_progress = not as_json and sys.stderr.isatty() and migration.remaining > 0
         if show_progress:
             with click.progressbar(length=migration.remaining, label="copying events",

@@ -87,6 +87,14 @@ class Transaction(Protocol):
         whole, or only the events after its version in `after`."""
         ...
 
+    def read_page(
+        self, after_position: int, limit: int, types: Sequence[str] | None = None
+    ) -> tuple[list[Recorded], int]:
+        """(events, scanned up to): at most `limit` events past `after_position`
+        (with `types`, only those), seeing every write of the transaction and of
+        the group before it; `scanned` is where a fold that read them moves to."""
+        ...
+
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = ANY
     ) -> AppendResult: ...

@@ -61,6 +61,20 @@ class BatchTransaction:
                 self._batch.learn_version(stream, records[-1].version if records else 0)
         return found
 
+    def read_page(
+        self, after_position: int, limit: int, types: Sequence[str] | None = None
+    ) -> tuple[list[Recorded], int]:
+        log = self._batch.log
+
+        def read() -> tuple[list[Recorded], int]:
+            head = log.head()
+            upto = min(head, after_position + limit) if types else head
+            rows = log.select_rows(after_position, limit, types, upto=upto)
+            scanned = rows[-1][0] if len(rows) == limit else max(upto, after_position)
+            return log.decode(rows), scanned
+
+        return self._batch.flush(read)  # type: ignore[return-value]
+
     def append(
         self, stream: str, events: Sequence[Event], expected_version: int | None = None
     ) -> AppendResult:

@@ -183,16 +183,21 @@ class MemoryWriter:
         self.store = store
         self.clock = clock
 
-    async def append(self, scope: str, events: Sequence[Event], *, seal: Seal | None = None) -> AppendResult:
+    async def append(self, scope: str, events: Sequence[Event], *, seal: Seal | None = None,
+                     check: Callable[[Transaction], None] | None = None) -> AppendResult:
         """`seal(tx)`: also written in the append's transaction (an operation call's
-        audit record, `OperationContext.seal_into`)."""
+        audit record, `OperationContext.seal_into`). `check(tx)`: run in it before
+        the append, which it may refuse by raising (nothing is then written)."""
         stream = memory_stream(check_scope(scope))
-        if seal is None:
+        if seal is None and check is None:
             return await self.store.append(stream, list(events))
 
         def write(tx: Transaction) -> AppendResult:
+            if check is not None:
+                check(tx)
             appended = tx.append(stream, list(events))
-            seal(tx)
+            if seal is not None:
+                seal(tx)
             return appended
 
         return await self.store.transact(write)

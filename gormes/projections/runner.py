@@ -241,17 +241,13 @@ class ProjectionRunner:
 
     def _apply_batch(self, tx: Transaction, page: _Page) -> int:
         """In the writer thread: apply and advance tracking, in one transaction."""
-        conn, name, scanned = tx.conn, self.projection.name, page.scanned
-        current = bookkeeping.tracked_position(conn, name)
+        current = bookkeeping.tracked_position(tx.conn, self.projection.name)
         if current != page.after:
             # Another runner (another process, a rebuild) moved it: resume from there
             # rather than apply these events a second time.
             return current
-        if page.records:
-            self.projection.apply(conn, page.records)
-        bookkeeping.set_position(conn, name, scanned)
-        bookkeeping.resolve_failures(conn, name, tx.now, applied_upto=scanned)
-        return scanned
+        _apply_in(tx, self.projection, page.records, page.scanned)
+        return page.scanned
 
     async def _fail(self, after: int, scanned: int, exc: Exception) -> ProjectionError:
         """Record a failed batch where status and the doctor will see it; wake waiters."""
@@ -279,6 +275,31 @@ class ProjectionRunner:
     def _wake(self) -> None:
         self._moved.set()
         self._moved = trio.Event()
+
+
+def catch_up_in(tx: Transaction, projection: Projection) -> int:
+    """Fold what the log holds past `projection`'s tracked position into its
+    tables, inside `tx`; return the position. Under the transaction's write lock
+    nothing can be appended meanwhile, so a read of the tables that follows sees
+    the log exactly as the transaction's own appends will follow it (a check and
+    the write it allows as one step). Its cost is what came since the last fold:
+    catch the runner up first so that little is left."""
+    types = getattr(projection, "types", None)
+    position = bookkeeping.tracked_position(tx.conn, projection.name)
+    while True:
+        records, scanned = tx.read_page(position, BATCH, types)
+        if scanned <= position:
+            return position
+        _apply_in(tx, projection, records, scanned)
+        position = scanned
+
+
+def _apply_in(tx: Transaction, projection: Projection, records: list[Recorded], scanned: int) -> None:
+    conn = tx.conn
+    if records:
+        projection.apply(conn, records)
+    bookkeeping.set_position(conn, projection.name, scanned)
+    bookkeeping.resolve_failures(conn, projection.name, tx.now, applied_upto=scanned)
 
 
 def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:

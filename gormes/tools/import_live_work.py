@@ -12,7 +12,13 @@ import is refused when it leaves
   stream's events already in the log included);
 - a record on the stream of a run this log held before the import and that has
   not ended;
-- an approval decided in the file whose request is not in the file,
+- a record on the stream of a budget this log held before the import (a raise,
+  a reservation given back: the caps of the runs charged to it would lift;
+  decision 0068);
+- an approval decided in the file whose request is not in the file, or is a copy
+  of one this log held pending (the id of a request is no secret), or that
+  approves a run's call not yet made (resuming or forking the run makes it; both
+  decision 0068),
 
 unless the operator says it brings live work on purpose (`gormes import
 --live-work`): restoring a host's own export, say. History (ended jobs, removed
@@ -21,16 +27,21 @@ before.
 
 `LiveWorkWatch` is shown each line before it is appended, then asked what the
 import left, inside the import's transaction. It reads only the job, cron and run
-streams the import touched, and of runs only those the log held before.
+streams the import touched, and of runs only those the log held before; of
+approvals, only those the file both requests and decides, once the log held any.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gormes.actors.cron import rules as cron_rules
 from gormes.actors.jobs.state import evolve as evolve_job
-from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalRequested
+from gormes.actors.runs.approval_book import approval_in
+from gormes.events.approvals import APPROVALS_STREAM, Approval, ApprovalDecided, ApprovalRequested
+from gormes.events.budgets import BUDGET_STREAM_PREFIX
+from gormes.events.budgets import INDEX_STREAM as BUDGET_INDEX_STREAM
 from gormes.events.cron import CRON_STREAM_PREFIX
 from gormes.events.jobs import JobSubmitted, job_stream
 from gormes.events.runs import TERMINAL_TYPES, RunStarted, run_stream
@@ -44,12 +55,21 @@ SHOWN = 3  # live items named in the refusal; the rest are counted
 
 
 class LiveWorkWatch:
-    def __init__(self) -> None:
+    """`within`: what a decision's request must be in to be history ("the file").
+    `approval(tx, id)`: the approval as the import leaves it (`approval_in`)."""
+
+    def __init__(self, within: str = "the file",
+                 approval: Callable[[Any, str], Approval | None] = approval_in) -> None:
+        self._within = within
+        self._approval = approval
         self._jobs_and_schedules: set[str] = set()
         self._runs_seen: set[str] = set()
         self._runs_held_before: set[str] = set()
+        self._budgets_seen: set[str] = set()
+        self._budgets_held_before: set[str] = set()
+        self._approvals_before: int | None = None  # the stream's version when the import first touched it
         self._requested: set[str] = set()
-        self._decided: dict[str, str] = {}  # approval id -> decision, in file order
+        self._decided: dict[str, ApprovalDecided] = {}  # approval id -> its first decision in the file
 
     def see(self, tx: Any, line: ParsedLine) -> None:
         """Note `line`, before it is appended."""
@@ -61,11 +81,18 @@ class LiveWorkWatch:
                 self._runs_seen.add(stream)
                 if tx.stream_version(stream) > 0:
                     self._runs_held_before.add(stream)
+        elif stream.startswith(BUDGET_STREAM_PREFIX) and stream != BUDGET_INDEX_STREAM:
+            if stream not in self._budgets_seen:
+                self._budgets_seen.add(stream)
+                if tx.stream_version(stream) > 0:
+                    self._budgets_held_before.add(stream)
         elif stream == APPROVALS_STREAM:
+            if self._approvals_before is None:
+                self._approvals_before = tx.stream_version(APPROVALS_STREAM)
             if isinstance(event, ApprovalRequested):
                 self._requested.add(event.approval_id)
             elif isinstance(event, ApprovalDecided):
-                self._decided.setdefault(event.approval_id, event.decision)
+                self._decided.setdefault(event.approval_id, event)
 
     def found(self, tx: Any) -> list[str]:
         """What the import leaves live, one phrase each ("job J (waiting, submitted
@@ -79,10 +106,44 @@ class LiveWorkWatch:
         for stream in sorted(self._runs_held_before):
             if _run_live([record.event for record in tx.read_stream(stream)]):
                 found.append(f"records for run {stream.removeprefix(RUN_STREAM_PREFIX)}, live here")
-        for approval_id, decision in self._decided.items():
+        for stream in sorted(self._budgets_held_before):
+            found.append(f"records for budget {stream.removeprefix(BUDGET_STREAM_PREFIX)}, held here")
+        brought_whole = any(approval_id in self._requested for approval_id in self._decided)
+        held_upto = self._approvals_held_upto(tx) if brought_whole else 0
+        for approval_id, decided in self._decided.items():
             if approval_id not in self._requested:
-                found.append(f"approval {approval_id} {decision}, its request not in the file")
+                found.append(f"approval {approval_id} {decided.decision}, its request not in {self._within}")
+            elif phrase := self._decision_that_acts(tx, decided, held_upto):
+                found.append(phrase)
         return found
+
+    def _approvals_held_upto(self, tx: Any) -> int:
+        """The position of the last approvals event the log held before the import
+        (0: none)."""
+        if not self._approvals_before:
+            return 0
+        return tx.read_stream(APPROVALS_STREAM, after_version=self._approvals_before - 1)[0].position
+
+    def _decision_that_acts(self, tx: Any, decided: ApprovalDecided, held_upto: int) -> str | None:
+        """A decision the file brings with its request, when it stands (the request
+        was pending before) and lets a call run:
+
+        - the request is a copy of one pending here (its id is no secret): the call
+          held here runs;
+        - it approves a run's call not yet made (no `approval.used`): resuming or
+          forking that run makes the call with nobody here asked."""
+        if not held_upto and decided.decision != "approved":
+            return None
+        approval = self._approval(tx, decided.approval_id)
+        if approval is None or approval.decision != decided:
+            return None
+        said = f"approval {decided.approval_id} {decided.decision}"
+        if held_upto and approval.requested_position <= held_upto:
+            return f"{said}, requested here"
+        run_id = approval.request.run_id
+        if decided.decision == "approved" and run_id is not None and approval.used_by is None:
+            return f"{said}, for run {run_id}, not yet used"
+        return None
 
 
 def _job(events: list[Any]) -> str | None:
@@ -112,8 +173,11 @@ def _schedule(events: list[Any]) -> str | None:
     return f"cron schedule {state.name} ({state.status})"
 
 
-def refusal(name: str, found: list[str]) -> str:
+def refusal(name: str, found: list[str], *, done: str = "imported", do: str = "Import",
+            source: str = "the file") -> str:
+    """The one line refusing live work: `name` holds it; once `done` it acts here;
+    `do` it only with --live-work."""
     shown = ", ".join(found[:SHOWN]) + (f" and {len(found) - SHOWN} more" if len(found) > SHOWN else "")
-    return (f"{name} holds live work: {shown}; once imported, it acts here with the trust its records"
-            " name, whoever wrote the file. Import it only if you would run it: --live-work."
-            " Nothing was imported")
+    return (f"{name} holds live work: {shown}; once {done}, it acts here with the trust its records"
+            f" name, whoever wrote {source}. {do} it only if you would run it: --live-work."
+            f" Nothing was {done}")

@@ -14,10 +14,10 @@ its input; the rules are here:
   the path of a JSONL file it streams, and appends them all or none. Audit records in an import are accepted as they are:
   restoring an export restores its audit trail, and a forged or edited record
   breaks the hash chain, which `gormes audit verify` reports;
-- import refuses live work unless `live_work` is set (a job not ended, a cron
-  schedule not removed, a record for a run running here, a decision on an
+- import and append refuse live work unless `live_work` is set (a job not ended,
+  a cron schedule not removed, a record for a run running here, a decision on an
   approval requested here): it would act with the trust its records name
-  (gormes/tools/import_live_work.py).
+  (gormes/tools/import_live_work.py; decisions 0059 and 0068).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class EventAppendInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     type: str
     data: str = "{}"  # JSON text: checked for nesting before it is decoded
     expected_version: Version | None = None
+    live_work: bool = False  # a job not ended, a schedule not removed...: refused without it
 
 
 class EventAppended(msgspec.Struct, kw_only=True):
@@ -81,10 +82,18 @@ def event_from(type_: str, stream: str, data: str) -> Event:
 
 
 async def events_append(ctx: OperationContext, value: EventAppendInput) -> EventAppended:
+    # Lazy for start-up time: loaded on first use, not with the registry.
+    from gormes.events.jsonl import ParsedLine
+    from gormes.tools.import_live_work import LiveWorkWatch, refusal
+
     event = event_from(value.type, value.stream, value.data)
 
     def write(tx: Any) -> Any:
+        watch = LiveWorkWatch(within="the append")
+        watch.see(tx, ParsedLine(1, value.stream, event, None))
         result = tx.append(value.stream, [event], value.expected_version)
+        if not value.live_work and (found := watch.found(tx)):
+            raise UserError(refusal("the event", found, done="appended", do="Append", source="it"))
         ctx.seal_into(tx)  # the change and its audit record commit together
         return result
 

@@ -10,7 +10,8 @@ What a non-operator, non-system caller remembers is recorded `unreviewed`.
 Each untrusted class (every gateway together, every child agent together: an MCP
 client names itself) holds at most `GORMES_GATEWAY_MAX_FACTS` live facts and
 relationships, and may not remember again what was forgotten or another class
-recorded (`check_held`, decision 0061): memory streams are never retained.
+recorded (`check_held`, decision 0061): memory streams are never retained. The count
+is read in the transaction that appends, under its write lock (decision 0068).
 
 memory.extract reads a whole run and calls a model: operator and system only,
 and not offered to models.
@@ -18,9 +19,10 @@ and not offered to models.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 
@@ -36,7 +38,7 @@ from gormes.ops.spec import (
     OperationUnavailable,
 )
 from gormes.projections.memory import held_by, memory_projection, recorded_from
-from gormes.projections.runner import ProjectionRunner
+from gormes.projections.runner import ProjectionRunner, catch_up_in
 from gormes.providers import open_provider
 from gormes.recall.api import (
     CROSS_SCOPE_TRUST,
@@ -49,6 +51,9 @@ from gormes.recall.api import (
 )
 from gormes.settings import count_setting
 from gormes.tools.job_trust import privileged
+
+if TYPE_CHECKING:
+    from gormes.events.store import Transaction
 
 EVERYONE = frozenset({"operator", "gateway", "child-agent", "system"})
 NAMES_ITS_SCOPE = frozenset({"operator", "system"})
@@ -145,25 +150,26 @@ def max_facts() -> int:
     return count_setting(None, MAX_FACTS_ENV, os.environ, MAX_FACTS_ENV, DEFAULT_MAX_FACTS)
 
 
-async def check_held(ctx: OperationContext, facts: list[str], relationships: list[str]) -> None:
+async def caught_up(ctx: OperationContext) -> None:
+    """Fold into the memory projection what came since it last did (what recall
+    would fold next), so that the fold a capped remember does under its write
+    lock (`check_held`) is of the few events that came since."""
+    store = _store(ctx)
+    await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
+
+
+def check_held(tx: Transaction, *, caller: Caller, cap: int, facts: list[str], relationships: list[str]) -> None:
     """Refuse a gateway or child agent whose class would hold more than the cap once
-    these facts and relationships are remembered. Counted before the append, so
-    concurrent remembers may pass it by as many as they are.
+    these facts and relationships are remembered. Run in the transaction that then
+    appends them: the projection is folded to the log's head there, under the write
+    lock, so concurrent remembers are counted one after the other (decision 0068).
 
     What it remembers must count against its class: a forgotten item stays
     forgotten (its repeat would go into the log and count nowhere), and another
     class's (a subagent of a gateway's run shares its scope) counts in that class."""
-    trust = ctx.caller.trust
-    if privileged(ctx.caller):
-        return
-    cap = max_facts()
-    store = _store(ctx)
-    # The projection's count is current once it has folded what came since it last
-    # did (what recall would fold next); the count itself reads an index.
-    await ProjectionRunner(store, memory_projection).catch_up(upto=await store.head())
-    held, found = await store.read_sql(
-        lambda conn: (held_by(conn, trust), recorded_from(conn, facts, relationships))
-    )
+    trust = caller.trust
+    catch_up_in(tx, memory_projection)
+    held, found = held_by(tx.conn, trust), recorded_from(tx.conn, facts, relationships)
     for item, (source, forgotten) in found.items():
         if forgotten:
             raise OperationDenied(f"a {trust!r} caller may not remember {item} again: it was forgotten")
@@ -215,10 +221,14 @@ async def memory_remember(ctx: OperationContext, value: RememberInput) -> Rememb
         fact: MemoryFactRecorded = events[-1]  # type: ignore[assignment]  (the builder's last)
         facts.append(fact.fact_id)
         state = fact.review_state
-    await check_held(ctx, facts, relationships)
+    check = None
+    if not privileged(caller):
+        cap = max_facts()  # a bad setting is refused before anything is folded
+        await caught_up(ctx)
+        check = functools.partial(check_held, caller=caller, cap=cap, facts=facts, relationships=relationships)
     # One append, the call's audit record sealed into it: a relation and a fact are
     # remembered together or not at all, and never unaudited.
-    await MemoryWriter(_store(ctx), clock=ctx.clock).append(scope, events, seal=ctx.seal_into)
+    await MemoryWriter(_store(ctx), clock=ctx.clock).append(scope, events, seal=ctx.seal_into, check=check)
     return RememberOutput(scope=scope, ids=relationships + facts, review_state=state)
 
 

@@ -374,7 +374,11 @@ async def test_a_transaction_offers_the_same_members_on_both(store):
         tx.append_many([AppendRequest("a", [note("1")], 0), AppendRequest("b", [note("2"), note("3")], 0)])
         streams = tx.read_streams(["b", "a", "none"])
         appended = tx.append("a", [note("4")], 1)  # the version read_streams found
+        page, scanned = tx.read_page(1, 10)  # sees the append just staged
+        first, first_scanned = tx.read_page(0, 2, types=["note.*"])
         return {
+            "page": ([r.event.text for r in page], scanned),
+            "first": ([r.position for r in first], first_scanned),
             "dialect": tx.dialect,
             "now": tx.now,
             "streams": {s: [r.event.text for r in rs] for s, rs in streams.items()},
@@ -386,7 +390,8 @@ async def test_a_transaction_offers_the_same_members_on_both(store):
     got = await store.transact(work)
     assert isinstance(got.pop("now"), float)
     assert got == {"dialect": store.dialect, "streams": {"b": ["2", "3"], "a": ["1"], "none": []},
-                   "version": 2, "conn": 2, "appended": (4, 2)}
+                   "version": 2, "conn": 2, "appended": (4, 2),
+                   "page": (["2", "3", "4"], 4), "first": ([1, 2], 2)}
     recorded = await store.read_all()
     assert len({r.recorded_at for r in recorded}) == 1  # the transaction's one `now`
 

@@ -15,7 +15,7 @@ import pytest
 from cli_helpers import assert_one_line_error, json_lines, run_gormes, running_worker
 from pg_helpers import backend_store
 
-from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalRequested
+from gormes.events.approvals import APPROVALS_STREAM, ApprovalDecided, ApprovalRequested, ApprovalUsed
 from gormes.events.jsonl import parse_lines
 from gormes.events.runs import RunCompleted, RunStarted, run_stream
 from gormes.events.sqlite_log import SQLiteLog
@@ -213,7 +213,73 @@ def test_a_decision_on_an_approval_requested_here_is_refused(tmp_path: Path) -> 
     assert [(a["id"], a["status"]) for a in listed] == [("A1", "pending")]
 
 
-def test_an_approval_decided_within_the_file_is_history(tmp_path: Path) -> None:
-    file = write_jsonl(tmp_path / "both.jsonl", approval_lines(tmp_path / "source.db", with_request=True))
+def test_an_approval_decided_and_used_within_the_file_is_history(tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    lines = approval_lines(source, with_request=True)
+    append(source, APPROVALS_STREAM, ApprovalUsed(approval_id="A1", run_id="here", at=3))
+    file = write_jsonl(tmp_path / "used.jsonl", exported(source, APPROVALS_STREAM))
+    assert len(lines) == 2
     done = run_gormes(tmp_path / "target.db", "import", str(file))
     assert done.returncode == 0, done.stderr
+
+
+def test_an_approval_the_file_approved_for_a_run_and_never_used_is_refused(tmp_path: Path) -> None:
+    """A run's call held on an approval is made once its run is resumed or forked
+    (`runs resume --force`, `fork --yes`): the live part waits for that request's
+    decision, and the file's says approved, so the call would run with nobody here
+    asked (decision 0068). Denied, it lets nothing run."""
+    file = write_jsonl(tmp_path / "both.jsonl", approval_lines(tmp_path / "source.db", with_request=True))
+    error = assert_one_line_error(run_gormes(tmp_path / "target.db", "import", str(file)))
+    assert "approval A1 approved, for run here, not yet used" in error
+    denied = [dict(line, data=dict(line["data"], decision="denied")) if line["type"] == "approval.decided"
+              else line for line in json_lines(file.read_text())]
+    done = run_gormes(tmp_path / "other.db", "import", str(write_jsonl(tmp_path / "denied.jsonl", denied)))
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_decision_brought_with_a_copy_of_a_request_pending_here_is_refused(tmp_path: Path) -> None:
+    """The file says it holds the request too: a copy of the one pending here (its id
+    is shown to whoever watches the run ask). The decision still lets the held call
+    run, so it is live work (decision 0068); a copy of a request already decided here
+    changes nothing and imports as history."""
+    target = tmp_path / "target.db"
+    approval_lines(target, with_request=False)  # A1, pending here
+    file = write_jsonl(tmp_path / "both.jsonl", approval_lines(tmp_path / "other.db", with_request=True))
+    error = assert_one_line_error(run_gormes(target, "import", str(file), "--ignore-versions"))
+    assert "approval A1 approved, requested here" in error
+    listed = json.loads(run_gormes(target, "approvals", "list", "--json").stdout)["approvals"]
+    assert [(a["id"], a["status"]) for a in listed] == [("A1", "pending")]
+
+    assert run_gormes(target, "deny", "A1", "--reason", "no").returncode == 0
+    done = run_gormes(target, "import", str(file), "--ignore-versions")
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(run_gormes(target, "approvals", "list", "--status", "all", "--json").stdout)["approvals"]
+    assert [(a["id"], a["status"]) for a in listed] == [("A1", "denied")]
+
+
+def budget_shown(db: Path, budget_id: str) -> dict:
+    shown = run_gormes(db, "budget", "show", budget_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    return json.loads(shown.stdout)
+
+
+def test_records_for_a_budget_held_here_are_refused(tmp_path: Path) -> None:
+    """A budget caps what the runs charged to it spend. A file's `budget.raised` (or
+    `budget.released`, a reservation given back) on a budget this log holds lifts
+    the operator's cap for them (decision 0068). A budget the file brings whole is
+    history: nothing here is charged to it."""
+    target, source = tmp_path / "target.db", tmp_path / "source.db"
+    for db in (target, source):
+        assert run_gormes(db, "budget", "set", "B", "--tokens", "1000").returncode == 0
+    assert run_gormes(source, "budget", "raise", "B", "--to", "1000000").returncode == 0
+    raised = [line for line in exported(source, "budget-B") if line["type"] == "budget.raised"]
+    file = write_jsonl(tmp_path / "raise.jsonl", raised)
+    error = assert_one_line_error(run_gormes(target, "import", str(file), "--ignore-versions"))
+    assert "records for budget B, held here" in error
+    assert budget_shown(target, "B")["tokens_cap"] == 1000
+
+    whole = write_jsonl(tmp_path / "whole.jsonl", exported(source, "budget-*"))
+    fresh = tmp_path / "fresh.db"
+    done = run_gormes(fresh, "import", str(whole))
+    assert done.returncode == 0, done.stderr
+    assert budget_shown(fresh, "B")["tokens_cap"] == 1000000

@@ -9,7 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+import trio
 from mcp_helpers import audit_events, call_ok, call_refused, gormes_mcp
+from pg_helpers import backend_store, reopen_store
 
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.ops.executor import Executor
@@ -288,3 +290,36 @@ async def test_on_postgres_a_gateways_class_may_hold_only_so_many_facts():
             full = await call_refused(client, "memory__remember", fact="fact 4")
     assert refused.startswith("OperationDenied: 'gateway' callers may hold at most 2 facts"), refused
     assert again["review_state"] == "unreviewed" and full == refused
+
+
+# -- concurrent remembers: the count and the write are one step ---------------------
+
+RACERS = 8  # remembers at once, half through each of two stores (as two processes would be)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_concurrent_remembers_never_pass_the_cap(
+        backend: str, db_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A gateway that sent its remembers at once passed the cap by as many as it
+    sent: each counted before any had written. Eight at once, through two stores on
+    one database (two connections, as two processes or hosts), with one place left:
+    one is taken, seven refused, and the class holds the cap."""
+    monkeypatch.setenv("GORMES_GATEWAY_MAX_FACTS", "2")
+    async with backend_store(backend, db_path) as store, reopen_store(store) as other:
+        await Executor(default_registry(), store).call("memory.remember", {"fact": "the first"}, GATEWAY)
+        executors = [Executor(default_registry(), s) for s in (store, other)]
+        outcomes: list[str] = []
+
+        async def remember(n: int) -> None:
+            try:
+                await executors[n % 2].call("memory.remember", {"fact": f"at once {n}"}, GATEWAY)
+                outcomes.append("taken")
+            except OperationDenied as exc:
+                assert "at most 2 facts" in str(exc)
+                outcomes.append("refused")
+
+        async with trio.open_nursery() as nursery:
+            for n in range(RACERS):
+                nursery.start_soon(remember, n)
+        assert sorted(outcomes) == ["refused"] * (RACERS - 1) + ["taken"]
+        assert len(await store.read_all(types=["memory.fact_recorded"])) == 2
