@@ -37,6 +37,7 @@ import msgspec
 import psycopg
 
 from gormes.errors import StoreError, UserError
+from gormes.events import audit_open
 from gormes.events.approvals import Approval
 from gormes.events.jsonl import ParsedLine
 from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch
@@ -191,11 +192,13 @@ class Migration:
     def index_approvals(self) -> None:
         """Build the approvals index from the target's events, or catch it up after
         a copy that continued (the source's index is not copied: it may lag its
-        log, or be missing)."""
+        log, or be missing); and build the open write-ahead calls' index again if
+        the target has one (the copied rows were not sealed here)."""
         conn = self.target.conn
         self.target.begin_write()
         try:
             approval_index.catch_up(self.target.sql, self.target.decode)
+            audit_open.refresh(self.target.sql)
             conn.execute("COMMIT")
         except BaseException:
             if not conn.closed and not conn.broken:

@@ -133,7 +133,17 @@ def seal(
         chained.append(event)
         prev = event.digest  # type: ignore[assignment]
     result = tx.append(stream, chained, expected_version=version)
+    if any(_write_ahead(e) for e in chained):
+        started = [result.first_position + i for i, e in enumerate(chained) if e.outcome == "started"]
+        ended = [e.started_position for e in chained if e.started_position is not None]
+        tx.execute("SELECT 1")  # what the batch staged sent first, as the index's SQL follows it
+        audit_open.index_in(tx.conn, started, ended)
     return result, (result.version, prev)
+
+
+def _write_ahead(event: OperationAudited) -> bool:
+    """A write-ahead call's record (decision 0062): its `started` one, or the outcome naming it."""
+    return event.outcome == "started" or event.started_position is not None
 
 
 def _prev_of(tx: Transaction, stream: str, version: int, known: Head | None) -> str:
@@ -157,7 +167,7 @@ async def append_sealed(
         heads = _heads.setdefault(store, _Heads())
     except TypeError:  # a store that takes no weak reference: nothing remembered
         heads = _Heads()
-    if not heads.indexed:
+    if not heads.indexed and any(_write_ahead(e) for e in audit.events):
         await _index(store, heads)
     others = list(also)
     stream = audit.stream
@@ -175,10 +185,16 @@ async def append_sealed(
 
 async def _index(store: EventStore, heads: _Heads) -> None:
     """Make the open calls' index current (gormes/events/audit_open.py), once per
-    store and process: a read finds it current, or a transaction of its own makes
-    it. A store that cannot (a role that may not create triggers) still takes the
-    audit record, and reads fall back to the log. Shielded: the caller's record may
-    be one that no cancel stops."""
+    store and process, before its first write-ahead record: a read finds it
+    current, or a transaction of its own makes it. A store that cannot (a role
+    that may not create a table) still takes the audit record, and reads fall back
+    to the log. Shielded: the caller's record may be one that no cancel stops.
+
+    Only the first caller makes it: marked at once, so that the calls that start
+    beside it do not each read and build again. They need not wait for it: what
+    commits before its transaction it reads from the log, and what commits after
+    is indexed by its seal (`audit_open.index_in`)."""
+    heads.indexed = True
 
     def ensure(tx: Transaction) -> None:
         tx.execute("SELECT 1")  # send what this batch staged before us, for the build to see
@@ -190,7 +206,6 @@ async def _index(store: EventStore, heads: _Heads) -> None:
                 await store.transact(ensure)
         except Exception:  # noqa: BLE001 (the index spares reads; the record is what counts)
             pass
-    heads.indexed = True
 
 
 # -- verifying ----------------------------------------------------------------------

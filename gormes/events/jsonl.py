@@ -28,6 +28,7 @@ from typing import IO, Any
 import msgspec
 
 from gormes.errors import ConcurrencyError, UserError
+from gormes.events import audit_open
 from gormes.events.base import Event, Recorded, UnknownEvent
 from gormes.events.codec import Codec, default_codec
 from gormes.events.inflate_guard import guarded_lines
@@ -317,11 +318,13 @@ def import_file_in(tx: Any, path: str | Path, *, check_versions: bool = True,
     `UserError` naming it, and the transaction (every line before it) is undone.
     `seen` is shown each line before it is appended."""
     imported = first = last = 0
+    audited = False
     with open_lines(path) as lines:
         try:
             for line in iter_parsed(checked_lines(lines)):
                 if seen is not None:
                     seen(line)
+                audited = audited or line.event.type == audit_open.AUDIT_TYPE
                 result = append_lines(tx.append_many, (line,), check_versions=check_versions)
                 first = first or result.first_position
                 last = result.last_position
@@ -332,6 +335,8 @@ def import_file_in(tx: Any, path: str | Path, *, check_versions: bool = True,
             raise UserError(f"cannot read {path}: {exc}") from None
     if not imported:
         raise UserError(f"{path} holds no events")
+    if audited:
+        _reindex_audit(tx)
     return ImportResult(imported, first, last)
 
 
@@ -348,7 +353,17 @@ def import_lines_in(tx: Any, lines: Sequence[ParsedLine], *, check_versions: boo
     """`import_lines` inside a store transaction (`store.transact`), on either backend."""
     if not lines:
         return ImportResult(0, 0, 0)
-    return append_lines(tx.append_many, lines, check_versions=check_versions)
+    result = append_lines(tx.append_many, lines, check_versions=check_versions)
+    if any(line.event.type == audit_open.AUDIT_TYPE for line in lines):
+        _reindex_audit(tx)
+    return result
+
+
+def _reindex_audit(tx: Any) -> None:
+    """Audit records copied in raw, not sealed here: the open write-ahead calls'
+    index built again from the log, which now holds them (gormes/events/audit_open.py)."""
+    tx.execute("SELECT 1")  # the staged lines sent first
+    audit_open.refresh(tx.conn)
 
 
 def append_lines(

@@ -1,9 +1,10 @@
-"""The open calls' index (decision 0067): `gormes audit unfinished` and the
-doctor read as many rows as there are open calls, on SQLite and PostgreSQL. A
-log an older gormes wrote (started records, no index) is answered from the log
-by a read-only reader, and indexed once, from the log, by the first audit
-record a writing gormes appends; from then on the database keeps the index,
-whoever appends (an older gormes too)."""
+"""The open calls' index (decision 0067 and its addendum): `gormes audit
+unfinished` and the doctor read as many rows as there are open calls, on SQLite
+and PostgreSQL. A log an older gormes wrote (started records, no index) is
+answered from the log by a read-only reader, and indexed once, from the log,
+before the first write-ahead record a writing gormes seals; from then on each
+write-ahead record's seal keeps it, and an import that copies records in builds
+it again. An ordinary audit record does not touch it."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def cli_listed(store: Any) -> list[int]:
     return [r["position"] for r in json_lines(done.stdout)]
 
 
-async def test_an_old_log_is_indexed_once_then_kept_by_the_database(store):
+async def test_an_old_log_is_indexed_once_then_kept_by_the_seals(store):
     first = await append_unindexed(store, call("started"))
     second = await append_unindexed(store, call("started"))
     await append_unindexed(store, call("ok", started_position=first))
@@ -62,21 +63,41 @@ async def test_an_old_log_is_indexed_once_then_kept_by_the_database(store):
     assert await listed(store) == [second, third]
     assert cli_listed(store) == [second, third]
 
+    # An ordinary record (a refusal) makes no index: only a write-ahead call needs one.
     refusal = msgspec.structs.replace(call("denied"), allowed=False, mutating=False)
-    await append_sealed(store, AppendRequest(audit_stream(AT), [refusal]))  # this gormes's first record
-    assert await store.read_sql(audit_open.current)
-    assert await store.read_sql(lambda c: sorted(p for (p,) in c.execute("SELECT position FROM audit_open")))\
-        == [second, third]
+    await append_sealed(store, AppendRequest(audit_stream(AT), [refusal]))
+    assert not await store.read_sql(audit_open.current)
 
-    # An outcome appended by a gormes that knows nothing of the index still closes its call.
-    await append_unindexed(store, call("error", started_position=second))
-    fourth = await append_unindexed(store, call("started"))
+    # This gormes's first write-ahead record: the index, built from the log, then its own row.
+    [fourth] = [r.first_position for r in await append_sealed(store, AppendRequest(audit_stream(AT), [call("started")]))]
+    assert await store.read_sql(audit_open.current)
+    assert await store.read_sql(lambda c: sorted(p for (p,) in c.execute(f"SELECT position FROM {audit_open.TABLE}")))\
+        == [second, third, fourth]
+
+    # The outcome's seal closes its call; an ordinary record changes nothing.
+    await append_sealed(store, AppendRequest(audit_stream(AT), [call("error", started_position=second)]))
+    await append_sealed(store, AppendRequest(audit_stream(AT), [refusal]))
     assert await listed(store) == [third, fourth]
     assert cli_listed(store) == [third, fourth]
 
     # What is listed is the index's rows, not a pass over the log.
-    await store.transact(lambda tx: tx.execute("DELETE FROM audit_open WHERE position = ?", (fourth,)))
+    await store.transact(lambda tx: tx.execute(f"DELETE FROM {audit_open.TABLE} WHERE position = ?", (fourth,)))
     assert await listed(store) == [third]
+
+
+async def test_an_import_of_records_builds_the_index_again(store, tmp_path: Path):
+    await append_sealed(store, AppendRequest(audit_stream(AT), [call("started")]))
+    started = await listed(store)
+    # a line of another log: a write-ahead call started there and never finished
+    line = {"stream": audit_stream(AT + 1), "type": "audit.operation",
+            "data": msgspec.to_builtins(call("started", at=AT + 1))}
+    source = tmp_path / "other.jsonl"
+    source.write_text(msgspec.json.encode(line).decode() + "\n")
+    done = run_gormes(db_of(store), "import", str(source))
+    assert done.returncode == 0, done.stderr
+    imported = await listed(store)
+    assert imported[:1] == started and len(imported) == 2
+    assert imported == cli_listed(store)
 
 
 async def test_since_keeps_its_meaning_with_the_index(store):
@@ -100,9 +121,9 @@ async def test_an_index_built_by_other_rules_is_built_again(db_path: Path):
         assert not await store.read_sql(audit_open.current)
         await append_sealed(store, AppendRequest(audit_stream(AT), [call("started")]))
         assert await store.read_sql(audit_open.current)
-        triggers = await store.read_sql(lambda c: sorted(
-            n for (n,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")))
-        assert triggers == ["audit_open_v1_ended", "audit_open_v1_started"]
+        left = await store.read_sql(lambda c: sorted(
+            (t, n) for (t, n) in c.execute("SELECT type, name FROM sqlite_master WHERE name LIKE 'audit_open%'")))
+        assert left == [("table", audit_open.TABLE)]  # the other version's table and trigger dropped
         assert await listed(store) == [started, started + 1]
         assert all(day.intact for day in await store.read_sql(lambda c: verify_chains(c, default_codec)))
 
