@@ -112,14 +112,19 @@ def build(conn: Any) -> int:
 
 
 def _drop_former(conn: Any) -> None:
-    """What other versions of this index left: their triggers on `events` (version
-    1), then their tables."""
+    """What other versions of this index left: their triggers on `events` and, on
+    PostgreSQL, the triggers' functions (version 1), then their tables."""
     if dialect_of(conn) == POSTGRES:
         triggers = conn.execute(
             "SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass('events') AND left(tgname, 10) = ?",
             (_FORMER,)).fetchall()
         for (name,) in triggers:
             conn.execute(f'DROP TRIGGER "{name}" ON events')
+        functions = conn.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = current_schema() AND left(p.proname, 10) = ?", (_FORMER,)).fetchall()
+        for (name,) in functions:
+            conn.execute(f'DROP FUNCTION "{name}"()')
         tables = conn.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND left(tablename, 10) = ?",
             (_FORMER,)).fetchall()

@@ -134,3 +134,27 @@ async def test_the_read_looks_up_the_open_calls_and_walks_no_log(db_path: Path):
         plan = await store.read_sql(lambda c: c.execute("EXPLAIN QUERY PLAN " + audit_open.OPEN_ROWS).fetchall())
     steps = [step for (*_, step) in plan]
     assert steps == ["SCAN o", "SEARCH e USING INTEGER PRIMARY KEY (rowid=?)"], steps
+
+
+async def test_on_postgresql_version_ones_trigger_function_and_table_are_dropped(db_path: Path):
+    from pg_helpers import backend_store
+
+    version_one = (
+        "CREATE TABLE audit_open(position BIGINT PRIMARY KEY)",
+        "CREATE FUNCTION audit_open_v1() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$",
+        "CREATE TRIGGER audit_open_v1 AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION audit_open_v1()",
+    )
+    async with backend_store("postgres", db_path) as store:
+        started = await append_unindexed(store, call("started"))
+        for statement in version_one:
+            await store.transact(lambda tx, statement=statement: tx.execute(statement))
+        await append_sealed(store, AppendRequest(audit_stream(AT), [call("started")]))
+        left = await store.read_sql(lambda c: sorted(
+            [n for (n,) in c.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass('events')"
+                                     " AND NOT tgisinternal")]
+            + [n for (n,) in c.execute("SELECT p.proname FROM pg_proc p JOIN pg_namespace s"
+                                       " ON s.oid = p.pronamespace WHERE s.nspname = current_schema()")]
+            + [n for (n,) in c.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                                       " AND tablename LIKE 'audit_open%'")]))
+        assert left == [audit_open.TABLE]
+        assert await listed(store) == [started, started + 1]
