@@ -19,16 +19,25 @@ running job records its parent's submitter). So:
   one it gave under a prefix naming its trust class and its scope's digest, so its
   jobs never hold, or count against, the operator's key of that name (a
   gateway's job that slept holding `prod` kept the operator's `prod` jobs
-  waiting), nor another owner's;
+  waiting), nor another owner's. It reads the key back as it gave it
+  (`key_as_given`: job.submit, job.get, job.list, ... take its own prefix off);
+  the operator reads the key stored;
+- its jobs go only on a queue the operator lists in `GORMES_GATEWAY_QUEUES`
+  (comma-separated queue names, compared as written; `default` when unset), so
+  it cannot line up jobs ahead of the operator's on a queue the operator keeps
+  for its own work (`own_queue`). The first listed is its default queue: a job
+  that names none, or names `default` while the list leaves `default` out, goes
+  there;
 - its whole trust class may not hold more than `GORMES_GATEWAY_MAX_LIVE_JOBS` (1000
   by default) jobs that are not finished: every gateway together, every child agent
   together. The cap is the class's, not the caller's, because an MCP client names
   itself: a cap per name would be multiplied by inventing names. It is counted
   before the submit, so concurrent submits may pass it by as many as they are.
 
-Every refusal is an `OperationDenied` (bad sizes an `InvalidOperationInput`),
-raised before anything is recorded, read from a path or sent to a provider; the
-executor audits it.
+Every refusal is an `OperationDenied` (bad sizes an `InvalidOperationInput`, a
+setting the operator got wrong a `UserError` naming it), raised before anything
+is recorded, read from a path or sent to a provider; the executor audits it
+(decisions 0060, 0066).
 """
 
 from __future__ import annotations
@@ -39,7 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gormes.events.jobs import MAX_KEY_LENGTH, JobOptions, Submitter
+from gormes.errors import UserError
+from gormes.events.jobs import MAX_KEY_LENGTH, MAX_NAME_LENGTH, JobOptions, Submitter
 from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
 from gormes.settings import count_setting
 
@@ -52,6 +62,8 @@ GATEWAY_MODELS_ENV = "GORMES_GATEWAY_MODELS"
 MAX_UNTRUSTED_DATA_BYTES = 1024 * 1024
 MAX_LIVE_JOBS_ENV = "GORMES_GATEWAY_MAX_LIVE_JOBS"
 DEFAULT_MAX_LIVE_JOBS = 1000
+GATEWAY_QUEUES_ENV = "GORMES_GATEWAY_QUEUES"
+DEFAULT_QUEUE = JobOptions().queue  # the queue of a job that names none: "default"
 
 
 def privileged(caller: Caller) -> bool:
@@ -112,21 +124,46 @@ def check_size(caller: Caller, value: Any, what: str) -> None:
         )
 
 
+def own_options(caller: Caller, options: JobOptions) -> JobOptions:
+    """job.submit's `options` as they are recorded for `caller`: on its own queue
+    (`own_queue`), with its own concurrency key (`own_concurrency_key`)."""
+    options = own_concurrency_key(caller, options)
+    queue = own_queue(caller, options.queue)
+    return options if queue == options.queue else msgspec.structs.replace(options, queue=queue)
+
+
+def key_prefix(caller: Caller) -> str:
+    """What a gateway's or child agent's concurrency key is recorded under:
+    `<trust>:<12 hex digits of its scope's sha256>/`."""
+    trust, scope = owner_key(caller)
+    return f"{trust}:{hashlib.sha256((scope or '').encode()).hexdigest()[:12]}/"
+
+
 def own_concurrency_key(caller: Caller, options: JobOptions) -> JobOptions:
     """`options` with a gateway's or child agent's concurrency key under its own
-    prefix, `<trust>:<12 hex digits of its scope's sha256>/`: a key no other owner
-    can name, and none of the operator's unless the operator writes it so (a
-    prefix of fixed shape, so two owners' keys never meet). The operator's and the
-    system's keys are kept as given: they are shared, as decision 0032 says."""
+    prefix (`key_prefix`): a key no other owner can name, and none of the
+    operator's unless the operator writes it so (a prefix of fixed shape, so two
+    owners' keys never meet). The operator's and the system's keys are kept as
+    given: they are shared, as decision 0032 says."""
     key = options.concurrency_key
     if key is None or not key.strip() or privileged(caller):  # a blank key is refused as given
         return options
-    trust, scope = owner_key(caller)
-    prefix = f"{trust}:{hashlib.sha256((scope or '').encode()).hexdigest()[:12]}/"
+    prefix = key_prefix(caller)
     most = MAX_KEY_LENGTH - len(prefix)
     if len(key) > most:
-        raise InvalidOperationInput(f"concurrency_key must be at most {most} characters for a {trust!r} caller")
+        raise InvalidOperationInput(f"concurrency_key must be at most {most} characters for a {caller.trust!r} caller")
     return msgspec.structs.replace(options, concurrency_key=prefix + key)
+
+
+def key_as_given(caller: Caller, key: str | None) -> str | None:
+    """A job's stored concurrency key as `caller` reads it: for a gateway or child
+    agent, without its own prefix (the key it gave); any other key, and every key
+    for the operator and the system, as stored. (It reads only its own jobs; a key
+    under its prefix on one of them is one it gave, or one the operator wrote so.)"""
+    if key is None or privileged(caller):
+        return key
+    prefix = key_prefix(caller)
+    return key[len(prefix):] if key.startswith(prefix) else key
 
 
 def check_priority(caller: Caller, priority: int) -> None:
@@ -152,6 +189,41 @@ async def check_live_jobs(caller: Caller, queue: JobQueue) -> None:
             f"{caller.trust!r} callers may hold at most {cap} unfinished jobs between them"
             f" ({MAX_LIVE_JOBS_ENV}); wait for some to finish"
         )
+
+
+def allowed_queues() -> tuple[str, ...]:
+    """The queues the operator lets gateways and child agents use, in its order (the
+    first is their default queue): `GORMES_GATEWAY_QUEUES`, comma-separated, each
+    name stripped; unset or naming none, `default` alone. A name no queue can have
+    is the operator's mistake, and a clear line rather than a list that never
+    matches."""
+    listed = os.environ.get(GATEWAY_QUEUES_ENV, "")
+    queues = tuple(dict.fromkeys(name.strip() for name in listed.split(",") if name.strip()))
+    for name in queues:
+        if len(name) > MAX_NAME_LENGTH:
+            raise UserError(
+                f"{GATEWAY_QUEUES_ENV} names a queue of {len(name)} characters; a queue's name has at most"
+                f" {MAX_NAME_LENGTH}"
+            )
+    return queues or (DEFAULT_QUEUE,)
+
+
+def own_queue(caller: Caller, queue: str) -> str:
+    """The queue a gateway's or child agent's job goes on: `queue`, if the operator
+    lists it; its default queue (the first listed) for `default`, the queue of a job
+    that names none, when the list leaves `default` out; else a refusal naming the
+    queues it may use. The operator and the system name any queue."""
+    if privileged(caller):
+        return queue
+    allowed = allowed_queues()
+    if queue in allowed:
+        return queue
+    if queue == DEFAULT_QUEUE:
+        return allowed[0]
+    raise OperationDenied(
+        f"a {caller.trust!r} caller may not submit to queue {queue!r}: the operator lets gateways and"
+        f" child agents use only {', '.join(repr(name) for name in allowed)} ({GATEWAY_QUEUES_ENV})"
+    )
 
 
 def allowed_models() -> frozenset[str]:

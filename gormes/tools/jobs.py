@@ -11,8 +11,10 @@ operator, else the job the caller acts for, so the queue's rule (only an
 operator or the job's parent may write to its inbox) applies to models too.
 
 Each job records the caller that submitted it (`Submitter`); a gateway or child
-agent gets, reads and cancels only its own jobs, and may not submit an `agent` job
-(run.submit is the one route into a run): gormes/tools/job_trust.py.
+agent gets, reads and cancels only its own jobs, may not submit an `agent` job
+(run.submit is the one route into a run), puts its jobs only on the queues the
+operator lists (`GORMES_GATEWAY_QUEUES`) and reads its concurrency key as it gave
+it: gormes/tools/job_trust.py.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from gormes.actors.jobs.rules import validate_options
 from gormes.actors.jobs.state import InvalidJob, JobNotFound
 from gormes.events.jobs import MAX_NAME_LENGTH, STATUSES, JobOptions, Submitter, Tokens
 from gormes.tools.job_trust import (
-    check_job_submit, check_live_jobs, check_size, own_concurrency_key, owner_key, owns, privileged,
+    check_job_submit, check_live_jobs, check_size, key_as_given, own_options, owner_key, owns, privileged,
     require_may_act_on, submitter_of,
 )
 from gormes.ops.spec import (
-    InvalidOperationInput, OperationContext, OperationDenied, OperationSpec, OperationUnavailable,
+    Caller, InvalidOperationInput, OperationContext, OperationDenied, OperationSpec, OperationUnavailable,
 )
 
 JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
@@ -60,10 +62,18 @@ class JobSummary(msgspec.Struct, kw_only=True):
     finished_at: int | None = None
     submitter: Submitter | None = None  # who submitted it (None: not recorded)
     coalesced: bool = False
+    # A gateway or child agent reads its own key as it gave it, not as stored
+    # (`summary`); the limit is the one it gave, or 1.
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
-def summary(job: Any) -> JobSummary:
-    return msgspec.convert(job, JobSummary, from_attributes=True)
+def summary(job: Any, caller: Caller) -> JobSummary:
+    """The job as `caller` reads it: for a gateway or child agent, its concurrency
+    key without the prefix it was recorded under (decision 0066)."""
+    shown = msgspec.convert(job, JobSummary, from_attributes=True)
+    key = key_as_given(caller, shown.concurrency_key)
+    return shown if key == shown.concurrency_key else msgspec.structs.replace(shown, concurrency_key=key)
 
 
 def queue_of(ctx: OperationContext) -> Any:
@@ -94,7 +104,7 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
     """Submit as the caller (its Submitter is recorded); see gormes/tools/job_trust.py
     for what a gateway or child agent may not submit."""
     queue = queue_of(ctx)
-    options = own_concurrency_key(ctx.caller, _in_range(value.options or JobOptions()))
+    options = own_options(ctx.caller, _in_range(value.options or JobOptions()))
     check_job_submit(ctx.caller, value.name, value.data, options.priority)
     if options.parent_id is not None and not privileged(ctx.caller):
         parent = await queue.get(options.parent_id)
@@ -108,7 +118,7 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
         raise OperationDenied(
             f"queue {options.queue!r} is full (max_waiting {options.max_waiting}): nothing was submitted"
         )
-    return summary(job)
+    return summary(job, ctx.caller)
 
 
 async def _owned(ctx: OperationContext, job_id: str, what: str) -> Any:
@@ -133,7 +143,7 @@ async def job_get(ctx: OperationContext, value: JobGetInput) -> JobSummary:
     if job is None:
         raise JobNotFound(f"no job {value.id}")
     require_may_act_on(ctx.caller, job, "read")
-    return summary(job)
+    return summary(job, ctx.caller)
 
 
 class JobSendInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -191,7 +201,7 @@ async def job_list(ctx: OperationContext, value: JobListInput) -> JobList:
     jobs = await queue_of(ctx).list(
         status=value.status, queue=value.queue, name=value.name, limit=value.limit, owner=owner
     )
-    return JobList(jobs=[summary(job) for job in jobs])
+    return JobList(jobs=[summary(job, ctx.caller) for job in jobs])
 
 
 class JobIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -199,11 +209,11 @@ class JobIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 async def job_pause(ctx: OperationContext, value: JobIdInput) -> JobSummary:
-    return summary(await (await _owned(ctx, value.id, "pause")).pause(value.id))
+    return summary(await (await _owned(ctx, value.id, "pause")).pause(value.id), ctx.caller)
 
 
 async def job_resume(ctx: OperationContext, value: JobIdInput) -> JobSummary:
-    return summary(await (await _owned(ctx, value.id, "resume")).resume(value.id))
+    return summary(await (await _owned(ctx, value.id, "resume")).resume(value.id), ctx.caller)
 
 
 class InboxEntry(msgspec.Struct, kw_only=True):

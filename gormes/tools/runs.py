@@ -15,7 +15,8 @@ and is the only route into a run for a gateway or child agent (job.submit refuse
 them an `agent` job). The run may use only tools the submitting caller's trust
 class could call itself: a named tool outside that set is refused, and no tools
 named means exactly that set. So a gateway caller cannot reach, through an agent,
-what it may not call. Nor may it choose the model (but one the operator allows)
+what it may not call. Nor may it choose the model (but one the operator allows),
+put the run on a queue the operator does not list for it (`GORMES_GATEWAY_QUEUES`)
 or jump the queue: gormes/tools/job_trust.py.
 
 Reading, listing and messaging a run (run.get, run.timeline, run.list, run.send)
@@ -33,7 +34,9 @@ import msgspec
 
 from gormes.events.jobs import MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, JobOptions, Tokens
 from gormes.ops.spec import OperationContext, OperationDenied, OperationUnavailable
-from gormes.tools.job_trust import check_live_jobs, check_model, check_priority, check_size, submitter_of
+from gormes.tools.job_trust import (
+    GATEWAY_QUEUES_ENV, check_live_jobs, check_model, check_priority, check_size, own_queue, submitter_of,
+)
 from gormes.tools.jobs import JobSummary, Limit, queue_of, steering_spec, summary
 from gormes.tools.run_trust import own_runs_filter, require_acts_for
 
@@ -68,7 +71,11 @@ class RunSubmitInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ] = None
     max_iterations: Annotated[int, msgspec.Meta(ge=1, le=MAX_RUN_ITERATIONS)] | None = None
     deadline_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_DELAY_MS / 1000)] | None = None
-    queue: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LENGTH)] = "default"
+    queue: Annotated[str, msgspec.Meta(
+        min_length=1, max_length=MAX_NAME_LENGTH,
+        description=f"The job's queue. A gateway's must be one the operator lists in {GATEWAY_QUEUES_ENV};"
+                    " `default`, when not listed, means the first listed.",
+    )] = "default"
     priority: Priority = 0
     idempotency_key: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_LENGTH)] | None = None
 
@@ -88,21 +95,22 @@ def tools_for(trust: str, asked: list[str] | None) -> list[str]:
 
 
 async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary:
-    """The one route into a run for every caller: its tools, model and priority are
-    checked against its trust class (gormes/tools/job_trust.py) before anything is
-    recorded or read, and the job records the caller as its submitter."""
+    """The one route into a run for every caller: its tools, model, queue and
+    priority are checked against its trust class (gormes/tools/job_trust.py) before
+    anything is recorded or read, and the job records the caller as its submitter."""
     caller = ctx.caller
     check_model(caller, value.model)
     check_priority(caller, value.priority)
+    queue_name = own_queue(caller, value.queue)
     data: dict[str, Any] = {"handler": AGENT_JOB, "prompt": value.prompt, "tools": tools_for(caller.trust, value.tools)}
     for key in ("system", "model", "max_iterations", "deadline_s"):
         if getattr(value, key) is not None:
             data[key] = getattr(value, key)
     check_size(caller, data, "the run's job data")  # a gateway's allowlist repeated, two huge prompts
-    options = JobOptions(queue=value.queue, priority=value.priority, idempotency_key=value.idempotency_key)
+    options = JobOptions(queue=queue_name, priority=value.priority, idempotency_key=value.idempotency_key)
     queue, submitter = queue_of(ctx), submitter_of(caller)
     await check_live_jobs(caller, queue)
-    return summary(await queue.submit(AGENT_JOB, data, options, submitter=submitter))
+    return summary(await queue.submit(AGENT_JOB, data, options, submitter=submitter), caller)
 
 
 class RunIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

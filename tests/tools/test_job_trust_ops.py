@@ -130,3 +130,23 @@ async def test_a_runs_tool_call_gets_a_concurrency_key_of_its_own(executor, queu
     assert key.startswith(f"{caller.trust}:") and key.endswith("/prod")
     claimed = [await queue.claim({"echo"}, worker_id="w1"), await queue.claim({"echo"}, worker_id="w2")]
     assert {job.id for job in claimed if job is not None} == {operator.id, theirs.id}
+
+
+async def test_the_queue_list_is_read_as_the_operator_wrote_it(executor, monkeypatch):
+    """Names stripped, compared as written, repeats dropped; blank is `default`; a
+    name no queue may have is the operator's mistake, said in one line."""
+    from gormes.errors import UserError
+
+    for blank in ("", " , ,"):
+        monkeypatch.setenv("GORMES_GATEWAY_QUEUES", blank)
+        assert (await executor.call("job.submit", {"name": "echo"}, GATEWAY)).queue == "default"
+    monkeypatch.setenv("GORMES_GATEWAY_QUEUES", "bulk, bulk ,Chat")
+    assert (await executor.call("job.submit", {"name": "echo"}, CHILD)).queue == "bulk"
+    assert (await executor.call("job.submit", {"name": "echo", "options": {"queue": "Chat"}}, GATEWAY)).queue == "Chat"
+    for other in ("chat", " bulk", "critical"):
+        with pytest.raises(OperationDenied, match=r"use only 'bulk', 'Chat' \(GORMES_GATEWAY_QUEUES\)"):
+            await executor.call("job.submit", {"name": "echo", "options": {"queue": other}}, GATEWAY)
+    monkeypatch.setenv("GORMES_GATEWAY_QUEUES", "ok," + "q" * 201)
+    with pytest.raises(UserError, match="GORMES_GATEWAY_QUEUES names a queue of 201 characters"):
+        await executor.call("job.submit", {"name": "echo"}, GATEWAY)
+    assert (await executor.call("job.submit", {"name": "echo", "options": {"queue": "x"}}, OPERATOR)).queue == "x"
