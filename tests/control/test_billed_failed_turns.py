@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import trio
 
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import WorkerConfig
@@ -34,8 +33,7 @@ for folder in ("actors/runs", ""):
     if str(TESTS / folder) not in sys.path:
         sys.path.insert(0, str(TESTS / folder))
 
-from agent_worker import agent_worker  # noqa: E402
-from run_helpers import wait_until  # noqa: E402
+from agent_worker import work_until_ended  # noqa: E402
 
 from pg_helpers import backend_store  # noqa: E402
 
@@ -159,19 +157,7 @@ async def test_an_agent_jobs_tokens_count_the_billed_failure(store, tmp_path, mo
     queue = await JobQueue.open(store)
     job = await queue.submit("agent", {"prompt": "write", "model": scripted(tmp_path, CUT_OFF)}, {"max_attempts": 1})
     await BudgetBook(store).set(f"job:{job.id}", tokens=1_000_000, output_estimate=ESTIMATE)
-
-    async def ended() -> bool:
-        found = await queue.get(job.id)
-        return found is not None and found.status in ("completed", "failed", "dead")
-
-    worker = agent_worker(queue, WorkerConfig(concurrency=1), store=store, log=lambda _: None)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        await wait_until(ended, timeout=30)
-        worker.stop()
-        await worker.wait_stopped()
-
-    finished = await queue.get(job.id)
+    finished = await work_until_ended(queue, job.id, WorkerConfig(concurrency=1), store=store, log=lambda _: None)
     assert finished.status == "dead" and "are not JSON" in finished.error
     [run_id] = [r.event.run_id for r in await store.read_all(types=["run.started"])]
     [failed] = [e for e in await events_of(store, run_stream(run_id)) if isinstance(e, RunLlmFailed)]

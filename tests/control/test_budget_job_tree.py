@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import trio
 
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import WorkerConfig
@@ -24,9 +23,8 @@ for folder in ("actors/runs", ""):
     if str(TESTS / folder) not in sys.path:
         sys.path.insert(0, str(TESTS / folder))
 
-from agent_worker import agent_worker  # noqa: E402
+from agent_worker import work_until_ended  # noqa: E402
 from run_fixtures import script, workspace  # noqa: E402, F401 (fixtures)
-from run_helpers import wait_until  # noqa: E402
 
 from pg_helpers import backend_store  # noqa: E402
 
@@ -89,18 +87,8 @@ async def test_a_grandchild_agent_jobs_turns_are_refused_at_its_grandparents_cap
     tree = f"job:{top.id}"
     await BudgetBook(store).set(tree, tokens=80, output_estimate=50, bytes_per_token=1000)
 
-    async def ended() -> bool:
-        found = await queue.get(child.id)
-        return found is not None and found.status in ("completed", "failed", "dead")
-
-    worker = agent_worker(queue, WorkerConfig(concurrency=1, queues=("default",)), store=store, log=lambda _: None)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        await wait_until(ended, timeout=30)
-        worker.stop()
-        await worker.wait_stopped()
-
-    finished = await queue.get(child.id)
+    finished = await work_until_ended(queue, child.id, WorkerConfig(concurrency=1, queues=("default",)),
+                                      store=store, log=lambda _: None)
     assert finished.status == "dead"
     assert "BudgetExceeded" in finished.error or f"budget {tree}" in finished.error, finished.error
     runs = [r.event.run_id for r in await store.read_all(types=["run.started"])]

@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 from mcp_helpers import audit_events, call_ok, gormes_mcp
+from log_reads import log_head
 
 from gormes.actors.jobs.queue import JobQueue, Submitter
 from gormes.actors.runs.context import RunContext, RunHandlerRegistry
@@ -44,10 +45,6 @@ async def call_refused(client: Any, tool: str, **arguments: Any) -> str:
     return result.content[0].text
 
 
-async def _head(db: Path) -> int:
-    async with SQLiteEventStore.open(db) as store:
-        return await store.head()
-
 
 async def test_a_huge_client_name_does_not_make_every_record_huge(db_path: Path):
     name = "A" * 1_000_000
@@ -70,7 +67,7 @@ async def test_a_huge_client_name_does_not_make_every_record_huge(db_path: Path)
 
 
 async def test_run_submit_keeps_a_gateways_job_data_to_the_cap(db_path: Path):
-    head = await _head(db_path)
+    head = await log_head(db_path)
     async with gormes_mcp(db_path) as client:
         tools = await call_refused(client, "run__submit", prompt="p", tools=["time.now"] * 200_000)
         prompts = await call_refused(client, "run__submit", prompt="\x01" * 400_000, system="\x01" * 400_000)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from cli_helpers import run_gormes
 from mcp_helpers import CLIENT_NAME, audit_events, call_ok, call_refused, gormes_mcp
+from log_reads import log_head, types_after
 
 from gormes.actors.jobs.queue import JobQueue, Submitter
 from gormes.actors.runs.manager import RunManager
@@ -63,14 +64,6 @@ async def _critical_worker_claims(db: Path) -> list[Any]:
         return claimed
 
 
-async def _head(db: Path) -> int:
-    async with SQLiteEventStore.open(db) as store:
-        return await store.head()
-
-
-async def _types_after(db: Path, head: int) -> list[str]:
-    async with SQLiteEventStore.open(db) as store:
-        return [r.type for r in await store.read_all(after_position=head)]
 
 
 async def _audits(db: Path) -> list[tuple[str, str, str]]:
@@ -90,7 +83,7 @@ async def test_a_gateway_cannot_queue_ahead_of_the_operators_work_on_its_queue(d
     """Through `gormes mcp`: the gateway's flood onto `critical` is refused, so the
     operator's `critical` job that comes after it is the one its worker claims."""
     await _operators_job(db_path, "nightly")  # the database exists (a queue the worker does not serve)
-    head = await _head(db_path)
+    head = await log_head(db_path)
     async with gormes_mcp(db_path) as client:
         refusals = [await call_refused(client, "job__submit", name="report", data={"who": "gateway"},
                                        options={"queue": "critical"}) for _ in range(FLOOD)]
@@ -103,7 +96,7 @@ async def test_a_gateway_cannot_queue_ahead_of_the_operators_work_on_its_queue(d
     claimed = await _critical_worker_claims(db_path)
     assert [j.data["who"] for j in claimed] == ["operator"], "the operator's job waits behind the gateway's"
     # nothing but the audits, then the operator's job
-    assert await _types_after(db_path, head) == ["audit.operation"] * (FLOOD + 1) + ["job.submitted"] + [
+    assert await types_after(db_path, head) == ["audit.operation"] * (FLOOD + 1) + ["job.submitted"] + [
         "job.claimed"]
     assert await _audits(db_path) == [("job.submit", "gateway", "denied")] * FLOOD + [
         ("run.submit", "gateway", "denied")]

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from cli_helpers import assert_one_line_error, run_gormes
 from mcp_helpers import CLIENT_NAME, audit_events, call_ok, call_refused, gormes_mcp
+from log_reads import log_head, types_after
 
 from gormes.actors.jobs.queue import JobQueue, Submitter
 from gormes.actors.runs.manager import RunManager
@@ -58,14 +59,6 @@ async def _audits(db: Path, operation: str) -> list[Any]:
         return [e for e in await audit_events(store) if e.operation == operation]
 
 
-async def _head(db: Path) -> int:
-    async with SQLiteEventStore.open(db) as store:
-        return await store.head()
-
-
-async def _types_after(db: Path, head: int) -> list[str]:
-    async with SQLiteEventStore.open(db) as store:
-        return [r.type for r in await store.read_all(after_position=head)]
 
 
 def _rebuild_check(db: Path) -> None:
@@ -78,7 +71,7 @@ def _rebuild_check(db: Path) -> None:
 
 async def test_a_gateway_may_not_submit_an_agent_job_past_run_submit(db_path: Path):
     await _submit_as_operator(db_path)  # the database exists, with one job
-    head = await _head(db_path)
+    head = await log_head(db_path)
     asks = [
         {"prompt": "write", "tools": ["knowledge.write"]},
         {"prompt": "peek", "model": "scripted:/etc/passwd"},
@@ -92,7 +85,7 @@ async def test_a_gateway_may_not_submit_an_agent_job_past_run_submit(db_path: Pa
     assert [j.name for j in await _jobs(db_path)] == ["report"]
     audits = await _audits(db_path, "job.submit")
     assert [(a.trust, a.outcome) for a in audits] == [("gateway", "denied")] * len(asks)
-    assert await _types_after(db_path, head) == ["audit.operation"] * len(asks)  # nothing but the audits
+    assert await types_after(db_path, head) == ["audit.operation"] * len(asks)  # nothing but the audits
     _rebuild_check(db_path)
 
 
@@ -238,11 +231,11 @@ async def test_a_gateway_may_not_read_someone_elses_job(db_path: Path):
 
 async def test_a_gateway_may_not_read_someone_elses_job_through_max_waiting(db_path: Path):
     await _submit_as_operator(db_path, "report", {"api_key": "sk-secret"})
-    head = await _head(db_path)
+    head = await log_head(db_path)
     async with gormes_mcp(db_path) as client:
         full = await call_refused(client, "job__submit", name="probe", options={"max_waiting": 1})
     assert full.startswith("OperationDenied: ") and "full" in full and "sk-secret" not in full
-    assert await _types_after(db_path, head) == ["audit.operation"]
+    assert await types_after(db_path, head) == ["audit.operation"]
     _rebuild_check(db_path)
 
 
@@ -319,7 +312,7 @@ async def test_a_gateway_may_not_jump_the_queue(db_path: Path):
 
 async def test_a_gateway_may_not_flood_the_queue_with_huge_data(db_path: Path):
     await _submit_as_operator(db_path)
-    head = await _head(db_path)
+    head = await log_head(db_path)
     async with gormes_mcp(db_path) as client:
         refused = await call_refused(client, "job__submit", name="echo", data="x" * (2 * 1024 * 1024))
         prompt = await call_refused(client, "run__submit", prompt="y" * (2 * 1024 * 1024))
