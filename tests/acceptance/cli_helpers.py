@@ -80,6 +80,12 @@ def running_worker(db: Path, *args: str) -> Iterator[subprocess.Popen]:
         worker.wait(timeout=60)
 
 
+def assert_job_completes(db: Path | str, job_id: str, timeout_s: int = 60) -> None:
+    """`gormes jobs wait` for the job, which must say it completed."""
+    waited = run_gormes(db, "jobs", "wait", job_id, "--timeout", str(timeout_s), timeout=timeout_s + 30)
+    assert waited.stdout.strip() == "completed", (waited.stdout, waited.stderr)
+
+
 def digest(path: Path) -> str:
     """A hash of a file, or of a directory's listing and file contents."""
     h = hashlib.sha256()

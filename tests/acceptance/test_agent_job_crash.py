@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import cli_env, gormes_command, run_gormes
+from cli_helpers import assert_job_completes, cli_env, gormes_command, run_gormes
 
 pytestmark = pytest.mark.slow
 
@@ -84,8 +84,7 @@ def test_a_worker_killed_while_a_subagent_works_resumes_parent_and_subagent(tmp_
     model.write_text(json.dumps(script(slow_ms=0)))  # the model answers at once from now on
     worker = start_worker(db)
     try:
-        waited = run_gormes(db, "jobs", "wait", job_id, "--timeout", "60", timeout=90)
-        assert waited.stdout.strip() == "completed", (waited.stdout, waited.stderr)
+        assert_job_completes(db, job_id)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_one_line_error, cli_env, gormes_command, run_gormes
+from cli_helpers import assert_job_completes, assert_one_line_error, cli_env, gormes_command, run_gormes
 
 pytestmark = pytest.mark.slow
 
@@ -110,8 +110,7 @@ def test_a_parked_job_survives_its_worker_killed_and_goes_on_when_approved(tmp_p
 
     worker = start_worker(db, workspace)
     try:
-        waited = run_gormes(db, "jobs", "wait", job_id, "--timeout", "60", timeout=90)
-        assert waited.stdout.strip() == "completed", (waited.stdout, waited.stderr)
+        assert_job_completes(db, job_id)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)

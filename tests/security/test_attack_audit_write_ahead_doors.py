@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import REPO, cli_env, gormes_command, rows, run_gormes
+from cli_helpers import assert_job_completes, cli_env, gormes_command, REPO, rows, run_gormes
 from mcp_helpers import CLIENT_NAME, call_ok, gormes_mcp
 from test_attack_audit_sealed import scripted
 
@@ -65,8 +65,7 @@ def test_an_agent_jobs_knowledge_write_is_started_then_its_outcome_with_its_run(
                               env={**cli_env(), **knowledge(tmp_path)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        waited = run_gormes(db, "jobs", "wait", job_id, "--timeout", "60", timeout=90)
-        assert waited.stdout.strip() == "completed", (waited.stdout, waited.stderr)
+        assert_job_completes(db, job_id)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
