@@ -16,8 +16,9 @@ continues after them. Anything else is refused before a row is written. Such a
 continuation writes into a log that may have been run since, and what it adds is
 checked as an import of it would be (gormes/tools/import_live_work.py): live
 work (a job not ended, a schedule not removed, a record for a run the target holds
-running or a budget it holds, a decision that would let a call run) is refused
-unless `live_work` is given (decision 0068). A migration into an empty target
+running or a budget it holds, a decision that would let a call run, a memory or
+skill record that vouches for itself: decision 0071) is refused unless
+`live_work` is given (decision 0068). A migration into an empty target
 moves a whole log and keeps its live work.
 Projection tables and tracking rows are not copied: projections rebuild from the
 log on the target. The approvals index is built there at the end of the copy,

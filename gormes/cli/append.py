@@ -25,8 +25,10 @@ from gormes.cli.params import POSITION
               help="Fail (writing nothing) unless STREAM is at version N; 0 = a new stream.")
 @click.option("--live-work", is_flag=True,
               help="Append it even if it leaves live work here: a job not ended, a cron schedule not "
-                   "removed, a record for a run running here or a budget held here, or an approval's "
-                   "decision (a worker, the daemon or the run would act on it with the trust it names).")
+                   "removed, a record for a run running here or a budget held here, an approval's "
+                   "decision (a worker, the daemon or the run would act on it with the trust it names), "
+                   "or a memory or skill record that vouches for itself (a trusted or reviewed fact, a "
+                   "review, a forget, a skill's feedback).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the appended event as one JSON line (the shape of `gormes tail --json`).")
 @click.pass_obj

@@ -24,7 +24,9 @@ PROGRESS_MIN_EVENTS = 10_000
               help="Append every line at the end of its stream, ignoring its 'version'.")
 @click.option("--live-work", is_flag=True,
               help="Also import live work: jobs not ended, cron schedules not removed, records for"
-                   " runs running here, decisions on approvals requested here.")
+                   " runs running here, decisions on approvals requested here, memory and skill"
+                   " records that vouch for themselves (facts marked trusted or reviewed, reviews,"
+                   " forgets, skill feedback).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON: imported, first_position, last_position.")
 @click.pass_obj
@@ -41,8 +43,11 @@ def import_(obj, source: str, ignore_versions: bool, live_work: bool, as_json: b
     An import that brings live work is refused unless --live-work is given: a job
     not ended or a cron schedule not removed (a worker runs such a job, and the
     daemon fires such a schedule, with the trust its records name, whoever wrote
-    them), a record for a run running here, or a decision on an approval
-    requested here.
+    them), a record for a run running here, a decision on an approval
+    requested here, or a memory or skill record that vouches for itself (a fact
+    recorded as trusted, reviewed or the operator's, a review, a forget, a
+    skill's feedback: a person's word on the log the file came from). A gateway's
+    unreviewed memory is history.
     """
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     from gormes.cli import output

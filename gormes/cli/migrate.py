@@ -18,7 +18,8 @@ import click
               help="Continue into a non-empty target even if what is copied leaves live work there: a job "
                    "not ended, a cron schedule not removed, a record for a run running there or a budget "
                    "held there, an approval's decision that lets a call run (its workers, daemon and runs "
-                   "would act on it with the trust it names).")
+                   "would act on it with the trust it names), a memory or skill record that vouches for "
+                   "itself (a trusted or reviewed fact, a review, a forget, a skill's feedback).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as one JSON object.")
 def migrate(source: str, target: str, batch: int, live_work: bool, as_json: bool) -> None:

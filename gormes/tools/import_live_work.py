@@ -18,7 +18,11 @@ import is refused when it leaves
 - an approval decided in the file whose request is not in the file, or is a copy
   of one this log held pending (the id of a request is no secret), or that
   approves a run's call not yet made (resuming or forking the run makes it; both
-  decision 0068),
+  decision 0068);
+- a memory or skill record that vouches for itself here: a fact or relationship
+  recorded as trusted or reviewed, a review, a forget, a skill's feedback (a
+  person's word on the other log; gormes/tools/import_memory_claims.py, decision
+  0071),
 
 unless the operator says it brings live work on purpose (`gormes import
 --live-work`): restoring a host's own export, say. History (ended jobs, removed
@@ -45,6 +49,7 @@ from gormes.events.budgets import INDEX_STREAM as BUDGET_INDEX_STREAM
 from gormes.events.cron import CRON_STREAM_PREFIX
 from gormes.events.jobs import JobSubmitted, job_stream
 from gormes.events.runs import TERMINAL_TYPES, RunStarted, run_stream
+from gormes.tools.import_memory_claims import claim
 
 if TYPE_CHECKING:
     from gormes.events.jsonl import ParsedLine
@@ -70,11 +75,14 @@ class LiveWorkWatch:
         self._approvals_before: int | None = None  # the stream's version when the import first touched it
         self._requested: set[str] = set()
         self._decided: dict[str, ApprovalDecided] = {}  # approval id -> its first decision in the file
+        self._claims: list[str] = []  # memory and skill records vouching for themselves (decision 0071)
 
     def see(self, tx: Any, line: ParsedLine) -> None:
         """Note `line`, before it is appended."""
         stream, event = line.stream, line.event
-        if stream.startswith((JOB_STREAM_PREFIX, CRON_STREAM_PREFIX)):
+        if (phrase := claim(stream, event)) is not None:
+            self._claims.append(phrase)
+        elif stream.startswith((JOB_STREAM_PREFIX, CRON_STREAM_PREFIX)):
             self._jobs_and_schedules.add(stream)
         elif stream.startswith(RUN_STREAM_PREFIX):
             if stream not in self._runs_seen:
@@ -115,7 +123,7 @@ class LiveWorkWatch:
                 found.append(f"approval {approval_id} {decided.decision}, its request not in {self._within}")
             elif phrase := self._decision_that_acts(tx, decided, held_upto):
                 found.append(phrase)
-        return found
+        return found + self._claims
 
     def _approvals_held_upto(self, tx: Any) -> int:
         """The position of the last approvals event the log held before the import

@@ -16,8 +16,9 @@ its input; the rules are here:
   breaks the hash chain, which `gormes audit verify` reports;
 - import and append refuse live work unless `live_work` is set (a job not ended,
   a cron schedule not removed, a record for a run running here, a decision on an
-  approval requested here): it would act with the trust its records name
-  (gormes/tools/import_live_work.py; decisions 0059 and 0068).
+  approval requested here, a memory or skill record that vouches for itself): it
+  would act with the trust its records name (gormes/tools/import_live_work.py,
+  gormes/tools/import_memory_claims.py; decisions 0059, 0068 and 0071).
 """
 
 from __future__ import annotations
