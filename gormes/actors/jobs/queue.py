@@ -143,9 +143,13 @@ class JobQueue(QueueBatches, QueueAdmin):
         options: JobOptions | Mapping[str, Any] | None = None,
         *,
         submitter: Submitter | None = None,
+        check: Callable[[Transaction], None] | None = None,
     ) -> Job:
         """Add a job (`waiting`, or `delayed` with delay_ms), recording who submitted
-        it (`submitter`: None for a Python caller that names nobody). Raises `InvalidJob`
+        it (`submitter`: None for a Python caller that names nobody). `check(tx)`: run
+        in the transaction, under the write lock, before a new job is recorded (not
+        when the submission joins a job), which it may refuse by raising: nothing is
+        then written (a gateway's live-jobs cap, gormes/tools/job_trust.py). Raises `InvalidJob`
         (a UserError) for an empty name, unknown or out-of-range options, data that
         is not JSON, an unknown or terminal parent, depth over the cap, or a parent
         at max_children. Returns an existing job with `coalesced=True` when its
@@ -158,7 +162,7 @@ class JobQueue(QueueBatches, QueueAdmin):
         opts = rules.validate_options(rules.parse_options(options))
         data = json_data(data)
         return await self._transact(
-            lambda s: self._submit(s, name, data, opts, None, submitter=submitter)
+            lambda s: self._submit(s, name, data, opts, None, submitter=submitter, check=check)
         )
 
     def submit_in(
@@ -174,7 +178,7 @@ class JobQueue(QueueBatches, QueueAdmin):
 
     def _submit(
         self, s: JobSession, name: str, data: Any, opts: JobOptions, replay_of: str | None,
-        *, submitter: Submitter | None = None,
+        *, submitter: Submitter | None = None, check: Callable[[Transaction], None] | None = None,
     ) -> Job:
         if opts.idempotency_key is not None:
             # A key is its submitter's own: another caller's job holding the same key
@@ -200,6 +204,8 @@ class JobQueue(QueueBatches, QueueAdmin):
                     "SELECT max(id) FROM jobs WHERE status = 'waiting' AND queue = ?", (opts.queue,)
                 )
                 return self._job(s, newest, coalesced=True)
+        if check is not None:
+            check(s.tx)
         depth = 0
         job_id = new_id()
         if opts.parent_id is not None:
@@ -252,11 +258,14 @@ class JobQueue(QueueBatches, QueueAdmin):
     async def live_count(self, trust: str) -> int:
         """How many jobs submitted by callers of the `trust` class are not terminal
         (read through the status index: only live jobs are looked at)."""
-        def read(conn: Any) -> int:
-            sql = f"SELECT count(*) FROM jobs WHERE {_LIVE} AND {json_text(conn, '$.trust', 'submitter')} = ?"
-            return int(conn.execute(sql, (trust,)).fetchone()[0])
+        return await self._read(lambda conn: self.live_count_in(conn, trust))
 
-        return await self._read(read)
+    @staticmethod
+    def live_count_in(conn: Any, trust: str) -> int:
+        """`live_count`, through `conn`: a read connection, or a `Transaction`, where
+        the ledger is exact with every append before it (even of the same commit)."""
+        sql = f"SELECT count(*) FROM jobs WHERE {_LIVE} AND {json_text(conn, '$.trust', 'submitter')} = ?"
+        return int(conn.execute(sql, (trust,)).fetchone()[0])
 
     async def stats(self) -> JobStats:
         def read(conn: Any) -> JobStats:
