@@ -31,8 +31,12 @@ running job records its parent's submitter). So:
 - its whole trust class may not hold more than `GORMES_GATEWAY_MAX_LIVE_JOBS` (1000
   by default) jobs that are not finished: every gateway together, every child agent
   together. The cap is the class's, not the caller's, because an MCP client names
-  itself: a cap per name would be multiplied by inventing names. It is counted
-  before the submit, so concurrent submits may pass it by as many as they are.
+  itself: a cap per name would be multiplied by inventing names. It is counted in
+  the transaction that records the job, under the store's write lock, so
+  submits made at once (from any number of processes or hosts) are counted one
+  after the other and never pass it (`live_jobs_check`, decision 0070). A
+  submission that joins a job it already has (its idempotency key, its debounce
+  window) adds none and is not refused.
 
 Every refusal is an `OperationDenied` (bad sizes an `InvalidOperationInput`, a
 setting the operator got wrong a `UserError` naming it), raised before anything
@@ -42,8 +46,10 @@ is recorded, read from a path or sent to a provider; the executor audits it
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -54,7 +60,8 @@ from gormes.ops.spec import Caller, InvalidOperationInput, OperationDenied
 from gormes.settings import count_setting
 
 if TYPE_CHECKING:
-    from gormes.actors.jobs.queue import Job, JobQueue
+    from gormes.actors.jobs.queue import Job
+    from gormes.events.store import Transaction
 
 PRIVILEGED = frozenset({"operator", "system"})
 RUN_JOBS = frozenset({"agent"})  # job names whose handler starts a run
@@ -178,15 +185,26 @@ def max_live_jobs() -> int:
     return count_setting(None, MAX_LIVE_JOBS_ENV, os.environ, MAX_LIVE_JOBS_ENV, DEFAULT_MAX_LIVE_JOBS)
 
 
-async def check_live_jobs(caller: Caller, queue: JobQueue) -> None:
-    """Refuse a gateway or child agent when its trust class already holds the cap of
-    unfinished jobs."""
+def live_jobs_check(caller: Caller) -> Callable[[Transaction], None] | None:
+    """What `JobQueue.submit` runs in the transaction that records a gateway's or
+    child agent's new job (`refuse_past_live_cap`); None for the operator and the
+    system, who are not capped. The cap is read here: a bad setting is refused
+    before anything is written."""
     if privileged(caller):
-        return
-    cap = max_live_jobs()
-    if await queue.live_count(caller.trust) >= cap:
+        return None
+    return functools.partial(refuse_past_live_cap, trust=caller.trust, cap=max_live_jobs())
+
+
+def refuse_past_live_cap(tx: Transaction, *, trust: str, cap: int) -> None:
+    """Refuse a new job when the `trust` class already holds the cap of unfinished
+    jobs. Counted in the ledger in the transaction that then records the job, under
+    the store's write lock, so concurrent submits are counted one after the other
+    (decision 0070)."""
+    from gormes.actors.jobs.queue import JobQueue  # loaded on first use, as job.submit loads it
+
+    if JobQueue.live_count_in(tx, trust) >= cap:
         raise OperationDenied(
-            f"{caller.trust!r} callers may hold at most {cap} unfinished jobs between them"
+            f"{trust!r} callers may hold at most {cap} unfinished jobs between them"
             f" ({MAX_LIVE_JOBS_ENV}); wait for some to finish"
         )
 

@@ -27,7 +27,7 @@ from gormes.actors.jobs.rules import validate_options
 from gormes.actors.jobs.state import InvalidJob, JobNotFound
 from gormes.events.jobs import MAX_NAME_LENGTH, STATUSES, JobOptions, Submitter, Tokens
 from gormes.tools.job_trust import (
-    check_job_submit, check_live_jobs, check_size, key_as_given, own_options, owner_key, owns, privileged,
+    check_job_submit, check_size, key_as_given, live_jobs_check, own_options, owner_key, owns, privileged,
     require_may_act_on, submitter_of,
 )
 from gormes.ops.spec import (
@@ -111,8 +111,8 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
         if parent is not None:  # an unknown parent: the queue refuses it
             require_may_act_on(ctx.caller, parent, "attach a child to")
     submitter = submitter_of(ctx.caller)
-    await check_live_jobs(ctx.caller, queue)
-    job = await queue.submit(value.name, value.data, options, submitter=submitter)
+    check = live_jobs_check(ctx.caller)
+    job = await queue.submit(value.name, value.data, options, submitter=submitter, check=check)
     if job.coalesced and not privileged(ctx.caller) and not owns(ctx.caller, job.submitter):
         # max_waiting answers with the queue's newest waiting job: not another caller's.
         raise OperationDenied(

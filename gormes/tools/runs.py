@@ -35,7 +35,7 @@ import msgspec
 from gormes.events.jobs import MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, JobOptions, Tokens
 from gormes.ops.spec import OperationContext, OperationDenied, OperationUnavailable
 from gormes.tools.job_trust import (
-    GATEWAY_QUEUES_ENV, check_live_jobs, check_model, check_priority, check_size, own_queue, submitter_of,
+    GATEWAY_QUEUES_ENV, check_model, check_priority, check_size, live_jobs_check, own_queue, submitter_of,
 )
 from gormes.tools.jobs import JobSummary, Limit, queue_of, steering_spec, summary
 from gormes.tools.run_trust import own_runs_filter, require_acts_for
@@ -109,8 +109,9 @@ async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary
     check_size(caller, data, "the run's job data")  # a gateway's allowlist repeated, two huge prompts
     options = JobOptions(queue=queue_name, priority=value.priority, idempotency_key=value.idempotency_key)
     queue, submitter = queue_of(ctx), submitter_of(caller)
-    await check_live_jobs(caller, queue)
-    return summary(await queue.submit(AGENT_JOB, data, options, submitter=submitter), caller)
+    check = live_jobs_check(caller)
+    job = await queue.submit(AGENT_JOB, data, options, submitter=submitter, check=check)
+    return summary(job, caller)
 
 
 class RunIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
