@@ -16,6 +16,7 @@ defaults to OpenAI's own API, the timeout to 120 s.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 import msgspec
 import openai
 
+from gormes.errors import UserError
 from gormes.providers.base import (
     InvalidModelReply,
     Message,
@@ -43,13 +45,29 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 OPENAI_HOST = "api.openai.com"
 
 
-def output_bound_field(base_url: str) -> str:
-    """The field a request's `max_tokens` goes out as. OpenAI's own API:
-    `max_completion_tokens`, its documented one (`max_tokens` is deprecated there,
-    and its reasoning models refuse it), which bounds reasoning and visible output
-    together, as budgets count output. Any other server: `max_tokens`, the field
-    every compatible server reads (Ollama's, for one, reads no other)."""
-    return "max_completion_tokens" if urlsplit(base_url).hostname == OPENAI_HOST else "max_tokens"
+OUTPUT_FIELD_ENV = "GORMES_OPENAI_MAX_TOKENS_FIELD"
+OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")
+# OpenAI's reasoning models (the o-series, gpt-5) refuse `max_tokens`, whoever relays
+# the request to them (a company's proxy in front of OpenAI, say)
+REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
+
+
+def output_bound_field(base_url: str, model: str = "", env: Mapping[str, str] | None = None) -> str:
+    """The field a request's `max_tokens` goes out as: the one `GORMES_OPENAI_MAX_TOKENS_FIELD`
+    names, if set (for a server these rules guess wrong). Else, to OpenAI's own API
+    or for one of its reasoning models at any address: `max_completion_tokens`, its
+    documented one (`max_tokens` is deprecated there, and its reasoning models refuse
+    it), which bounds reasoning and visible output together, as budgets count output.
+    Any other: `max_tokens`, the field every compatible server reads (Ollama's, for
+    one, reads no other)."""
+    chosen = (env or {}).get(OUTPUT_FIELD_ENV, "").strip()
+    if chosen:
+        if chosen not in OUTPUT_FIELDS:
+            raise UserError(f"{OUTPUT_FIELD_ENV} must be one of {', '.join(OUTPUT_FIELDS)}, not {chosen!r}")
+        return chosen
+    if urlsplit(base_url).hostname == OPENAI_HOST or REASONING_MODEL.match(model):
+        return "max_completion_tokens"
+    return "max_tokens"
 
 
 # -- the wire: what the server sends (unknown fields are ignored) ------------------
@@ -133,7 +151,7 @@ class OpenAIProvider:
         self.stream = stream
         self.timeout = model_timeout(self.name, timeout, env)
         self.url = f"{self.base_url}/chat/completions"
-        self.output_field = output_bound_field(self.base_url)
+        self.output_field = output_bound_field(self.base_url, model, env)
         # Built when opened (once per spec per process), not at the first turn: the
         # SDK's import takes a second or two, and a turn admitted by the shared
         # rate limits and back-off must leave at once, not that long after. A server

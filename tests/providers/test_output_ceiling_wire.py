@@ -11,6 +11,7 @@ from openai_server import ChatServer, TextReply, request_problems
 
 from gormes.actors.runs.manager import RunManager
 from gormes.control.budget_book import BudgetBook
+from gormes.errors import UserError
 from gormes.events.runs import RunLlmTurn, run_stream
 from gormes.providers import Message, ModelRequest, open_provider
 from gormes.providers.openai import OpenAIProvider, _wire_request, output_bound_field
@@ -42,6 +43,37 @@ def test_openais_own_api_takes_max_completion_tokens_and_other_servers_max_token
     assert OpenAIProvider("o3-mini", api_key="sk-test", env={}).output_field == "max_completion_tokens"
     for url in ("http://127.0.0.1:11434/v1", "https://openrouter.ai/api/v1", "http://localhost:8000/v1"):
         assert output_bound_field(url) == "max_tokens"
+
+
+def test_a_reasoning_model_behind_another_address_takes_max_completion_tokens() -> None:
+    # a company's proxy in front of OpenAI relays o3-mini's request: OpenAI refuses max_tokens
+    assert output_bound_field("https://llm-proxy.example.com/v1", "o3-mini") == "max_completion_tokens"
+    assert output_bound_field("https://llm-proxy.example.com/v1", "gpt-5-mini") == "max_completion_tokens"
+    assert output_bound_field("https://llm-proxy.example.com/v1", "gpt-4o") == "max_tokens"
+    assert output_bound_field("http://127.0.0.1:11434/v1", "llama3.1") == "max_tokens"
+
+
+def test_the_operator_names_the_field_for_a_server_the_rules_guess_wrong() -> None:
+    env = {"GORMES_OPENAI_MAX_TOKENS_FIELD": "max_completion_tokens"}
+    assert output_bound_field("http://127.0.0.1:8000/v1", "my-model", env) == "max_completion_tokens"
+    assert OpenAIProvider("my-model", base_url="http://127.0.0.1:8000/v1", env=env).output_field == \
+        "max_completion_tokens"
+    assert output_bound_field("https://api.openai.com/v1", "gpt-4o", {"GORMES_OPENAI_MAX_TOKENS_FIELD": "max_tokens"}) \
+        == "max_tokens"
+    with pytest.raises(UserError, match="GORMES_OPENAI_MAX_TOKENS_FIELD must be one of"):
+        OpenAIProvider("my-model", base_url="http://127.0.0.1:8000/v1", env={"GORMES_OPENAI_MAX_TOKENS_FIELD": "max"})
+
+
+async def test_a_budgeted_turn_of_a_reasoning_model_through_another_address_is_accepted(store) -> None:
+    with ChatServer() as server:  # the stand-in refuses max_tokens for o3-mini, as OpenAI does
+        server.queue(TextReply("hi"))
+        await BudgetBook(store).set("b", tokens=1_000_000, output_estimate=ESTIMATE)
+        async with RunManager.open(store, providers=opener("openai", server)) as runs:
+            outcome = await runs.run("agent", {"prompt": "hello"}, model="openai:o3-mini", budget="b")
+    assert outcome.status == "completed", outcome.error
+    assert server.rejections == []
+    [body] = [r.body for r in server.requests]
+    assert body["max_completion_tokens"] == ESTIMATE and "max_tokens" not in body
 
 
 def test_the_server_refuses_max_tokens_for_a_reasoning_model_as_openai_does() -> None:
