@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import sys
 import time
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import median, progress, report, scratch_dir  # noqa: E402
 
+from gormes.events.scratch_store import scratch_store  # noqa: E402
 from gormes.memory.writer import MemoryWriter, Source, fact_events  # noqa: E402
 from gormes.events.memory import Origin  # noqa: E402
 from gormes.ops.executor import Executor  # noqa: E402
@@ -69,34 +68,11 @@ BEFORE = OperationSpec(
 )
 
 
-@asynccontextmanager
-async def opened(backend: str, where: Any):
-    if backend == "sqlite":
-        from gormes.events.sqlite import SQLiteEventStore
-
-        async with SQLiteEventStore.open(where, durability="normal") as store:
-            yield store
-        return
-    import psycopg
-
-    from gormes.events.postgres import PostgresEventStore
-
-    schema = f"gormes_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(where, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        async with PostgresEventStore.open(where, schema=schema) as store:
-            yield store
-    finally:
-        with psycopg.connect(where, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-
-
 async def measure(backend: str, where: Any) -> dict[str, float]:
     registry = default_registry()
     registry.register(BEFORE)
     times: dict[str, list[float]] = {"gormes": [], "before": []}
-    async with opened(backend, where) as store:
+    async with scratch_store(where, "gormes_bench") as store:
         executor = Executor(registry, store)
         progress(f"remember_cap ({backend}): {HELD} facts held ...")
         for n in range(HELD):

@@ -30,9 +30,9 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import median, progress, report, scratch_dir  # noqa: E402
-from remember_cap import opened  # noqa: E402
 
 from gormes.actors.jobs.queue import JobQueue  # noqa: E402
+from gormes.events.scratch_store import scratch_store  # noqa: E402
 from gormes.ops.executor import Executor  # noqa: E402
 from gormes.ops.spec import Caller, OperationDenied, OperationSpec  # noqa: E402
 from gormes.tools.builtin import default_registry  # noqa: E402
@@ -65,7 +65,7 @@ async def measure(backend: str, where: Any) -> dict[str, float]:
     registry = default_registry()
     registry.register(BEFORE)
     times: dict[str, list[float]] = {"gormes": [], "before": []}
-    async with opened(backend, where) as store:
+    async with scratch_store(where, "gormes_bench") as store:
         executor = Executor(registry, store, jobs=await JobQueue.open(store))
         progress(f"submit_cap ({backend}): {HELD} live jobs held ...")
         for n in range(HELD):

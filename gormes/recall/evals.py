@@ -15,17 +15,15 @@ it (the graph's seed and path, the lexical terms).
 
 from __future__ import annotations
 
-import secrets
 import tempfile
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.scratch_store import scratch_store
 from gormes.events.store import AppendRequest
 from gormes.recall.api import (
     MODES,
@@ -126,35 +124,13 @@ async def run_recall_evals(
                       modes=reports, privacy_violations=violations, outcomes=outcomes)
 
 
-@asynccontextmanager
-async def _scratch_store(target: str | Path) -> AsyncIterator[Any]:
-    if isinstance(target, Path):
-        async with SQLiteEventStore.open(target, durability="normal") as store:
-            yield store
-        return
-    # Lazy for start-up time: psycopg is loaded only for a PostgreSQL URL.
-    import psycopg
-
-    from gormes.events.postgres import PostgresEventStore
-
-    schema = f"gormes_recall_eval_{secrets.token_hex(5)}"
-    with psycopg.connect(target, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        async with PostgresEventStore.open(target, schema=schema) as store:
-            yield store
-    finally:
-        with psycopg.connect(target, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
 async def _run_fixture(
     fixture: Fixture, target: str | Path, modes: Sequence[str], k: int,
 ) -> tuple[list[QueryOutcome], dict[str, tuple[bool, str]]]:
     seed = seed_events(fixture)
     outcomes: list[QueryOutcome] = []
     statuses: dict[str, tuple[bool, str]] = {}
-    async with _scratch_store(target) as store:
+    async with scratch_store(target, "gormes_recall_eval") as store:
         await store.append_many([AppendRequest(stream, events) for stream, events in seed.events.items()])
         for query in fixture.queries:
             for mode in modes:
