@@ -4,8 +4,9 @@ records (decision 0067).
 Each log holds audit records over 30 days as gormes writes them: one in 20 is a
 write-ahead call (its `started` record, then its outcome naming it), the rest
 one record each (`fs.read`), and OPEN calls whose outcome never came. They are
-written as a gormes before 0067 wrote them (no index); then one sealed record is
-appended, which builds the index from the log (`build_ms`). Read-only, as `gormes
+written as a gormes before 0067 wrote them (no index); then one write-ahead call
+is sealed, whose `started` record builds the index from the log first (`build_ms`)
+and whose outcome closes it again. Read-only, as `gormes
 audit unfinished` reads, each sample times:
 
 - gormes: `open_calls`, from the index (all open calls, and those of the last 7
@@ -13,11 +14,8 @@ audit unfinished` reads, each sample times:
 - scan: the code before 0067, pairing every write-ahead record of the log (or
   of the last 7 days' streams), the comparator, in the same run on the same file.
 
-`append_us`: one audit record appended with `append_sealed` (as the executor
-does), with the index's triggers and with them dropped, on the small log
-(the median of ROUNDS medians of APPENDS, the two in turns).
-With BENCH_PG_URL (a PostgreSQL URL whose role may create a schema), the same
-on PostgreSQL in a fresh schema, dropped afterwards (`pg_append_us`).
+An ordinary audit record's append does not touch the index (decision 0067's
+addendum: what the triggers of its first version cost is measured there).
 Durability `normal` (no fsync per commit) on SQLite. Prints one JSON line; figures are
 medians of SAMPLES reads, and `ratio` is the large log's median over the small
 one's (1.0: the read costs the same whatever the log holds).
@@ -28,7 +26,6 @@ one's (1.0: the read costs the same whatever the log holds).
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -42,7 +39,6 @@ from _common import median, progress, report, scratch_dir  # noqa: E402
 
 from gormes.audit_export import AuditFilter, read_audit  # noqa: E402
 from gormes.audit_unfinished import open_calls, unfinished  # noqa: E402
-from gormes.events import audit_open  # noqa: E402
 from gormes.events.audit import DAY_MS, OperationAudited, audit_stream  # noqa: E402
 from gormes.events.audit_chain import append_sealed  # noqa: E402
 from gormes.events.codec import default_codec  # noqa: E402
@@ -54,8 +50,6 @@ SIZES = (10_000, int(os.environ.get("BENCH_AUDIT_SIZE", "1000000")))
 DAYS = 30
 OPEN = 5
 SAMPLES = 7
-APPENDS = 300
-ROUNDS = 3
 NOW = 1_796_000_000_000  # ms since the epoch: the last day's end
 WEEK_AGO = NOW - 7 * DAY_MS
 
@@ -113,82 +107,29 @@ def scan(conn: Any, since_ms: int | None = None) -> list[Any]:
     return unfinished(read_audit(conn, AuditFilter(since_ms=since_ms, write_ahead=True), default_codec))
 
 
-def without_triggers(path: Path) -> None:
-    conn = sqlite3.connect(path)
-    conn.execute("DROP TRIGGER audit_open_v1_started")
-    conn.execute("DROP TRIGGER audit_open_v1_ended")
-    conn.close()
-
-
-def ensure_again(path: Path) -> None:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("BEGIN IMMEDIATE")
-    audit_open.ensure(conn)
-    conn.execute("COMMIT")
-    conn.close()
-
-
-async def appends(store: SQLiteEventStore) -> float:
-    times = []
-    for i in range(APPENDS):
-        start = time.perf_counter()
-        await append_sealed(store, AppendRequest(audit_stream(NOW), [audited("fs.read", "ok", NOW + i)]))
-        times.append(time.perf_counter() - start)
-    return median(times)
-
-
-async def pg_appends(url: str) -> dict[str, float]:
-    """`append_us` on PostgreSQL: with the index's trigger, then with it dropped."""
-    import secrets
-
-    import psycopg
-
-    from gormes.events.postgres import PostgresEventStore
-
-    schema = f"bench_audit_{secrets.token_hex(4)}"
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        async with PostgresEventStore.open(url, schema=schema) as store:
-            await append_sealed(store, AppendRequest(audit_stream(NOW), [audited("fs.read", "ok", NOW)]))
-            indexed = await appends(store)
-            with psycopg.connect(url, autocommit=True) as admin:
-                admin.execute(f'DROP TRIGGER {audit_open.TRIGGER} ON "{schema}".events')
-            return {"indexed": indexed, "without": await appends(store)}
-    finally:
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
-
-
 async def main() -> None:
     results: dict[str, dict[int, float]] = {k: {} for k in ("gormes", "scan", "gormes_week", "scan_week", "build")}
     found: dict[int, int] = {}
-    append_us: dict[str, float] = {}
     with scratch_dir() as d:
         for size in SIZES:
             path = d / f"audit-{size}.db"
             progress(f"audit_unfinished: writing {size} audit records ...")
             async with SQLiteEventStore.open(path, durability="normal") as store:
                 await fill(store, size)
+                # this process's first write-ahead record builds the index from the log;
+                # its outcome's seal then takes the row out again
                 start = time.perf_counter()
-                await append_sealed(store, AppendRequest(audit_stream(NOW), [audited("fs.read", "ok", NOW)]))
+                [started] = await append_sealed(
+                    store, AppendRequest(audit_stream(NOW), [audited("knowledge.write", "started", NOW)]))
                 results["build"][size] = time.perf_counter() - start
-                if size == SIZES[0]:  # in turns, so that neither gets the warmer file
-                    indexed, without = [], []
-                    for _ in range(ROUNDS):
-                        indexed.append(await appends(store))
-                        without_triggers(path)  # this process found the index current: it will not look again
-                        without.append(await appends(store))
-                        ensure_again(path)
-                    append_us = {"indexed": median(indexed), "without": median(without)}
+                await append_sealed(store, AppendRequest(audit_stream(NOW), [
+                    audited("knowledge.write", "ok", NOW + 1, started_position=started.first_position)]))
             progress(f"audit_unfinished: reading {size} ...")
             results["gormes"][size], found[size] = timed(path, lambda c: open_calls(c, default_codec))
             results["scan"][size], scanned = timed(path, scan)
             results["gormes_week"][size], _ = timed(path, lambda c: open_calls(c, default_codec, WEEK_AGO))
             results["scan_week"][size], _ = timed(path, lambda c: scan(c, WEEK_AGO))
             assert found[size] == scanned == OPEN, (found[size], scanned)
-    pg_url = os.environ.get("BENCH_PG_URL")
-    pg_append_us = {} if pg_url is None else await pg_appends(pg_url)
     small, large = SIZES
 
     def ms(name: str) -> dict[str, float]:
@@ -205,8 +146,6 @@ async def main() -> None:
         "gormes_week_ms": ms("gormes_week"),
         "scan_week_ms": ms("scan_week"),
         "build_ms": {str(n): round(results["build"][n] * 1000, 1) for n in SIZES},
-        "append_us": {k: round(v * 1e6, 1) for k, v in append_us.items()},
-        "pg_append_us": {k: round(v * 1e6, 1) for k, v in pg_append_us.items()},
         "samples": SAMPLES,
     })
 
