@@ -72,3 +72,17 @@ def test_a_bad_timeout_is_one_line(tmp_path):
                          capture_output=True, text=True, env=cli_env(), timeout=60)
     assert ran.returncode == 2
     assert ran.stderr.count("\n") <= 3 and "model-timeout" in ran.stderr
+
+
+def test_a_bad_max_tokens_field_is_one_line_and_runs_nothing(tmp_path):
+    db = tmp_path / "g.db"
+    env = dict(cli_env(), OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY="test",
+               GORMES_OPENAI_MAX_TOKENS_FIELD="max_output_tokens")
+    ran = subprocess.run(gormes_command(db, "run", "agent", "--prompt", "x", "--model", "openai:o3-mini"),
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.startswith("gormes: error:") and ran.stderr.count("\n") == 1, ran.stderr
+    assert "GORMES_OPENAI_MAX_TOKENS_FIELD" in ran.stderr and "max_completion_tokens" in ran.stderr
+    if db.exists():  # refused before a run began: no run was recorded
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT count(*) FROM events WHERE type = 'run.started'").fetchone()[0] == 0
