@@ -13,6 +13,8 @@ import sys
 
 import click
 
+from gormes.cli.live_work import live_work_option
+
 from gormes.cli.params import POSITION
 
 
@@ -23,12 +25,7 @@ from gormes.cli.params import POSITION
               help="The event's fields as a JSON object; '-' reads it from stdin.")
 @click.option("--expected-version", type=POSITION, default=None, metavar="N",
               help="Fail (writing nothing) unless STREAM is at version N; 0 = a new stream.")
-@click.option("--live-work", is_flag=True,
-              help="Append it even if it leaves live work here: a job not ended, a cron schedule not "
-                   "removed, a record for a run running here or a budget held here, an approval's "
-                   "decision (a worker, the daemon or the run would act on it with the trust it names), "
-                   "or a memory or skill record that vouches for itself (a trusted or reviewed fact, a "
-                   "review, a forget, a skill's feedback).")
+@live_work_option("Append it even if it brings live work")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the appended event as one JSON line (the shape of `gormes tail --json`).")
 @click.pass_obj

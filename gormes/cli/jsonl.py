@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from gormes.cli.live_work import live_work_option
+
 from gormes import out_file
 from gormes.cli.events import STREAM_HELP, TYPE_HELP
 from gormes.cli.params import POSITION
@@ -22,11 +24,7 @@ PROGRESS_MIN_EVENTS = 10_000
 @click.argument("source", metavar="FILE|-")
 @click.option("--ignore-versions", is_flag=True,
               help="Append every line at the end of its stream, ignoring its 'version'.")
-@click.option("--live-work", is_flag=True,
-              help="Also import live work: jobs not ended, cron schedules not removed, records for"
-                   " runs running here, decisions on approvals requested here, memory and skill"
-                   " records that vouch for themselves (facts marked trusted or reviewed, reviews,"
-                   " forgets, skill feedback).")
+@live_work_option("Import it even if it brings live work")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON: imported, first_position, last_position.")
 @click.pass_obj
@@ -43,8 +41,8 @@ def import_(obj, source: str, ignore_versions: bool, live_work: bool, as_json: b
     An import that brings live work is refused unless --live-work is given: a job
     not ended or a cron schedule not removed (a worker runs such a job, and the
     daemon fires such a schedule, with the trust its records name, whoever wrote
-    them), a record for a run running here, a decision on an approval
-    requested here, or a memory or skill record that vouches for itself (a fact
+    them), a record for a run running here or a budget held here, a decision
+    on an approval requested here, or a memory or skill record that vouches for itself (a fact
     recorded as trusted, reviewed or the operator's, a review, a forget, a
     skill's feedback: a person's word on the log the file came from). A gateway's
     unreviewed memory is history.

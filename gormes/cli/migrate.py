@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from gormes.cli.live_work import live_work_option
+
 
 @click.command()
 @click.option("--from", "source", required=True, metavar="sqlite:PATH",
@@ -14,12 +16,7 @@ import click
               help="The PostgreSQL database (empty, or holding an exact prefix of the source).")
 @click.option("--batch", type=click.IntRange(min=1), default=5000, show_default=True,
               metavar="N", help="Events per transaction on the target.")
-@click.option("--live-work", is_flag=True,
-              help="Continue into a non-empty target even if what is copied leaves live work there: a job "
-                   "not ended, a cron schedule not removed, a record for a run running there or a budget "
-                   "held there, an approval's decision that lets a call run (its workers, daemon and runs "
-                   "would act on it with the trust it names), a memory or skill record that vouches for "
-                   "itself (a trusted or reviewed fact, a review, a forget, a skill's feedback).")
+@live_work_option("Continue into a non-empty target even if what is copied brings live work")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as one JSON object.")
 def migrate(source: str, target: str, batch: int, live_work: bool, as_json: bool) -> None:

@@ -186,6 +186,6 @@ def refusal(name: str, found: list[str], *, done: str = "imported", do: str = "I
     """The one line refusing live work: `name` holds it; once `done` it acts here;
     `do` it only with --live-work."""
     shown = ", ".join(found[:SHOWN]) + (f" and {len(found) - SHOWN} more" if len(found) > SHOWN else "")
-    return (f"{name} holds live work: {shown}; once {done}, it acts here with the trust its records"
-            f" name, whoever wrote {source}. {do} it only if you would run it: --live-work."
-            f" Nothing was {done}")
+    return (f"{name} holds live work: {shown}; once {done}, this log acts on it and believes it with"
+            f" the trust its records name, whoever wrote {source}. {do} it only if you would stand"
+            f" behind it yourself: --live-work. Nothing was {done}")
