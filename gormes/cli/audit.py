@@ -106,14 +106,16 @@ def verify(obj: Any, since: str | None, as_json: bool) -> int:
 def unfinished(obj: Any, since: str | None, as_json: bool) -> None:
     """List the calls started with no outcome recorded: a write-ahead operation
     (knowledge.write, memory.mirror, projections.rebuild, shell.run) whose process
-    ended mid-call, or that still runs. Its effect may have happened: check it."""
+    ended mid-call, or that still runs. Its effect may have happened: check it.
+    Read from the open calls' index; a note on standard error says when the log
+    was scanned instead (no index yet, or none this session may read)."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import time
 
     import msgspec
 
     from gormes.audit_export import make_filter
-    from gormes.audit_unfinished import described, open_calls
+    from gormes.audit_unfinished import described, find_open_calls, index_hint, scan_note
     from gormes.events.catalog import load_all
     from gormes.events.codec import default_codec
 
@@ -121,13 +123,16 @@ def unfinished(obj: Any, since: str | None, as_json: bool) -> None:
     since_ms = make_filter(since, None, (), time.time()).since_ms
     conn = _open(obj)
     try:
-        calls = open_calls(conn, default_codec, since_ms)
+        found = find_open_calls(conn, default_codec, since_ms)
     finally:
         conn.close()
-    for call in calls:
+    for call in found.calls:
         click.echo(msgspec.json.encode(call).decode() if as_json else described(call))
-    if not calls and not as_json:
+    if not found.calls and not as_json:
         click.echo("no call without its outcome")
+    note = scan_note(found)
+    if note is not None:  # on standard error: --json's output stays one record per line
+        click.echo(f"gormes: note: {note}; {index_hint(found.index)}", err=True)
 
 
 def _open(obj: Any) -> Any:

@@ -39,6 +39,11 @@ from gormes.events.sql_fragments import text_order
 from gormes.events.store import AppendRequest, AppendResult, EventStore, Transaction
 
 GENESIS = "0" * 64  # the `prev` of a day's first sealed record
+# After the open calls' index failed to build (a busy database, a lock timeout), the
+# first write-ahead call this long after tries again; the wait doubles after each
+# failure, up to the last, so a store that can never build it (a role that may not
+# create a table) costs one try that often.
+INDEX_RETRY_S = (1.0, 300.0)
 
 _encoder = msgspec.json.Encoder(order="sorted")
 _TAG = OperationAudited.__struct_config__.tag
@@ -87,10 +92,12 @@ class _Heads:
     can only come back to it through another seal of this batch, which
     replaces it."""
 
-    __slots__ = ("batch", "committed", "indexed", "pending")
+    __slots__ = ("batch", "committed", "index_due", "index_wait", "indexed", "pending")
 
     def __init__(self) -> None:
-        self.indexed = False  # the open calls' index was made current (or could not be: see `_index`)
+        self.indexed = False  # the open calls' index is current, or being made (see `_index`)
+        self.index_due = 0.0  # trio time before which a failed build is not tried again
+        self.index_wait = 0.0  # the wait after the last failed build (0: none failed)
         self.committed: dict[str, Head] = {}
         self.batch: object | None = None
         self.pending: dict[str, Head] = {}
@@ -186,14 +193,20 @@ async def append_sealed(
 async def _index(store: EventStore, heads: _Heads) -> None:
     """Make the open calls' index current (gormes/events/audit_open.py), once per
     store and process, before its first write-ahead record: a read finds it
-    current, or a transaction of its own makes it. A store that cannot (a role
-    that may not create a table) still takes the audit record, and reads fall back
-    to the log. Shielded: the caller's record may be one that no cancel stops.
+    current, or a transaction of its own makes it. Shielded: the caller's record
+    may be one that no cancel stops.
 
     Only the first caller makes it: marked at once, so that the calls that start
     beside it do not each read and build again. They need not wait for it: what
     commits before its transaction it reads from the log, and what commits after
-    is indexed by its seal (`audit_open.index_in`)."""
+    is indexed by its seal (`audit_open.index_in`).
+
+    A build that fails (a busy database, a lock timeout, a role that may not create
+    a table) still lets the audit record be taken, and reads fall back to the log.
+    The mark is taken back: the first write-ahead call after `INDEX_RETRY_S` tries
+    again, alone as the first did, and the calls before it do not."""
+    if heads.index_wait and trio.current_time() < heads.index_due:
+        return
     heads.indexed = True
 
     def ensure(tx: Transaction) -> None:
@@ -205,7 +218,10 @@ async def _index(store: EventStore, heads: _Heads) -> None:
             if not await store.read_sql(audit_open.current):
                 await store.transact(ensure)
         except Exception:  # noqa: BLE001 (the index spares reads; the record is what counts)
-            pass
+            first, most = INDEX_RETRY_S
+            heads.index_wait = min(max(heads.index_wait * 2, first), most)
+            heads.index_due = trio.current_time() + heads.index_wait
+            heads.indexed = False
 
 
 # -- verifying ----------------------------------------------------------------------

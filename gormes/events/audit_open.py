@@ -16,9 +16,11 @@ only when this version's table is there (`current`). A database with no index
 (one an older gormes wrote), or one built by other rules, gets it before this
 process's first write-ahead record (`ensure`, run by `append_sealed` in a
 transaction of its own): the table, and its rows built from the whole log,
-once. An import or a migration that copies records in raw builds it again in its
-transaction (`refresh`). A store that may not write (a read-only file or session)
-reads the log's audit records instead, as before the index.
+once. A build that fails is tried again by a later write-ahead call (see
+`audit_chain._index`). An import or a migration that copies records in raw builds
+it again in its transaction (`refresh`). A reader that finds no current index (a
+read-only copy of such a database, a build that failed) reads the log's audit
+records instead, as before the index, and says so (`state`).
 
 Not kept: the calls of a gormes older than the index that writes the same
 database at once (another host in a rolling upgrade). Its `started` records get
@@ -45,6 +47,20 @@ _FORMER = "audit_open"  # every version's table and trigger starts so (version 1
 # Ordered by the index's column: by the events' one, SQLite walks the whole log to probe the index.
 OPEN_ROWS = (f"SELECT e.position, e.stream, e.type_version, e.data FROM {TABLE} o"
              " JOIN events e ON e.position = o.position ORDER BY o.position")
+
+
+CURRENT, MISSING, UNREADABLE = "current", "missing", "unreadable"
+
+
+def state(conn: Any) -> str:
+    """`CURRENT` when the rows may be trusted (as `current`); else why not: `MISSING`
+    (this version's table is not there: not built yet, or its build failed) or, on
+    PostgreSQL, `UNREADABLE` (this session may not read it)."""
+    if dialect_of(conn) == POSTGRES:
+        row = conn.execute("SELECT to_regclass(?) IS NOT NULL, has_table_privilege(to_regclass(?), 'SELECT')",
+                           (TABLE, TABLE)).fetchone()
+        return CURRENT if row[1] else UNREADABLE if row[0] else MISSING
+    return CURRENT if current(conn) else MISSING
 
 
 def current(conn: Any) -> bool:

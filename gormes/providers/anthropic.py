@@ -43,6 +43,7 @@ from gormes.providers.base import (
     ProviderError,
     ToolCall,
     Usage,
+    bill,
     billed,
     parse_tool_arguments,
 )
@@ -169,12 +170,21 @@ class AnthropicProvider:
         # that sets one still sends it, and a model that refuses it answers 400.
         extra = {"temperature": body.pop("temperature")} if "temperature" in body else None
         client = self._client
-        with translated(self.name, self.url, self.timeout, anthropic):
-            create = client.messages.with_streaming_response.create
-            async with create(**body, extra_headers=headers, extra_body=extra) as response:
-                if self.stream:
-                    return await _read_stream(self.name, request, names, response.iter_lines())
-                return _read_whole(self.name, request, names, await response.read())
+        assembly = _StreamAssembly(self.name, request, names) if self.stream else None
+        try:
+            with translated(self.name, self.url, self.timeout, anthropic):
+                create = client.messages.with_streaming_response.create
+                async with create(**body, extra_headers=headers, extra_body=extra) as response:
+                    if assembly is not None:
+                        return await _read_stream(assembly, response.iter_lines())
+                    return _read_whole(self.name, request, names, await response.read())
+        except ProviderError as exc:
+            # raised while the stream was read (an error event, an event that does not
+            # parse, a connection that broke): the API bills what the stream had
+            # reported by then, message_start's input and message_delta's output
+            if assembly is not None:
+                bill(exc, assembly.reported())
+            raise
 
 
 # -- the request -------------------------------------------------------------------
@@ -346,6 +356,26 @@ class _StreamAssembly:
         elif kind == "message_stop":
             self.done = True
 
+    def salvage(self, line: str) -> None:
+        """After a failure: the usage the events that follow report, nothing else
+        (the rest of the stream is read to its end all the same, and the API bills
+        the whole reply it sent). A blank line ends the last event."""
+        event = self._events.feed(line)
+        if event is None:
+            return
+        try:
+            wire = _decode_event(event.data)
+        except msgspec.MsgspecError:
+            return
+        if wire.type == "message_start" and wire.message is not None:
+            self._merge_usage(wire.message.usage)
+        elif wire.type == "message_delta":
+            self._merge_usage(wire.usage)
+
+    def reported(self) -> Usage:
+        """The usage the stream has reported so far (zero before message_start)."""
+        return _usage(self._usage)
+
     def _merge_usage(self, usage: _WireUsage | None) -> None:
         # message_delta repeats the counts so far; a field it leaves out keeps its value.
         if usage is None:
@@ -385,16 +415,20 @@ class _StreamAssembly:
         )
 
 
-async def _read_stream(name: str, request: ModelRequest, names: ToolNames, lines: AsyncIterator[str]) -> ModelReply:
-    assembly = _StreamAssembly(name, request, names)
+async def _read_stream(assembly: _StreamAssembly, lines: AsyncIterator[str]) -> ModelReply:
     failure: ProviderError | None = None
-    # Read to the end even after a bad event, as the openai provider does.
+    # Read to the end even after a bad event, as the openai provider does, and for
+    # the usage its later events report (a bad content event is followed by the
+    # message_delta with the output the API billed).
     async for line in lines:
         if failure is None:
             try:
                 assembly.feed(line)
             except ProviderError as exc:
                 failure = exc
+        else:
+            assembly.salvage(line)
     if failure is not None:
-        raise failure
+        assembly.salvage("")  # the last event, if no blank line ended it
+        raise failure  # `complete` bills it with what the stream reported
     return assembly.finish()

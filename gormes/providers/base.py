@@ -258,17 +258,25 @@ class InvalidModelReply(ProviderError):
         super().__init__(message, retryable=retryable, usage=usage)
 
 
+def bill(exc: ProviderError, usage: Usage | None) -> ProviderError:
+    """`exc`, carrying `usage` (what the server had reported for the reply it was
+    reading) unless it carries some already or `usage` is none or zero: the tokens
+    the API bills for a reply gormes could not use (decision 0069)."""
+    if exc.usage is None and usage is not None and (usage.input or usage.output):
+        exc.usage = usage
+    return exc
+
+
 @contextmanager
 def billed(usage: Usage | None) -> Iterator[None]:
-    """Around the reading of a reply whose usage the server reported: an
-    `InvalidModelReply` raised inside (a tool call cut off at max_tokens, a stream
+    """Around the reading of a reply whose usage the server reported: a
+    `ProviderError` raised inside (a tool call cut off at max_tokens, a stream
     that broke off) carries that usage, so the run, its job and its budgets count
-    the tokens the API bills for it (decision 0069)."""
+    the tokens the API bills for it (decision 0069, see `bill`)."""
     try:
         yield
-    except InvalidModelReply as exc:
-        if exc.usage is None and usage is not None and (usage.input or usage.output):
-            exc.usage = usage
+    except ProviderError as exc:
+        bill(exc, usage)
         raise
 
 

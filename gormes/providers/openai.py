@@ -33,6 +33,7 @@ from gormes.providers.base import (
     ProviderError,
     ToolCall,
     Usage,
+    bill,
     billed,
     parse_tool_arguments,
 )
@@ -168,11 +169,19 @@ class OpenAIProvider:
         if not self.api_key:
             headers["Authorization"] = openai.Omit()
         client = self._client
-        with translated(self.name, self.url, self.timeout, openai):
-            async with client.chat.completions.with_streaming_response.create(**body, extra_headers=headers) as response:
-                if self.stream:
-                    return await _read_stream(self.name, request, names, response.iter_lines())
-                return _read_whole(self.name, request, names, await response.read())
+        assembly = _StreamAssembly(self.name, request, names) if self.stream else None
+        try:
+            with translated(self.name, self.url, self.timeout, openai):
+                async with client.chat.completions.with_streaming_response.create(**body, extra_headers=headers) as response:
+                    if assembly is not None:
+                        return await _read_stream(assembly, response.iter_lines())
+                    return _read_whole(self.name, request, names, await response.read())
+        except ProviderError as exc:
+            # raised while the stream was read: it carries the usage chunk if that had
+            # come, which it seldom has (it is the last chunk before [DONE])
+            if assembly is not None:
+                bill(exc, assembly.reported())
+            raise
 
 
 def _wire_request(request: ModelRequest, names: ToolNames, *, stream: bool,
@@ -289,6 +298,25 @@ class _StreamAssembly:
                 self._calls.add(call)
             self._finish_reason = choice.finish_reason or self._finish_reason
 
+    def salvage(self, line: str) -> None:
+        """After a failure: the usage chunk, if it still comes (the rest of the stream
+        is read to its end all the same), nothing else. A blank line ends the last event."""
+        event = self._events.feed(line)
+        if event is None or self.done:
+            return
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = _decode_completion(event.data)
+        except msgspec.MsgspecError:
+            return
+        self._usage = chunk.usage or self._usage
+
+    def reported(self) -> Usage | None:
+        """The usage the stream has reported so far: None until its usage chunk."""
+        return None if self._usage is None else _usage(self._usage)
+
     def finish(self) -> ModelReply:
         if not self.done:
             self._dispatch(self._events.flush())
@@ -308,19 +336,22 @@ class _StreamAssembly:
             )
 
 
-async def _read_stream(name: str, request: ModelRequest, names: ToolNames, lines: AsyncIterator[str]) -> ModelReply:
-    assembly = _StreamAssembly(name, request, names)
+async def _read_stream(assembly: _StreamAssembly, lines: AsyncIterator[str]) -> ModelReply:
     failure: ProviderError | None = None
     # The stream is read to its end even after [DONE] or a bad chunk: httpx's nested
     # line iterators cannot be closed early without leaking unfinished generators.
+    # After a bad chunk, the usage chunk may still come: the failure carries it.
     async for line in lines:
         if failure is None:
             try:
                 assembly.feed(line)
             except ProviderError as exc:
                 failure = exc
+        else:
+            assembly.salvage(line)
     if failure is not None:
-        raise failure
+        assembly.salvage("")  # the last event, if no blank line ended it
+        raise failure  # `complete` bills it with what the stream reported
     return assembly.finish()
 
 

@@ -4,22 +4,27 @@ and PostgreSQL. A log an older gormes wrote (started records, no index) is
 answered from the log by a read-only reader, and indexed once, from the log,
 before the first write-ahead record a writing gormes seals; from then on each
 write-ahead record's seal keeps it, and an import that copies records in builds
-it again. An ordinary audit record does not touch it."""
+it again. An ordinary audit record does not touch it. A build that fails is
+tried again by one later write-ahead call; a reader that scans the log instead
+of reading the index says so."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import trio
 from cli_helpers import json_lines, run_gormes
 from pg_helpers import backend, store_on_both_backends, url_for_schema  # noqa: F401 - fixtures
 
 from gormes.audit_unfinished import open_calls
 from gormes.events import audit_open
 from gormes.events.audit import OperationAudited, audit_stream
-from gormes.events.audit_chain import append_sealed, verify_chains
+from gormes.events.audit_chain import INDEX_RETRY_S, append_sealed, verify_chains
 from gormes.events.codec import default_codec
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.events.store import AppendRequest
@@ -158,3 +163,101 @@ async def test_on_postgresql_version_ones_trigger_function_and_table_are_dropped
                                        " AND tablename LIKE 'audit_open%'")]))
         assert left == [audit_open.TABLE]
         assert await listed(store) == [started, started + 1]
+
+
+# -- a build that fails is tried again; a read that scans says so ---------------------
+
+
+async def write_ahead_calls(store: Any, count: int) -> list[int]:
+    """`count` write-ahead calls' `started` records sealed at once, as many runs'
+    first calls are; their positions."""
+    positions: list[int] = []
+
+    async def one() -> None:
+        [result] = await append_sealed(store, AppendRequest(audit_stream(AT), [call("started")]))
+        positions.append(result.first_position)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(count):
+            nursery.start_soon(one)
+    return sorted(positions)
+
+
+def index_rows(conn: Any) -> list[int]:
+    return sorted(p for (p,) in conn.execute(f"SELECT position FROM {audit_open.TABLE}"))
+
+
+async def test_a_build_that_fails_is_tried_again_by_one_later_call_and_then_used(store, mock_clock, monkeypatch):
+    tries: list[str] = []
+    build = audit_open.ensure
+
+    def busy_once(conn: Any) -> bool:
+        tries.append("build")
+        if len(tries) == 1:
+            raise RuntimeError("database is locked (injected)")  # a busy database, a lock timeout
+        return build(conn)
+
+    monkeypatch.setattr(audit_open, "ensure", busy_once)
+    first = await write_ahead_calls(store, 10)
+    assert tries == ["build"]  # one build for the ten, which failed: the records are taken all the same
+    assert not await store.read_sql(audit_open.current)
+    assert await listed(store) == first
+    # until the wait is over, the calls go on without trying again
+    during = await write_ahead_calls(store, 3)
+    assert tries == ["build"]
+
+    mock_clock.jump(INDEX_RETRY_S[0])
+    after = await write_ahead_calls(store, 10)
+    assert tries == ["build", "build"]  # tried again, by one call of the ten
+    assert await store.read_sql(audit_open.current)
+    assert await store.read_sql(index_rows) == sorted(first + during + after)
+    more = await write_ahead_calls(store, 2)
+    assert tries == ["build", "build"]
+    # the readers read the index, and say nothing of a scan
+    done = run_gormes(db_of(store), "audit", "unfinished", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [r["position"] for r in json_lines(done.stdout)] == sorted(first + during + after + more)
+    assert done.stderr == ""
+
+
+def doctor_check(store: Any, name: str) -> dict[str, Any]:
+    done = run_gormes(db_of(store), "doctor", "--json", "--offline")
+    [check] = [c for c in json.loads(done.stdout)["checks"] if c["name"] == name]
+    return check
+
+
+async def test_the_doctor_and_audit_unfinished_say_when_they_scanned_the_log(store):
+    # a log with no write-ahead call: the scan read nothing, which the doctor mentions
+    empty = doctor_check(store, "audit.unfinished")
+    assert empty["status"] == "ok"
+    assert "read by scanning 0 write-ahead record(s) of the log: the open calls' index is not built" in empty["message"]
+
+    # an older gormes's write-ahead calls, no index: the doctor warns that it scanned
+    now_ms = int(time.time() * 1000)
+    started = await append_unindexed(store, call("started", at=now_ms - 60_000))
+    await append_unindexed(store, call("ok", started_position=started, at=now_ms - 59_000))
+    still = await append_unindexed(store, call("started", at=now_ms - 1000))  # may still run: not stale
+    scanned = doctor_check(store, "audit.unfinished")
+    assert scanned["status"] == "warn"
+    assert scanned["message"] == (
+        "every write-ahead call of the last 7 days has its outcome recorded, but read by scanning"
+        " 3 write-ahead record(s) of the log: the open calls' index is not built")
+    assert scanned["remediation"].startswith("the next write-ahead call (shell.run, ")
+    text = run_gormes(db_of(store), "audit", "unfinished")
+    as_json = run_gormes(db_of(store), "audit", "unfinished", "--json")
+    for done in (text, as_json):
+        assert done.returncode == 0, done.stderr
+        [note] = done.stderr.splitlines()
+        assert note.startswith("gormes: note: read by scanning 3 write-ahead record(s) of the log:"
+                               " the open calls' index is not built; the next write-ahead call"), note
+    assert [r["position"] for r in json_lines(as_json.stdout)] == [still]  # stdout: the records alone
+    assert text.stdout.splitlines()[0].endswith(f"position {still}: started, no outcome recorded")
+
+    # built by the next write-ahead call: read from the index, and nothing said
+    await append_sealed(store, AppendRequest(audit_stream(now_ms), [call("ok", started_position=still, at=now_ms)]))
+    await append_sealed(store, AppendRequest(audit_stream(now_ms), [call("started", at=now_ms)]))
+    indexed = doctor_check(store, "audit.unfinished")
+    assert indexed == {**indexed, "status": "ok",
+                       "message": "every write-ahead call of the last 7 days has its outcome recorded"}
+    done = run_gormes(db_of(store), "audit", "unfinished", "--json")
+    assert done.returncode == 0 and done.stderr == "", done.stderr

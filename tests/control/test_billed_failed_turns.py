@@ -1,7 +1,9 @@
 """A failed model turn whose reply the API billed is counted (decision 0069): its
 `run.llm_failed` records the usage, and the run's tokens and cost, its job's
 tokens, its budgets (settled, not released), the runs projection, the metrics and
-`gormes runs show` all count it, live and after replay."""
+`gormes runs show` all count it, live and after replay. That holds for a failure
+raised while a stream is read (its addendum), and for a run a gateway submits
+through `gormes mcp`."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import WorkerConfig
@@ -29,13 +32,16 @@ from gormes.providers.base import InvalidModelReply, Message, ModelReply, ModelR
 from gormes.telemetry.metrics import LogMetrics
 
 TESTS = Path(__file__).resolve().parents[1]
-for folder in ("actors/runs", ""):
+for folder in ("actors/runs", "", "mcp"):
     if str(TESTS / folder) not in sys.path:
         sys.path.insert(0, str(TESTS / folder))
 
-from agent_worker import work_until_ended  # noqa: E402
+from agent_worker import agent_worker, work_until_ended  # noqa: E402
+from anthropic_server import ErrorMidStream, Garbled, MessagesServer, Reply  # noqa: E402
+from mcp_helpers import call_ok, gormes_mcp  # noqa: E402
 
 from pg_helpers import backend_store  # noqa: E402
+from gormes.providers.anthropic import AnthropicProvider  # noqa: E402
 
 ESTIMATE = 100  # the budget's --output-estimate: the ceiling of an agent turn
 CUT_OFF = {"tool_calls": [{"name": "fs.write", "arguments": {"path": "out.txt", "content": "word " * 2000}}]}
@@ -163,3 +169,78 @@ async def test_an_agent_jobs_tokens_count_the_billed_failure(store, tmp_path, mo
     [failed] = [e for e in await events_of(store, run_stream(run_id)) if isinstance(e, RunLlmFailed)]
     assert failed.usage is not None and failed.usage.output == ESTIMATE
     assert finished.tokens == failed.usage
+
+
+# -- a failure raised while the stream is read (decision 0069's addendum) -----------
+
+CLAUDE = "anthropic:claude-test"
+
+
+def anthropic_at(server: MessagesServer):
+    return lambda spec: AnthropicProvider(spec.partition(":")[2], base_url=server.base_url, api_key="sk-ant-test",
+                                          env={}, stream=True)
+
+
+async def test_an_error_event_after_message_start_is_counted_and_the_retry_too(store, db_path):
+    """Anthropic's `overloaded_error` mid-stream: message_start had reported the
+    input, which the API bills; the turn is retried (the error is retryable)."""
+    book = BudgetBook(store)
+    await book.set("b", tokens=1_000_000, output_estimate=ESTIMATE)
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(ErrorMidStream(Reply("lost", input_tokens=40, cache_read=8)),
+                     Reply("done", input_tokens=40, cache_read=8, output_tokens=3))
+        async with RunManager.open(store, providers=anthropic_at(server), llm_backoff_s=0.0) as runs:
+            outcome = await runs.run("agent", {"prompt": "go"}, model=CLAUDE, budget="b")
+    assert outcome.status == "completed", outcome.error
+    [failed] = [e for e in await events_of(store, run_stream(outcome.run_id)) if isinstance(e, RunLlmFailed)]
+    assert "overloaded_error" in failed.error and failed.error_type == "ProviderError" and failed.retryable
+    assert failed.usage == Tokens(input=48, output=1, cache_read=8)
+    assert outcome.tokens == Tokens(input=96, output=4, cache_read=16)
+    view = await book.get("b")
+    assert (view.spent.input, view.spent.output, view.turns) == (96, 4, 2)
+    assert await replays_exactly(db_path, outcome.run_id)
+
+
+async def test_a_malformed_event_after_message_start_is_counted(store, db_path):
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(Garbled(Reply("lost", input_tokens=30, output_tokens=12), at=3))
+        async with RunManager.open(store, providers=anthropic_at(server)) as runs:
+            outcome = await runs.run("agent", {"prompt": "go"}, model=CLAUDE)
+    assert outcome.status == "failed" and "malformed stream event" in outcome.error
+    [failed] = [e for e in await events_of(store, run_stream(outcome.run_id)) if isinstance(e, RunLlmFailed)]
+    assert failed.error_type == "InvalidModelReply" and failed.usage == Tokens(input=30, output=12)
+    assert outcome.tokens == failed.usage
+    assert await replays_exactly(db_path, outcome.run_id)
+
+
+async def test_a_run_a_gateway_submits_through_mcp_counts_its_billed_failure_in_the_jobs_tokens(
+        store, db_path, monkeypatch):
+    """`run.submit` through `gormes mcp` (a process, driven by the mcp SDK client)
+    makes an agent job; a worker runs it against the Anthropic stand-in, whose
+    first stream fails after message_start. The job's tokens count that turn."""
+    queue = await JobQueue.open(store)
+    with MessagesServer(require_key="sk-ant-test") as server:
+        # the worker (this process) opens the provider from the environment
+        monkeypatch.setenv("GORMES_ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("GORMES_ANTHROPIC_API_KEY", "sk-ant-test")
+        server.queue(ErrorMidStream(Reply("lost", input_tokens=40)), Reply("It is late.", input_tokens=40,
+                                                                           output_tokens=3))
+        worker = agent_worker(queue, WorkerConfig(concurrency=1), store=store, log=lambda _: None)
+        # a gateway may choose only a model the operator allows (gormes/tools/job_trust.py)
+        async with gormes_mcp(db_path, env={"GORMES_GATEWAY_MODELS": CLAUDE}) as client:
+            job = await call_ok(client, "run__submit", prompt="What time is it?", model=CLAUDE, tools=["time.now"])
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+                with trio.fail_after(60):
+                    while (await queue.get(job["id"])).status not in ("completed", "failed", "dead"):
+                        await trio.sleep(0.05)
+                worker.stop()
+            done = await call_ok(client, "job__get", id=job["id"])
+            run = await call_ok(client, "run__get", run_id=done["result"]["run_id"])
+    assert server.rejections == []
+    assert done["status"] == "completed", done["error"]
+    [failed] = [e for e in await events_of(store, run_stream(run["run_id"])) if isinstance(e, RunLlmFailed)]
+    assert failed.usage == Tokens(input=40, output=1)
+    assert done["tokens"]["input"] == run["tokens"]["input"] == 80
+    assert done["tokens"]["output"] == run["tokens"]["output"] == 4
+    assert (await queue.get(job["id"])).tokens == Tokens(input=80, output=4)

@@ -58,11 +58,42 @@ class RawEvents:
 
 
 @dataclass(frozen=True)
+class ErrorMidStream:
+    """The reply's first `after` stream events, then an `error` event, and the end of
+    the stream: what the API sends when it fails after it has begun to answer (its
+    streaming docs: an `overloaded_error`, during high load, where a request that
+    is not streamed gets HTTP 529). The HTTP status stays 200."""
+
+    reply: Reply
+    after: int = 2  # message_start and ping
+    type: str = "overloaded_error"
+    message: str = "Overloaded"
+
+
+@dataclass(frozen=True)
+class Garbled:
+    """The reply's stream with event `at` replaced by text that is not JSON; every
+    other event, the usage of message_start and message_delta with them, as sent."""
+
+    reply: Reply
+    at: int = 2
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """The reply's first `after` stream events, then the connection closes inside its
+    chunked body (no final chunk): a connection that broke mid-reply."""
+
+    reply: Reply
+    after: int = 2
+
+
+@dataclass(frozen=True)
 class Stall:
     """Answers nothing until the server stops."""
 
 
-Plan = Reply | Error | RawEvents | Stall
+Plan = Reply | Error | RawEvents | ErrorMidStream | Garbled | Dropped | Stall
 
 
 @dataclass(frozen=True)
@@ -146,6 +177,15 @@ class _MessagesHandler(BaseHTTPRequestHandler):
             return self._error(plan.status, plan.type, plan.message, plan.headers)
         if isinstance(plan, RawEvents):
             return self._send_events(plan.events)
+        if isinstance(plan, ErrorMidStream):
+            error = {"type": "error", "error": {"type": plan.type, "message": plan.message}}
+            return self._send_events(stream_events(plan.reply)[: plan.after] + [("error", json.dumps(error))])
+        if isinstance(plan, Garbled):
+            events = stream_events(plan.reply)
+            events[plan.at] = (events[plan.at][0], "{not json")
+            return self._send_events(events)
+        if isinstance(plan, Dropped):
+            return self._send_events(stream_events(plan.reply)[: plan.after], finish=False)
         if body.get("stream") is True:
             return self._send_events(stream_events(plan))
         return self._send(200, json.dumps(whole_message(plan)), "application/json")
@@ -166,7 +206,7 @@ class _MessagesHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.close_connection = True
 
-    def _send_events(self, events: list[tuple[str, str]]) -> None:
+    def _send_events(self, events: list[tuple[str, str]], *, finish: bool = True) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -178,7 +218,8 @@ class _MessagesHandler(BaseHTTPRequestHandler):
                 chunk = f"event: {name}\ndata: {data}\n\n".encode()
                 self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                 self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
+            if finish:
+                self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
 

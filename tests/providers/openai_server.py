@@ -89,6 +89,16 @@ class RawStream:
 
 
 @dataclass(frozen=True)
+class Garbled:
+    """The reply's stream, as the request's `stream_options` asks, with chunk `at`
+    replaced by text that is not JSON; every other chunk (the usage chunk, last,
+    with them) as sent."""
+
+    reply: TextReply | ToolCallsReply
+    at: int = 1
+
+
+@dataclass(frozen=True)
 class RawBody:
     """A 200 reply with this JSON text as body (for malformed whole replies)."""
 
@@ -100,7 +110,7 @@ class Stall:
     """Answers nothing until the server stops (for timeouts, with no race)."""
 
 
-Plan = TextReply | ToolCallsReply | ErrorReply | RawStream | RawBody | Stall
+Plan = TextReply | ToolCallsReply | ErrorReply | RawStream | Garbled | RawBody | Stall
 
 
 @dataclass(frozen=True)
@@ -193,6 +203,11 @@ class _ChatHandler(BaseHTTPRequestHandler):
             return self._send_text(200, plan.body, "application/json")
         if isinstance(plan, RawStream):
             return self._send_events(plan.lines)
+        if isinstance(plan, Garbled):
+            reply = held_to_max_tokens(plan.reply, body) if isinstance(plan.reply, ToolCallsReply) else plan.reply
+            lines = _stream_lines(reply, bool(body.get("stream_options", {}).get("include_usage")))
+            lines[plan.at] = "data: {not json"
+            return self._send_events(lines)
         if isinstance(plan, ToolCallsReply):
             plan = held_to_max_tokens(plan, body)
         if stream:
@@ -267,14 +282,17 @@ def _whole_reply(plan: TextReply | ToolCallsReply) -> dict[str, Any]:
     return reply
 
 
-def _chunk(plan: TextReply | ToolCallsReply, delta: dict[str, Any], finish: str | None = None) -> str:
-    payload = {
+def _chunk(plan: TextReply | ToolCallsReply, delta: dict[str, Any], finish: str | None = None,
+           include_usage: bool = False) -> str:
+    payload: dict[str, Any] = {
         "id": "chatcmpl-test",
         "object": "chat.completion.chunk",
         "created": 1700000000,
         "model": plan.model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
     }
+    if include_usage:  # every chunk but the usage chunk has `"usage": null` (stream_options.include_usage)
+        payload["usage"] = None
     return "data: " + json.dumps(payload)
 
 
@@ -283,17 +301,17 @@ def _pieces(text: str, size: int) -> list[str]:
 
 
 def _stream_lines(plan: TextReply | ToolCallsReply, include_usage: bool) -> list[str]:
-    lines = [_chunk(plan, {"role": "assistant", "content": ""})]
-    lines += [_chunk(plan, {"content": piece}) for piece in _pieces(plan.text, plan.fragment)]
+    lines = [_chunk(plan, {"role": "assistant", "content": ""}, None, include_usage)]
+    lines += [_chunk(plan, {"content": piece}, None, include_usage) for piece in _pieces(plan.text, plan.fragment)]
     finish = "stop"
     if isinstance(plan, ToolCallsReply):
         finish = plan.finish_reason
         for index, (id_, name, args) in enumerate(plan.calls):
             head = {"index": index, "id": id_, "type": "function", "function": {"name": name, "arguments": ""}}
-            lines.append(_chunk(plan, {"tool_calls": [head]}))
+            lines.append(_chunk(plan, {"tool_calls": [head]}, None, include_usage))
             for piece in _pieces(args, plan.fragment):
-                lines.append(_chunk(plan, {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
-    lines.append(_chunk(plan, {}, finish))
+                lines.append(_chunk(plan, {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, None, include_usage))
+    lines.append(_chunk(plan, {}, finish, include_usage))
     if include_usage and not (isinstance(plan, TextReply) and not plan.send_usage):
         usage_chunk = {
             "id": "chatcmpl-test",

@@ -1,14 +1,17 @@
 """A reply the API billed and gormes could not use carries its usage (decision
 0069): the provider raises `InvalidModelReply` with `usage` set to what the
-server reported, so the run can count the tokens it was charged. Tested against
-the local stand-ins, which stop at the request's max_tokens as the APIs do."""
+server reported, so the run can count the tokens it was charged; and any
+`ProviderError` raised while a stream is read carries what the stream had
+reported (its addendum). Tested against the local stand-ins, which stop at the
+request's max_tokens and fail mid-stream as the APIs do."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
-from anthropic_server import MessagesServer, RawEvents, Reply
-from openai_server import ChatServer, ErrorReply, RawStream, ToolCallsReply
+from anthropic_server import Dropped, ErrorMidStream, Garbled, MessagesServer, RawEvents, Reply, stream_events
+from openai_server import ChatServer, ErrorReply, RawStream, TextReply, ToolCallsReply
+from openai_server import Garbled as GarbledChunks
 
 from gormes.providers import InvalidModelReply, Message, ModelRequest, ProviderError, ToolSpec, Usage
 from gormes.providers.anthropic import AnthropicProvider
@@ -96,3 +99,96 @@ async def test_scripted_a_tool_call_cut_at_max_tokens_raises_with_the_usage_an_a
         await provider.complete(ask("scripted", max_tokens=10))
     usage = raised.value.usage
     assert usage is not None and usage.output == 10 and usage.input > 0
+
+
+# -- a failure raised while the stream is read (decision 0069's addendum) -----------
+
+
+def anthropic_provider(server: MessagesServer) -> AnthropicProvider:
+    return AnthropicProvider("claude-test", base_url=server.base_url, api_key="sk-ant-test", env={}, stream=True)
+
+
+async def test_anthropic_an_error_event_after_message_start_carries_the_input_it_was_billed():
+    # the API's `overloaded_error` mid-stream: message_start had reported the input
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(ErrorMidStream(Reply("never sent", input_tokens=40, cache_read=8, cache_creation=2)))
+        with pytest.raises(ProviderError, match="server error: overloaded_error: Overloaded") as raised:
+            await anthropic_provider(server).complete(ask("claude-test"))
+    assert raised.value.retryable and not isinstance(raised.value, InvalidModelReply)
+    assert raised.value.usage == Usage(input=50, output=1, cache_read=8, cache_write=2)
+
+
+async def test_anthropic_an_error_event_after_the_output_began_carries_the_output_so_far():
+    reply = Reply("Hello, this is cut", input_tokens=40, output_tokens=9)
+    delta = {"type": "message_delta", "delta": {"stop_reason": None}, "usage": {"output_tokens": 5}}
+    error = {"type": "error", "error": {"type": "api_error", "message": "Internal server error"}}
+    events = stream_events(reply)[:4] + [("message_delta", msgspec.json.encode(delta).decode()),
+                                         ("error", msgspec.json.encode(error).decode())]
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(RawEvents(events))
+        with pytest.raises(ProviderError, match="api_error") as raised:
+            await anthropic_provider(server).complete(ask("claude-test"))
+    assert raised.value.usage == Usage(input=40, output=5)
+
+
+async def test_anthropic_an_error_event_before_message_start_carries_none():
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(ErrorMidStream(Reply("x"), after=0))
+        with pytest.raises(ProviderError, match="overloaded_error") as raised:
+            await anthropic_provider(server).complete(ask("claude-test"))
+    assert raised.value.usage is None
+
+
+async def test_anthropic_a_malformed_event_carries_what_the_whole_stream_reported():
+    # the stream goes on after the bad event (it is read to its end): its message_delta
+    # reports the output the API billed
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(Garbled(Reply("Hello there", input_tokens=30, output_tokens=12), at=3))
+        with pytest.raises(InvalidModelReply, match="malformed stream event") as raised:
+            await anthropic_provider(server).complete(ask("claude-test"))
+    assert not raised.value.retryable
+    assert raised.value.usage == Usage(input=30, output=12)
+
+
+async def test_anthropic_a_delta_for_a_block_never_started_carries_the_usage():
+    reply = Reply("Hello there", input_tokens=30, output_tokens=12)
+    events = [e for e in stream_events(reply) if e[0] != "content_block_start"]
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(RawEvents(events))
+        with pytest.raises(InvalidModelReply, match="never started") as raised:
+            await anthropic_provider(server).complete(ask("claude-test"))
+    assert raised.value.usage == Usage(input=30, output=12)
+
+
+async def test_anthropic_a_connection_that_breaks_mid_stream_carries_the_input_it_was_billed():
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(Dropped(Reply("Hello there", input_tokens=30, output_tokens=12), after=4))
+        with pytest.raises(ProviderError, match="broke") as raised:
+            await anthropic_provider(server).complete(ask("claude-test"))
+    assert raised.value.retryable
+    assert raised.value.usage == Usage(input=30, output=1)
+
+
+def openai_provider(server: ChatServer) -> OpenAIProvider:
+    return OpenAIProvider("gpt-test", base_url=server.base_url, api_key="sk-test", env={}, stream=True)
+
+
+async def test_openai_a_malformed_chunk_carries_the_usage_chunk_that_follows_it():
+    # the stream is read to its end after a bad chunk: its last chunk, the usage
+    # (`stream_options.include_usage`), still arrives
+    with ChatServer() as server:
+        server.queue(GarbledChunks(TextReply("Hello there", prompt_tokens=25, completion_tokens=4), at=2))
+        with pytest.raises(InvalidModelReply, match="malformed stream chunk") as raised:
+            await openai_provider(server).complete(ask("gpt-test"))
+    assert raised.value.usage == Usage(input=25, output=4)
+
+
+async def test_openai_an_error_chunk_mid_stream_carries_none():
+    # OpenAI reports usage only in the stream's last chunk: a stream that an error
+    # ends has reported none, so nothing is counted (nothing can be)
+    head = 'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}],"usage":null}'
+    with ChatServer() as server:
+        server.queue(RawStream([head, 'data: {"error": {"message": "overloaded", "type": "server_error"}}']))
+        with pytest.raises(ProviderError, match="server error: overloaded") as raised:
+            await openai_provider(server).complete(ask("gpt-test"))
+    assert raised.value.usage is None

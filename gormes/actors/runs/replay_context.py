@@ -310,12 +310,12 @@ class ReplayContext(RunIdentity, RunContext):
                     event, request_hash=digest, model=request.model, request=self._copied_requests.record(request),
                 ))
             if not (event.retryable and self._retried(event, digest, request)):
+                billed = None if event.usage is None else msgspec.convert(event.usage, Usage, from_attributes=True)
                 if event.error_type == "InvalidModelReply":
-                    billed = None if event.usage is None else msgspec.convert(event.usage, Usage, from_attributes=True)
                     raise InvalidModelReply(event.error, retryable=event.retryable, usage=billed)
                 if event.error_type == "BudgetExceeded":
                     raise BudgetExceeded(event.error)
-                raise ProviderError(event.error, retryable=event.retryable)
+                raise ProviderError(event.error, retryable=event.retryable, usage=billed)
 
     def request_diff(self, event: Any, request: ModelRequest) -> DivergenceDiff | None:
         """What differs between the recorded request at the cursor and the code's."""
