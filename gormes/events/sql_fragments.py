@@ -57,8 +57,16 @@ def _as_jsonb(column: str) -> str:
 def json_text(conn: Any, path: str, column: str = "data") -> str:
     """The JSON value at `path` ($.a.b) of `column`, as text on PostgreSQL (as
     json_extract gives it on SQLite: a string's text, a number, NULL when absent)."""
+    return json_text_in(dialect_of(conn), path, column)
+
+
+def json_text_in(dialect: str, path: str, column: str = "data") -> str:
+    """`json_text` for a dialect named ("sqlite", "postgres"), where there is no
+    connection to ask (an index's DDL, written before a database is opened). The
+    same text every time: an expression index is used only by a query that spells
+    its expression as the index does."""
     pg_path = _pg_path(path)
-    if not _postgres(conn):
+    if dialect != POSTGRES:
         return f"json_extract({column}, {_literal(path)})"
     return f"({_as_jsonb(column)} #>> {pg_path})"
 

@@ -44,8 +44,8 @@ from gormes.events.jobs import (
     STATUSES, TERMINAL, JobChildAdded, JobChildDone, JobInboxRead, JobMessageSent, JobOptions,
     JobSubmitted, JobTokensAdded, JobTranscribed,
 )
-from gormes.events.postgres_sql import POSTGRES, dialect_of
-from gormes.events.sql_fragments import glob
+from gormes.events.postgres_sql import POSTGRES, SQLITE, dialect_of
+from gormes.events.sql_fragments import glob, json_text_in
 from gormes.events.store import EventStore, Transaction
 from gormes.projections import ledger_tokens
 from gormes.projections.ledger_sql import Spelling, Write, compile_writes, encode_json
@@ -186,9 +186,39 @@ LIVE_JOBS = " AND ".join(f"status <> '{t}'" for t in sorted(TERMINAL))
 BREAKER_ERROR = "circuit breaker: memory pressure"  # as gormes/actors/jobs/governor.py records it
 BREAKER_KILLED = f"error = '{BREAKER_ERROR}'"
 
+# The trust classes whose live jobs are not capped: gormes/tools/job_trust.py's
+# PRIVILEGED (the operator and the system). Every other class's are, and their live
+# jobs are indexed by class (`jobs_capped_live`), so that a class's count reads its
+# own entries only. (Should the two lists part, the count stays exact: a class named
+# here is counted from the table, `JobQueue.live_count_in`; one left out only puts
+# its jobs in the index.)
+UNCAPPED = ("operator", "system")
+# In an index's SQL, the trust class a job's submitter records (`submitter_trust`).
+TRUST = "$trust"
+
+
+def submitter_trust(dialect_name: str) -> str:
+    """The trust class a job's `submitter` records, as the `dialect_name` database
+    reads it out of the JSON (NULL for a job submitted without one)."""
+    return json_text_in(dialect_name, "$.trust", "submitter")
+
+
+# The live jobs of the capped classes: `jobs_capped_live`'s WHERE. Its status
+# tests come first: an UPDATE of a job's status tests the old row and the new
+# against it, and an ended job fails it before its submitter's JSON is read.
+CAPPED_LIVE = " AND ".join([LIVE_JOBS, *(f"{TRUST} <> '{name}'" for name in UNCAPPED)])
+
+
+def capped_live(dialect_name: str) -> str:
+    """`CAPPED_LIVE` as a query on the `dialect_name` database must say it, term for
+    term, for the database to read a class's count from `jobs_capped_live` (SQLite
+    uses a partial index only for a query whose WHERE holds its WHERE's terms)."""
+    return CAPPED_LIVE.replace(TRUST, submitter_trust(dialect_name))
+
 
 class LedgerIndex(NamedTuple):
-    """One ledger index; `where` makes it partial (the same SQL on both databases)."""
+    """One ledger index; `where` makes it partial (the same SQL on both databases,
+    but for `TRUST`, which `index_sql` spells as each reads the JSON)."""
 
     name: str
     table: str
@@ -196,9 +226,11 @@ class LedgerIndex(NamedTuple):
     where: str | None = None
 
 
-def index_sql(index: LedgerIndex) -> str:
+def index_sql(index: LedgerIndex, dialect_name: str = SQLITE) -> str:
+    """`index`'s DDL for the `dialect_name` database (`TRUST` spelt as it reads it)."""
     sql = f"CREATE INDEX IF NOT EXISTS {index.name} ON {index.table}({', '.join(index.columns)})"
-    return sql if index.where is None else f"{sql} WHERE {index.where}"
+    sql = sql if index.where is None else f"{sql} WHERE {index.where}"
+    return sql.replace(TRUST, submitter_trust(dialect_name))
 
 
 # A job changes status at every transition, and each index holding its status
@@ -245,6 +277,13 @@ INDEXES = (
     LedgerIndex("jobs_unended", "jobs", ("created_at", "id"), LIVE_JOBS),
     # The memory governor's breaker kills, counted by `top`: few, whatever the size.
     LedgerIndex("jobs_breaker", "jobs", ("id",), BREAKER_KILLED),
+    # The live jobs of the capped classes (a gateway's, a child agent's) by class:
+    # the count of the live-jobs cap, made under the write lock at each of their
+    # submits, reads its class's entries and no other job's (decision 0070's
+    # addendum). The operator's and the system's jobs, and jobs with no submitter,
+    # never enter it; of a job's transitions only those that change its status test
+    # it (a lease renewal, a token count, progress do not).
+    LedgerIndex("jobs_capped_live", "jobs", (TRUST,), CAPPED_LIVE),
     LedgerIndex("inbox_job", "inbox", ("job_id", "sent_at")),
 )
 # A version-2 ledger's stall deaths in version 3's words (see VERSION).
@@ -273,7 +312,7 @@ def setup(db: Any) -> None:
             elif column not in have:  # nullable, no default: see VERSION
                 db[table.name].add_column(column, type_)
     for index in INDEXES:
-        db.execute(index_sql(index))
+        db.execute(index_sql(index, SQLITE))
     for name in RETIRED_INDEXES:
         db.execute(f"DROP INDEX IF EXISTS {name}")
 

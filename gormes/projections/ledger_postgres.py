@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from gormes.events.job_machine import STALLED_ERROR, STALLED_ERROR_BEFORE
+from gormes.events.postgres_sql import POSTGRES
 from gormes.projections import ledger
 from gormes.projections.ledger import INDEXES, RETIRED_INDEXES, TABLES, Table
 
@@ -76,7 +77,7 @@ def index_sql(name: str, table: str, columns: tuple[str, ...]) -> str:
 def statements() -> list[str]:
     """Every statement that creates the ledger's schema (each idempotent)."""
     out = [table_sql(t) for t in TABLES]
-    out += [ledger.index_sql(index) for index in INDEXES]
+    out += [ledger.index_sql(index, POSTGRES) for index in INDEXES]
     out += [f"DROP INDEX IF EXISTS {name}" for name in RETIRED_INDEXES]
     out += list(_BOOKKEEPING)
     return out

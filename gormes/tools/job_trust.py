@@ -199,7 +199,8 @@ def refuse_past_live_cap(tx: Transaction, *, trust: str, cap: int) -> None:
     """Refuse a new job when the `trust` class already holds the cap of unfinished
     jobs. Counted in the ledger in the transaction that then records the job, under
     the store's write lock, so concurrent submits are counted one after the other
-    (decision 0070)."""
+    (decision 0070); read from the index of the capped classes' live jobs, so the
+    lock is held for the class's jobs, not for every live job (its addendum)."""
     from gormes.actors.jobs.queue import JobQueue  # loaded on first use, as job.submit loads it
 
     if JobQueue.live_count_in(tx, trust) >= cap:

@@ -84,3 +84,44 @@ async def test_a_submission_that_joins_its_own_live_job_is_not_refused_at_the_ca
         assert (again.id, again.coalesced) == (keyed.id, True)
         assert (joined.id, joined.coalesced) == (window.id, True)
         assert await queue.live_count("gateway") == 2
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_the_cap_counts_the_classs_live_jobs_only_and_an_ended_job_frees_its_place(
+        backend: str, db_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The count is read from an index of the capped classes' live jobs (decision
+    0070's addendum): the operator's jobs and a child agent's take no gateway place;
+    a gateway job that completes, or that the gateway cancels, frees one, and only
+    one, at once; one the operator retries after it died takes one back."""
+    monkeypatch.setenv("GORMES_GATEWAY_MAX_LIVE_JOBS", "2")
+    operator = Caller(trust="operator", id="cli")
+    child = Caller(trust="child-agent", id="run-r1")
+    async with backend_store(backend, db_path) as store:
+        queue = await JobQueue.open(store)
+        executor = Executor(default_registry(), store, jobs=queue)
+        for n in range(5):
+            await executor.call("job.submit", {"name": "work", "data": {"n": n}}, operator)
+        await executor.call("job.submit", {"name": "echo"}, child)
+        first = await executor.call("job.submit", {"name": "echo", "options": {"max_attempts": 1}}, GATEWAY)
+        second = await executor.call("job.submit", {"name": "echo"}, GATEWAY)
+        with pytest.raises(OperationDenied, match=REFUSAL):
+            await executor.call("job.submit", {"name": "echo"}, GATEWAY)
+
+        [held] = [j for j in await queue.claim_many({"echo"}, limit=10) if j.id == first.id]
+        await queue.complete(held.id, held.lock_token, "done")
+        third = await executor.call("job.submit", {"name": "echo"}, GATEWAY)
+        with pytest.raises(OperationDenied, match=REFUSAL):
+            await executor.call("job.submit", {"name": "echo"}, GATEWAY)
+
+        await executor.call("job.cancel", {"id": second.id}, GATEWAY)
+        fourth = await executor.call("job.submit", {"name": "echo", "options": {"max_attempts": 1}}, GATEWAY)
+        with pytest.raises(OperationDenied, match=REFUSAL):
+            await executor.call("job.submit", {"name": "echo"}, GATEWAY)
+
+        [dying] = [j for j in await queue.claim_many({"echo"}, limit=10) if j.id == fourth.id]
+        await queue.fail(dying.id, dying.lock_token, "boom")  # one attempt: dead, its place freed
+        await queue.retry(fourth.id)  # live again: its place taken back
+        with pytest.raises(OperationDenied, match=REFUSAL):
+            await executor.call("job.submit", {"name": "echo"}, GATEWAY)
+        assert await queue.live_count("gateway") == 2
+        assert {third.id, fourth.id} <= {j.id for j in await queue.list(limit=100) if j.live}

@@ -43,7 +43,7 @@ from gormes.events.job_machine import LIVE, TERMINAL
 from gormes.events.jobs import (
     MAX_COALESCED, STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
 )
-from gormes.events.sql_fragments import json_text
+from gormes.events.postgres_sql import dialect_of
 from gormes.events.audit_seal import with_seal
 from gormes.events.store import EventStore, Transaction
 from gormes.projections import ledger, ledger_tokens
@@ -256,15 +256,22 @@ class JobQueue(QueueBatches, QueueAdmin):
         return await self._read(lambda conn: select_jobs(conn, status, queue, name, limit, owner))
 
     async def live_count(self, trust: str) -> int:
-        """How many jobs submitted by callers of the `trust` class are not terminal
-        (read through the status index: only live jobs are looked at)."""
+        """How many jobs submitted by callers of the `trust` class are not terminal."""
         return await self._read(lambda conn: self.live_count_in(conn, trust))
 
     @staticmethod
     def live_count_in(conn: Any, trust: str) -> int:
         """`live_count`, through `conn`: a read connection, or a `Transaction`, where
-        the ledger is exact with every append before it (even of the same commit)."""
-        sql = f"SELECT count(*) FROM jobs WHERE {_LIVE} AND {json_text(conn, '$.trust', 'submitter')} = ?"
+        the ledger is exact with every append before it (even of the same commit).
+
+        A capped class's count (the live-jobs cap's, made under the write lock) reads
+        the class's entries of `jobs_capped_live` and nothing else: its WHERE is the
+        index's, term for term, so that both databases use it. An uncapped class's
+        jobs are not in that index: its count reads every live job."""
+        d = dialect_of(conn)
+        trust_sql = ledger.submitter_trust(d)
+        live = _LIVE if trust in ledger.UNCAPPED else ledger.capped_live(d)
+        sql = f"SELECT count(*) FROM jobs WHERE {live} AND {trust_sql} = ?"
         return int(conn.execute(sql, (trust,)).fetchone()[0])
 
     async def stats(self) -> JobStats:
