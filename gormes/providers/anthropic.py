@@ -43,7 +43,7 @@ from gormes.providers.base import (
     ProviderError,
     ToolCall,
     Usage,
-    bill,
+    billed_as_read,
     billed,
     parse_tool_arguments,
 )
@@ -171,20 +171,15 @@ class AnthropicProvider:
         extra = {"temperature": body.pop("temperature")} if "temperature" in body else None
         client = self._client
         assembly = _StreamAssembly(self.name, request, names) if self.stream else None
-        try:
+        # a failure while the stream is read carries what it had reported by then:
+        # message_start's input and message_delta's output
+        with billed_as_read(assembly.reported if assembly is not None else None):
             with translated(self.name, self.url, self.timeout, anthropic):
                 create = client.messages.with_streaming_response.create
                 async with create(**body, extra_headers=headers, extra_body=extra) as response:
                     if assembly is not None:
                         return await _read_stream(assembly, response.iter_lines())
                     return _read_whole(self.name, request, names, await response.read())
-        except ProviderError as exc:
-            # raised while the stream was read (an error event, an event that does not
-            # parse, a connection that broke): the API bills what the stream had
-            # reported by then, message_start's input and message_delta's output
-            if assembly is not None:
-                bill(exc, assembly.reported())
-            raise
 
 
 # -- the request -------------------------------------------------------------------

@@ -12,7 +12,7 @@ replay recomputes it from the code's request and compares.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -277,6 +277,20 @@ def billed(usage: Usage | None) -> Iterator[None]:
         yield
     except ProviderError as exc:
         bill(exc, usage)
+        raise
+
+
+@contextmanager
+def billed_as_read(reported: Callable[[], Usage | None] | None) -> Iterator[None]:
+    """Around the reading of a stream: a `ProviderError` raised inside (an error
+    event, an event that does not parse, a connection that broke) carries what
+    `reported()` says the stream had reported by then, which the API bills. None:
+    no stream is read, and the error is left as it is."""
+    try:
+        yield
+    except ProviderError as exc:
+        if reported is not None:
+            bill(exc, reported())
         raise
 
 

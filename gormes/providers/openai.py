@@ -33,7 +33,7 @@ from gormes.providers.base import (
     ProviderError,
     ToolCall,
     Usage,
-    bill,
+    billed_as_read,
     billed,
     parse_tool_arguments,
 )
@@ -170,18 +170,14 @@ class OpenAIProvider:
             headers["Authorization"] = openai.Omit()
         client = self._client
         assembly = _StreamAssembly(self.name, request, names) if self.stream else None
-        try:
+        # a failure while the stream is read carries the usage chunk if that had
+        # come, which it seldom has (it is the last chunk before [DONE])
+        with billed_as_read(assembly.reported if assembly is not None else None):
             with translated(self.name, self.url, self.timeout, openai):
                 async with client.chat.completions.with_streaming_response.create(**body, extra_headers=headers) as response:
                     if assembly is not None:
                         return await _read_stream(assembly, response.iter_lines())
                     return _read_whole(self.name, request, names, await response.read())
-        except ProviderError as exc:
-            # raised while the stream was read: it carries the usage chunk if that had
-            # come, which it seldom has (it is the last chunk before [DONE])
-            if assembly is not None:
-                bill(exc, assembly.reported())
-            raise
 
 
 def _wire_request(request: ModelRequest, names: ToolNames, *, stream: bool,
