@@ -23,6 +23,7 @@ What the chain does not prove: see docs/decisions/0018-audit-hash-chain.md.
 from __future__ import annotations
 
 import hashlib
+import logging
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -38,6 +39,7 @@ from gormes.events.postgres_sql import iter_rows
 from gormes.events.sql_fragments import text_order
 from gormes.events.store import AppendRequest, AppendResult, EventStore, Transaction
 
+log = logging.getLogger("gormes.audit")
 GENESIS = "0" * 64  # the `prev` of a day's first sealed record
 # After the open calls' index failed to build (a busy database, a lock timeout), the
 # first write-ahead call this long after tries again; the wait doubles after each
@@ -217,11 +219,13 @@ async def _index(store: EventStore, heads: _Heads) -> None:
         try:
             if not await store.read_sql(audit_open.current):
                 await store.transact(ensure)
-        except Exception:  # noqa: BLE001 (the index spares reads; the record is what counts)
+        except Exception as exc:  # noqa: BLE001 (the index spares reads; the record is what counts)
             first, most = INDEX_RETRY_S
             heads.index_wait = min(max(heads.index_wait * 2, first), most)
             heads.index_due = trio.current_time() + heads.index_wait
             heads.indexed = False
+            log.warning("the open calls' index could not be built (%s: %s); tried again in %.0f s, and until"
+                        " then `gormes audit unfinished` reads the log", type(exc).__name__, exc, heads.index_wait)
 
 
 # -- verifying ----------------------------------------------------------------------

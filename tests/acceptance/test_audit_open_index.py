@@ -11,6 +11,7 @@ of reading the index says so."""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -187,7 +188,7 @@ def index_rows(conn: Any) -> list[int]:
     return sorted(p for (p,) in conn.execute(f"SELECT position FROM {audit_open.TABLE}"))
 
 
-async def test_a_build_that_fails_is_tried_again_by_one_later_call_and_then_used(store, mock_clock, monkeypatch):
+async def test_a_build_that_fails_is_tried_again_by_one_later_call_and_then_used(store, mock_clock, monkeypatch, caplog):
     tries: list[str] = []
     build = audit_open.ensure
 
@@ -198,8 +199,11 @@ async def test_a_build_that_fails_is_tried_again_by_one_later_call_and_then_used
         return build(conn)
 
     monkeypatch.setattr(audit_open, "ensure", busy_once)
-    first = await write_ahead_calls(store, 10)
+    with caplog.at_level(logging.WARNING, logger="gormes.audit"):
+        first = await write_ahead_calls(store, 10)
     assert tries == ["build"]  # one build for the ten, which failed: the records are taken all the same
+    [warned] = [r.getMessage() for r in caplog.records if r.name == "gormes.audit"]  # said once, not ten times
+    assert "could not be built (RuntimeError: database is locked (injected)); tried again in 1 s" in warned
     assert not await store.read_sql(audit_open.current)
     assert await listed(store) == first
     # until the wait is over, the calls go on without trying again
