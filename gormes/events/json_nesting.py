@@ -9,6 +9,7 @@ more brackets than the limit.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator
 
@@ -34,6 +35,30 @@ def nesting_depth_over(raw: bytes, limit: int = MAX_NESTING) -> bool:
         elif first != 0x22:  # a closing bracket, not a string
             depth -= 1
     return False
+
+
+def top_level(raw: bytes) -> object:
+    """`raw` parsed with every array and object below its top level read as null,
+    or None if that is not JSON: the top level of a value too deep to decode (an
+    MCP frame's `id`), found by the flat scan above, so any depth costs the same."""
+    pieces: list[bytes] = []
+    depth, kept_from = 0, 0
+    for match in _STRING_OR_BRACKET.finditer(raw):
+        first = raw[match.start()]
+        if first in _OPENERS:
+            depth += 1
+            if depth == 2:
+                pieces += (raw[kept_from:match.start()], b"null")
+        elif first != 0x22:  # a closing bracket, not a string
+            if depth == 2:
+                kept_from = match.end()
+            depth -= 1
+    if depth < 2:
+        pieces.append(raw[kept_from:])
+    try:
+        return json.loads(b"".join(pieces))
+    except ValueError:
+        return None
 
 
 def value_depth_over(value: object, limit: int = MAX_NESTING) -> bool:
