@@ -12,6 +12,7 @@ gets nothing, as the spec says.
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,28 @@ async def test_the_sdk_client_calling_with_deep_arguments_gets_an_error_not_a_ha
 ])
 def test_the_top_level_of_any_depth_is_read_flat(text: bytes, expected: Any):
     assert top_level(text) == expected
+
+
+def random_value(rng: random.Random, depth: int) -> Any:
+    pick = rng.random()
+    if depth > 6 or pick < 0.3:
+        return rng.choice([1, -2.5, True, None, "s", "[{", "]}", '"\\', "x\\"])
+    if pick < 0.65:
+        return [random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {rng.choice(["id", "a", "[", "}"]) + str(n): random_value(rng, depth + 1) for n in range(rng.randrange(4))}
+
+
+def test_the_flat_top_level_agrees_with_a_decoder_where_one_can_decode():
+    rng = random.Random(73)
+    for _ in range(2000):
+        value = random_value(rng, 0)
+        expected = (
+            {k: None if isinstance(v, (dict, list)) else v for k, v in value.items()} if isinstance(value, dict)
+            else [None if isinstance(v, (dict, list)) else v for v in value] if isinstance(value, list)
+            else value
+        )
+        for text in (json.dumps(value), json.dumps(value, indent=1)):
+            assert top_level(text.encode()) == expected, text
 
 
 def test_an_error_the_sdk_does_not_raise_today_is_still_answered():
