@@ -72,7 +72,9 @@ def judge(exc: Exception) -> BadFrame:
     errors = exc.errors(include_url=False, include_context=False)
     if errors and errors[0]["type"] == "json_invalid":
         raw = errors[0]["input"]
-        text = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
+        if not isinstance(raw, (str, bytes)):
+            return BadFrame(NOT_JSON, PARSE_ERROR)
+        text = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
         if nesting_depth_over(text):
             return _invalid(top_level(text), TOO_DEEP, len(raw))
         return BadFrame(NOT_JSON, PARSE_ERROR, chars=len(raw))
