@@ -32,7 +32,9 @@ result with `isError: true` and one line naming the error.
 from __future__ import annotations
 
 import os
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +46,7 @@ from mcp.server.stdio import stdio_server
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.session import new_id
 from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
+from gormes.mcp_frames import AnsweringBadFrames
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry, wire_name
 from gormes.ops.spec import TRUST_CLASSES, Caller, OperationSpec
@@ -129,16 +132,23 @@ def build_server(executor: Executor, trust: str) -> Server[Any]:
     return Server(SERVER_NAME, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+def warn_stderr(line: str) -> None:
+    print(f"gormes: warning: {line}", file=sys.stderr, flush=True)
+
+
 async def serve_stdio(
-    store: EventStore, *, registry: Registry, trust: str = DEFAULT_TRUST, workspace: Path | None = None
+    store: EventStore, *, registry: Registry, trust: str = DEFAULT_TRUST, workspace: Path | None = None,
+    warn: Callable[[str], None] = warn_stderr,
 ) -> None:
-    """Serve over stdin/stdout until the client closes the connection."""
+    """Serve over stdin/stdout until the client closes the connection. A frame the
+    SDK cannot read gets a JSON-RPC error and a `warn` line (`AnsweringBadFrames`)."""
     served = served_registry(registry, trust)
     gate = ApprovalGate(store, ApprovalPolicy.from_env(os.environ), clock=time.time, ids=new_id)
     executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store), approvals=gate.gate_call)
     server = build_server(executor, trust)
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        frames = AnsweringBadFrames(read_stream, write_stream, warn)
+        await server.run(frames, write_stream, server.create_initialization_options())
 
 
 def _version() -> str:

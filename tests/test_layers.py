@@ -53,7 +53,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("actors.agent_jobs",),
     ("health", "doctor", "audit_export", "audit_unfinished", "audit_taxonomy", "migrate", "dashboard",
      "demo", "demo_jobs", "demo_runs", "demo_tools", "telemetry"),
-    ("daemon", "mcp_server"),
+    ("daemon", "mcp_server", "mcp_frames"),
     ("cli", "__main__", ""),  # "" is gormes/__init__.py, the public face
 )
 

@@ -43,7 +43,7 @@ def mcp(obj: Any, trust: str, workspace: str | None, imports: tuple[str, ...], m
         async with open_store(obj.target) as store, operation_registry(store, mcp_config, warn=warn) as registry:
             await serve_stdio(
                 store, registry=registry, trust=trust,
-                workspace=Path(workspace) if workspace else None,
+                workspace=Path(workspace) if workspace else None, warn=warn,
             )
 
     anyio.run(main, backend="trio")

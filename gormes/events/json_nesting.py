@@ -9,6 +9,7 @@ more brackets than the limit.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator
 
@@ -17,6 +18,8 @@ from gormes.errors import UserError
 MAX_NESTING = 64
 # A whole string (possessive, so a stray quote cannot make it backtrack) or one bracket.
 _STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*+"|[\[\]{}]', re.DOTALL)
+# A whole string, or a run of opening brackets, or of closing ones.
+_STRING_OR_BRACKET_RUN = re.compile(rb'"(?:[^"\\]|\\.)*+"|[\[{]++|[\]}]++', re.DOTALL)
 _OPENERS = frozenset(b"[{")
 
 
@@ -34,6 +37,31 @@ def nesting_depth_over(raw: bytes, limit: int = MAX_NESTING) -> bool:
         elif first != 0x22:  # a closing bracket, not a string
             depth -= 1
     return False
+
+
+def top_level(raw: bytes) -> object:
+    """`raw` parsed with every array and object below its top level read as null,
+    or None if that is not JSON: the top level of a value too deep to decode (an
+    MCP frame's `id`), found by a flat scan like the one above, over runs of
+    brackets rather than single ones, so `[[[[...]]]]` is two steps at any depth."""
+    pieces: list[bytes] = []
+    depth, kept_from = 0, 0
+    for match in _STRING_OR_BRACKET_RUN.finditer(raw):
+        start, run = match.start(), match.end() - match.start()
+        if raw[start] in _OPENERS:
+            if depth < 2 <= depth + run:  # the opener that makes it 2 deep starts a skipped value
+                pieces += (raw[kept_from:start + 1 - depth], b"null")
+            depth += run
+        elif raw[start] != 0x22:  # closing brackets, not a string
+            if depth - run < 2 <= depth:  # the closer that brings it back to 1 deep ends it
+                kept_from = start + depth - 1
+            depth -= run
+    if depth < 2:
+        pieces.append(raw[kept_from:])
+    try:
+        return json.loads(b"".join(pieces))
+    except ValueError:
+        return None
 
 
 def value_depth_over(value: object, limit: int = MAX_NESTING) -> bool:

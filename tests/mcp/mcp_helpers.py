@@ -3,6 +3,8 @@ client SDK over stdio, and readers of what the calls left in the log."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
+import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -54,3 +57,64 @@ async def call_refused(client: Client, tool: str, **arguments: Any) -> str:
 
 async def audit_events(store: Any) -> list[OperationAudited]:
     return [r.event for r in await store.read_all(types=["audit.operation"])]
+
+
+# A hang guard, not a measure: how long a raw reply may take before the test fails.
+RAW_REPLY_TIMEOUT_S = 30
+
+
+class RawMCP:
+    """`gormes mcp` spoken to line by line, no SDK: `send` writes a line, `reply`
+    reads the next line of stdout as JSON (failing the test if none comes)."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self._pending = b""
+
+    async def send(self, line: str | bytes) -> None:
+        data = line.encode() if isinstance(line, str) else line
+        assert self.process.stdin is not None
+        await self.process.stdin.send_all(data + b"\n")
+
+    async def request(self, request_id: int, method: str, params: dict[str, Any] | None = None) -> None:
+        frame: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            frame["params"] = params
+        await self.send(json.dumps(frame))
+
+    async def reply(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        with trio.fail_after(RAW_REPLY_TIMEOUT_S):
+            while b"\n" not in self._pending:
+                chunk = await self.process.stdout.receive_some()
+                assert chunk, "gormes mcp closed its stdout"
+                self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return json.loads(line)
+
+
+@asynccontextmanager
+async def raw_gormes_mcp(db: Path | str, stderr: Path, *args: str) -> AsyncIterator[RawMCP]:
+    """`gormes --db DB mcp ARGS...` as a subprocess, its stderr in the file `stderr`,
+    initialized by hand; on exit its stdin is closed and it is waited for."""
+    with stderr.open("wb") as err:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "gormes", "--db", str(db), "mcp", *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+        )
+    raw = RawMCP(process)
+    try:
+        await raw.request(0, "initialize", {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": CLIENT_NAME, "version": "1"},
+        })
+        assert "result" in await raw.reply()
+        await raw.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        yield raw
+    finally:
+        assert process.stdin is not None
+        await process.stdin.aclose()
+        with trio.move_on_after(RAW_REPLY_TIMEOUT_S):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
