@@ -26,11 +26,14 @@ import json
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from cli_helpers import REPO, assert_job_completes, cli_env, gormes_command, rows, run_gormes
 from mcp_helpers import call_ok, call_refused, gormes_mcp
+from pg_helpers import fresh_schema, pg_rows, url_for_schema
 
 pytestmark = pytest.mark.slow
 
@@ -69,15 +72,28 @@ def write_script(path: Path, slow_ms: int = 0, last: dict | None = None) -> str:
     return f"scripted:{path}"
 
 
-# -- reading the log -------------------------------------------------------------------
+# -- reading the log (a SQLite file or a PostgreSQL URL) ---------------------------------
 
 
-def events(db: Path, run_id: str, type: str) -> list[dict]:
-    return [json.loads(d) for (d,) in rows(db, f"SELECT data FROM events WHERE stream = 'run-{run_id}'"
-                                               f" AND type = '{type}' ORDER BY position")]
+class Event(NamedTuple):
+    position: int
+    stream: str
+    type: str
+    data: dict
 
 
-def tree_of(db: Path, root: str) -> list[str]:
+def log(db: Path | str) -> list[Event]:
+    """Every event, in log order."""
+    sql = "SELECT position, stream, type, data FROM events ORDER BY position"
+    found = rows(db, sql) if isinstance(db, Path) else pg_rows(db, sql)
+    return [Event(position, stream, type, json.loads(data)) for position, stream, type, data in found]
+
+
+def events(db: Path | str, run_id: str, type: str) -> list[dict]:
+    return [e.data for e in log(db) if e.stream == f"run-{run_id}" and e.type == type]
+
+
+def tree_of(db: Path | str, root: str) -> list[str]:
     """The root and every run the log says it spawned, down the tree (a fork's or a
     resumed run's copied `run.child_spawned` records included: those are its tree's)."""
     found, frontier = [root], [root]
@@ -87,36 +103,41 @@ def tree_of(db: Path, root: str) -> list[str]:
     return found
 
 
-def prompt_of(db: Path, run_id: str) -> str:
+def prompt_of(db: Path | str, run_id: str) -> str:
     (started,) = events(db, run_id, "run.started")
     return started["input"]["prompt"]
 
 
-def refusals(db: Path, runs: list[str]) -> list[tuple[str, str, str]]:
+def refusals(db: Path | str, runs: list[str]) -> list[tuple[str, str, str]]:
     """(refusing run's prompt, the refused spawn's prompt, reason) of each tree-cap
     refusal recorded on `runs`' streams."""
     return sorted((prompt_of(db, run), e["input"]["prompt"], e["reason"])
                   for run in runs for e in events(db, run, "run.spawn_refused"))
 
 
-def denied_spawns(db: Path) -> list[tuple[str, str]]:
-    """(caller, error) of every audited refusal of a spawn."""
-    return sorted(rows(db, "SELECT json_extract(data, '$.caller'), json_extract(data, '$.error') FROM events"
-                           " WHERE type = 'audit.operation' AND json_extract(data, '$.operation') = 'agent.spawn'"
-                           " AND json_extract(data, '$.outcome') = 'denied'"))
+def audited_spawns(db: Path | str, outcome: str) -> list[tuple[str, str]]:
+    """(caller, error) of every spawn audited with `outcome` (denied: refused)."""
+    return sorted((e.data["caller"], e.data["error"]) for e in log(db) if e.type == "audit.operation"
+                  and e.data["operation"] == "agent.spawn" and e.data["outcome"] == outcome)
 
 
-def invalid_spawns(db: Path) -> list[tuple[str, str]]:
-    return sorted(rows(db, "SELECT json_extract(data, '$.caller'), json_extract(data, '$.error') FROM events"
-                           " WHERE type = 'audit.operation' AND json_extract(data, '$.operation') = 'agent.spawn'"
-                           " AND json_extract(data, '$.outcome') = 'invalid'"))
+def denied_spawns(db: Path | str) -> list[tuple[str, str]]:
+    return audited_spawns(db, "denied")
 
 
-def started_runs(db: Path) -> list[tuple[str, int, int, int, str]]:
+def invalid_spawns(db: Path | str) -> list[tuple[str, str]]:
+    return audited_spawns(db, "invalid")
+
+
+def started_runs(db: Path | str) -> list[tuple[str, int, int, int, str]]:
     """(run id, depth, max_tree_runs, max_children, trust) of every run started."""
-    return rows(db, "SELECT json_extract(data, '$.run_id'), json_extract(data, '$.depth'),"
-                    " json_extract(data, '$.max_tree_runs'), json_extract(data, '$.max_children'),"
-                    " json_extract(data, '$.trust') FROM events WHERE type = 'run.started' ORDER BY position")
+    return [(e.data["run_id"], e.data["depth"], e.data["max_tree_runs"], e.data["max_children"], e.data["trust"])
+            for e in log(db) if e.type == "run.started"]
+
+
+def root_run(db: Path | str) -> str:
+    (root,) = [run for run, depth, *_ in started_runs(db) if depth == 0]
+    return root
 
 
 def full(root: str, runs: int = CAP, cap: int = CAP) -> str:
@@ -136,17 +157,17 @@ def tree_prompts(db: Path, root: str) -> list[str]:
 CAPPED_TREE = sorted(["ROOT", "MIDDLE a", "LEAF a0", "LEAF a1", "LEAF a2", "MIDDLE b", "SLOWLEAF b0"])
 
 
-def replays_exactly(db: Path, run_id: str) -> None:
-    before = rows(db, "SELECT count(*) FROM events")
+def replays_exactly(db: Path | str, run_id: str) -> None:
+    before = len(log(db))
     replayed = run_gormes(db, "replay", run_id, timeout=300)
     assert replayed.returncode == 0 and replayed.stdout.splitlines()[-1].startswith("exact"), replayed
-    assert rows(db, "SELECT count(*) FROM events") == before
+    assert len(log(db)) == before
 
 
 # -- workers as processes ----------------------------------------------------------------
 
 
-def start_worker(db: Path, **env: str) -> subprocess.Popen:
+def start_worker(db: Path | str, **env: str) -> subprocess.Popen:
     """`gormes worker` with a short lease, so that a killed worker's job is soon taken over."""
     return subprocess.Popen(
         gormes_command(db, "worker", "--concurrency", "2", "--lease", "1000", "--stall-interval", "200",
@@ -161,18 +182,18 @@ def stop(worker: subprocess.Popen) -> None:
         worker.wait(timeout=60)
 
 
-def submit_agent_job(db: Path, model: str, *options: str) -> str:
+def submit_agent_job(db: Path | str, model: str, *options: str) -> str:
     submitted = run_gormes(db, "jobs", "submit", "agent", "--data", json.dumps({"prompt": "ROOT", "model": model}),
                            *options)
     assert submitted.returncode == 0, submitted.stderr
     return submitted.stdout.strip()
 
 
-def attempt_runs(db: Path, job_id: str) -> list[str]:
+def attempt_runs(db: Path | str, job_id: str) -> list[str]:
     """The run each attempt of the job named, in order."""
-    return [json.loads(d)["entry"]["data"]["agent_run"] for (d,) in rows(
-        db, f"SELECT data FROM events WHERE stream = 'job-{job_id}' AND type = 'job.transcribed'"
-            " AND json_extract(data, '$.entry.data.agent_run') IS NOT NULL ORDER BY position")]
+    entries = [e.data["entry"].get("data") or {} for e in log(db)
+               if e.stream == f"job-{job_id}" and e.type == "job.transcribed"]
+    return [entry["agent_run"] for entry in entries if "agent_run" in entry]
 
 
 # -- 1. an agent job on a worker process ---------------------------------------------------
@@ -234,19 +255,29 @@ def test_a_failed_attempts_retry_is_a_tree_of_its_own_one_per_attempt(tmp_path: 
 # -- 2. the worker killed mid-tree, the job resumed on another -----------------------------
 
 
-def test_a_tree_resumed_on_another_worker_counts_what_its_log_holds(tmp_path: Path):
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str]:
+    """The database the CLI is given: a SQLite file, or a fresh PostgreSQL schema's URL."""
+    if request.param == "sqlite":
+        yield tmp_path / "g.db"
+        return
+    with fresh_schema() as schema:
+        yield url_for_schema(schema)
+
+
+def test_a_tree_resumed_on_another_worker_counts_what_its_log_holds(tmp_path: Path, target: Path | str):
     """The first worker dies with the tree full (7 runs, middle b's slow leaf at
     work): the job's next attempt, on a second worker process, resumes it. Middle a
     and its leaves are in the resumed run's copied prefix and count; middle b and its
     leaf are taken over, as new runs of the new tree. A count started afresh would
     let middle b have all three leaves, and middle c its own."""
-    db, script = tmp_path / "g.db", tmp_path / "tree.json"
+    db, script = target, tmp_path / "tree.json"
     job_id = submit_agent_job(db, write_script(script, slow_ms=600_000))
     worker = start_worker(db, GORMES_MAX_TREE_RUNS=str(CAP))
     try:
         deadline = time.monotonic() + 120
         # middle b's two refusals are recorded once its first, slow, leaf is spawned
-        while rows(db, "SELECT count(*) FROM events WHERE type = 'run.spawn_refused'")[0][0] < 2:
+        while sum(1 for e in log(db) if e.type == "run.spawn_refused") < 2:
             assert time.monotonic() < deadline, "the tree never filled"
             assert worker.poll() is None, "the worker exited"
             time.sleep(0.05)
@@ -306,7 +337,7 @@ async def test_a_gateways_run_keeps_to_the_operators_caps_and_cannot_widen_them(
                    for key, value in WIDEN.items()]
         raw = await call_refused(client, "job__submit", name="agent",
                                  data={"prompt": "ROOT", "model": model, **WIDEN})
-        assert rows(db, "SELECT count(*) FROM events WHERE type = 'job.submitted'") == [(0,)]
+        assert [e for e in log(db) if e.type == "job.submitted"] == []
         job = await call_ok(client, "run__submit", prompt="ROOT", model=model)
         worker = start_worker(db, **caps)
         try:
@@ -317,10 +348,9 @@ async def test_a_gateways_run_keeps_to_the_operators_caps_and_cannot_widen_them(
     for refusal, key in zip(widened, WIDEN):
         assert refusal.startswith("InvalidOperationInput: ") and key in refusal, refusal
     assert raw.startswith("OperationDenied: ") and "use run.submit" in raw, raw
-    submits = rows(db, "SELECT json_extract(data, '$.operation'), json_extract(data, '$.trust'),"
-                       " json_extract(data, '$.outcome') FROM events WHERE type = 'audit.operation'"
-                       " AND json_extract(data, '$.operation') IN ('run.submit', 'job.submit')"
-                       " AND json_extract(data, '$.outcome') != 'started' ORDER BY position")
+    submits = [(e.data["operation"], e.data["trust"], e.data["outcome"]) for e in log(db)
+               if e.type == "audit.operation" and e.data["operation"] in ("run.submit", "job.submit")
+               and e.data["outcome"] != "started"]
     assert submits == [("run.submit", "gateway", "invalid")] * 2 + [("job.submit", "gateway", "denied"),
                                                                     ("run.submit", "gateway", "ok")]
 
@@ -348,8 +378,7 @@ async def test_a_gateways_run_keeps_to_the_operators_caps_and_cannot_widen_them(
 
 
 def llm_turn_positions(db: Path, run_id: str) -> list[int]:
-    return [p for (p,) in rows(db, f"SELECT position FROM events WHERE stream = 'run-{run_id}'"
-                                   " AND type = 'run.llm_turn' ORDER BY position")]
+    return [e.position for e in log(db) if e.stream == f"run-{run_id}" and e.type == "run.llm_turn"]
 
 
 def capped_run(tmp_path: Path) -> tuple[Path, str]:
@@ -360,8 +389,7 @@ def capped_run(tmp_path: Path) -> tuple[Path, str]:
                           capture_output=True, text=True, timeout=300, cwd=REPO,
                           env=cli_env() | {"GORMES_MAX_TREE_RUNS": str(CAP)})
     assert done.returncode == 0, done
-    ((root,),) = rows(db, "SELECT json_extract(data, '$.run_id') FROM events WHERE type = 'run.started'"
-                          " AND json_extract(data, '$.depth') = 0")
+    root = root_run(db)
     assert tree_prompts(db, root) == CAPPED_TREE and refusals(db, tree_of(db, root)) == capped_tree_refusals(root)
     return db, root
 
@@ -372,8 +400,7 @@ def fork(db: Path, root: str, *args: str) -> str:
                             capture_output=True, text=True, timeout=300, cwd=REPO,
                             env=cli_env() | {"GORMES_MAX_TREE_RUNS": "1000000"})
     assert forked.returncode == 0, forked
-    ((fork_id,),) = rows(db, "SELECT json_extract(data, '$.run_id') FROM events WHERE type = 'run.started'"
-                             " AND json_extract(data, '$.forked_from') IS NOT NULL")
+    (fork_id,) = [e.data["run_id"] for e in log(db) if e.type == "run.started" and e.data.get("forked_from")]
     return fork_id
 
 
