@@ -33,8 +33,8 @@ from gormes.providers.base import (
     ProviderError,
     ToolCall,
     Usage,
-    billed_as_read,
     billed,
+    billed_as_read,
     parse_tool_arguments,
 )
 from gormes.providers.config import endpoint, model_timeout
