@@ -20,6 +20,13 @@ for `gormes approve|deny` or the timeout; a refusal is an error result
 (`ApprovalDenied`), audited as denied. An MCP client is a program, so this holds
 whatever the server's trust class.
 
+A gateway's calls, every gateway's in every process on the store together, fit
+the class's call rate (`GORMES_GATEWAY_RATE`, 600 a minute by default;
+gormes/control/call_rate.py, decision 0072): past it a call is an error result
+(`CallRateLimited`, saying when to retry), audited as denied, and its operation
+never runs. The operator's, the system's and a child agent's calls are not
+limited.
+
 Each call runs as `Caller(trust=<class>, id="mcp:<client name>")`. Its output is
 the operation's JSON (text content, and the same value as structured content);
 any error of the call (denied, invalid input, not found, timeout...) is a tool
@@ -36,7 +43,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import mcp_types as types
 import msgspec
@@ -46,6 +53,8 @@ from mcp.server.stdio import stdio_server
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.session import new_id
 from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
+from gormes.control.call_rate import GatewayCallRate, call_rate_from_env
+from gormes.control.rate_rules import RateRule
 from gormes.mcp_frames import AnsweringBadFrames
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry, wire_name
@@ -138,13 +147,17 @@ def warn_stderr(line: str) -> None:
 
 async def serve_stdio(
     store: EventStore, *, registry: Registry, trust: str = DEFAULT_TRUST, workspace: Path | None = None,
-    warn: Callable[[str], None] = warn_stderr,
+    warn: Callable[[str], None] = warn_stderr, call_rate: RateRule | None | Literal["env"] = "env",
 ) -> None:
     """Serve over stdin/stdout until the client closes the connection. A frame the
-    SDK cannot read gets a JSON-RPC error and a `warn` line (`AnsweringBadFrames`)."""
+    SDK cannot read gets a JSON-RPC error and a `warn` line (`AnsweringBadFrames`).
+    `call_rate`: the gateways' call rate (None: off; "env": `GORMES_GATEWAY_RATE`,
+    read here)."""
     served = served_registry(registry, trust)
+    rule = call_rate_from_env(os.environ) if call_rate == "env" else call_rate
     gate = ApprovalGate(store, ApprovalPolicy.from_env(os.environ), clock=time.time, ids=new_id)
-    executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store), approvals=gate.gate_call)
+    executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store), approvals=gate.gate_call,
+                        call_limit=None if rule is None else GatewayCallRate(store, rule))
     server = build_server(executor, trust)
     async with stdio_server() as (read_stream, write_stream):
         frames = AnsweringBadFrames(read_stream, write_stream, warn)

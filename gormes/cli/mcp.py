@@ -1,11 +1,13 @@
 """`gormes mcp [--trust CLASS] [--workspace DIR] [--import MODULE_OR_FILE]...`: serve the
 operations (the built-ins and those --import declares) over MCP (stdio).
 
-Standard output belongs to the protocol; nothing else is printed there.
+Standard output belongs to the protocol; nothing else is printed there. A bad
+`GORMES_GATEWAY_RATE` is refused before the database is opened.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +33,21 @@ def mcp(obj: Any, trust: str, workspace: str | None, imports: tuple[str, ...], m
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import anyio
 
+    from gormes.control.call_rate import call_rate_from_env
     from gormes.events.open import open_store
     from gormes.mcp_server import serve_stdio
     from gormes.cli.imports import warn
     from gormes.tools.imports import load_imports
     from gormes.tools.sources import operation_registry
 
+    call_rate = call_rate_from_env(os.environ)  # the gateways' (decision 0072): a bad value, one line, exit 2
     load_imports(imports)
 
     async def main() -> None:
         async with open_store(obj.target) as store, operation_registry(store, mcp_config, warn=warn) as registry:
             await serve_stdio(
                 store, registry=registry, trust=trust,
-                workspace=Path(workspace) if workspace else None, warn=warn,
+                workspace=Path(workspace) if workspace else None, warn=warn, call_rate=call_rate,
             )
 
     anyio.run(main, backend="trio")

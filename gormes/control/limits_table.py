@@ -1,5 +1,9 @@
 """The shared tables of the provider limits: a row per limit key and the rate leases.
 
+The gateways' call limit (gormes/control/call_rate.py, decision 0072) takes its
+leases here too, under the key `calls:gateway`, with no row in `provider_limits`
+(it has no outage or back-off, and is no provider's).
+
 Like worker heartbeats (decision 0006) these are rows, not events: a lease per
 model turn would be millions of events that say nothing happened, and they are
 not replayable history (a replay never calls a provider). Both are written only
@@ -92,8 +96,23 @@ def window_leases(tx: Any, key: str, since: float, stale: float) -> list[tuple[f
         f"SELECT at, tokens, sent FROM {LEASES} WHERE key = ? ORDER BY at, id", (key,)).fetchall()]
 
 
-def take_lease(tx: Any, lease_id: str, key: str, at: float, tokens: int) -> None:
-    tx.execute(f"INSERT INTO {LEASES}(id, key, at, tokens) VALUES (?, ?, ?, ?)", (lease_id, key, at, tokens))
+def take_lease(tx: Any, lease_id: str, key: str, at: float, tokens: int, *, sent: bool = False) -> None:
+    """A lease of `key` taken at `at`; `sent`: counted from `at` at once (a call
+    limit's lease, which has no request in flight to settle)."""
+    tx.execute(f"INSERT INTO {LEASES}(id, key, at, tokens, sent) VALUES (?, ?, ?, ?, ?)",
+               (lease_id, key, at, tokens, int(sent)))
+
+
+def latest_leases(tx: Any, key: str, since: float, n: int) -> float | None:
+    """A call limit's look at `key` (its leases all sent, each counted from its
+    `at`): the leases taken at or before `since` have left the window and are
+    deleted; then the time of the `n`-th latest left, or None when fewer than
+    `n` are (there is room). One index range (`rate_leases_key_at`), whatever
+    the window holds: the limit needs no more than that one row."""
+    tx.execute(f"DELETE FROM {LEASES} WHERE key = ? AND at <= ?", (key, since))
+    row = tx.execute(f"SELECT at FROM {LEASES} WHERE key = ? ORDER BY at DESC LIMIT 1 OFFSET ?",
+                     (key, n - 1)).fetchone()
+    return None if row is None else float(row[0])
 
 
 def settle_lease(tx: Any, lease_id: str, ended_at: float, tokens: int | None) -> None:

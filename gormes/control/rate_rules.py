@@ -15,6 +15,7 @@ gives every OpenAI model its own quota, as OpenAI counts them. Pure: no I/O.
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from collections.abc import Mapping
 
@@ -66,14 +67,40 @@ def limit_key(provider_name: str, model: str) -> str:
     return f"{scheme}:{model}"
 
 
-def _window(text: str, rule: str) -> float:
+def _window(text: str, label: str) -> float:
     match = _WINDOW.match(text)
     if not match:
-        raise InvalidRateLimit(f"rate limit {rule!r}: the window must read like 60s, 1m or 500ms, not {text!r}")
+        raise InvalidRateLimit(f"{label}: the window must read like 60s, 1m or 500ms, not {text!r}")
     value = float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[match.group(2)]
     if not value > 0:
-        raise InvalidRateLimit(f"rate limit {rule!r}: the window must be positive")
+        raise InvalidRateLimit(f"{label}: the window must be positive")
+    if not math.isfinite(value):  # 400 digits read as a float are infinite
+        raise InvalidRateLimit(f"{label}: the window must be finite")
     return value
+
+
+def parse_limits(text: str, label: str) -> tuple[int | None, int | None, float]:
+    """`ITEMS[/WINDOW]` (`500rpm,200000tpm`, `3req,2000tok/2s`) as (requests,
+    tokens, window in seconds), a limit not given None; `label` begins each error
+    line (`rate limit 'openai:m=5rps'`, or a setting's name and value)."""
+    items_text, slash, window_text = text.partition("/")
+    window = _window(window_text, label) if slash else MINUTE
+    found: dict[str, int] = {}
+    for item in items_text.split(","):
+        match = _ITEM.match(item.strip())
+        if not match:
+            raise InvalidRateLimit(
+                f"{label}: {item!r} is not a limit (Nrpm, Ntpm, or Nreq, Ntok with a /WINDOW)")
+        number, unit = int(match.group(1)), match.group(2)
+        if unit in ("rpm", "tpm") and slash:
+            raise InvalidRateLimit(f"{label}: {unit} is per minute; with a /WINDOW write req or tok")
+        kind = "requests" if unit in ("rpm", "req") else "tokens"
+        if kind in found:
+            raise InvalidRateLimit(f"{label}: {kind} given twice")
+        if number < 1:
+            raise InvalidRateLimit(f"{label}: a limit must be 1 or more, not {number}")
+        found[kind] = number
+    return found.get("requests"), found.get("tokens"), window
 
 
 def parse_rule(text: str) -> RateRule:
@@ -81,24 +108,8 @@ def parse_rule(text: str) -> RateRule:
     pattern, sep, rest = text.partition("=")
     if not sep or not pattern or not rest:
         raise InvalidRateLimit(f"rate limit {text!r}: expected PATTERN=LIMITS, like openai:gpt-4o=500rpm,200000tpm")
-    items_text, slash, window_text = rest.partition("/")
-    window = _window(window_text, text) if slash else MINUTE
-    found: dict[str, int] = {}
-    for item in items_text.split(","):
-        match = _ITEM.match(item.strip())
-        if not match:
-            raise InvalidRateLimit(
-                f"rate limit {text!r}: {item!r} is not a limit (Nrpm, Ntpm, or Nreq, Ntok with a /WINDOW)")
-        number, unit = int(match.group(1)), match.group(2)
-        if unit in ("rpm", "tpm") and slash:
-            raise InvalidRateLimit(f"rate limit {text!r}: {unit} is per minute; with a /WINDOW write req or tok")
-        kind = "requests" if unit in ("rpm", "req") else "tokens"
-        if kind in found:
-            raise InvalidRateLimit(f"rate limit {text!r}: {kind} given twice")
-        if number < 1:
-            raise InvalidRateLimit(f"rate limit {text!r}: a limit must be 1 or more, not {number}")
-        found[kind] = number
-    return RateRule(pattern=pattern.strip(), window_s=window, **found)
+    requests, tokens, window = parse_limits(rest, f"rate limit {text!r}")
+    return RateRule(pattern=pattern.strip(), requests=requests, tokens=tokens, window_s=window)
 
 
 def parse_rules(text: str | None) -> RateRules:

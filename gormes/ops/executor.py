@@ -3,7 +3,9 @@
 For every call (the CLI, an agent's tool call, a gateway, cron) it, in order:
 finds the operation (unknown -> `UnknownOperation`, a denial); checks the caller's
 trust class against the spec BEFORE anything else runs (-> `OperationDenied`);
-validates the input with msgspec (-> `InvalidOperationInput`); asks the spec
+asks its `call_limit`, when it has one and the limit counts the caller, for room
+in the caller's class's call rate (-> `CallRateLimited`, an `OperationDenied`;
+decision 0072); validates the input with msgspec (-> `InvalidOperationInput`); asks the spec
 whether it can run here (`available`, -> `OperationUnavailable`); runs the handler
 under the spec's timeout (-> `OperationTimeout`); and appends one
 `OperationAudited` event (gormes/events/audit.py) whatever happened, even when the
@@ -41,7 +43,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 import trio
@@ -75,6 +77,19 @@ AuditWriter = Callable[[AppendRequest, Any, BaseException | None], Awaitable[Non
 # (`ApprovalGate.gate_call`).
 ApprovalCheck = Callable[[Caller, OperationSpec, Any], Awaitable["str | None"]]
 
+
+class CallLimit(Protocol):
+    """A rate limit on calls, asked before a call's input is read (the gateways'
+    `GORMES_GATEWAY_RATE`: gormes/control/call_rate.py, which the MCP server gives
+    its executor). `limits(caller)`: whether the caller's calls count (cheap: asked
+    of every call); `admit(caller)`: take one call's room, or raise
+    `CallRateLimited`."""
+
+    def limits(self, caller: Caller) -> bool: ...
+
+    async def admit(self, caller: Caller) -> None: ...
+
+
 ERROR_TEXT_MAX = 300
 SHELL_ENV = "GORMES_SHELL_ENABLED"
 
@@ -107,12 +122,14 @@ class Executor:
         runs: object | None = None,
         progress: Callable[[str, int, int], None] | None = None,
         approvals: ApprovalCheck | None = None,
+        call_limit: CallLimit | None = None,
     ) -> None:
         """`store` receives the audit events; `shell_enabled` None reads the
         environment (GORMES_SHELL_ENABLED=1) once, here; `runs`: what the run
         operations start runs with (the operator's foreground commands: a
         gormes/tools/run_admin.py `RunStarter`), carried to them untouched; `progress`:
-        where a long operation reports how far it is (OperationContext.progress)."""
+        where a long operation reports how far it is (OperationContext.progress);
+        `call_limit`: the call rate the calls it counts must fit (see the module doc)."""
         self.registry = registry
         self.store = store
         self.workspace = None if workspace is None else Path(workspace)
@@ -120,6 +137,7 @@ class Executor:
         self.runs = runs
         self.progress = progress
         self.approvals = approvals  # the gate of calls made outside a run (see the module doc)
+        self.call_limit = call_limit
         self.clock = clock
         self.shell_enabled = shell_enabled_from_env() if shell_enabled is None else shell_enabled
 
@@ -147,6 +165,8 @@ class Executor:
                     f"{spec.name} may not be run by a {caller.trust!r} caller"
                     f" (allowed: {', '.join(t for t in TRUST_CLASSES if spec.allows(t))})"
                 )
+            if self.call_limit is not None and self.call_limit.limits(caller):
+                await self.call_limit.admit(caller)
             value = decode_input(spec, raw_input)
             record.input_sha256 = input_digest(value)
             ctx = self.context_for(caller)

@@ -74,6 +74,16 @@ class ApprovalDenied(OperationDenied):
     """A call its approval gate refused: denied by a person, or timed out."""
 
 
+class CallRateLimited(OperationDenied):
+    """A call its class's call rate refused (`GORMES_GATEWAY_RATE`, decision 0072):
+    the window holds as many calls as the limit allows; `retry_after_s`, when the
+    first of them leaves it."""
+
+    def __init__(self, message: str, *, retry_after_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class PathOutsideWorkspace(OperationDenied):
     """A path that resolves outside the workspace root (`..`, absolute, symlink)."""
 

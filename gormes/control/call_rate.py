@@ -1,0 +1,157 @@
+"""The gateways' call rate: how often the gateway class may call, every gateway together.
+
+The caps on what a gateway holds (its class's live jobs, decision 0070; its
+facts, decision 0061) say nothing of how often it calls: a client could call
+`memory.recall` or `job.list` as fast as it can send, from as many connections
+as it likes. `GORMES_GATEWAY_RATE` bounds that (decision 0072):
+
+    GORMES_GATEWAY_RATE=600rpm      # the default: 600 calls a minute
+    GORMES_GATEWAY_RATE=20req/1s    # another window: req per the window after the slash
+    GORMES_GATEWAY_RATE=off         # no limit
+
+The syntax is a provider rate limit's (gormes/control/rate_rules.py) with
+requests only: a call is a request, and has no tokens. The limit is the class's,
+not the caller's, as the other caps are: an MCP client names itself, so a quota
+per name would be multiplied by connecting under new names.
+
+Every call a gateway makes outside a run takes a lease in the provider limits'
+sliding window (gormes/control/limits_table.py, key `calls:gateway`), checked and
+taken in one store transaction, so every `gormes mcp` process on every host that
+uses the store shares the one quota: no window of the setting's length holds more
+admitted calls than it allows. A call with no room is refused before its handler
+runs (`CallRateLimited`, an `OperationDenied`: one line with the limit and when to
+retry), takes no lease, and is audited by the executor like every refusal. The
+executor asks `GatewayCallRate` (its `call_limit`) about each call; the MCP server
+gives it one (gormes/mcp_server.py).
+
+A gateway's runs (and every child agent, which only ever acts in a run) are not
+limited here: their calls are made by a model, one turn at a time, and the
+provider limits and budgets govern the turns. The operator and the system are
+never limited.
+
+Leases that have left the window are deleted by the next call's look, so the
+key holds at most the limit's count of rows. Hosts' clocks must agree to a small
+part of the window (NTP), as for the provider limits.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from gormes.actors.jobs.session import new_id
+from gormes.control import limits_table as table
+from gormes.control.rate_rules import MINUTE, InvalidRateLimit, RateRule, parse_limits
+from gormes.events.store import EventStore, Transaction
+from gormes.ops.spec import Caller, CallRateLimited
+
+GATEWAY_RATE_ENV = "GORMES_GATEWAY_RATE"
+DEFAULT_GATEWAY_RATE = "600rpm"
+OFF = "off"
+# The most calls a window may allow: the key holds a lease row for each call in the
+# window, so this bounds its rows (and keeps the count a database integer).
+MAX_CALLS = 1_000_000
+LIMITED = "gateway"  # the trust class whose calls are limited
+KEY = f"calls:{LIMITED}"  # its lease key in `rate_leases`
+
+_prepared: weakref.WeakSet[Any] = weakref.WeakSet()  # stores whose tables are known to exist
+
+
+def parse_call_rate(value: str | None, variable: str = GATEWAY_RATE_ENV) -> RateRule | None:
+    """The limit `value` sets (unset or empty: the default), or None for `off`. A
+    value that is not a rate is an `InvalidRateLimit` (a `UserError`) naming the
+    setting."""
+    text = DEFAULT_GATEWAY_RATE if value is None or not value.strip() else value.strip()
+    if text.lower() == OFF:
+        return None
+    label = f"{variable}={value!r}"
+    try:
+        requests, tokens, window = parse_limits(text, label)
+    except InvalidRateLimit as exc:
+        raise InvalidRateLimit(f"{exc}; a call limit reads like 600rpm or 20req/1s, or off") from None
+    if tokens is not None or requests is None:
+        raise InvalidRateLimit(f"{label}: a call limit counts calls, not tokens: Nrpm, or Nreq/WINDOW, or off")
+    if requests > MAX_CALLS:
+        raise InvalidRateLimit(f"{label}: a window may allow at most {MAX_CALLS:,} calls (off turns the limit off)")
+    return RateRule(pattern=KEY, requests=requests, window_s=window)
+
+
+def call_rate_from_env(env: Mapping[str, str]) -> RateRule | None:
+    """`GORMES_GATEWAY_RATE` as the environment sets it (see `parse_call_rate`)."""
+    return parse_call_rate(env.get(GATEWAY_RATE_ENV))
+
+
+def describe(rule: RateRule) -> str:
+    """`600 calls a minute`, `20 calls per 1s`."""
+    per = "a minute" if rule.window_s == MINUTE else f"per {rule.window_s:g}s"
+    return f"{rule.requests} call{'' if rule.requests == 1 else 's'} {per}"
+
+
+def written(rule: RateRule) -> str:
+    """The rule as the setting writes it: `600rpm`, `20req/1s`."""
+    return f"{rule.requests}rpm" if rule.window_s == MINUTE else f"{rule.requests}req/{rule.window_s:g}s"
+
+
+class GatewayCallRate:
+    """The executor's `call_limit` for the gateway class (see the module doc)."""
+
+    def __init__(self, store: EventStore, rule: RateRule, *, clock: Callable[[], float] = time.time) -> None:
+        if rule.requests is None:
+            raise ValueError("a call limit counts requests")
+        self.store = store
+        self.rule = rule
+        self.clock = clock  # seconds since the epoch, read from any thread: every host's leases are compared on it
+        # Until when the window is known to be full (see `admit`); 0: not known.
+        self.full_until = 0.0
+
+    def limits(self, caller: Caller) -> bool:
+        """Whether `caller`'s calls count: a gateway's, made outside a run."""
+        return caller.trust == LIMITED and caller.run_id is None
+
+    async def admit(self, caller: Caller) -> None:
+        """Take a lease for one call, or refuse it (`CallRateLimited`) when the
+        window holds the limit's count of calls already.
+
+        A look that finds the window full finds when it frees (the limit's count
+        of latest leases stay in it until the oldest of them ages out, whoever
+        calls meanwhile, since a lease leaves only by its age), so until then this
+        process refuses without asking the store: a flood's refusals cost the
+        store only their audit records, not a write transaction each as well."""
+        now = self.clock()
+        if now < self.full_until:
+            await trio.lowlevel.checkpoint()  # as the look would: a caller refused in a loop stays cancellable
+            raise self._refusal(self.full_until - now)
+        rule = self.rule
+        count = rule.requests
+        assert count is not None
+        lease_id = new_id()
+        prepared = self.store in _prepared
+
+        def take(tx: Transaction) -> tuple[float, float | None]:
+            if not prepared:
+                table.create(tx)
+            now = self.clock()  # read under the write lock: one host's leases are taken in time order
+            nth = table.latest_leases(tx, KEY, now - rule.window_s, count)
+            if nth is not None:
+                return now, nth + rule.window_s
+            table.take_lease(tx, lease_id, KEY, now, 0, sent=True)
+            return now, None
+
+        looked, frees = await self.store.transact(take)
+        _prepared.add(self.store)
+        if frees is not None:
+            self.full_until = max(self.full_until, frees)
+            raise self._refusal(frees - looked)
+
+    def _refusal(self, wait: float) -> CallRateLimited:
+        rule = self.rule
+        return CallRateLimited(
+            f"{LIMITED!r} callers may make at most {describe(rule)} between them"
+            f" ({GATEWAY_RATE_ENV}={written(rule)}); retry in {max(1, math.ceil(wait))}s",
+            retry_after_s=max(0.0, wait),
+        )
