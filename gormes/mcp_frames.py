@@ -107,12 +107,15 @@ def _invalid(top: object, what: str, chars: int | None) -> BadFrame:
 
 class AnsweringBadFrames:
     """The SDK's read stream, whose exception items are answered (through
-    `write_stream`, the SDK's) and warned about, never passed on."""
+    `write_stream`, the SDK's) and warned about, never passed on; ended, as if the
+    client had closed it, once `ended()` is true."""
 
-    def __init__(self, inner: Any, write_stream: Any, warn: Callable[[str], None]) -> None:
+    def __init__(self, inner: Any, write_stream: Any, warn: Callable[[str], None],
+                 ended: Callable[[], bool] = lambda: False) -> None:
         self._inner = inner
         self._write_stream = write_stream
         self._warn = warn
+        self._ended = ended  # once true, the read side closes: the SDK's loop ends the session
 
     @property
     def last_context(self) -> Any:
@@ -121,6 +124,8 @@ class AnsweringBadFrames:
 
     async def receive(self) -> SessionMessage:
         while True:
+            if self._ended():
+                raise anyio.EndOfStream
             item = await self._inner.receive()
             if not isinstance(item, Exception):
                 return item
@@ -137,7 +142,8 @@ class AnsweringBadFrames:
             self._warn("mcp: the connection closed before the refusal was written")
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        if not self._ended():  # ended: the transport's reader is cancelled, not broken (serve_stdio)
+            await self._inner.aclose()
 
     def __aiter__(self) -> AnsweringBadFrames:
         return self

@@ -47,15 +47,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import mcp_types as types
 import msgspec
+import trio
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.session import new_id
 from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
-from gormes.control.call_rate import GatewayCallRate, call_rate_from_env
+from gormes.control.call_rate import GATEWAY_RATE_ENV, GatewayCallRate, call_rate_from_env
 from gormes.control.rate_rules import RateRule
 from gormes.mcp_frames import AnsweringBadFrames
+from gormes.errors import GormesError
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry, wire_name
 from gormes.ops.spec import TRUST_CLASSES, Caller, OperationSpec
@@ -141,6 +143,12 @@ def build_server(executor: Executor, trust: str) -> Server[Any]:
     return Server(SERVER_NAME, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+class ClientFlooded(GormesError):
+    """A gateway connection ended because its client did not wait for its retry."""
+
+    exit_code = 1
+
+
 def warn_stderr(line: str) -> None:
     print(f"gormes: warning: {line}", file=sys.stderr, flush=True)
 
@@ -156,12 +164,26 @@ async def serve_stdio(
     served = served_registry(registry, trust)
     rule = call_rate_from_env(os.environ) if call_rate == "env" else call_rate
     gate = ApprovalGate(store, ApprovalPolicy.from_env(os.environ), clock=time.time, ids=new_id)
+    limit = None if rule is None else GatewayCallRate(store, rule)
     executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store), approvals=gate.gate_call,
-                        call_limit=None if rule is None else GatewayCallRate(store, rule))
+                        call_limit=limit)
     server = build_server(executor, trust)
-    async with stdio_server() as (read_stream, write_stream):
-        frames = AnsweringBadFrames(read_stream, write_stream, warn)
-        await server.run(frames, write_stream, server.create_initialization_options())
+    flooded = (lambda: False) if limit is None else (lambda: limit.flooded)
+    with trio.CancelScope() as transport:
+        async with stdio_server() as (read_stream, write_stream):
+            frames = AnsweringBadFrames(read_stream, write_stream, warn, ended=flooded)
+            await server.run(frames, write_stream, server.create_initialization_options())
+            # A flooding client's session was ended by its server, not by the client
+            # closing stdin: the transport's reader and writer are stopped here (a
+            # reader in the middle of a line stops once the line is read).
+            if flooded():
+                transport.cancel()
+    if flooded():
+        assert limit is not None
+        raise ClientFlooded(
+            f"the client kept calling while refused ({len(limit.refusals)} refusals within"
+            f" {limit.rule.window_s:g}s, past {GATEWAY_RATE_ENV}): connection closed; each refusal is audited"
+        )
 
 
 def _version() -> str:

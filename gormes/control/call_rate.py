@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,6 +57,9 @@ OFF = "off"
 # The most calls a window may allow: the key holds a lease row for each call in the
 # window, so this bounds its rows (and keeps the count a database integer).
 MAX_CALLS = 1_000_000
+# A connection refused this many times within one window (or the window's allowance
+# of calls, if more) is not waiting for its retry: its server ends it (`flooded`).
+MIN_FLOOD = 100
 LIMITED = "gateway"  # the trust class whose calls are limited
 KEY = f"calls:{LIMITED}"  # its lease key in `rate_leases`
 
@@ -108,6 +112,18 @@ class GatewayCallRate:
         self.clock = clock  # seconds since the epoch, read from any thread: every host's leases are compared on it
         # Until when the window is known to be full (see `admit`); 0: not known.
         self.full_until = 0.0
+        # When this process's last `flood_after` refusals were made (its caller's).
+        self.refusals: deque[float] = deque(maxlen=max(rule.requests, MIN_FLOOD))
+
+    @property
+    def flooded(self) -> bool:
+        """Whether this process's caller kept calling while refused: refused more
+        times within one window than the window allows calls (at least MIN_FLOOD).
+        Each refusal is an audit record, so a client that never waits for its retry
+        would grow the log as fast as it can send; gormes/mcp_server.py ends its
+        connection."""
+        refusals = self.refusals
+        return len(refusals) == refusals.maxlen and refusals[-1] - refusals[0] <= self.rule.window_s
 
     def limits(self, caller: Caller) -> bool:
         """Whether `caller`'s calls count: a gateway's, made outside a run."""
@@ -150,8 +166,11 @@ class GatewayCallRate:
 
     def _refusal(self, wait: float) -> CallRateLimited:
         rule = self.rule
+        self.refusals.append(self.clock())
+        closing = (f"; the connection closes: it was refused {len(self.refusals)} times within"
+                   f" {rule.window_s:g}s" if self.flooded else "")
         return CallRateLimited(
             f"{LIMITED!r} callers may make at most {describe(rule)} between them"
-            f" ({GATEWAY_RATE_ENV}={written(rule)}); retry in {max(1, math.ceil(wait))}s",
+            f" ({GATEWAY_RATE_ENV}={written(rule)}); retry in {max(1, math.ceil(wait))}s{closing}",
             retry_after_s=max(0.0, wait),
         )

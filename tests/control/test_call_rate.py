@@ -20,7 +20,7 @@ from pg_helpers import backend_store, reopen_store
 from gormes.actors.jobs.queue import JobQueue
 from gormes.control import limits_table as table
 from gormes.control.call_rate import (
-    DEFAULT_GATEWAY_RATE, KEY, GatewayCallRate, call_rate_from_env, parse_call_rate,
+    DEFAULT_GATEWAY_RATE, KEY, MIN_FLOOD, GatewayCallRate, call_rate_from_env, parse_call_rate,
 )
 from gormes.control.rate_rules import InvalidRateLimit, RateRule
 from gormes.ops.executor import Executor
@@ -284,3 +284,41 @@ async def test_a_caller_refused_in_a_loop_can_still_be_cancelled(store: Any):
             with pytest.raises(CallRateLimited):
                 await executor.call("time.now", {}, GATEWAY)
     assert scope.cancelled_caught
+
+
+async def test_a_caller_refused_more_often_in_a_window_than_it_allows_is_flooded(store: Any):
+    """A client that keeps calling while refused grows the log by an audit record a
+    refusal; refused more times within one window than the window allows calls (at
+    least MIN_FLOOD), it is `flooded`, and its last refusal says the connection
+    closes (gormes/mcp_server.py ends it)."""
+    clock = Clock()
+    executor = limited(store, "2req/10s", clock)
+    limit = executor.call_limit
+    assert isinstance(limit, GatewayCallRate)
+    for _ in range(2):
+        await executor.call("time.now", {}, GATEWAY)
+    for _ in range(MIN_FLOOD - 1):
+        with pytest.raises(CallRateLimited) as caught:
+            await executor.call("time.now", {}, GATEWAY)
+        assert "closes" not in str(caught.value)
+    assert not limit.flooded
+    with pytest.raises(CallRateLimited) as caught:
+        await executor.call("time.now", {}, GATEWAY)
+    assert limit.flooded
+    assert str(caught.value).endswith(f"; the connection closes: it was refused {MIN_FLOOD} times within 10s")
+
+
+async def test_a_caller_that_waits_between_refusals_is_never_flooded(store: Any):
+    clock = Clock()
+    executor = limited(store, "2req/10s", clock)
+    limit = executor.call_limit
+    assert isinstance(limit, GatewayCallRate)
+    refused = 0
+    for _ in range(MIN_FLOOD * 3):  # one call every 0.2 s for a minute: 10 admitted, 290 refused
+        try:
+            await executor.call("time.now", {}, GATEWAY)
+        except CallRateLimited as exc:
+            refused += 1
+            assert "closes" not in str(exc)
+        clock.now += 0.2
+    assert refused == MIN_FLOOD * 3 - 12 and not limit.flooded

@@ -14,6 +14,7 @@ the `mcp` SDK client, on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator
@@ -24,9 +25,10 @@ from typing import Any
 import pytest
 import trio
 from cli_helpers import assert_one_line_error, run_gormes
-from mcp_helpers import CLIENT_NAME, audit_events, call_ok, call_refused, gormes_mcp
+from mcp_helpers import CLIENT_NAME, audit_events, call_ok, call_refused, gormes_mcp, raw_gormes_mcp
 from pg_helpers import PG_URL, fresh_schema, url_for_schema
 
+from gormes.control.call_rate import MIN_FLOOD
 from gormes.events.sqlite import SQLiteEventStore
 
 LIMIT = 4
@@ -94,6 +96,43 @@ async def test_past_the_limit_a_gateways_calls_are_refused_in_one_line_and_audit
             ("memory.recall", caller, "denied"), ("job.list", caller, "denied"), ("job.submit", caller, "denied"),
             ("time.now", caller, "denied")]
         assert all(REFUSAL.fullmatch(error) for *_, error in audited[LIMIT:])
+
+
+async def test_a_client_that_keeps_calling_while_refused_is_disconnected(db_path: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    """Each refusal is an audit record, so a client that never waits for its retry
+    grew the log as fast as it could send (1.4-1.8 GB an hour through one
+    connection, decision 0072). Refused more often within a window than the window
+    allows (at least MIN_FLOOD times), its connection is ended: the server stops
+    reading, says why in one line, exits 1, and the calls it never read are never
+    run or recorded."""
+    monkeypatch.setenv("GORMES_GATEWAY_RATE", f"{LIMIT}req/600s")
+    sent = MIN_FLOOD * 50
+    stderr = tmp_path / "stderr"
+    async with raw_gormes_mcp(db_path, stderr) as raw:
+        async def flood() -> None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                for n in range(sent):
+                    await raw.request(n + 1, "tools/call", {"name": "time__now", "arguments": {}})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flood)
+            with trio.fail_after(120):  # a hang guard: the server must end the connection
+                await raw.process.wait()
+            nursery.cancel_scope.cancel()
+    assert raw.process.returncode == 1
+    last = stderr.read_text().splitlines()[-1]
+    assert re.fullmatch(r"gormes: error: the client kept calling while refused \(\d+ refusals within 600s,"
+                        r" past GORMES_GATEWAY_RATE\): connection closed; each refusal is audited", last), last
+    async with SQLiteEventStore.open(db_path) as store:
+        audits = [a for a in await audit_events(store) if a.operation == "time.now"]
+    outcomes = [a.outcome for a in audits]
+    assert outcomes.count("ok") == LIMIT
+    refusals = [a for a in audits if a.outcome == "denied"]
+    assert len(refusals) >= MIN_FLOOD
+    assert set(outcomes) <= {"ok", "denied", "cancelled"}  # in flight when it ended: cancelled
+    assert any(a.error.endswith("the connection closes: it was refused 100 times within 600s") for a in refusals)
+    assert len(audits) < sent  # what it sent after the end was never read
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
