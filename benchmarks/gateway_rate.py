@@ -23,8 +23,10 @@ same log and the same machine.
 - flood_mcp (SQLite): what a gateway can do, through a `gormes mcp` process and
   the `mcp` SDK client, FLOODERS calls of `time.now` in flight for FLOOD_S
   seconds: with the limit off (every call served, as before the limit) and at the
-  default (past it, refused): calls a second, audit records a second and the
-  megabytes an hour they add.
+  default (past it, refused, until the server ends the connection: 600 refusals
+  within the minute): the calls, the audit records they left, when the server
+  ended the connection, and the megabytes an hour the records grew by while it
+  lasted.
 
 Durability `normal` on SQLite by default (the work, not the disk; `--durability
 full` measures gormes's default, an fsync a commit, which the limit's lease pays
@@ -36,6 +38,7 @@ line: medians in ms, and each `ratio`, limited over unlimited.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sqlite3
 import sys
@@ -140,26 +143,35 @@ async def flood_mcp(path: Path, rate: str, seconds: float) -> dict[str, float]:
     server = StdioServerParameters(command=sys.executable, args=["-m", "gormes", "--db", str(path), "mcp"],
                                    cwd=repo, env=env)
     counts = {"served": 0, "refused": 0}
+    ended_at: list[float] = []  # when the server ended the connection (decision 0072's addendum)
+    start = trio.current_time()
 
-    async def flooder(client: Any) -> None:
+    async def flooder(client: Any, nursery: trio.Nursery) -> None:
         while True:
-            result = await client.call_tool("time__now", {})
+            try:
+                result = await client.call_tool("time__now", {})
+            except Exception:  # noqa: BLE001 - the server ended the connection: the flood is over
+                ended_at.append(trio.current_time() - start)
+                nursery.cancel_scope.cancel()
+                return
             counts["refused" if result.is_error else "served"] += 1
 
-    async with AsyncExitStack() as stack:
-        client = await stack.enter_async_context(
-            Client(server, client_info=types.Implementation(name="bench", version="1"), read_timeout_seconds=60))
-        with trio.move_on_after(seconds):
-            async with trio.open_nursery() as nursery:
-                for _ in range(FLOODERS):
-                    nursery.start_soon(flooder, client)
+    with contextlib.suppress(Exception):  # the client's own close, after the server ended it
+        async with AsyncExitStack() as stack:
+            client = await stack.enter_async_context(
+                Client(server, client_info=types.Implementation(name="bench", version="1"), read_timeout_seconds=60))
+            with trio.move_on_after(seconds):
+                async with trio.open_nursery() as nursery:
+                    for _ in range(FLOODERS):
+                        nursery.start_soon(flooder, client, nursery)
     with sqlite3.connect(path) as conn:
         records, size = conn.execute(
             "SELECT count(*), sum(length(data)) FROM events WHERE type = 'audit.operation'").fetchone()
     path.unlink()
-    return {"served_per_s": round(counts["served"] / seconds), "refused_per_s": round(counts["refused"] / seconds),
-            "records_per_s": round(records / seconds), "bytes_per_record": round(size / records),
-            "mb_per_hour": round(size / seconds * 3600 / 1e6)}
+    lasted = min(ended_at, default=seconds)
+    return {"served": counts["served"], "refused": counts["refused"], "records": records,
+            "bytes_per_record": round(size / records), "ended_by_server_after_s": min(ended_at, default=None),
+            "mb_per_hour_while_it_lasted": round(size / lasted * 3600 / 1e6)}
 
 
 async def measure(backend: str, where: Any, durability: str, samples: int, seconds: float) -> dict[str, Any]:
