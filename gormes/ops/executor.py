@@ -52,6 +52,7 @@ from gormes.errors import StoreError, UserError
 from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
 from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over, value_depth_over
 from gormes.events.store import AppendRequest, EventStore
+from gormes.ops.input_text import nul_field
 from gormes.ops.registry import Registry
 from gormes.ops.spec import (
     TRUST_CLASSES, ApprovalDenied, Caller, InvalidOperationInput, OperationContext, OperationDenied,
@@ -245,7 +246,20 @@ def refusal_request(
 
 
 def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
-    """Validate `raw` into the spec's input type, or raise `InvalidOperationInput`."""
+    """Validate `raw` into the spec's input type, or raise `InvalidOperationInput`;
+    a string field holding U+0000 is refused too (gormes/ops/input_text.py)."""
+    value = _decode(spec, raw)
+    if spec.schema is None:
+        path = nul_field(spec.input_type, value)
+        if path is not None:
+            raise InvalidOperationInput(
+                f"invalid input for {spec.name}: {path} holds U+0000 (NUL), which PostgreSQL cannot store"
+                " as text (a log holding it could not be moved to PostgreSQL)"
+            )
+    return value
+
+
+def _decode(spec: OperationSpec, raw: RawInput) -> Any:
     # A spec with its own schema takes any JSON object, as a dict (see OperationSpec.schema).
     kind = spec.input_type if spec.schema is None else dict[str, Any]
     try:
