@@ -50,7 +50,7 @@ from gormes.events.audit_chain import append_sealed, seal
 from gormes.events.audit_seal import sealing
 from gormes.errors import StoreError, UserError
 from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
-from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over, value_depth_over
+from gormes.events.json_nesting import MAX_INPUT_NESTING, nesting_depth_over, value_depth_over
 from gormes.events.store import AppendRequest, EventStore
 from gormes.ops.input_text import nul_field
 from gormes.ops.registry import Registry
@@ -269,9 +269,9 @@ def _decode(spec: OperationSpec, raw: RawInput) -> Any:
             return msgspec.convert({}, kind)
         if isinstance(raw, (str, bytes, bytearray, memoryview)):
             text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
-            if nesting_depth_over(text):  # the decoder would recurse past Python's limit
+            if nesting_depth_over(text, MAX_INPUT_NESTING):  # room for the log's envelope (json_nesting)
                 raise InvalidOperationInput(
-                    f"invalid input for {spec.name}: JSON nested deeper than {MAX_NESTING} levels"
+                    f"invalid input for {spec.name}: JSON nested deeper than {MAX_INPUT_NESTING} levels"
                 )
             return msgspec.json.decode(text, type=kind)
         if isinstance(raw, msgspec.Struct):
@@ -279,9 +279,9 @@ def _decode(spec: OperationSpec, raw: RawInput) -> Any:
         if isinstance(raw, dict):
             # Parsed already (the MCP SDK's arguments): measured as text would be, so a
             # gateway cannot record what no export of the log could be imported with.
-            if value_depth_over(raw):
+            if value_depth_over(raw, MAX_INPUT_NESTING):
                 raise InvalidOperationInput(
-                    f"invalid input for {spec.name}: JSON nested deeper than {MAX_NESTING} levels"
+                    f"invalid input for {spec.name}: JSON nested deeper than {MAX_INPUT_NESTING} levels"
                 )
             return msgspec.convert(raw, kind)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
