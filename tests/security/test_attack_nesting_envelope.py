@@ -4,7 +4,7 @@
 the executor refused input deeper than that (test_attack_mcp_nesting.py). But a line nests a caller's value below the levels
 gormes puts around it: a gateway's job data 63 deep (its input 64) is 65 deep in
 its `job.submitted` line, 66 in a `merge` job's, and a run's tool call reading it
-back (`job.list`) records it deeper still. So one accepted `job.submit` left a log
+back (`job.list`, `run.timeline`) records it deeper still. So one accepted `job.submit` left a log
 whose every export was refused by `gormes import` ("line 1 is nested deeper than
 64 levels; refused unread"). An operation's input now leaves room for that
 envelope (`MAX_INPUT_NESTING`, decision 0074).
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 from cli_helpers import run_gormes
 from mcp_helpers import call_ok, gormes_mcp
 
@@ -66,12 +67,18 @@ async def test_the_deepest_data_a_gateway_may_submit_still_exports_and_imports(d
 
 async def test_a_runs_record_of_reading_it_back_still_exports_and_imports(db_path: Path, tmp_path: Path):
     """The deepest envelopes a run records around such a value: the `job.list` result
-    of a merged job holding it, and an inbox message carrying it."""
+    of a merged job holding it, an inbox message carrying it (`run.send`'s payload
+    is as deep as a job's data), and the `run.timeline` result of a run that read
+    that message."""
     deep = nested(deepest_data())
     listed = {"jobs": [{"id": "j", "data": [deep, deep]}]}
+    message = InboxItem(id="m", sender="mcp:x", payload=deep, sent_at=0)
+    timeline = {"run_id": "r1", "timeline": [{"type": "run.inbox_read", "messages": [msgspec.to_builtins(message)]}]}
     async with SQLiteEventStore.open(db_path) as store:
         await store.append(run_stream("r1"), [
             RunToolCalled(seq=1, operation="job.list", arguments="{}", args_hash="0" * 64, outcome="ok", result=listed),
-            RunInboxRead(seq=2, messages=(InboxItem(id="m", sender="mcp:x", payload=deep, sent_at=0),)),
+            RunInboxRead(seq=2, messages=(message,)),
+            RunToolCalled(seq=3, operation="run.timeline", arguments="{}", args_hash="0" * 64, outcome="ok",
+                          result=timeline),
         ])
     export_imports(db_path, tmp_path)
