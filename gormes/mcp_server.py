@@ -103,11 +103,13 @@ def tool_for(spec: OperationSpec, schema: dict[str, Any]) -> types.Tool:
 def client_name(ctx: Any) -> str:
     """The name the client gave in its handshake (clientInfo.name), if any, cut to
     `MAX_CLIENT_NAME` characters: it is the caller id every call records (in its
-    audit record, a job's submitter, a fact's origin), and a client sends it once."""
+    audit record, a job's submitter, a fact's origin), and a client sends it once.
+    A U+0000 in it reads as U+FFFD: the name is a memory scope's, a text column of
+    memory's tables, which PostgreSQL cannot hold it in (decision 0074)."""
     params = getattr(ctx.session, "client_params", None)
     info = getattr(params, "client_info", None)
     name = getattr(info, "name", None) or UNNAMED_CLIENT
-    return name[:MAX_CLIENT_NAME] if isinstance(name, str) else UNNAMED_CLIENT
+    return name[:MAX_CLIENT_NAME].replace("\x00", "\ufffd") if isinstance(name, str) else UNNAMED_CLIENT
 
 
 def ok_result(output: bytes) -> types.CallToolResult:

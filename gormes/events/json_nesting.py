@@ -16,6 +16,16 @@ from collections.abc import Iterable, Iterator
 from gormes.errors import UserError
 
 MAX_NESTING = 64
+# How deep an operation's input may nest (gormes/ops/executor.py): less than a
+# line of the log may, by the levels gormes puts around a caller's value. A job's
+# data is 2 levels below its exported line's top (`data.data`), a merge job's 3,
+# a run's `job.list` of such a job records it 6 below (`data.result.jobs[]
+# .data[]`), its `run.timeline` of a run that read it as a message 7: input as
+# deep as MAX_NESTING made a log whose export `gormes import` refused (decision
+# 0074). The input's value is 1 below its top, so a line is at most 6 deeper
+# than the input: 8 leaves 2 to spare.
+ENVELOPE_NESTING = 8
+MAX_INPUT_NESTING = MAX_NESTING - ENVELOPE_NESTING
 # A whole string (possessive, so a stray quote cannot make it backtrack) or one bracket.
 _STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*+"|[\[\]{}]', re.DOTALL)
 # A whole string, or a run of opening brackets, or of closing ones.

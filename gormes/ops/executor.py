@@ -52,8 +52,9 @@ from gormes.events.audit_chain import append_sealed, seal
 from gormes.events.audit_seal import sealing
 from gormes.errors import StoreError, UserError
 from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
-from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over, value_depth_over
+from gormes.events.json_nesting import MAX_INPUT_NESTING, nesting_depth_over, value_depth_over
 from gormes.events.store import AppendRequest, EventStore
+from gormes.ops.input_text import nul_field
 from gormes.ops.registry import Registry
 from gormes.ops.spec import (
     TRUST_CLASSES, ApprovalDenied, Caller, InvalidOperationInput, OperationContext, OperationDenied,
@@ -265,7 +266,20 @@ def refusal_request(
 
 
 def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
-    """Validate `raw` into the spec's input type, or raise `InvalidOperationInput`."""
+    """Validate `raw` into the spec's input type, or raise `InvalidOperationInput`;
+    a string field holding U+0000 is refused too (gormes/ops/input_text.py)."""
+    value = _decode(spec, raw)
+    if spec.schema is None:
+        path = nul_field(spec.input_type, value)
+        if path is not None:
+            raise InvalidOperationInput(
+                f"invalid input for {spec.name}: {path} holds U+0000 (NUL), which PostgreSQL cannot store"
+                " as text (a log holding it could not be moved to PostgreSQL)"
+            )
+    return value
+
+
+def _decode(spec: OperationSpec, raw: RawInput) -> Any:
     # A spec with its own schema takes any JSON object, as a dict (see OperationSpec.schema).
     kind = spec.input_type if spec.schema is None else dict[str, Any]
     try:
@@ -275,9 +289,9 @@ def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
             return msgspec.convert({}, kind)
         if isinstance(raw, (str, bytes, bytearray, memoryview)):
             text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
-            if nesting_depth_over(text):  # the decoder would recurse past Python's limit
+            if nesting_depth_over(text, MAX_INPUT_NESTING):  # room for the log's envelope (json_nesting)
                 raise InvalidOperationInput(
-                    f"invalid input for {spec.name}: JSON nested deeper than {MAX_NESTING} levels"
+                    f"invalid input for {spec.name}: JSON nested deeper than {MAX_INPUT_NESTING} levels"
                 )
             return msgspec.json.decode(text, type=kind)
         if isinstance(raw, msgspec.Struct):
@@ -285,9 +299,9 @@ def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
         if isinstance(raw, dict):
             # Parsed already (the MCP SDK's arguments): measured as text would be, so a
             # gateway cannot record what no export of the log could be imported with.
-            if value_depth_over(raw):
+            if value_depth_over(raw, MAX_INPUT_NESTING):
                 raise InvalidOperationInput(
-                    f"invalid input for {spec.name}: JSON nested deeper than {MAX_NESTING} levels"
+                    f"invalid input for {spec.name}: JSON nested deeper than {MAX_INPUT_NESTING} levels"
                 )
             return msgspec.convert(raw, kind)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:

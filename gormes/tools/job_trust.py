@@ -14,7 +14,9 @@ running job records its parent's submitter). So:
   `GORMES_GATEWAY_MODELS` (comma-separated model specs, compared as written);
 - it may not jump the queue (a negative priority) or send job data (`job.submit`'s,
   or the job `run.submit` makes) or a message (`job.send`, `run.send`) over
-  `MAX_UNTRUSTED_DATA_BYTES` of JSON;
+  `MAX_UNTRUSTED_DATA_BYTES` of JSON, nor grow a debounced `merge` job's list of
+  datas past it (`data_cap`: a submission that would starts a job of its own;
+  1000 joins of 1 MiB made a 1 GB job, each join rewriting all of it);
 - its concurrency key is its own (`own_concurrency_key`): the key recorded is the
   one it gave under a prefix naming its trust class and its scope's digest, so its
   jobs never hold, or count against, the operator's key of that name (a
@@ -129,6 +131,13 @@ def check_size(caller: Caller, value: Any, what: str) -> None:
             f"{what} is {size} bytes of JSON; a {caller.trust!r} caller may send at most"
             f" {MAX_UNTRUSTED_DATA_BYTES}"
         )
+
+
+def data_cap(caller: Caller) -> int | None:
+    """The most bytes of JSON a job of `caller`'s may hold as its data, debounced
+    `merge` submissions joined into it included (`JobQueue.submit`'s `merge_cap`);
+    None for the operator and the system."""
+    return None if privileged(caller) else MAX_UNTRUSTED_DATA_BYTES
 
 
 def own_options(caller: Caller, options: JobOptions) -> JobOptions:

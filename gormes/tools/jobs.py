@@ -27,7 +27,7 @@ from gormes.actors.jobs.rules import validate_options
 from gormes.actors.jobs.state import InvalidJob, JobNotFound
 from gormes.events.jobs import MAX_NAME_LENGTH, STATUSES, JobOptions, Submitter, Tokens
 from gormes.tools.job_trust import (
-    check_job_submit, check_size, key_as_given, live_jobs_check, own_options, owner_key, owns, privileged,
+    check_job_submit, check_size, data_cap, key_as_given, live_jobs_check, own_options, owner_key, owns, privileged,
     require_may_act_on, submitter_of,
 )
 from gormes.ops.spec import (
@@ -112,7 +112,9 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
             require_may_act_on(ctx.caller, parent, "attach a child to")
     submitter = submitter_of(ctx.caller)
     check = live_jobs_check(ctx.caller)
-    job = await queue.submit(value.name, value.data, options, submitter=submitter, check=check)
+    job = await queue.submit(
+        value.name, value.data, options, submitter=submitter, check=check, merge_cap=data_cap(ctx.caller)
+    )
     if job.coalesced and not privileged(ctx.caller) and not owns(ctx.caller, job.submitter):
         # max_waiting answers with the queue's newest waiting job: not another caller's.
         raise OperationDenied(

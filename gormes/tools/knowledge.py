@@ -16,11 +16,12 @@ from typing import Annotated
 
 import msgspec
 
-from gormes.knowledge import knowledge_root
+from gormes.knowledge import KnowledgeRootUnreadable, knowledge_root
 from gormes.knowledge.brain import BrainConfig
 from gormes.knowledge.search import KnowledgeAnswer, search_knowledge
 from gormes.knowledge.write import WriteResult, write_knowledge
 from gormes.ops.spec import OperationContext, OperationSpec
+from gormes.tools.knowledge_shown import answer_for, unreadable_for
 
 EVERYONE = frozenset({"operator", "gateway", "child-agent", "system"})
 WRITERS = frozenset({"operator", "child-agent", "system"})
@@ -46,7 +47,13 @@ def knowledge_operations(root: Path | None = None, brain: BrainConfig | None = N
         return knowledge_root(root, workspace=ctx.workspace)
 
     async def search(ctx: OperationContext, value: KnowledgeSearchInput) -> KnowledgeAnswer:
-        return await search_knowledge(value.query, root=where(ctx), limit=value.limit, brain=brain)
+        # A gateway or child agent is shown no host path (knowledge_shown.py).
+        at = where(ctx)
+        try:
+            answer = await search_knowledge(value.query, root=at, limit=value.limit, brain=brain)
+        except KnowledgeRootUnreadable as exc:
+            raise unreadable_for(ctx.caller, exc, at) from None
+        return answer_for(ctx.caller, answer)
 
     async def write(ctx: OperationContext, value: KnowledgeWriteInput) -> WriteResult:
         return await write_knowledge(value.path, value.text, root=where(ctx), append=value.append, brain=brain)

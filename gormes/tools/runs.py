@@ -35,7 +35,7 @@ import msgspec
 from gormes.events.jobs import MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, JobOptions, Tokens
 from gormes.ops.spec import OperationContext, OperationDenied, OperationUnavailable
 from gormes.tools.job_trust import (
-    GATEWAY_QUEUES_ENV, check_model, check_priority, check_size, live_jobs_check, own_queue, submitter_of,
+    GATEWAY_QUEUES_ENV, check_model, check_priority, check_size, data_cap, live_jobs_check, own_queue, submitter_of,
 )
 from gormes.tools.jobs import JobSummary, Limit, queue_of, steering_spec, summary
 from gormes.tools.run_trust import own_runs_filter, require_acts_for
@@ -232,10 +232,18 @@ async def run_send(ctx: OperationContext, value: RunSendInput) -> RunMessage:
     # Lazy for start-up time: loaded on first use, not with the registry.
     from gormes.actors.runs.manager import send_message
 
+    from gormes.actors.runs.actor import InboxFull
+
     await require_acts_for(ctx.caller, _store(ctx), value.run_id, "message")
     check_size(ctx.caller, value.payload, "the message")
     sender = ctx.caller.sender
-    message_id = await send_message(_store(ctx), value.run_id, value.payload, sender=sender, clock=ctx.clock)
+    try:
+        # A gateway's unread messages to a run hold at most its cap on job data: the
+        # run reads them all in one turn, one `run.inbox_read` (decision 0074).
+        message_id = await send_message(_store(ctx), value.run_id, value.payload, sender=sender, clock=ctx.clock,
+                                         max_unread_bytes=data_cap(ctx.caller))
+    except InboxFull as exc:
+        raise OperationDenied(str(exc)) from None
     return RunMessage(message_id=message_id, run_id=value.run_id, sender=sender)
 
 

@@ -26,6 +26,8 @@ from pg_helpers import fresh_schema, url_for_schema
 
 from cli_helpers import assert_one_line_error, cli_env, gormes_command, mounted_tmpfs, run_gormes, write_notes
 
+from gormes.events.json_nesting import MAX_INPUT_NESTING
+
 OSC_TITLE = "\x1b]0;pwned-title\x07"
 OSC_CLIPBOARD = "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"
 CSI_CLEAR = "\x1b[2J\x1b[H"
@@ -273,7 +275,7 @@ def test_deeply_nested_operation_input_is_invalid_from_any_caller(db: Path):
     before = logged_events(db)
     result = run_gormes(db, "ops", "call", "time.now", '{"x": ' + deep(50_000) + "}")
     line = assert_one_line_error(result)
-    assert result.returncode == 2 and "nested deeper than 64" in line, line
+    assert result.returncode == 2 and f"nested deeper than {MAX_INPUT_NESTING}" in line, line
     audits = [e for e in events_json(db) if e["type"] == "audit.operation"]
     assert [(a["data"]["operation"], a["data"]["outcome"]) for a in audits] == [("time.now", "invalid")]
     assert logged_events(db) == before
@@ -281,8 +283,9 @@ def test_deeply_nested_operation_input_is_invalid_from_any_caller(db: Path):
 
 
 def test_nesting_up_to_the_limit_is_accepted(db: Path):
-    data = json.dumps({"name": "n", "data": json.loads(deep(60))})
-    result = run_gormes(db, "jobs", "submit", "n", "--data", json.dumps(json.loads(deep(60))))
+    # The input object is one level: its data may nest one less (decision 0074).
+    data = json.dumps({"name": "n", "data": json.loads(deep(MAX_INPUT_NESTING - 1))})
+    result = run_gormes(db, "jobs", "submit", "n", "--data", deep(MAX_INPUT_NESTING - 1))
     assert result.returncode == 0, result.stderr
     assert data  # the same depth through import:
     line = json.dumps({"stream": "s", "type": "note.added", "data": {"text": deep(3)}})

@@ -19,7 +19,7 @@ from pathlib import Path
 from cli_helpers import run_gormes
 from mcp_helpers import call_refused, gormes_mcp
 
-from gormes.events.json_nesting import MAX_NESTING
+from gormes.events.json_nesting import MAX_INPUT_NESTING, MAX_NESTING
 from gormes.ops.executor import decode_input
 from gormes.ops.spec import InvalidOperationInput
 from gormes.tools.builtin import default_registry
@@ -51,7 +51,9 @@ async def test_a_gateways_deep_job_data_over_mcp_is_refused_and_the_export_still
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("levels, refused", [(MAX_NESTING, False), (MAX_NESTING + 1, True), (100_000, True)])
+@pytest.mark.parametrize("levels, refused", [
+    (MAX_INPUT_NESTING, False), (MAX_INPUT_NESTING + 1, True), (MAX_NESTING, True), (100_000, True),
+])
 def test_parsed_input_is_measured_like_text(levels: int, refused: bool):
     spec = default_registry().get("job.submit")
     raw = {"name": "echo", "data": nested(levels - 1)}  # the object itself is one level

@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import msgspec
+
 from gormes.actors.jobs import rules
 from gormes.actors.jobs.session import JobSession, new_id
 from gormes.actors.jobs.views import (
@@ -144,12 +146,16 @@ class JobQueue(QueueBatches, QueueAdmin):
         *,
         submitter: Submitter | None = None,
         check: Callable[[Transaction], None] | None = None,
+        merge_cap: int | None = None,
     ) -> Job:
         """Add a job (`waiting`, or `delayed` with delay_ms), recording who submitted
         it (`submitter`: None for a Python caller that names nobody). `check(tx)`: run
         in the transaction, under the write lock, before a new job is recorded (not
         when the submission joins a job), which it may refuse by raising: nothing is
-        then written (a gateway's live-jobs cap, gormes/tools/job_trust.py). Raises `InvalidJob`
+        then written (a gateway's live-jobs cap, gormes/tools/job_trust.py).
+        `merge_cap`: the most bytes of JSON a debounced `merge` job's list may hold
+        once this submission joins it; past it the submission starts a job of its
+        own (a gateway's cap on job data, decision 0074; None: no cap). Raises `InvalidJob`
         (a UserError) for an empty name, unknown or out-of-range options, data that
         is not JSON, an unknown or terminal parent, depth over the cap, or a parent
         at max_children. Returns an existing job with `coalesced=True` when its
@@ -162,7 +168,7 @@ class JobQueue(QueueBatches, QueueAdmin):
         opts = rules.validate_options(rules.parse_options(options))
         data = json_data(data)
         return await self._transact(
-            lambda s: self._submit(s, name, data, opts, None, submitter=submitter, check=check)
+            lambda s: self._submit(s, name, data, opts, None, submitter=submitter, check=check, merge_cap=merge_cap)
         )
 
     def submit_in(
@@ -179,6 +185,7 @@ class JobQueue(QueueBatches, QueueAdmin):
     def _submit(
         self, s: JobSession, name: str, data: Any, opts: JobOptions, replay_of: str | None,
         *, submitter: Submitter | None = None, check: Callable[[Transaction], None] | None = None,
+        merge_cap: int | None = None,
     ) -> Job:
         if opts.idempotency_key is not None:
             # A key is its submitter's own: another caller's job holding the same key
@@ -191,7 +198,7 @@ class JobQueue(QueueBatches, QueueAdmin):
             if held:
                 return self._job(s, held[0], coalesced=True)
         if opts.debounce_key is not None:
-            joined = self._join_debounced(s, name, data, opts, submitter)
+            joined = self._join_debounced(s, name, data, opts, submitter, merge_cap)
             if joined is not None:
                 return joined
         if opts.max_waiting is not None:
@@ -224,21 +231,31 @@ class JobQueue(QueueBatches, QueueAdmin):
         return self._job(s, job_id)
 
     def _join_debounced(
-        self, s: JobSession, name: str, data: Any, opts: JobOptions, submitter: Submitter | None
+        self, s: JobSession, name: str, data: Any, opts: JobOptions, submitter: Submitter | None,
+        merge_cap: int | None = None,
     ) -> Job | None:
         """The debounced job this submission joins (`job.coalesced` on its stream),
         or None: no job of this name, key and submitter is waiting out its window
-        (or the one that is has taken MAX_COALESCED submissions)."""
+        (or the one that is has taken MAX_COALESCED submissions, or is a `merge`
+        job whose list would pass `merge_cap` bytes of JSON with it)."""
         pending = s.ids_where(
             "SELECT id FROM jobs WHERE debounce_key = ? AND name = ? AND status = 'delayed'"
             " AND attempts_started = 0 AND delay_until > ? AND submissions < ?"
             " AND coalesce(submitter, '') = ? ORDER BY created_at DESC, id DESC LIMIT 1",
             (opts.debounce_key, name, s.now, MAX_COALESCED, ledger.submitter_json(submitter)),
         )
-        if not pending:
+        if not pending or not self._merge_fits(s.state(pending[0]), data, merge_cap):
             return None
         s.run(pending[0], rules.Coalesce(now=s.now, data=data, submitter=submitter))
         return self._job(s, pending[0], coalesced=True)
+
+    @staticmethod
+    def _merge_fits(job: JobState | None, data: Any, merge_cap: int | None) -> bool:
+        """Whether `data` may join `job`: always, but for a `merge` job under a
+        `merge_cap`, whose list with it (a comma and its JSON more) must stay within."""
+        if merge_cap is None or job is None or job.options.debounce_mode != "merge":
+            return True
+        return len(msgspec.json.encode(job.data)) + 1 + len(msgspec.json.encode(data)) <= merge_cap
 
     async def get(self, job_id: str) -> Job | None:
         return await self._read(lambda conn: select_job(conn, job_id))

@@ -535,13 +535,16 @@ def _require_json(value: Any, what: str) -> None:
 async def send_message(
     store: EventStore, run_id: str, payload: Any, *, sender: str = "operator",
     clock: Callable[[], float] = time.time, ids: Callable[[], str] = new_id,
+    max_unread_bytes: int | None = None,
 ) -> str:
     """Put a message in a run's inbox (`run.message_sent` on its stream) and return its
-    id; the run reads it at its next `ctx.inbox()`. Refused for an unknown or ended run."""
+    id; the run reads it at its next `ctx.inbox()`. Refused for an unknown or ended run,
+    and (`InboxFull`) when the run's unread messages with it would pass `max_unread_bytes`
+    of JSON (counted in the transaction that appends it)."""
     _require_json(payload, "message payload")
     message_id = ids()
     await ask(store, RUN, run_id, SendMessage(
         run_id=run_id, message_id=message_id, sender=sender, payload=payload,
-        sent_at=int(clock() * 1000),
+        sent_at=int(clock() * 1000), max_unread_bytes=max_unread_bytes,
     ))
     return message_id
