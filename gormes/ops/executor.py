@@ -269,7 +269,7 @@ def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
     """Validate `raw` into the spec's input type, or raise `InvalidOperationInput`;
     a string field holding U+0000 is refused too (gormes/ops/input_text.py)."""
     value = _decode(spec, raw)
-    if spec.schema is None:
+    if spec.schema is None and _may_hold_nul(raw):
         path = nul_field(spec.input_type, value)
         if path is not None:
             raise InvalidOperationInput(
@@ -277,6 +277,19 @@ def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
                 " as text (a log holding it could not be moved to PostgreSQL)"
             )
     return value
+
+
+def _may_hold_nul(raw: RawInput) -> bool:
+    """False when `raw` is JSON text with no `\\u0000` escape: JSON has no other way
+    to write NUL (msgspec refuses a raw one), so the walk is spared (a tool call's
+    arguments, the CLI's input). Parsed input (a dict, a Struct) is walked."""
+    if isinstance(raw, str):
+        return "\\u0000" in raw
+    if isinstance(raw, (bytes, bytearray)):
+        return b"\\u0000" in raw
+    if isinstance(raw, memoryview):
+        return b"\\u0000" in raw.tobytes()
+    return raw is not None
 
 
 def _decode(spec: OperationSpec, raw: RawInput) -> Any:

@@ -91,14 +91,17 @@ async def test_the_gateways_log_still_moves_to_postgresql(db_path: Path):
         assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
 
 
+@pytest.mark.parametrize("raw", ['{"fact": "x\\u0000y"}', b'{"fact": "x\\u0000y"}', {"fact": "x\x00y"}],
+                         ids=["text", "bytes", "parsed"])
 @pytest.mark.parametrize("trust", ["gateway", "child-agent", "operator"])
-async def test_every_caller_is_refused_a_nul_in_a_text_field(store, trust: str):
+async def test_every_caller_is_refused_a_nul_in_a_text_field(store, trust: str, raw: object):
     """The executor refuses it, so a run's tool call (a gateway's or a subagent's
-    model asking for it) and the operator's CLI are refused alike; nothing runs."""
+    model asking for it) and the operator's CLI are refused alike, however the input
+    comes (JSON text, which writes NUL only as an escape, or parsed); nothing runs."""
     caller = Caller(trust=trust, id="run-1" if trust != "operator" else "cli", run_id=None)
     executor = Executor(default_registry(), store)
     with pytest.raises(InvalidOperationInput, match=r"input\.fact holds U\+0000"):
-        await executor.call("memory.remember", '{"fact": "x\\u0000y"}', caller)
+        await executor.call("memory.remember", raw, caller)
     assert [r.type for r in await store.read_all()] == ["audit.operation"]
     assert (await audit_events(store))[0].outcome == "invalid"
 
