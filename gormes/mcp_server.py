@@ -56,8 +56,8 @@ from gormes.actors.jobs.session import new_id
 from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
 from gormes.control.call_rate import GATEWAY_RATE_ENV, GatewayCallRate, call_rate_from_env
 from gormes.control.rate_rules import RateRule
-from gormes.mcp_frames import AnsweringBadFrames
 from gormes.errors import GormesError
+from gormes.mcp_frames import AnsweringBadFrames
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry, wire_name
 from gormes.ops.spec import TRUST_CLASSES, Caller, OperationSpec
