@@ -56,7 +56,11 @@ def knowledge_operations(root: Path | None = None, brain: BrainConfig | None = N
         return answer_for(ctx.caller, answer)
 
     async def write(ctx: OperationContext, value: KnowledgeWriteInput) -> WriteResult:
-        return await write_knowledge(value.path, value.text, root=where(ctx), append=value.append, brain=brain)
+        at = where(ctx)
+        try:
+            return await write_knowledge(value.path, value.text, root=at, append=value.append, brain=brain)
+        except KnowledgeRootUnreadable as exc:  # a child agent is told no host path either
+            raise unreadable_for(ctx.caller, exc, at) from None
 
     return (
         OperationSpec(

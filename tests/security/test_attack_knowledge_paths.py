@@ -19,6 +19,10 @@ from cli_helpers import run_gormes
 from mcp_helpers import audit_events, call_ok, call_refused, gormes_mcp
 
 from gormes.events.sqlite import SQLiteEventStore
+from gormes.knowledge import KnowledgeRootUnreadable
+from gormes.ops.executor import Executor
+from gormes.ops.spec import Caller
+from gormes.tools.builtin import default_registry
 from gormes.tools.knowledge_shown import ROOT_SHOWN
 
 pytestmark = pytest.mark.usefixtures("isolated_knowledge")
@@ -57,3 +61,24 @@ async def test_a_gateway_is_not_told_where_an_unreadable_root_is(db_path: Path, 
     async with SQLiteEventStore.open(db_path) as store:
         [audited] = await audit_events(store)
     assert (audited.operation, audited.trust, audited.outcome) == ("knowledge.search", "gateway", "invalid")
+
+
+async def test_a_child_agent_is_not_told_where_a_root_it_cannot_write_is(store, project: Path):
+    """`knowledge.write` (a child agent's, not a gateway's) named the root by its
+    absolute path when it could not be written; the operator still sees it."""
+    (project / ".writ" / "db.md").unlink()
+    (project / ".writ").rmdir()
+    (project / ".writ").write_text("a file where the root should be\n")
+    executor = Executor(default_registry(), store, workspace=project)
+    child = Caller(trust="child-agent", id="run-1", run_id="run-1")
+    arguments = '{"path": "decisions/db.md", "text": "We chose sqlite."}'
+    with pytest.raises(KnowledgeRootUnreadable) as refused:
+        await executor.call("knowledge.write", arguments, child)
+    assert str(refused.value) == f"{ROOT_SHOWN}: knowledge root is not a directory"
+    with pytest.raises(KnowledgeRootUnreadable) as told:
+        await executor.call("knowledge.write", arguments, Caller(trust="operator", id="cli"))
+    assert str(told.value) == f"{project / '.writ'}: knowledge root is not a directory"
+    audited = await audit_events(store)  # a write-ahead call: started, then its outcome
+    assert [(a.trust, a.outcome) for a in audited] == [
+        ("child-agent", "started"), ("child-agent", "invalid"), ("operator", "started"), ("operator", "invalid")]
+    assert audited[1].error == f"KnowledgeRootUnreadable: {ROOT_SHOWN}: knowledge root is not a directory"
