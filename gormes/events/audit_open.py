@@ -60,17 +60,14 @@ def state(conn: Any) -> str:
         row = conn.execute("SELECT to_regclass(?) IS NOT NULL, has_table_privilege(to_regclass(?), 'SELECT')",
                            (TABLE, TABLE)).fetchone()
         return CURRENT if row[1] else UNREADABLE if row[0] else MISSING
-    return CURRENT if current(conn) else MISSING
+    found = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,))
+    return CURRENT if found.fetchone()[0] else MISSING
 
 
 def current(conn: Any) -> bool:
     """Whether the rows may be trusted: this version's table is there (and, on
     PostgreSQL, this session may read it)."""
-    if dialect_of(conn) == POSTGRES:
-        row = conn.execute("SELECT has_table_privilege(to_regclass(?), 'SELECT')", (TABLE,)).fetchone()
-        return bool(row and row[0])
-    found = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,))
-    return bool(found.fetchone()[0])
+    return state(conn) == CURRENT
 
 
 def ensure(conn: Any) -> bool:
