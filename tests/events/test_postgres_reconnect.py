@@ -151,13 +151,20 @@ def test_the_server_tells_whether_a_lost_transaction_committed(schema):
         conn.execute("INSERT INTO events VALUES (1)")
         conn.execute("COMMIT")
         assert (head, log.xact_status(xid)) == (0, "committed")
-    with psycopg.connect(url, autocommit=True) as doomed:
+    # Not `with`: leaving the block would COMMIT on the dead connection, and
+    # psycopg can still think it open when the FATAL notice came before the EOF.
+    doomed = psycopg.connect(url, autocommit=True)
+    try:
         doomed_log = PostgresLog(doomed)
         lost_xid, _ = doomed_log.begin_write()
         doomed.execute("INSERT INTO events VALUES (2)")
-        admin("SELECT pg_terminate_backend(%s)", (doomed.info.backend_pid,))
+        # The timeout makes the server wait until the backend is gone, so the
+        # COMMIT below cannot race ahead of the signal.
+        admin("SELECT pg_terminate_backend(%s, 10000)", (doomed.info.backend_pid,))
         with pytest.raises(psycopg.OperationalError):
             doomed.execute("COMMIT")
+    finally:
+        doomed.close()
     with psycopg.connect(url, autocommit=True) as conn:
         status = PostgresLog(conn).xact_status(lost_xid)
         while status == "in progress":  # the killed backend is still rolling back
