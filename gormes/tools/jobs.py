@@ -112,14 +112,12 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
             require_may_act_on(ctx.caller, parent, "attach a child to")
     submitter = submitter_of(ctx.caller)
     check = live_jobs_check(ctx.caller)
+    # max_waiting counts, and answers with, only a gateway's or child agent's own
+    # waiting jobs: whether it coalesces says nothing of anyone else's (decision 0076).
     job = await queue.submit(
-        value.name, value.data, options, submitter=submitter, check=check, merge_cap=data_cap(ctx.caller)
+        value.name, value.data, options, submitter=submitter, check=check, merge_cap=data_cap(ctx.caller),
+        waiting_of=None if privileged(ctx.caller) else owner_key(ctx.caller),
     )
-    if job.coalesced and not privileged(ctx.caller) and not owns(ctx.caller, job.submitter):
-        # max_waiting answers with the queue's newest waiting job: not another caller's.
-        raise OperationDenied(
-            f"queue {options.queue!r} is full (max_waiting {options.max_waiting}): nothing was submitted"
-        )
     return summary(job, ctx.caller)
 
 

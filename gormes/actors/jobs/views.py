@@ -174,6 +174,16 @@ def select_job(conn: Any, job_id: str) -> Job | None:
     return None if row is None else job_from_row([d[0] for d in cur.description], row)
 
 
+def owned_by(conn: Any, owner: tuple[str, str | None]) -> tuple[list[str], list[Any]]:
+    """The WHERE terms (and their parameters) of the jobs whose submitter has the
+    trust class and scope of `owner` (trust, scope): a gateway's or child agent's own."""
+    trust, scope = owner
+    terms = [f"{json_text(conn, '$.trust', 'submitter')} = ?"]
+    if scope is None:
+        return [*terms, f"{json_text(conn, '$.scope', 'submitter')} IS NULL"], [trust]
+    return [*terms, f"{json_text(conn, '$.scope', 'submitter')} = ?"], [trust, scope]
+
+
 def select_jobs(conn: Any, status: str | None, queue: str | None, name: str | None,
                 limit: int, owner: tuple[str, str | None] | None = None) -> list[Job]:
     """Newest first; with `owner` (trust, scope), only the jobs whose submitter has
@@ -186,14 +196,9 @@ def select_jobs(conn: Any, status: str | None, queue: str | None, name: str | No
             where.append(f"{column} = ?")
             params.append(value)
     if owner is not None:
-        trust, scope = owner
-        where.append(f"{json_text(conn, '$.trust', 'submitter')} = ?")
-        params.append(trust)
-        if scope is None:
-            where.append(f"{json_text(conn, '$.scope', 'submitter')} IS NULL")
-        else:
-            where.append(f"{json_text(conn, '$.scope', 'submitter')} = ?")
-            params.append(scope)
+        terms, more = owned_by(conn, owner)
+        where.extend(terms)
+        params.extend(more)
     sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
     cur = conn.execute(sql, (*params, limit))
