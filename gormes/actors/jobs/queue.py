@@ -36,7 +36,7 @@ from gormes.actors.jobs import rules
 from gormes.actors.jobs.session import JobSession, new_id
 from gormes.actors.jobs.views import (
     MESSAGE_COLUMNS, InboxMessage, Job, JobStats, PruneResult, job_from_row, message_from_row,
-    owned_by, select_job, select_jobs,
+    JobPage, owned_by, select_job, select_job_page, select_jobs,
 )
 from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, JobState, LockLost
 from gormes.actors.jobs.admin import SWEEP_LIMIT, QueueAdmin, deep_merge, json_data, plain
@@ -291,6 +291,27 @@ class JobQueue(QueueBatches, QueueAdmin):
     ) -> list[Job]:
         """Newest first; with `owner` (trust, scope), only jobs whose submitter has both."""
         return await self._read(lambda conn: select_jobs(conn, status, queue, name, limit, owner))
+
+    async def list_page(
+        self,
+        status: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        *,
+        owner: tuple[str, str | None] | None = None,
+        before: tuple[int, str] | None = None,
+        max_bytes: int,
+    ) -> JobPage:
+        """`list` a page at a time: the jobs after `before` (created_at, id), at most
+        `limit` of them and `max_bytes` of their data, results, progress and errors
+        (at least one job, whatever its size), and whether more follow; the rows past
+        the page are not read (`select_job_page`)."""
+        return await self._read(
+            lambda conn: select_job_page(
+                conn, status, queue, name, limit, owner, before=before, max_bytes=max_bytes
+            )
+        )
 
     async def live_count(self, trust: str) -> int:
         """How many jobs submitted by callers of the `trust` class are not terminal."""
