@@ -27,16 +27,24 @@ from gormes.actors.jobs.rules import validate_options
 from gormes.actors.jobs.state import InvalidJob, JobNotFound
 from gormes.events.jobs import MAX_NAME_LENGTH, STATUSES, JobOptions, Submitter, Tokens
 from gormes.tools.job_trust import (
-    check_job_submit, check_size, data_cap, key_as_given, live_jobs_check, own_options, owner_key, owns, privileged,
+    check_job_submit, check_size, data_cap, key_as_given, live_jobs_check, own_options, owner_key, privileged,
     require_may_act_on, submitter_of,
 )
 from gormes.ops.spec import (
-    Caller, InvalidOperationInput, OperationContext, OperationDenied, OperationSpec, OperationUnavailable,
+    Caller, InvalidOperationInput, OperationContext, OperationSpec, OperationUnavailable,
 )
 
 JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
 Limit = Annotated[int, msgspec.Meta(ge=1, le=500, description="At most this many, newest first.")]
 JobStatus = Literal[STATUSES]  # type: ignore[valid-type]
+# A job.list page holds at most this many bytes of its jobs' data, results,
+# progress and errors (and at least one job): four jobs of a gateway's largest data
+# (MAX_UNTRUSTED_DATA_BYTES), shell.run's largest output (decision 0076).
+LIST_PAGE_BYTES = 4 * 1024 * 1024
+Cursor = Annotated[str, msgspec.Meta(
+    max_length=100,  # a page's `next`: digits, a colon, a job's id
+    description="The `next` of the page before: list the jobs after that page's last.",
+)]
 
 STEERING = frozenset({"operator", "gateway", "system"})
 
@@ -112,14 +120,12 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
             require_may_act_on(ctx.caller, parent, "attach a child to")
     submitter = submitter_of(ctx.caller)
     check = live_jobs_check(ctx.caller)
+    # max_waiting counts, and answers with, only a gateway's or child agent's own
+    # waiting jobs: whether it coalesces says nothing of anyone else's (decision 0076).
     job = await queue.submit(
-        value.name, value.data, options, submitter=submitter, check=check, merge_cap=data_cap(ctx.caller)
+        value.name, value.data, options, submitter=submitter, check=check, merge_cap=data_cap(ctx.caller),
+        waiting_of=None if privileged(ctx.caller) else owner_key(ctx.caller),
     )
-    if job.coalesced and not privileged(ctx.caller) and not owns(ctx.caller, job.submitter):
-        # max_waiting answers with the queue's newest waiting job: not another caller's.
-        raise OperationDenied(
-            f"queue {options.queue!r} is full (max_waiting {options.max_waiting}): nothing was submitted"
-        )
     return summary(job, ctx.caller)
 
 
@@ -185,25 +191,45 @@ async def job_cancel(ctx: OperationContext, value: JobCancelInput) -> JobCancell
 
 # -- listing and steering (open to operator, gateway and system; not to child agents) --
 class JobListInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """List jobs, newest first, optionally by status, queue or handler name."""
+    """List jobs, newest first, optionally by status, queue or handler name, a page at a time."""
 
     status: JobStatus | None = None
     queue: str | None = None
     name: str | None = None
     limit: Limit = 50
+    before: Cursor | None = None
 
 
 class JobList(msgspec.Struct, kw_only=True):
     jobs: list[JobSummary]
+    # Where the next page starts (pass it as `before`); None: no more jobs match.
+    next: str | None = None
+
+
+def _position(before: str | None) -> tuple[int, str] | None:
+    """A page's `next` read back: the (created_at, id) of the last job it held."""
+    if before is None:
+        return None
+    created_at, _, job_id = before.partition(":")
+    if not (created_at.isascii() and created_at.isdigit() and int(created_at) < 2**63 and job_id):
+        raise InvalidOperationInput("before must be the `next` of a job.list page")
+    return int(created_at), job_id
 
 
 async def job_list(ctx: OperationContext, value: JobListInput) -> JobList:
-    """Every job for an operator or the system; a caller's own jobs for the others."""
+    """Every job for an operator or the system; a caller's own jobs for the others.
+    A page holds at most `limit` jobs and, past its first, `LIST_PAGE_BYTES` of their
+    data, results, progress and errors, for every caller (decision 0076)."""
     owner = None if privileged(ctx.caller) else owner_key(ctx.caller)
-    jobs = await queue_of(ctx).list(
-        status=value.status, queue=value.queue, name=value.name, limit=value.limit, owner=owner
+    page = await queue_of(ctx).list_page(
+        status=value.status, queue=value.queue, name=value.name, limit=value.limit, owner=owner,
+        before=_position(value.before), max_bytes=LIST_PAGE_BYTES,
     )
-    return JobList(jobs=[summary(job, ctx.caller) for job in jobs])
+    last = page.jobs[-1] if page.more else None
+    return JobList(
+        jobs=[summary(job, ctx.caller) for job in page.jobs],
+        next=None if last is None else f"{last.created_at}:{last.id}",
+    )
 
 
 class JobIdInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -282,7 +308,8 @@ SPECS = (
         mutating=True, idempotent=False, prompt_visible=True, timeout=10.0,
         doctor_checks=("job-queue",),
     ),
-    steering_spec("job.list", "List jobs, newest first (filter by status, queue, handler name).",
+    steering_spec("job.list", "List jobs, newest first (filter by status, queue, handler name), a page at a"
+          " time: at most `limit` jobs and 4 MiB of their data and results; `next` continues it.",
           JobListInput, JobList, job_list, writes=False, audit_kind="job.read", checks=_QUEUE),
     steering_spec("job.pause", "Pause a waiting, delayed or active job (its progress is kept).",
           JobIdInput, JobSummary, job_pause, writes=True, audit_kind="job.write", checks=_QUEUE),

@@ -44,7 +44,7 @@ async def test_a_run_may_not_be_given_tools_beyond_the_callers_trust_class(db_pa
         refused = await call_refused(client, "run__submit", prompt="clean up", tools=["fs.read", "shell.run"])
         listed = await call_ok(client, "job__list")
     assert refused == "OperationDenied: a 'gateway' caller may not give a run the tools shell.run"
-    assert listed == {"jobs": []}
+    assert listed == {"jobs": [], "next": None}  # the one page: no more follow
     assert [(e.operation, e.outcome) for e in await audit_events(store)] == [
         ("run.submit", "denied"), ("job.list", "ok"),
     ]

@@ -85,7 +85,7 @@ async def test_past_the_limit_a_gateways_calls_are_refused_in_one_line_and_audit
                        await call_refused(client, "time__now")]
         for line in refused:
             assert REFUSAL.fullmatch(line), line
-        assert served[1] == {"jobs": []} and served[3]["name"] == "report"
+        assert served[1] == {"jobs": [], "next": None} and served[3]["name"] == "report"
         async with open_store() as store:
             assert len(await store.read_all(types=["job.submitted"])) == 1  # the one served
         audited = await outcomes(open_store)

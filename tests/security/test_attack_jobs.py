@@ -230,12 +230,12 @@ async def test_a_gateway_may_not_read_someone_elses_job(db_path: Path):
 
 
 async def test_a_gateway_may_not_read_someone_elses_job_through_max_waiting(db_path: Path):
-    await _submit_as_operator(db_path, "report", {"api_key": "sk-secret"})
-    head = await log_head(db_path)
+    """Its max_waiting counts its own waiting jobs only (decision 0076): the
+    operator's waiting job is neither returned nor counted (a refusal said one waited)."""
+    victim = await _submit_as_operator(db_path, "report", {"api_key": "sk-secret"})
     async with gormes_mcp(db_path) as client:
-        full = await call_refused(client, "job__submit", name="probe", options={"max_waiting": 1})
-    assert full.startswith("OperationDenied: ") and "full" in full and "sk-secret" not in full
-    assert await types_after(db_path, head) == ["audit.operation"]
+        probe = await call_ok(client, "job__submit", name="probe", options={"max_waiting": 1})
+    assert probe["id"] != victim.id and not probe["coalesced"] and "sk-secret" not in json.dumps(probe)
     _rebuild_check(db_path)
 
 

@@ -36,7 +36,7 @@ from gormes.actors.jobs import rules
 from gormes.actors.jobs.session import JobSession, new_id
 from gormes.actors.jobs.views import (
     MESSAGE_COLUMNS, InboxMessage, Job, JobStats, PruneResult, job_from_row, message_from_row,
-    select_job, select_jobs,
+    JobPage, owned_by, select_job, select_job_page, select_jobs,
 )
 from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, JobState, LockLost
 from gormes.actors.jobs.admin import SWEEP_LIMIT, QueueAdmin, deep_merge, json_data, plain
@@ -147,6 +147,7 @@ class JobQueue(QueueBatches, QueueAdmin):
         submitter: Submitter | None = None,
         check: Callable[[Transaction], None] | None = None,
         merge_cap: int | None = None,
+        waiting_of: tuple[str, str | None] | None = None,
     ) -> Job:
         """Add a job (`waiting`, or `delayed` with delay_ms), recording who submitted
         it (`submitter`: None for a Python caller that names nobody). `check(tx)`: run
@@ -155,7 +156,10 @@ class JobQueue(QueueBatches, QueueAdmin):
         then written (a gateway's live-jobs cap, gormes/tools/job_trust.py).
         `merge_cap`: the most bytes of JSON a debounced `merge` job's list may hold
         once this submission joins it; past it the submission starts a job of its
-        own (a gateway's cap on job data, decision 0074; None: no cap). Raises `InvalidJob`
+        own (a gateway's cap on job data, decision 0074; None: no cap). `waiting_of`:
+        the (trust, scope) whose waiting jobs alone `max_waiting` counts and answers
+        with (a gateway's or child agent's own, decision 0076; None: the queue's).
+        Raises `InvalidJob`
         (a UserError) for an empty name, unknown or out-of-range options, data that
         is not JSON, an unknown or terminal parent, depth over the cap, or a parent
         at max_children. Returns an existing job with `coalesced=True` when its
@@ -168,7 +172,10 @@ class JobQueue(QueueBatches, QueueAdmin):
         opts = rules.validate_options(rules.parse_options(options))
         data = json_data(data)
         return await self._transact(
-            lambda s: self._submit(s, name, data, opts, None, submitter=submitter, check=check, merge_cap=merge_cap)
+            lambda s: self._submit(
+                s, name, data, opts, None, submitter=submitter, check=check, merge_cap=merge_cap,
+                waiting_of=waiting_of,
+            )
         )
 
     def submit_in(
@@ -185,7 +192,7 @@ class JobQueue(QueueBatches, QueueAdmin):
     def _submit(
         self, s: JobSession, name: str, data: Any, opts: JobOptions, replay_of: str | None,
         *, submitter: Submitter | None = None, check: Callable[[Transaction], None] | None = None,
-        merge_cap: int | None = None,
+        merge_cap: int | None = None, waiting_of: tuple[str, str | None] | None = None,
     ) -> Job:
         if opts.idempotency_key is not None:
             # A key is its submitter's own: another caller's job holding the same key
@@ -202,14 +209,8 @@ class JobQueue(QueueBatches, QueueAdmin):
             if joined is not None:
                 return joined
         if opts.max_waiting is not None:
-            # Counted in `jobs_status` (status, queue): no row is read to count.
-            [(count,)] = s.rows(
-                "SELECT count(*) FROM jobs WHERE status = 'waiting' AND queue = ?", (opts.queue,)
-            )
-            if count >= opts.max_waiting:
-                [newest] = s.ids_where(
-                    "SELECT max(id) FROM jobs WHERE status = 'waiting' AND queue = ?", (opts.queue,)
-                )
+            newest = self._newest_waiting_at_max(s, opts, waiting_of)
+            if newest is not None:
                 return self._job(s, newest, coalesced=True)
         if check is not None:
             check(s.tx)
@@ -229,6 +230,25 @@ class JobQueue(QueueBatches, QueueAdmin):
         if opts.parent_id is not None:
             s.run(opts.parent_id, rules.AddChild(now=s.now, child_id=job_id))
         return self._job(s, job_id)
+
+    @staticmethod
+    def _newest_waiting_at_max(s: JobSession, opts: JobOptions, owner: tuple[str, str | None] | None) -> str | None:
+        """The newest waiting job of the queue when it already holds `max_waiting`
+        waiting jobs, else None. With `owner` (trust, scope) only that owner's waiting
+        jobs are counted and answered with (decision 0076): a gateway learns nothing
+        of the queue's depth but its own. Without, every waiting job of the queue is,
+        counted in `jobs_status` (status, queue), no row read to count."""
+        where, params = ["status = 'waiting'", "queue = ?"], [opts.queue]
+        if owner is not None:
+            # Its waiting jobs are among its class's live ones: `jobs_capped_live`'s
+            # WHERE, term for term, lets the database read that index's entries.
+            terms, more = owned_by(s.tx, owner)
+            where, params = [ledger.capped_live(dialect_of(s.tx)), *where, *terms], [*params, *more]
+        waiting = " AND ".join(where)
+        [(count,)] = s.rows(f"SELECT count(*) FROM jobs WHERE {waiting}", params)
+        if count < opts.max_waiting:  # type: ignore[operator]
+            return None
+        return s.ids_where(f"SELECT max(id) FROM jobs WHERE {waiting}", params)[0]
 
     def _join_debounced(
         self, s: JobSession, name: str, data: Any, opts: JobOptions, submitter: Submitter | None,
@@ -271,6 +291,27 @@ class JobQueue(QueueBatches, QueueAdmin):
     ) -> list[Job]:
         """Newest first; with `owner` (trust, scope), only jobs whose submitter has both."""
         return await self._read(lambda conn: select_jobs(conn, status, queue, name, limit, owner))
+
+    async def list_page(
+        self,
+        status: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        *,
+        owner: tuple[str, str | None] | None = None,
+        before: tuple[int, str] | None = None,
+        max_bytes: int,
+    ) -> JobPage:
+        """`list` a page at a time: the jobs after `before` (created_at, id), at most
+        `limit` of them and `max_bytes` of their data, results, progress and errors
+        (at least one job, whatever its size), and whether more follow; the rows past
+        the page are not read (`select_job_page`)."""
+        return await self._read(
+            lambda conn: select_job_page(
+                conn, status, queue, name, limit, owner, before=before, max_bytes=max_bytes
+            )
+        )
 
     async def live_count(self, trust: str) -> int:
         """How many jobs submitted by callers of the `trust` class are not terminal."""

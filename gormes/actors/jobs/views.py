@@ -11,13 +11,14 @@ machine's table, gormes/events/job_machine.py, like the statuses themselves.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from gormes.actors.jobs.state import InvalidJob, JobState
 from gormes.events.job_machine import LIVE, STATUSES, TERMINAL
 from gormes.events.jobs import JobOptions, Submitter, Tokens
+from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.sql_fragments import json_text
 
 _decode = msgspec.json.Decoder()
@@ -174,28 +175,115 @@ def select_job(conn: Any, job_id: str) -> Job | None:
     return None if row is None else job_from_row([d[0] for d in cur.description], row)
 
 
-def select_jobs(conn: Any, status: str | None, queue: str | None, name: str | None,
-                limit: int, owner: tuple[str, str | None] | None = None) -> list[Job]:
-    """Newest first; with `owner` (trust, scope), only the jobs whose submitter has
-    that trust class and scope. Raises `InvalidJob` for an unknown status."""
+def owned_by(conn: Any, owner: tuple[str, str | None]) -> tuple[list[str], list[Any]]:
+    """The WHERE terms (and their parameters) of the jobs whose submitter has the
+    trust class and scope of `owner` (trust, scope): a gateway's or child agent's own."""
+    trust, scope = owner
+    terms = [f"{json_text(conn, '$.trust', 'submitter')} = ?"]
+    if scope is None:
+        return [*terms, f"{json_text(conn, '$.scope', 'submitter')} IS NULL"], [trust]
+    return [*terms, f"{json_text(conn, '$.scope', 'submitter')} = ?"], [trust, scope]
+
+
+def _filters(conn: Any, status: str | None, queue: str | None, name: str | None,
+             owner: tuple[str, str | None] | None) -> tuple[list[str], list[Any]]:
     if status is not None and status not in STATUSES:
         raise InvalidJob(f"unknown status {status!r} (known: {', '.join(STATUSES)})")
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     for column, value in (("status", status), ("queue", queue), ("name", name)):
         if value is not None:
             where.append(f"{column} = ?")
             params.append(value)
     if owner is not None:
-        trust, scope = owner
-        where.append(f"{json_text(conn, '$.trust', 'submitter')} = ?")
-        params.append(trust)
-        if scope is None:
-            where.append(f"{json_text(conn, '$.scope', 'submitter')} IS NULL")
-        else:
-            where.append(f"{json_text(conn, '$.scope', 'submitter')} = ?")
-            params.append(scope)
-    sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
-    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-    cur = conn.execute(sql, (*params, limit))
+        terms, more = owned_by(conn, owner)
+        where.extend(terms)
+        params.extend(more)
+    return where, params
+
+
+def _where(terms: list[str]) -> str:
+    return " WHERE " + " AND ".join(terms) if terms else ""
+
+
+NEWEST_FIRST = " ORDER BY created_at DESC, id DESC LIMIT ?"
+
+
+def select_jobs(conn: Any, status: str | None, queue: str | None, name: str | None,
+                limit: int, owner: tuple[str, str | None] | None = None) -> list[Job]:
+    """Newest first; with `owner` (trust, scope), only the jobs whose submitter has
+    that trust class and scope. Raises `InvalidJob` for an unknown status."""
+    where, params = _filters(conn, status, queue, name, owner)
+    cur = conn.execute("SELECT * FROM jobs" + _where(where) + NEWEST_FIRST, (*params, limit))
     cols = [d[0] for d in cur.description]
     return [job_from_row(cols, row) for row in cur.fetchall()]
+
+
+# The columns of a job's row that grow with what it holds: a page is cut on their
+# bytes. The others are a job's fixed fields, names and keys of bounded length.
+GROWING = ("data", "result", "error", "progress")
+
+
+class JobPage(NamedTuple):
+    jobs: list[Job]
+    more: bool  # jobs past the last one here match too
+
+
+def select_job_page(conn: Any, status: str | None, queue: str | None, name: str | None, limit: int,
+                    owner: tuple[str, str | None] | None = None, *, before: tuple[int, str] | None = None,
+                    max_bytes: int) -> JobPage:
+    """`select_jobs`, from the job after `before` (the (created_at, id) of the last job
+    of the page before), as a page: at most `limit` jobs, and past its first job at
+    most `max_bytes` of their `GROWING` columns (UTF-8, as stored). Rows past the
+    page are not read: SQLite's cursor steps one row at a time, and the page stops at
+    the first that does not fit (read to know it); on PostgreSQL, whose client reads
+    a whole result, the rows' sizes are read first (`octet_length` reads a value's
+    size, not the value), then the rows that fit, from the first to the last of them."""
+    where, params = _filters(conn, status, queue, name, owner)
+    if before is not None:
+        where.append("(created_at, id) < (?, ?)")
+        params.extend(before)
+    if dialect_of(conn) == POSTGRES:
+        return _page_by_sizes(conn, where, params, limit, max_bytes)
+    cur = conn.execute("SELECT * FROM jobs" + _where(where) + NEWEST_FIRST, (*params, limit + 1))
+    cols = [d[0] for d in cur.description]
+    growing = [cols.index(column) for column in GROWING]
+    jobs: list[Job] = []
+    held = 0
+    for row in cur:
+        size = sum(_utf8_len(row[i]) for i in growing)
+        if len(jobs) == limit or (jobs and held + size > max_bytes):
+            return JobPage(jobs, True)
+        held += size
+        jobs.append(job_from_row(cols, row))
+    return JobPage(jobs, False)
+
+
+def _utf8_len(text: str | None) -> int:
+    if text is None:
+        return 0
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def _page_by_sizes(conn: Any, where: list[str], params: list[Any], limit: int, max_bytes: int) -> JobPage:
+    size = " + ".join(f"coalesce(octet_length({column}), 0)" for column in GROWING)
+    sized = conn.execute(
+        f"SELECT created_at, id, {size} FROM jobs" + _where(where) + NEWEST_FIRST, (*params, limit + 1)
+    ).fetchall()
+    taken, held = 0, 0
+    for _created_at, _id, bytes_ in sized[:limit]:
+        if taken and held + bytes_ > max_bytes:
+            break
+        held += bytes_
+        taken += 1
+    if not taken:
+        return JobPage([], False)
+    # The rows sized, read between the first and the last of them (an index range,
+    # in order: no sort, and a job submitted meanwhile is newer than the first).
+    (first_at, first_id, _), (last_at, last_id, _) = sized[0], sized[taken - 1]
+    span = [*where, "(created_at, id) <= (?, ?)", "(created_at, id) >= (?, ?)"]
+    cur = conn.execute(
+        "SELECT * FROM jobs" + _where(span) + NEWEST_FIRST, (*params, first_at, first_id, last_at, last_id, taken)
+    )
+    cols = [d[0] for d in cur.description]
+    return JobPage([job_from_row(cols, row) for row in cur.fetchall()], len(sized) > taken)
