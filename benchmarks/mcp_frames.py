@@ -1,16 +1,19 @@
 """What answering the MCP SDK's unreadable frames costs a readable one (decision 0073).
 
 `gormes mcp` reads the SDK's stdio read stream through `AnsweringBadFrames`,
-which passes a parsed message on after one isinstance check. Each sample feeds
-LINES lines of one kind through the SDK's `stdio_server` (stdin an in-memory
-iterator, stdout unused) and reads every message off its read stream:
+which passes a parsed message on after one isinstance check (two for a
+notification, whose line is read again for an id: decision 0077). Each sample
+feeds LINES lines of one kind through the SDK's `stdio_server` (stdin an
+in-memory iterator, stdout unused) and reads every message off its read stream:
 
-- wrapped: through `AnsweringBadFrames`, as `gormes mcp` serves;
-- plain: the SDK's read stream itself (the comparator, the tree before).
+- wrapped: stdin through `KeptLines` and the read stream through
+  `AnsweringBadFrames`, as `gormes mcp` serves;
+- plain: the SDK's read stream itself (the comparator, the tree before 0073).
 
-Two kinds of line: an ordinary `tools/call` (`job__submit`, a few hundred bytes),
-and a huge but shallow one (the same call carrying a 1 MiB string). The two
-variants alternate sample by sample.
+Three kinds of line: an ordinary `tools/call` (`job__submit`, a few hundred
+bytes), a huge but shallow one (the same call carrying a 1 MiB string), and a
+small notification (`notifications/progress`). The two variants alternate sample
+by sample.
 
 Then what a refused frame costs: `judge` on the SDK's exception for a 1 MiB
 frame of each refused kind, beside the SDK's own failed parse of it (the
@@ -35,10 +38,10 @@ from mcp.server.stdio import stdio_server  # noqa: E402
 
 from mcp_types import jsonrpc_message_adapter  # noqa: E402
 
-from gormes.mcp_frames import AnsweringBadFrames, judge  # noqa: E402
+from gormes.mcp_frames import AnsweringBadFrames, KeptLines, judge, judge_notification  # noqa: E402
 
 SAMPLES = 21
-KINDS = {"ordinary": (2000, 0), "huge_shallow": (100, 1 << 20)}  # lines per sample, padding
+KINDS = {"ordinary": (2000, 0), "huge_shallow": (100, 1 << 20), "notification": (2000, -1)}  # lines, padding
 MIB = 1 << 20
 REFUSED = {
     "not_json": "x" * MIB,
@@ -51,6 +54,9 @@ REFUSED = {
 
 
 def tools_call(n: int, padding: int) -> str:
+    if padding < 0:
+        return json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
+                           "params": {"progressToken": n, "progress": n}}) + "\n"
     arguments = {"name": "echo", "data": {"n": n, "pad": "x" * padding}, "queue": "default"}
     return json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call",
                        "params": {"name": "job__submit", "arguments": arguments}}) + "\n"
@@ -76,8 +82,10 @@ class Unused:
 
 
 async def per_line_us(lines: list[str], wrapped: bool) -> float:
-    async with stdio_server(stdin=Lines(lines), stdout=Unused()) as (read_stream, write_stream):  # type: ignore[arg-type]
-        stream = AnsweringBadFrames(read_stream, write_stream, progress) if wrapped else read_stream
+    stdin = KeptLines(Lines(lines)) if wrapped else Lines(lines)
+    async with stdio_server(stdin=stdin, stdout=Unused()) as (read_stream, write_stream):  # type: ignore[arg-type]
+        stream = (AnsweringBadFrames(read_stream, write_stream, progress, lines=stdin)  # type: ignore[arg-type]
+                  if wrapped else read_stream)
         start = time.perf_counter()
         count = 0
         async for _ in stream:
@@ -116,6 +124,21 @@ async def main() -> None:
         result[f"refused_{kind}"] = {"chars": len(frame), "judge_us": round(median(judged) * 1e6, 1),
                                      "sdk_parse_us": round(median(parse) * 1e6, 1),
                                      "ratio": round(median(judged) / median(parse), 3)}
+    # A request whose id is no request id: the SDK reads a notification, then its
+    # line is decoded again (msgspec, every member but `method` and `id` skipped).
+    frame = json.dumps({"jsonrpc": "2.0", "id": True, "method": "tools/call", "params": {"pad": "x" * MIB}})
+    progress(f"mcp_frames: refused no_request_id, {len(frame)} characters ...")
+    parse, judged = [], []
+    for _ in range(SAMPLES):
+        start = time.perf_counter()
+        message = jsonrpc_message_adapter.validate_json(frame, by_name=False)
+        parse.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        assert judge_notification(message, frame) is not None  # type: ignore[arg-type]
+        judged.append(time.perf_counter() - start)
+    result["refused_no_request_id"] = {"chars": len(frame), "judge_us": round(median(judged) * 1e6, 1),
+                                       "sdk_parse_us": round(median(parse) * 1e6, 1),
+                                       "ratio": round(median(judged) / median(parse), 3)}
     report(result)
 
 

@@ -17,7 +17,12 @@ the transport's one writer task writes it as one line between its others.
   with its top-level id when it has a valid one;
 - a notification (a `method`, no `id`) or a response (`result` or `error`, no
   `method`) gets no reply: nobody waits on the first, and an error carrying a
-  response's id would answer one of the client's own requests.
+  response's id would answer one of the client's own requests;
+- a request whose id is neither a string nor an integer (`true`, `1.5`, `null`),
+  which the SDK reads as a notification (its model ignores the extra member):
+  -32600, id null, and the notification is not passed on (decision 0077). The SDK
+  keeps nothing of the id, so the line is read again: `KeptLines`, the stdin
+  the SDK's reader is given, keeps each line until its item is received.
 
 Each is one warning line on stderr, which says what the frame was and its size,
 never its content.
@@ -26,13 +31,19 @@ never its content.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from io import TextIOWrapper
 from typing import Any
 
 import anyio
+import msgspec
+from mcp.server.stdio import _claim_fd, _open_stdin_diversion
 from mcp.shared.message import SessionMessage
-from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, RequestId
+from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCNotification, RequestId
 from pydantic import ValidationError
 
 from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over, top_level
@@ -41,6 +52,7 @@ NOT_JSON = "not JSON"
 TOO_DEEP = f"nested deeper than {MAX_NESTING} levels"
 NOT_AN_OBJECT = "not one JSON object (batches are not served)"
 NOT_A_MESSAGE = "not a JSON-RPC 2.0 message"
+NO_REQUEST_ID = "a request whose id is neither a string nor an integer"
 
 
 @dataclass(frozen=True)
@@ -105,17 +117,89 @@ def _invalid(top: object, what: str, chars: int | None) -> BadFrame:
     return BadFrame(what, INVALID_REQUEST, request_id if valid_id else None, chars)
 
 
+class _Head(msgspec.Struct):
+    """A frame's top-level `method` and `id`, whether its `id` is there (UNSET: absent)."""
+
+    method: Any = None
+    id: Any = msgspec.UNSET
+
+
+def judge_notification(message: JSONRPCNotification, line: str) -> BadFrame | None:
+    """The frame the SDK read as `message` from `line` is refused if the line has an
+    `id` member: a request (JSON-RPC 2.0 makes every object with an id one) whose id
+    is no MCP `RequestId`, since one that is would have been read as a request.
+    None: a notification, or a line that is not `message`'s (its method differs),
+    passed on as the SDK read it."""
+    try:
+        head = msgspec.json.decode(line, type=_Head)
+    except msgspec.DecodeError:  # the SDK's parser took what msgspec's does not
+        return None
+    if head.id is msgspec.UNSET or head.method != message.method:
+        return None
+    return BadFrame(NO_REQUEST_ID, INVALID_REQUEST, None, len(line))
+
+
+class KeptLines:
+    """The stdin the SDK's stdio reader is given (`async for line in stdin`): the
+    lines of `inner`, each kept until `taken`. The SDK's reader sends one item down
+    its read stream a line, in order, so the item `AnsweringBadFrames` receives is
+    made of the line it takes; at most the line being parsed and the one after it
+    wait here (the read stream holds no buffer)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = aiter(inner)
+        self._lines: deque[str] = deque()
+
+    def __aiter__(self) -> KeptLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._inner.__anext__()
+        self._lines.append(line)
+        return line
+
+    def taken(self) -> str | None:
+        """The line of the item just received (None: no line is kept)."""
+        return self._lines.popleft() if self._lines else None
+
+
+class _UnownedText(TextIOWrapper):
+    """A text layer that never closes its buffer: the wire's, not the transport's."""
+
+    def close(self) -> None:
+        try:
+            self.detach()
+        except ValueError:
+            pass
+
+
+@contextmanager
+def claimed_stdin() -> Iterator[KeptLines]:
+    """The process's stdin as the SDK's `stdio_server` reads it when given none
+    (UTF-8, undecodable bytes replaced), claimed the way it claims it: fd 0 points
+    at the null device while serving, so a child reads EOF, not the wire (the
+    SDK's own `_claim_fd`; it refuses a second claim), and is restored after."""
+    buffer, release = _claim_fd(0, sys.stdin, "rb", _open_stdin_diversion)
+    try:
+        yield KeptLines(anyio.wrap_file(_UnownedText(buffer, encoding="utf-8", errors="replace")))
+    finally:
+        if release is not None:
+            release()
+
+
 class AnsweringBadFrames:
     """The SDK's read stream, whose exception items are answered (through
     `write_stream`, the SDK's) and warned about, never passed on; ended, as if the
-    client had closed it, once `ended()` is true."""
+    client had closed it, once `ended()` is true. With `lines`, the stdin the SDK
+    reads, a notification whose line has an id is answered so too."""
 
     def __init__(self, inner: Any, write_stream: Any, warn: Callable[[str], None],
-                 ended: Callable[[], bool] = lambda: False) -> None:
+                 ended: Callable[[], bool] = lambda: False, lines: KeptLines | None = None) -> None:
         self._inner = inner
         self._write_stream = write_stream
         self._warn = warn
         self._ended = ended  # once true, the read side closes: the SDK's loop ends the session
+        self._lines = lines
 
     @property
     def last_context(self) -> Any:
@@ -127,9 +211,16 @@ class AnsweringBadFrames:
             if self._ended():
                 raise anyio.EndOfStream
             item = await self._inner.receive()
-            if not isinstance(item, Exception):
-                return item
-            await self._answer(judge(item))
+            line = None if self._lines is None else self._lines.taken()
+            if isinstance(item, Exception):
+                await self._answer(judge(item))
+                continue
+            if line is not None and isinstance(item.message, JSONRPCNotification):
+                bad = judge_notification(item.message, line)
+                if bad is not None:
+                    await self._answer(bad)
+                    continue
+            return item
 
     async def _answer(self, bad: BadFrame) -> None:
         self._warn(bad.describe())

@@ -57,7 +57,7 @@ from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
 from gormes.control.call_rate import GATEWAY_RATE_ENV, GatewayCallRate, call_rate_from_env
 from gormes.control.rate_rules import RateRule
 from gormes.errors import GormesError
-from gormes.mcp_frames import AnsweringBadFrames
+from gormes.mcp_frames import AnsweringBadFrames, claimed_stdin
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry, wire_name
 from gormes.ops.spec import TRUST_CLASSES, Caller, OperationSpec
@@ -160,7 +160,8 @@ async def serve_stdio(
     warn: Callable[[str], None] = warn_stderr, call_rate: RateRule | None | Literal["env"] = "env",
 ) -> None:
     """Serve over stdin/stdout until the client closes the connection. A frame the
-    SDK cannot read gets a JSON-RPC error and a `warn` line (`AnsweringBadFrames`).
+    SDK cannot read, or reads as a notification though it has an id, gets a
+    JSON-RPC error and a `warn` line (`AnsweringBadFrames`, over `claimed_stdin`).
     `call_rate`: the gateways' call rate (None: off; "env": `GORMES_GATEWAY_RATE`,
     read here)."""
     served = served_registry(registry, trust)
@@ -172,14 +173,15 @@ async def serve_stdio(
     server = build_server(executor, trust)
     flooded = (lambda: False) if limit is None else (lambda: limit.flooded)
     with trio.CancelScope() as transport:
-        async with stdio_server() as (read_stream, write_stream):
-            frames = AnsweringBadFrames(read_stream, write_stream, warn, ended=flooded)
-            await server.run(frames, write_stream, server.create_initialization_options())
-            # A flooding client's session was ended by its server, not by the client
-            # closing stdin: the transport's reader and writer are stopped here (a
-            # reader in the middle of a line stops once the line is read).
-            if flooded():
-                transport.cancel()
+        with claimed_stdin() as lines:
+            async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+                frames = AnsweringBadFrames(read_stream, write_stream, warn, ended=flooded, lines=lines)
+                await server.run(frames, write_stream, server.create_initialization_options())
+                # A flooding client's session was ended by its server, not by the client
+                # closing stdin: the transport's reader and writer are stopped here (a
+                # reader in the middle of a line stops once the line is read).
+                if flooded():
+                    transport.cancel()
     if flooded():
         assert limit is not None
         raise ClientFlooded(

@@ -54,7 +54,7 @@ from gormes.errors import StoreError, UserError
 from gormes.events.audit import AuditOutcome, OperationAudited, audit_stream
 from gormes.events.json_nesting import MAX_INPUT_NESTING, nesting_depth_over, value_depth_over
 from gormes.events.store import AppendRequest, EventStore
-from gormes.ops.input_text import nul_field
+from gormes.ops.input_text import nul_field, surrogate_text, text_surrogate
 from gormes.ops.registry import Registry
 from gormes.ops.spec import (
     TRUST_CLASSES, ApprovalDenied, Caller, InvalidOperationInput, OperationContext, OperationDenied,
@@ -169,7 +169,7 @@ class Executor:
             if self.call_limit is not None and self.call_limit.limits(caller):
                 await self.call_limit.admit(caller)
             value = decode_input(spec, raw_input)
-            record.input_sha256 = input_digest(value)
+            record.input_sha256 = _checked_digest(spec, value)
             ctx = self.context_for(caller)
             if spec.available is not None:
                 spec.available(ctx)
@@ -267,7 +267,9 @@ def refusal_request(
 
 def decode_input(spec: OperationSpec, raw: RawInput) -> Any:
     """Validate `raw` into the spec's input type, or raise `InvalidOperationInput`;
-    a string field holding U+0000 is refused too (gormes/ops/input_text.py)."""
+    a string field holding U+0000 is refused too (gormes/ops/input_text.py), and
+    text holding a lone surrogate. A parsed input's lone surrogate is refused by
+    `call`'s digest of the value (`_checked_digest`), which encodes it anyway."""
     value = _decode(spec, raw)
     if spec.schema is None and _may_hold_nul(raw):
         path = nul_field(spec.input_type, value)
@@ -301,7 +303,7 @@ def _decode(spec: OperationSpec, raw: RawInput) -> Any:
         if raw is None or (isinstance(raw, (str, bytes, bytearray)) and not raw.strip()):
             return msgspec.convert({}, kind)
         if isinstance(raw, (str, bytes, bytearray, memoryview)):
-            text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+            text = _utf8(spec, raw) if isinstance(raw, str) else bytes(raw)
             if nesting_depth_over(text, MAX_INPUT_NESTING):  # room for the log's envelope (json_nesting)
                 raise InvalidOperationInput(
                     f"invalid input for {spec.name}: JSON nested deeper than {MAX_INPUT_NESTING} levels"
@@ -324,9 +326,31 @@ def _decode(spec: OperationSpec, raw: RawInput) -> Any:
     )
 
 
+def _utf8(spec: OperationSpec, raw: str) -> bytes:
+    """JSON text as UTF-8; a lone surrogate in it (a Python caller's str) is invalid input."""
+    try:
+        return raw.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidOperationInput(f"invalid input for {spec.name}: {text_surrogate(exc)}") from None
+
+
 def input_digest(value: Any) -> str:
     """sha256 of the input's canonical JSON (keys sorted)."""
     return hashlib.sha256(_encoder.encode(value)).hexdigest()
+
+
+def _checked_digest(spec: OperationSpec, value: Any) -> str:
+    """`input_digest` of a decoded input. A Python caller's dict or Struct can hold
+    what no JSON text carries, and no event could record (decision 0077): a str
+    with a lone surrogate, named by its field, found only then; or a value that is
+    no JSON at all in a free field (an object, a dict with keys not strings).
+    Either is invalid input."""
+    try:
+        return input_digest(value)
+    except UnicodeEncodeError:
+        raise InvalidOperationInput(f"invalid input for {spec.name}: {surrogate_text(value)}") from None
+    except TypeError as exc:
+        raise InvalidOperationInput(f"invalid input for {spec.name}: not JSON: {exc}") from None
 
 
 def _raw_digest(raw: RawInput) -> str | None:

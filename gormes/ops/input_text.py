@@ -13,6 +13,14 @@ at any depth: `options.idempotency_key`, `relation.subject`) with U+0000 is bad
 input, refused before the handler runs. Free JSON (a field typed `Any`: a job's
 data, a message's payload) may hold it, as the log's JSON text escapes it and
 every read through jsonb replaces it (gormes/events/sql_fragments.py).
+
+A string anywhere in the input (a typed field or free JSON) holding a lone
+surrogate (U+D800-U+DFFF: no character, and UTF-8 cannot encode it) is bad input
+too (decision 0077). JSON text cannot carry one (msgspec refuses `"\\ud800"`
+alone), but a Python caller's str can (a run's handler, `Executor.call` given a
+dict; Python's own `surrogateescape` makes them of undecodable bytes: a file
+name, an argument): no event could record it. The executor finds it where it
+encodes every input anyway (its digest); `surrogate_at` only names the field.
 """
 
 from __future__ import annotations
@@ -68,3 +76,47 @@ def _fits(member: mi.Type, item: Any) -> bool:
     if isinstance(member, mi.StructType):
         return isinstance(item, member.cls)
     return not isinstance(item, (str, msgspec.Struct))
+
+
+def surrogate_at(value: Any, root: str = "input") -> tuple[str, str] | None:
+    """The path of the first string of `value` (a decoded input or a tool call's
+    arguments: Structs, dicts, lists, strings; keys too) that holds a lone
+    surrogate, and that code point as `U+XXXX`; None if no string does. Named as
+    `nul_field` names a field: a dict's keys and values by `key` and `[]`, never
+    by the caller's text. A container met twice (a Python value may hold a cycle) is
+    walked once."""
+    pending: list[tuple[Any, str]] = [(value, root)]
+    seen: set[int] = set()
+    while pending:
+        item, path = pending.pop()
+        if not isinstance(item, str):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+        if isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError as exc:
+                return path, f"U+{ord(item[exc.start]):04X}"
+        elif isinstance(item, msgspec.Struct):
+            pending.extend((getattr(item, name), f"{path}.{name}") for name in reversed(item.__struct_fields__))
+        elif isinstance(item, dict):
+            for key, element in reversed(item.items()):
+                pending += [(element, f"{path}[]"), (key, f"{path} key")]
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            pending.extend((element, f"{path}[{i}]") for i, element in reversed(list(enumerate(item))))
+    return None
+
+
+def surrogate_text(value: Any, root: str = "input") -> str:
+    """Why `value` cannot be encoded (it holds a lone surrogate), naming where."""
+    found = surrogate_at(value, root)
+    what = f"{found[0]} holds {found[1]}, a lone surrogate," if found else f"{root} holds a lone surrogate,"
+    return f"{what} which UTF-8 cannot encode (no event could record it)"
+
+
+def text_surrogate(exc: UnicodeEncodeError) -> str:
+    """Why a str of JSON text cannot be encoded, from the encoder's error."""
+    code = ord(exc.object[exc.start])
+    return (f"the text holds U+{code:04X}, a lone surrogate, at character {exc.start},"
+            " which UTF-8 cannot encode (no event could record it)")

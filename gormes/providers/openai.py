@@ -49,7 +49,8 @@ OPENAI_HOST = "api.openai.com"
 OUTPUT_FIELD_ENV = "GORMES_OPENAI_MAX_TOKENS_FIELD"
 OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")
 # OpenAI's reasoning models (the o-series, gpt-5) refuse `max_tokens`, whoever relays
-# the request to them (a company's proxy in front of OpenAI, say)
+# the request to them (a company's proxy in front of OpenAI, say). A router's name for
+# one (`openai/o3-mini`) is not matched: the router reads `max_tokens` (decision 0077)
 REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
 
 

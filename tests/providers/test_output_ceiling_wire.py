@@ -53,6 +53,17 @@ def test_a_reasoning_model_behind_another_address_takes_max_completion_tokens() 
     assert output_bound_field("http://127.0.0.1:11434/v1", "llama3.1") == "max_tokens"
 
 
+def test_a_routers_model_name_goes_out_with_the_field_the_router_documents() -> None:
+    # `openai/o3-mini` is a router's name for the model (OpenRouter's ids, LiteLLM's
+    # provider prefix), which OpenAI's own API does not serve: the router resolves it
+    # and translates the request, and its documented field is max_tokens (decision 0077).
+    assert output_bound_field("https://openrouter.ai/api/v1", "openai/o3-mini") == "max_tokens"
+    assert output_bound_field("http://127.0.0.1:4000/v1", "openai/gpt-5-mini") == "max_tokens"
+    # a relay that passes the body on unchanged is named by the operator
+    env = {"GORMES_OPENAI_MAX_TOKENS_FIELD": "max_completion_tokens"}
+    assert output_bound_field("https://relay.example.com/v1", "openai/o3-mini", env) == "max_completion_tokens"
+
+
 def test_the_operator_names_the_field_for_a_server_the_rules_guess_wrong() -> None:
     env = {"GORMES_OPENAI_MAX_TOKENS_FIELD": "max_completion_tokens"}
     assert output_bound_field("http://127.0.0.1:8000/v1", "my-model", env) == "max_completion_tokens"

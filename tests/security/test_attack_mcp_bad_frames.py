@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import trio
 from mcp.shared.exceptions import MCPError
+from cli_helpers import run_gormes
 from mcp_helpers import RawMCP, call_ok, gormes_mcp, raw_gormes_mcp
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, jsonrpc_message_adapter
 
@@ -86,6 +87,60 @@ async def test_a_notification_or_a_response_gets_no_reply(tmp_path: Path):
             await raw.send(frame)
             await ping(raw, n)
     assert (tmp_path / "stderr").read_text().count("no reply") == len(frames)
+
+
+# Ids JSON-RPC 2.0 allows (a number, null) or not (true, an object) that MCP's
+# RequestId (a string or an integer, never null) does not: the SDK read each such
+# request as a notification (pydantic ignores the extra member) and nothing replied.
+NO_REQUEST_IDS = ["true", "1.5", "null", "1.0", "-0.0", "1e3", '{"n":1}', "[2]"]
+
+
+@pytest.mark.parametrize("request_id", NO_REQUEST_IDS)
+async def test_a_request_whose_id_is_no_request_id_is_refused_not_taken_for_a_notification(
+    tmp_path: Path, request_id: str,
+):
+    db = tmp_path / "g.db"
+    async with raw_gormes_mcp(db, tmp_path / "stderr") as raw:
+        for n, method in enumerate(("tools/list", "ping")):
+            await raw.send('{"jsonrpc":"2.0","id":' + request_id + ',"method":"' + method + '"}')
+            reply = await raw.reply()
+            assert reply["id"] is None and reply["error"]["code"] == INVALID_REQUEST, reply
+            assert "id" in reply["error"]["message"], reply
+            await ping(raw, n)
+        # A call so sent is not made: no audit record, nothing written.
+        call = {"name": "time__now", "arguments": {}}
+        await raw.send('{"jsonrpc":"2.0","method":"tools/call","params":' + json.dumps(call)
+                       + ',"id":' + request_id + "}")
+        reply = await raw.reply()
+        assert (reply["id"], reply["error"]["code"]) == (None, INVALID_REQUEST), reply
+        await ping(raw, 9)
+    events = [json.loads(x) for x in run_gormes(db, "events", "--json").stdout.splitlines()]
+    assert not [e for e in events if e["type"] == "audit.operation"], events
+    refused = [x for x in (tmp_path / "stderr").read_text().splitlines() if "refused a frame" in x]
+    assert len(refused) == 3 and all(f"answered {INVALID_REQUEST}, id null" in x for x in refused), refused
+
+
+async def test_a_notification_with_no_id_member_still_gets_no_reply(tmp_path: Path):
+    # The same frames without their id are notifications, of methods a notification
+    # has no handler for, and the session goes on without a word.
+    async with raw_gormes_mcp(tmp_path / "g.db", tmp_path / "stderr") as raw:
+        for n, method in enumerate(("tools/list", "ping", "notifications/cancelled")):
+            await raw.send(json.dumps({"jsonrpc": "2.0", "method": method}))
+            await raw.send(json.dumps({"jsonrpc": "2.0", "method": method, "params": {"id": True}}))
+            await ping(raw, n)
+    assert "refused a frame" not in (tmp_path / "stderr").read_text()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc")
+async def test_the_wire_is_claimed_as_the_sdk_claims_it(tmp_path: Path):
+    # gormes hands the SDK its own stdin (to keep each line for the check above),
+    # claimed as the SDK claims it: while serving, fd 0 is the null device, so a
+    # child reads EOF, and fd 1 is stderr, so a child's output misses the wire.
+    async with raw_gormes_mcp(tmp_path / "g.db", tmp_path / "stderr") as raw:
+        await ping(raw, 1)
+        fds = Path(f"/proc/{raw.process.pid}/fd")
+        assert (fds / "0").readlink() == Path("/dev/null")
+        assert (fds / "1").readlink() == tmp_path / "stderr"
 
 
 async def test_replies_stay_whole_lines_among_the_sdks_own(tmp_path: Path):

@@ -76,6 +76,7 @@ from gormes.events.runs import (
 )
 from gormes.events.store import AppendRequest
 from gormes.ops.executor import refusal_request
+from gormes.ops.input_text import surrogate_text
 from gormes.ops.spec import Caller, OperationDenied
 
 if TYPE_CHECKING:
@@ -441,11 +442,13 @@ class LiveRunContext(RunIdentity, RunContext):
         operation = spec.name if spec is not None else name
         try:
             args_text, args_hash = canonical_arguments(arguments)
-        except (msgspec.DecodeError, TypeError) as exc:
-            raw = arguments if isinstance(arguments, str) else repr(arguments)
+        except (msgspec.DecodeError, TypeError, UnicodeEncodeError) as exc:
+            # recorded as given, but escaped: a lone surrogate (a Python caller's str) no event holds
+            raw = (arguments if isinstance(arguments, str) else repr(arguments)).encode("utf-8", "backslashreplace")
+            why = surrogate_text(arguments, "arguments") if isinstance(exc, UnicodeEncodeError) else str(exc)
             return await self._tool_failed(
-                operation, raw, hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest(), "error",
-                f"arguments are not JSON: {exc}", "InvalidArguments", 0, audit_outcome="invalid",
+                operation, raw.decode(), hashlib.sha256(raw).hexdigest(), "error",
+                f"arguments are not JSON: {why}", "InvalidArguments", 0, audit_outcome="invalid",
             )
         allowed = self._tool_names()
         if executor is None or operation not in allowed:

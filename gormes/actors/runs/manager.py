@@ -62,6 +62,7 @@ from gormes.events.runs import (
     run_stream,
 )
 from gormes.events.store import EventStore, Transaction
+from gormes.ops.input_text import surrogate_text
 from gormes.ops.spec import narrower
 from gormes.providers import open_provider
 from gormes.providers.config import model_retries
@@ -530,6 +531,8 @@ def _require_json(value: Any, what: str) -> None:
         msgspec.json.encode(value)
     except (TypeError, msgspec.EncodeError) as exc:
         raise UserError(f"{what} is not JSON-encodable: {exc}") from None
+    except UnicodeEncodeError:  # a lone surrogate in a str (decision 0077)
+        raise UserError(f"{what} is not JSON-encodable: {surrogate_text(value, what)}") from None
 
 
 async def send_message(
