@@ -41,12 +41,16 @@ from typing import Any
 
 import anyio
 import msgspec
-from mcp.server.stdio import _claim_fd, _open_stdin_diversion
 from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCNotification, RequestId
 from pydantic import ValidationError
 
 from gormes.events.json_nesting import MAX_NESTING, nesting_depth_over, top_level
+
+try:  # the SDK's private helpers (mcp 2.3): how its stdio_server claims fd 0
+    from mcp.server.stdio import _claim_fd, _open_stdin_diversion
+except ImportError:  # pragma: no cover - a later SDK; tests/mcp pins that this one has them
+    _claim_fd = _open_stdin_diversion = None  # type: ignore[assignment]
 
 NOT_JSON = "not JSON"
 TOO_DEEP = f"nested deeper than {MAX_NESTING} levels"
@@ -174,11 +178,16 @@ class _UnownedText(TextIOWrapper):
 
 
 @contextmanager
-def claimed_stdin() -> Iterator[KeptLines]:
+def claimed_stdin() -> Iterator[KeptLines | None]:
     """The process's stdin as the SDK's `stdio_server` reads it when given none
     (UTF-8, undecodable bytes replaced), claimed the way it claims it: fd 0 points
     at the null device while serving, so a child reads EOF, not the wire (the
-    SDK's own `_claim_fd`; it refuses a second claim), and is restored after."""
+    SDK's own `_claim_fd`; it refuses a second claim), and is restored after.
+    None where the SDK has no such helper (a later SDK): the SDK then claims stdin
+    itself, and a request with a bad id goes unanswered, as before decision 0077."""
+    if _claim_fd is None:  # pragma: no cover - see the import
+        yield None
+        return
     buffer, release = _claim_fd(0, sys.stdin, "rb", _open_stdin_diversion)
     try:
         yield KeptLines(anyio.wrap_file(_UnownedText(buffer, encoding="utf-8", errors="replace")))

@@ -143,6 +143,14 @@ async def test_the_wire_is_claimed_as_the_sdk_claims_it(tmp_path: Path):
         assert (fds / "1").readlink() == tmp_path / "stderr"
 
 
+def test_the_sdk_still_has_the_helper_the_claim_borrows():
+    # Without it `gormes mcp` still serves, but a request with a bad id goes
+    # unanswered again (mcp_frames' import): an SDK upgrade must be looked at here.
+    from gormes import mcp_frames
+
+    assert mcp_frames._claim_fd is not None and mcp_frames._open_stdin_diversion is not None
+
+
 async def test_replies_stay_whole_lines_among_the_sdks_own(tmp_path: Path):
     # Bad frames and requests sent without waiting: every line of stdout is one
     # whole JSON-RPC message and every id is answered once.
