@@ -38,6 +38,7 @@ from gormes.health import (
     audit,
     disk,
     fail,
+    gateway,
     memory,
     module_exists,
     operations,
@@ -94,7 +95,8 @@ def all_checks() -> list[Check]:
     return [
         *store.CHECKS, *projections.CHECKS, *queue.CHECKS, *workers.CHECKS,
         *operations.CHECKS, *replay.CHECKS, *runs.CHECKS, *disk.CHECKS, *postgres.CHECKS, *memory.CHECKS,
-        *skills.CHECKS, *audit.CHECKS, *providers.CHECKS, *retention.CHECKS,
+        *skills.CHECKS, *audit.CHECKS, *providers.CHECKS, *gateway.CHECKS,
+        *retention.CHECKS,
     ]
 
 

@@ -32,11 +32,19 @@ never limited.
 Leases that have left the window are deleted by the next call's look, so the
 key holds at most the limit's count of rows. Hosts' clocks must agree to a small
 part of the window (NTP), as for the provider limits.
+
+What it did is the operator's to see (decision 0075): `gormes top` and `gormes
+doctor` count the refusals' audit records through an index of them the database
+keeps (gormes/control/call_refusals.py), which a process makes before its first
+limited call (`ensure_refusals_index`), and read the setting that refused them
+back out of their line (`stated_rule`): the store does not hold each process's.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 import time
 import weakref
 from collections import deque
@@ -46,6 +54,7 @@ from typing import Any
 import trio
 
 from gormes.actors.jobs.session import new_id
+from gormes.control import call_refusals
 from gormes.control import limits_table as table
 from gormes.control.rate_rules import MINUTE, InvalidRateLimit, RateRule, parse_limits
 from gormes.events.store import EventStore, Transaction
@@ -64,6 +73,9 @@ LIMITED = "gateway"  # the trust class whose calls are limited
 KEY = f"calls:{LIMITED}"  # its lease key in `rate_leases`
 
 _prepared: weakref.WeakSet[Any] = weakref.WeakSet()  # stores whose tables are known to exist
+_indexing: weakref.WeakSet[Any] = weakref.WeakSet()  # stores whose refusals' index was made or tried
+_STATED = re.compile(rf"\({GATEWAY_RATE_ENV}=([^)\s]+)\)")  # in a refusal's line (see `_refusal`)
+log = logging.getLogger("gormes.control")
 
 
 def parse_call_rate(value: str | None, variable: str = GATEWAY_RATE_ENV) -> RateRule | None:
@@ -99,6 +111,41 @@ def describe(rule: RateRule) -> str:
 def written(rule: RateRule) -> str:
     """The rule as the setting writes it: `600rpm`, `20req/1s`."""
     return f"{rule.requests}rpm" if rule.window_s == MINUTE else f"{rule.requests}req/{rule.window_s:g}s"
+
+
+def stated_rule(error: str | None) -> RateRule | None:
+    """The setting a refusal's line states (`... (GORMES_GATEWAY_RATE=600rpm); retry
+    in 12s`): the limit of the process that refused it. None when it states none
+    this gormes reads."""
+    found = _STATED.search(error or "")
+    if found is None:
+        return None
+    try:
+        return parse_call_rate(found.group(1))
+    except InvalidRateLimit:
+        return None
+
+
+async def ensure_refusals_index(store: EventStore) -> None:
+    """Make the index the refusals are counted by (gormes/control/call_refusals.py),
+    once per store and process, before the first limited call: a read finds it made,
+    else a transaction of its own makes it. A store that cannot make it (a
+    PostgreSQL role that does not own `events`) still limits every call; the
+    failure is logged once (the process does not try again), and `gormes doctor`
+    says the refusals cannot be counted."""
+    if store in _indexing:
+        return
+    _indexing.add(store)  # at once: the calls that start beside this one go on
+    try:
+        if not await store.read_sql(call_refusals.indexed):
+            await store.transact(call_refusals.create_index)
+    except trio.Cancelled:
+        _indexing.discard(store)  # the call was cancelled, not the index refused: the next call tries
+        raise
+    except Exception as exc:  # noqa: BLE001 - counting refusals is not worth refusing every call
+        log.warning("the index of the gateways' refused calls (%s) could not be made (%s: %s); until it is,"
+                    " `gormes doctor` and `gormes top` cannot count them", call_refusals.INDEX,
+                    type(exc).__name__, exc)
 
 
 class GatewayCallRate:
@@ -147,6 +194,8 @@ class GatewayCallRate:
         assert count is not None
         lease_id = new_id()
         prepared = self.store in _prepared
+        if not prepared:
+            await ensure_refusals_index(self.store)
 
         def take(tx: Transaction) -> tuple[float, float | None]:
             if not prepared:

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from gormes.dashboard.control import ApprovalRow, BudgetRow
+from gormes.dashboard.gateway import GatewayCalls
 from gormes.dashboard.providers import ProviderRow
 from gormes.events.jobs import STATUSES, TERMINAL, Tokens
 from gormes.events.runs import RunInboxRead
@@ -128,6 +129,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     tokens: Tokens  # every job's own tokens, each once (the ledger's per-model totals)
     breaker_trips: int = 0  # jobs the governor's circuit breaker killed
     providers: tuple[ProviderRow, ...] = ()  # each limit key's shared state (dashboard/providers.py)
+    gateway: GatewayCalls | None = None  # the gateways' call rate (dashboard/gateway.py); None: never limited here
     approvals: tuple[ApprovalRow, ...] = ()  # pending approval requests, oldest first (dashboard/control.py)
     budgets: tuple[BudgetRow, ...] = ()  # every budget: spent, held, caps
     wasted: Tokens = Tokens()  # the part of `tokens` spent by attempts whose work was not kept

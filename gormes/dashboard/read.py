@@ -23,6 +23,7 @@ import msgspec
 from gormes.actors.agent_jobs.costs import job_costs, ledger_costs
 from gormes.actors.runs.costs import run_costs
 from gormes.actors.runs.process import OPEN_STATUSES, process_state, recorded_processes
+from gormes.dashboard.gateway import gateway_calls
 from gormes.dashboard.model import (
     JobRow,
     RunRow,
@@ -192,7 +193,7 @@ def _snapshot(conn: sqlite3.Connection, now: float, pricing: PricingTable) -> Sn
             for r in active_runs
         ),
         workers=tuple(_workers(conn, now, active_by_worker) if "worker_heartbeats" in tables else ()),
-        providers=provider_rows(conn, now, tables),
+        providers=provider_rows(conn, now, tables), gateway=gateway_calls(conn, now),
         tokens=totals.spent if totals else Tokens(), breaker_trips=breaker_trips,
         wasted=totals.wasted if totals else Tokens(), cost=totals.cost if totals else None,
         wasted_cost=totals.wasted_cost if totals else None, pricing=pricing.version,

@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gormes.dashboard.control import approval_cells, budgets_line
+from gormes.dashboard.gateway import gateway_line
 from gormes.dashboard.keys import UiState
 from gormes.dashboard.model import JobRow, Receipt, RunRow, Snapshot, WorkerRow, governor_log
 from gormes.dashboard.providers import provider_cells
@@ -298,6 +299,7 @@ def job_rows_fitting(snapshot: Snapshot, height: int | None, ui: UiState | None 
     used = (FIXED_LINES + max(1, len(snapshot.by_queue)) + max(1, len(snapshot.runs))
             + max(1, len(snapshot.workers)) + GOVERNOR_ROWS
             + (len(snapshot.providers) + 3 if snapshot.providers else 0)
+            + (2 if snapshot.gateway is not None else 0)
             + (max(1, len(snapshot.approvals)) + 3 if approvals else 0)
             + (1 if snapshot.budgets else 0))
     return max(3, height - used)
@@ -308,6 +310,7 @@ def render_dashboard(snapshot: Snapshot, ui: UiState | None = None, *, height: i
     (a window that follows the selection); None shows every job."""
     ui = ui or UiState()
     budgets = budgets_line(snapshot.budgets)
+    gateway = gateway_line(snapshot.gateway)
     return Group(
         header(snapshot),
         *([budgets] if budgets is not None else []),
@@ -317,6 +320,7 @@ def render_dashboard(snapshot: Snapshot, ui: UiState | None = None, *, height: i
         *approvals_table(snapshot, ui),
         workers_table(snapshot),
         *providers_table(snapshot),
+        *([gateway] if gateway is not None else []),
         governor_table(snapshot),
         footer(KEYS_HELP, ui.message, ui),
     )

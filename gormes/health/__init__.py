@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 Status = Literal["ok", "warn", "fail"]
 CATEGORIES = (
     "store", "projections", "queue", "workers", "operations", "replay", "runs", "disk",
-    "memory", "skills", "audit", "mcp", "providers",
+    "memory", "skills", "audit", "mcp", "providers", "gateway",
 )
 
 MIB = 1024 * 1024
@@ -71,6 +71,7 @@ class Thresholds(msgspec.Struct, frozen=True, kw_only=True):
     disk_fail_bytes: int = 100 * MIB
     disk_warn_bytes: int = GIB
     disk_warn_fraction: float = 0.10
+    gateway_refusals_window_s: float = 24 * 3600.0  # the gateways' refused calls counted
 
 
 def module_exists(name: str) -> bool:

@@ -21,12 +21,16 @@ from pg_helpers import PG_URL, admin, backend_store, fresh_schema, url_for_schem
 from gormes.actors.jobs.governor import BREAKER_ERROR
 from gormes.actors.jobs.heartbeat import Heartbeat
 from gormes.actors.jobs.queue import JobQueue
+from gormes.control.call_rate import GatewayCallRate, parse_call_rate
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.memory import Origin, Provenance, evidence_hash, fact_id
 from gormes.events.memory import MemoryFactRecorded as Fact
 from gormes.events.runs import RunClockRead, RunCompleted, RunStarted
 from gormes.events.sql_fragments import glob
 from gormes.health import Check, Thresholds, module_exists, ok
+from gormes.ops.executor import Executor
+from gormes.ops.spec import Caller, CallRateLimited
+from gormes.tools.builtin import default_registry
 
 SQLITE_ONLY = {"store.wal", "store.integrity", "disk.free", "store.size"}
 POSTGRES_ONLY = {"store.server", "disk.database_size", "store.retention"}
@@ -84,6 +88,14 @@ async def _unhealthy_history(store, clock: Clock) -> None:
         _audit("memory.extract", "error", T0 - 3600), _audit("memory.recall", "timeout", T0 - 60),
         _audit("memory.extract", "error", T0 - 2 * 86400), _audit("time.now", "error", T0 - 60),
     ])
+    rule = parse_call_rate("1req/60s")  # a gateway past its call rate: two calls refused
+    assert rule is not None
+    gateway = Executor(default_registry(), store, clock=clock, call_limit=GatewayCallRate(store, rule, clock=clock))
+    for _ in range(3):
+        try:
+            await gateway.call("time.now", {}, Caller(trust="gateway", id="mcp:bot"))
+        except CallRateLimited:
+            pass
 
 
 def _ids(result) -> tuple[str, str, str]:
@@ -118,9 +130,11 @@ async def test_every_shared_check_says_the_same_on_postgres_as_on_sqlite(db_path
         "queue.stalled": "warn", "queue.dead_letters": "warn", "queue.wedged": "fail",
         "workers.heartbeats": "warn", "workers.circuit_breaker": "warn", "replay.runs": "warn",
         "memory.extraction": "warn", "memory.dead_letters": "warn", "projections.lag": "warn",
+        "gateway.call_rate": "warn",
     }
     assert {name: pg_checks[name].status for name in expected} == expected
     assert "2 memory operation call(s) failed" in pg_checks["memory.dead_letters"].message
+    assert pg_checks["gateway.call_rate"].message.startswith("2 gateway call(s) refused by the call rate")
     assert pg_checks["replay.runs"].message.startswith("3 run(s) cannot be replayed exactly")
     assert "1 completed run(s) not extracted into memory, the oldest (late)" in \
         pg_checks["memory.extraction"].message

@@ -1,0 +1,112 @@
+"""`gateway.call_rate`: the doctor says when the gateways' call rate refused calls
+(decision 0075), on both backends. The refusals are made through the real path
+(the executor with a gateway caller and `GatewayCallRate`, as `gormes mcp` builds
+it), the store's clock and the doctor's `now` the test's own. The same, through
+`gormes mcp` and the doctor as processes: tests/mcp/test_mcp_call_rate_views.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from doctor_helpers import check, doctor
+from pg_helpers import backend_store, url_for_schema
+
+from gormes.control import call_refusals
+from gormes.control import limits_table as table
+from gormes.control.call_rate import KEY, GatewayCallRate, parse_call_rate
+from gormes.health import Thresholds
+from gormes.ops.executor import Executor
+from gormes.ops.spec import Caller, CallRateLimited
+from gormes.tools.builtin import default_registry
+
+T0 = 1_800_000_000.0
+DAY = 86_400.0
+GATEWAY = Caller(trust="gateway", id="mcp:chatty-bot")
+NAME = "gateway.call_rate"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def target_of(store: Any, db_path: Path) -> Path | str:
+    return url_for_schema(store.schema) if store.dialect == "postgres" else db_path
+
+
+async def gateway_calls(store: Any, clock: Clock, rate: str, n: int) -> int:
+    """`n` gateway calls through a limited executor; how many were refused."""
+    rule = parse_call_rate(rate)
+    assert rule is not None
+    executor = Executor(default_registry(), store, clock=clock, call_limit=GatewayCallRate(store, rule, clock=clock))
+    refused = 0
+    for _ in range(n):
+        try:
+            await executor.call("time.now", {}, GATEWAY)
+        except CallRateLimited:
+            refused += 1
+    return refused
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_refused_gateway_calls_warn_with_how_many_since_when_and_the_setting(backend, db_path: Path):
+    clock = Clock()
+    async with backend_store(backend, db_path, clock=clock) as store:
+        target = target_of(store, db_path)
+        never = check(doctor(target, now=T0), NAME)
+        assert never.status == "ok" and never.message.startswith("no gateway call has been limited"), never
+
+        assert await gateway_calls(store, clock, "2req/60s", 2) == 0
+        served = check(doctor(target, now=T0 + 1), NAME)
+        assert (served.status, served.message) == (
+            "ok", "no gateway call refused by the call rate (GORMES_GATEWAY_RATE) in the last 24h")
+
+        clock.now = T0 + 10
+        assert await gateway_calls(store, clock, "2req/60s", 3) == 3
+        clock.now = T0 + 40
+        assert await gateway_calls(store, clock, "2req/60s", 2) == 2
+        refused = check(doctor(target, now=T0 + 100), NAME)
+        assert refused.status == "warn", refused
+        assert refused.message == (
+            "5 gateway call(s) refused by the call rate in the last 24h, since 2027-01-15 08:00:10 UTC (90s ago);"
+            " the latest 60s ago, to mcp:chatty-bot; the process that refused it allows 2 calls a minute"
+            " (GORMES_GATEWAY_RATE=2rpm)")
+        assert "raise GORMES_GATEWAY_RATE" in refused.remediation
+        assert "`gormes audit export --since 24h`" in refused.remediation
+        assert doctor(target, now=T0 + 100).status == "warnings"
+
+        # a day on, they are history: ok again (the window is a threshold)
+        assert check(doctor(target, now=T0 + 40 + DAY), NAME).status == "ok"
+        hour = check(doctor(target, now=T0 + 100, thresholds=Thresholds(gateway_refusals_window_s=3600)), NAME)
+        assert "in the last 1h, since" in hour.message
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_past_the_count_cap_it_says_more_than(backend, db_path: Path, monkeypatch):
+    monkeypatch.setattr(call_refusals, "COUNT_CAP", 3)
+    clock = Clock()
+    async with backend_store(backend, db_path, clock=clock) as store:
+        assert await gateway_calls(store, clock, "1req/60s", 6) == 5
+        refused = check(doctor(target_of(store, db_path), now=T0 + 1), NAME)
+    assert refused.message.startswith("more than 3 gateway call(s) refused"), refused
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_limited_calls_with_no_index_of_their_refusals_warn_that_they_cannot_be_counted(backend, db_path: Path):
+    """A database a gormes mcp of decision 0072 limited calls on, before this one
+    made the index: the doctor does not scan the log for them, and says so."""
+    clock = Clock()
+    async with backend_store(backend, db_path, clock=clock) as store:
+        assert await gateway_calls(store, clock, "1req/60s", 3) == 2
+        await store.transact(lambda tx: tx.execute(f"DROP INDEX {call_refusals.INDEX}"))
+        assert await store.read_sql(lambda c: c.execute(
+            f"SELECT count(*) FROM {table.LEASES} WHERE key = ?", (KEY,)).fetchone()[0]) == 1
+        blind = check(doctor(target_of(store, db_path), now=T0 + 1), NAME)
+    assert blind.status == "warn", blind
+    assert "cannot be counted" in blind.message and call_refusals.INDEX in blind.message
+    assert "the first limited call of one makes the index" in blind.remediation
