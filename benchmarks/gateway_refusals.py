@@ -28,11 +28,9 @@ GORMES_TEST_PG_URL's server (or 127.0.0.1:5432) can be reached
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,7 @@ from gormes.control import call_refusals  # noqa: E402
 from gormes.events.audit import OperationAudited, audit_stream  # noqa: E402
 from gormes.events.audit_chain import append_sealed  # noqa: E402
 from gormes.events.notes import NoteAdded  # noqa: E402
+from gormes.events.scratch_store import scratch_store  # noqa: E402
 from gormes.events.store import AppendRequest  # noqa: E402
 
 QUICK = "--quick" in sys.argv  # the smoke test's: small logs, a few pairs, SQLite only
@@ -93,27 +92,9 @@ async def fill(store: Any, clock: Clock, size: int, refused: int) -> None:
     clock.now = NOW
 
 
-@asynccontextmanager
-async def opened(backend: str, where: Path, clock: Clock) -> AsyncIterator[Any]:
-    if backend == "sqlite":
-        from gormes.events.sqlite import SQLiteEventStore
-
-        async with SQLiteEventStore.open(where, durability="normal", clock=clock) as store:
-            yield store
-        return
-    import psycopg
-
-    from gormes.events.postgres import PostgresEventStore
-
-    schema = f"gormes_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        async with PostgresEventStore.open(PG_URL, schema=schema, clock=clock) as store:
-            yield store
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+def opened(backend: str, where: Path, clock: Clock) -> Any:
+    """A scratch store of `backend`: the SQLite file `where`, or a PostgreSQL schema dropped after."""
+    return scratch_store(where if backend == "sqlite" else PG_URL, "gormes_bench", clock=clock)
 
 
 async def settle(store: Any, backend: str) -> None:

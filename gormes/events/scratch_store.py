@@ -18,12 +18,14 @@ from gormes.events.sqlite import SQLiteEventStore
 
 
 @asynccontextmanager
-async def scratch_store(target: str | Path, prefix: str = "gormes_scratch") -> AsyncIterator[Any]:
+async def scratch_store(target: str | Path, prefix: str = "gormes_scratch", *, clock: Any = None) -> AsyncIterator[Any]:
     """A `Path` opens that SQLite file (durability normal: nothing here must survive
     a crash); a string is a PostgreSQL URL, in which a schema named `prefix` and a
-    random suffix is made, used and dropped."""
+    random suffix is made, used and dropped. `clock`: the store's, where it is not
+    the system's (a benchmark's records dated in the past)."""
+    options = {} if clock is None else {"clock": clock}
     if isinstance(target, Path):
-        async with SQLiteEventStore.open(target, durability="normal") as store:
+        async with SQLiteEventStore.open(target, durability="normal", **options) as store:
             yield store
         return
     # Lazy for start-up time: psycopg is loaded only for a PostgreSQL URL.
@@ -35,7 +37,7 @@ async def scratch_store(target: str | Path, prefix: str = "gormes_scratch") -> A
     with psycopg.connect(target, autocommit=True) as admin:
         admin.execute(f'CREATE SCHEMA "{schema}"')
     try:
-        async with PostgresEventStore.open(target, schema=schema) as store:
+        async with PostgresEventStore.open(target, schema=schema, **options) as store:
             yield store
     finally:
         with psycopg.connect(target, autocommit=True) as admin:
