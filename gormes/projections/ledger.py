@@ -193,8 +193,10 @@ BREAKER_KILLED = f"error = '{BREAKER_ERROR}'"
 # here is counted from the table, `JobQueue.live_count_in`; one left out only puts
 # its jobs in the index.)
 UNCAPPED = ("operator", "system")
-# In an index's SQL, the trust class a job's submitter records (`submitter_trust`).
+# In an index's SQL, the trust class and the scope a job's submitter records
+# (`submitter_trust`, `submitter_scope`).
 TRUST = "$trust"
+SCOPE = "$scope"
 
 
 def submitter_trust(dialect_name: str) -> str:
@@ -203,17 +205,34 @@ def submitter_trust(dialect_name: str) -> str:
     return json_text_in(dialect_name, "$.trust", "submitter")
 
 
+def submitter_scope(dialect_name: str) -> str:
+    """The scope a job's `submitter` records (NULL for none, or no submitter)."""
+    return json_text_in(dialect_name, "$.scope", "submitter")
+
+
+def _spelt(sql: str, dialect_name: str) -> str:
+    return sql.replace(TRUST, submitter_trust(dialect_name)).replace(SCOPE, submitter_scope(dialect_name))
+
+
+# The jobs of the capped classes, ended or not: `jobs_capped_owned`'s WHERE.
+CAPPED = " AND ".join(f"{TRUST} <> '{name}'" for name in UNCAPPED)
 # The live jobs of the capped classes: `jobs_capped_live`'s WHERE. Its status
 # tests come first: an UPDATE of a job's status tests the old row and the new
 # against it, and an ended job fails it before its submitter's JSON is read.
-CAPPED_LIVE = " AND ".join([LIVE_JOBS, *(f"{TRUST} <> '{name}'" for name in UNCAPPED)])
+CAPPED_LIVE = " AND ".join([LIVE_JOBS, CAPPED])
+
+
+def capped(dialect_name: str) -> str:
+    """`CAPPED` as a query on the `dialect_name` database must say it, term for term,
+    for the database to read an owner's jobs from `jobs_capped_owned`."""
+    return _spelt(CAPPED, dialect_name)
 
 
 def capped_live(dialect_name: str) -> str:
     """`CAPPED_LIVE` as a query on the `dialect_name` database must say it, term for
     term, for the database to read a class's count from `jobs_capped_live` (SQLite
     uses a partial index only for a query whose WHERE holds its WHERE's terms)."""
-    return CAPPED_LIVE.replace(TRUST, submitter_trust(dialect_name))
+    return _spelt(CAPPED_LIVE, dialect_name)
 
 
 class LedgerIndex(NamedTuple):
@@ -227,10 +246,11 @@ class LedgerIndex(NamedTuple):
 
 
 def index_sql(index: LedgerIndex, dialect_name: str = SQLITE) -> str:
-    """`index`'s DDL for the `dialect_name` database (`TRUST` spelt as it reads it)."""
+    """`index`'s DDL for the `dialect_name` database (`TRUST` and `SCOPE` spelt as it
+    reads them)."""
     sql = f"CREATE INDEX IF NOT EXISTS {index.name} ON {index.table}({', '.join(index.columns)})"
     sql = sql if index.where is None else f"{sql} WHERE {index.where}"
-    return sql.replace(TRUST, submitter_trust(dialect_name))
+    return _spelt(sql, dialect_name)
 
 
 # A job changes status at every transition, and each index holding its status
@@ -284,7 +304,17 @@ INDEXES = (
     # never enter it; of a job's transitions only those that change its status test
     # it (a lease renewal, a token count, progress do not).
     LedgerIndex("jobs_capped_live", "jobs", (TRUST,), CAPPED_LIVE),
-    LedgerIndex("inbox_job", "inbox", ("job_id", "sent_at")),
+    # The jobs of the capped classes by owner (scope, trust), oldest to newest: a
+    # gateway's or child agent's `job.list` is a range of its own entries, walked
+    # in order from its cursor, and reads no one else's job (decision 0076's
+    # addendum). The scope leads, so that a count by class alone (the live-jobs
+    # cap's, which has no scope) is not offered it and reads `jobs_capped_live`.
+    # None of its columns changes after the insert: no transition touches it, only
+    # a job's insert and its removal.
+    LedgerIndex("jobs_capped_owned", "jobs", (SCOPE, TRUST, "created_at", "id"), CAPPED),
+    # A job's inbox in the order it is read (sent, then id): a page from a cursor
+    # is a range of it (decision 0076's addendum; it was `inbox_job`, without `id`).
+    LedgerIndex("inbox_order", "inbox", ("job_id", "sent_at", "id")),
 )
 # A version-2 ledger's stall deaths in version 3's words (see VERSION).
 REWORD_STALLED = "UPDATE jobs SET error = ? WHERE status = 'dead' AND error = ?"
@@ -292,8 +322,8 @@ REWORD_STALLED = "UPDATE jobs SET error = ? WHERE status = 'dead' AND error = ?"
 BACKFILL_SUBMISSIONS = "UPDATE jobs SET submissions = 1 WHERE submissions IS NULL"
 
 # Indexes of earlier versions, dropped where found (decision 0012); `jobs_live` was
-# `jobs_unended` spelt with `NOT IN`.
-RETIRED_INDEXES = ("jobs_claim", "jobs_pick", "jobs_delay", "jobs_lock", "jobs_done", "jobs_live")
+# `jobs_unended` spelt with `NOT IN`; `inbox_job` is `inbox_order` without `id`.
+RETIRED_INDEXES = ("jobs_claim", "jobs_pick", "jobs_delay", "jobs_lock", "jobs_done", "jobs_live", "inbox_job")
 
 
 def setup(db: Any) -> None:

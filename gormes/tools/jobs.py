@@ -39,7 +39,8 @@ Limit = Annotated[int, msgspec.Meta(ge=1, le=500, description="At most this many
 JobStatus = Literal[STATUSES]  # type: ignore[valid-type]
 # A job.list page holds at most this many bytes of its jobs' data, results,
 # progress and errors (and at least one job): four jobs of a gateway's largest data
-# (MAX_UNTRUSTED_DATA_BYTES), shell.run's largest output (decision 0076).
+# (MAX_UNTRUSTED_DATA_BYTES), shell.run's largest output (decision 0076). A
+# job.inbox page, of its messages' payloads (its addendum).
 LIST_PAGE_BYTES = 4 * 1024 * 1024
 Cursor = Annotated[str, msgspec.Meta(
     max_length=100,  # a page's `next`: digits, a colon, a job's id
@@ -206,14 +207,14 @@ class JobList(msgspec.Struct, kw_only=True):
     next: str | None = None
 
 
-def _position(before: str | None) -> tuple[int, str] | None:
-    """A page's `next` read back: the (created_at, id) of the last job it held."""
-    if before is None:
+def _position(cursor: str | None, field: str = "before", operation: str = "job.list") -> tuple[int, str] | None:
+    """A page's `next` read back: the (time, id) of the last row it held."""
+    if cursor is None:
         return None
-    created_at, _, job_id = before.partition(":")
-    if not (created_at.isascii() and created_at.isdigit() and int(created_at) < 2**63 and job_id):
-        raise InvalidOperationInput("before must be the `next` of a job.list page")
-    return int(created_at), job_id
+    at, _, row_id = cursor.partition(":")
+    if not (at.isascii() and at.isdigit() and int(at) < 2**63 and row_id):
+        raise InvalidOperationInput(f"{field} must be the `next` of a {operation} page")
+    return int(at), row_id
 
 
 async def job_list(ctx: OperationContext, value: JobListInput) -> JobList:
@@ -252,19 +253,40 @@ class InboxEntry(msgspec.Struct, kw_only=True):
     read_at: int | None = None
 
 
+class JobInboxInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Read a job's inbox, read messages and unread, oldest first, a page at a time."""
+
+    id: JobId
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500, description="At most this many, oldest first.")] = 50
+    after: Annotated[str, msgspec.Meta(
+        max_length=100,  # a page's `next`: digits, a colon, a message's id
+        description="The `next` of the page before (or a message's `sent_at:id`): read the messages after it.",
+    )] | None = None
+
+
 class JobInbox(msgspec.Struct, kw_only=True):
     job_id: str
     messages: list[InboxEntry]
+    # Where the next page starts (pass it as `after`); None: no more messages yet.
+    next: str | None = None
 
 
-async def job_inbox(ctx: OperationContext, value: JobIdInput) -> JobInbox:
+async def job_inbox(ctx: OperationContext, value: JobInboxInput) -> JobInbox:
+    """A page of the job's inbox, oldest first, as it was sent and is read: at most
+    `limit` messages and, past the first, `LIST_PAGE_BYTES` of their payloads, for
+    every caller (decision 0076's addendum). A message sent later is on a later page,
+    so a reader's pages never shift under it."""
     queue = await _owned(ctx, value.id, "read the inbox of")
     if await queue.get(value.id) is None:
         raise JobNotFound(f"no job {value.id}")
-    messages = await queue.inbox(value.id)
+    page = await queue.inbox_page(
+        value.id, value.limit, after=_position(value.after, "after", "job.inbox"), max_bytes=LIST_PAGE_BYTES,
+    )
+    last = page.messages[-1] if page.more else None
     return JobInbox(
         job_id=value.id,
-        messages=[msgspec.convert(m, InboxEntry, from_attributes=True) for m in messages],
+        messages=[msgspec.convert(m, InboxEntry, from_attributes=True) for m in page.messages],
+        next=None if last is None else f"{last.sent_at}:{last.id}",
     )
 
 
@@ -315,7 +337,8 @@ SPECS = (
           JobIdInput, JobSummary, job_pause, writes=True, audit_kind="job.write", checks=_QUEUE),
     steering_spec("job.resume", "Resume a paused job: it waits to be claimed again.",
           JobIdInput, JobSummary, job_resume, writes=True, audit_kind="job.write", checks=_QUEUE),
-    steering_spec("job.inbox", "Read every message in a job's inbox, read or not.",
-          JobIdInput, JobInbox, job_inbox, writes=False, audit_kind="job.read", checks=_QUEUE),
+    steering_spec("job.inbox", "Read a job's inbox, read or not, oldest first, a page at a time: at most"
+          " `limit` messages and 4 MiB of their payloads; `next` continues it.",
+          JobInboxInput, JobInbox, job_inbox, writes=False, audit_kind="job.read", checks=_QUEUE),
 )
 

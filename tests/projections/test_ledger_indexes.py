@@ -51,7 +51,8 @@ async def test_given_an_older_ledger_when_a_queue_opens_it_then_its_indexes_are_
     queue = await JobQueue.open(store)
     waiting = [await queue.submit("a", i) for i in range(3)]
     await store.transact(_make_old)
-    assert await store.transact(_job_indexes) == (NEW - REPLACED) | set(ledger.RETIRED_INDEXES)
+    retired_of_jobs = {name for name in ledger.RETIRED_INDEXES if name.startswith("jobs_")}
+    assert await store.transact(_job_indexes) == (NEW - REPLACED) | retired_of_jobs
     # when a queue opens the database again (another process, say)
     async with reopen(store) as again:
         queue2 = await JobQueue.open(again)

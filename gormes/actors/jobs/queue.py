@@ -36,7 +36,7 @@ from gormes.actors.jobs import rules
 from gormes.actors.jobs.session import JobSession, new_id
 from gormes.actors.jobs.views import (
     MESSAGE_COLUMNS, InboxMessage, Job, JobStats, PruneResult, job_from_row, message_from_row,
-    JobPage, owned_by, select_job, select_job_page, select_jobs,
+    JobPage, MessagePage, owned_by, select_inbox_page, select_job, select_job_page, select_jobs,
 )
 from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobNotFound, JobState, LockLost
 from gormes.actors.jobs.admin import SWEEP_LIMIT, QueueAdmin, deep_merge, json_data, plain
@@ -45,7 +45,7 @@ from gormes.events.job_machine import LIVE, TERMINAL
 from gormes.events.jobs import (
     MAX_COALESCED, STATUSES, Backoff, JobOptions, Submitter, Tokens, TranscriptEntry,
 )
-from gormes.events.postgres_sql import dialect_of
+from gormes.events.postgres_sql import SQLITE, dialect_of
 from gormes.events.audit_seal import with_seal
 from gormes.events.store import EventStore, Transaction
 from gormes.projections import ledger, ledger_tokens
@@ -239,16 +239,23 @@ class JobQueue(QueueBatches, QueueAdmin):
         of the queue's depth but its own. Without, every waiting job of the queue is,
         counted in `jobs_status` (status, queue), no row read to count."""
         where, params = ["status = 'waiting'", "queue = ?"], [opts.queue]
+        jobs = "jobs"
         if owner is not None:
             # Its waiting jobs are among its class's live ones: `jobs_capped_live`'s
             # WHERE, term for term, lets the database read that index's entries.
+            d = dialect_of(s.tx)
             terms, more = owned_by(s.tx, owner)
-            where, params = [ledger.capped_live(dialect_of(s.tx)), *where, *terms], [*params, *more]
+            where, params = [ledger.capped_live(d), *where, *terms], [*params, *more]
+            if d == SQLITE:
+                # Without statistics SQLite would take `jobs_capped_owned` (two
+                # equalities to one): the owner's every job, ended ones too, where
+                # the class's live ones are at most its cap. PostgreSQL weighs both.
+                jobs = "jobs INDEXED BY jobs_capped_live"
         waiting = " AND ".join(where)
-        [(count,)] = s.rows(f"SELECT count(*) FROM jobs WHERE {waiting}", params)
+        [(count,)] = s.rows(f"SELECT count(*) FROM {jobs} WHERE {waiting}", params)
         if count < opts.max_waiting:  # type: ignore[operator]
             return None
-        return s.ids_where(f"SELECT max(id) FROM jobs WHERE {waiting}", params)[0]
+        return s.ids_where(f"SELECT max(id) FROM {jobs} WHERE {waiting}", params)[0]
 
     def _join_debounced(
         self, s: JobSession, name: str, data: Any, opts: JobOptions, submitter: Submitter | None,
@@ -364,6 +371,13 @@ class JobQueue(QueueBatches, QueueAdmin):
             ]
 
         return await self._read(read)
+
+    async def inbox_page(self, job_id: str, limit: int, *, after: tuple[int, str] | None = None,
+                         max_bytes: int) -> MessagePage:
+        """`inbox` a page at a time, oldest first: the messages after `after` (sent_at,
+        id), at most `limit` of them and `max_bytes` of their payloads (at least one
+        message), and whether more follow; the rows past the page are not read."""
+        return await self._read(lambda conn: select_inbox_page(conn, job_id, limit, after=after, max_bytes=max_bytes))
 
     async def inbox(self, job_id: str) -> list[InboxMessage]:
         """All messages of a job, read or not (operator view; no receipts)."""

@@ -15,11 +15,13 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from gormes.actors.jobs.pages import Keyset, read_page
 from gormes.actors.jobs.state import InvalidJob, JobState
 from gormes.events.job_machine import LIVE, STATUSES, TERMINAL
 from gormes.events.jobs import JobOptions, Submitter, Tokens
-from gormes.events.postgres_sql import POSTGRES, dialect_of
+from gormes.events.postgres_sql import dialect_of
 from gormes.events.sql_fragments import json_text
+from gormes.projections import ledger
 
 _decode = msgspec.json.Decoder()
 _options = msgspec.json.Decoder(JobOptions)
@@ -197,8 +199,12 @@ def _filters(conn: Any, status: str | None, queue: str | None, name: str | None,
             params.append(value)
     if owner is not None:
         terms, more = owned_by(conn, owner)
-        where.extend(terms)
-        params.extend(more)
+        if owner[0] not in ledger.UNCAPPED:
+            # `jobs_capped_owned`'s WHERE, term for term (SQLite uses a partial index
+            # only for a query that says it): the owner's jobs are a range of it.
+            terms = [ledger.capped(dialect_of(conn)), *terms]
+        where = [*terms, *where]
+        params = [*more, *params]
     return where, params
 
 
@@ -222,6 +228,9 @@ def select_jobs(conn: Any, status: str | None, queue: str | None, name: str | No
 # The columns of a job's row that grow with what it holds: a page is cut on their
 # bytes. The others are a job's fixed fields, names and keys of bounded length.
 GROWING = ("data", "result", "error", "progress")
+JOBS_NEWEST_FIRST = Keyset("jobs", "*", ("created_at", "id"), GROWING, descending=True)
+# A job's inbox is read as it was written, oldest first (decision 0076's addendum).
+INBOX_OLDEST_FIRST = Keyset("inbox", MESSAGE_COLUMNS, ("sent_at", "id"), ("payload",), descending=False)
 
 
 class JobPage(NamedTuple):
@@ -234,56 +243,23 @@ def select_job_page(conn: Any, status: str | None, queue: str | None, name: str 
                     max_bytes: int) -> JobPage:
     """`select_jobs`, from the job after `before` (the (created_at, id) of the last job
     of the page before), as a page: at most `limit` jobs, and past its first job at
-    most `max_bytes` of their `GROWING` columns (UTF-8, as stored). Rows past the
-    page are not read: SQLite's cursor steps one row at a time, and the page stops at
-    the first that does not fit (read to know it); on PostgreSQL, whose client reads
-    a whole result, the rows' sizes are read first (`octet_length` reads a value's
-    size, not the value), then the rows that fit, from the first to the last of them."""
+    most `max_bytes` of their `GROWING` columns; the rows past the page are not read
+    (gormes/actors/jobs/pages.py). An owner of a capped class reads its own entries of
+    `jobs_capped_owned` and no one else's job (`_filters`)."""
     where, params = _filters(conn, status, queue, name, owner)
-    if before is not None:
-        where.append("(created_at, id) < (?, ?)")
-        params.extend(before)
-    if dialect_of(conn) == POSTGRES:
-        return _page_by_sizes(conn, where, params, limit, max_bytes)
-    cur = conn.execute("SELECT * FROM jobs" + _where(where) + NEWEST_FIRST, (*params, limit + 1))
-    cols = [d[0] for d in cur.description]
-    growing = [cols.index(column) for column in GROWING]
-    jobs: list[Job] = []
-    held = 0
-    for row in cur:
-        size = sum(_utf8_len(row[i]) for i in growing)
-        if len(jobs) == limit or (jobs and held + size > max_bytes):
-            return JobPage(jobs, True)
-        held += size
-        jobs.append(job_from_row(cols, row))
-    return JobPage(jobs, False)
+    page = read_page(conn, JOBS_NEWEST_FIRST, where, params, limit, past=before, max_bytes=max_bytes)
+    return JobPage([job_from_row(page.columns, row) for row in page.rows], page.more)
 
 
-def _utf8_len(text: str | None) -> int:
-    if text is None:
-        return 0
-    return len(text) if text.isascii() else len(text.encode())
+class MessagePage(NamedTuple):
+    messages: list[InboxMessage]
+    more: bool
 
 
-def _page_by_sizes(conn: Any, where: list[str], params: list[Any], limit: int, max_bytes: int) -> JobPage:
-    size = " + ".join(f"coalesce(octet_length({column}), 0)" for column in GROWING)
-    sized = conn.execute(
-        f"SELECT created_at, id, {size} FROM jobs" + _where(where) + NEWEST_FIRST, (*params, limit + 1)
-    ).fetchall()
-    taken, held = 0, 0
-    for _created_at, _id, bytes_ in sized[:limit]:
-        if taken and held + bytes_ > max_bytes:
-            break
-        held += bytes_
-        taken += 1
-    if not taken:
-        return JobPage([], False)
-    # The rows sized, read between the first and the last of them (an index range,
-    # in order: no sort, and a job submitted meanwhile is newer than the first).
-    (first_at, first_id, _), (last_at, last_id, _) = sized[0], sized[taken - 1]
-    span = [*where, "(created_at, id) <= (?, ?)", "(created_at, id) >= (?, ?)"]
-    cur = conn.execute(
-        "SELECT * FROM jobs" + _where(span) + NEWEST_FIRST, (*params, first_at, first_id, last_at, last_id, taken)
-    )
-    cols = [d[0] for d in cur.description]
-    return JobPage([job_from_row(cols, row) for row in cur.fetchall()], len(sized) > taken)
+def select_inbox_page(conn: Any, job_id: str, limit: int, *, after: tuple[int, str] | None = None,
+                      max_bytes: int) -> MessagePage:
+    """A job's inbox, read or not, oldest first from the message after `after` (the
+    (sent_at, id) of the last message of the page before): at most `limit` messages
+    and, past the first, `max_bytes` of their payloads; a range of `inbox_order`."""
+    page = read_page(conn, INBOX_OLDEST_FIRST, ["job_id = ?"], [job_id], limit, past=after, max_bytes=max_bytes)
+    return MessagePage([message_from_row(row) for row in page.rows], page.more)

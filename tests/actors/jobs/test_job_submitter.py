@@ -73,10 +73,10 @@ async def test_a_version_1_sqlite_ledger_is_migrated_in_place(tmp_path):
         old = await queue.submit("echo", {"x": 1})
     # What a version-1 gormes left: no submitter column (nor version 4's key columns,
     # decision 0032, nor version 5's token columns and tables, decision 0035, nor the
-    # index of the capped classes' live jobs, decision 0070's addendum),
-    # version 1 recorded.
+    # indexes of the capped classes' live jobs and of their jobs by owner, decision
+    # 0070's addendum and 0076's), version 1 recorded.
     conn = sqlite3.connect(path)
-    for index in ("jobs_key_held", "jobs_debounce", "jobs_capped_live"):
+    for index in ("jobs_key_held", "jobs_debounce", "jobs_capped_live", "jobs_capped_owned"):
         conn.execute(f"DROP INDEX {index}")
     for table in ("job_model_tokens", "model_tokens"):
         conn.execute(f"DROP TABLE {table}")
