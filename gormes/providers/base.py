@@ -14,9 +14,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
+import trio
 
 from gormes.errors import GormesError
 
@@ -280,17 +282,42 @@ def billed(usage: Usage | None) -> Iterator[None]:
         raise
 
 
+# Who hears what a stream had reported when its turn was cancelled (`on_cancel`).
+_cancelled_usage: ContextVar[Callable[[Usage], None] | None] = ContextVar("cancelled_usage", default=None)
+
+
+@contextmanager
+def on_cancel(hear: Callable[[Usage], None]) -> Iterator[None]:
+    """Around a `complete`: if the turn is cancelled while its stream is read, `hear`
+    is given the usage the stream had reported by then (none reported: not called).
+    The API bills a reply it began whether or not it is read to its end; a run's
+    budgets settle to it rather than release their hold (decision 0069's second
+    addendum)."""
+    token = _cancelled_usage.set(hear)
+    try:
+        yield
+    finally:
+        _cancelled_usage.reset(token)
+
+
 @contextmanager
 def billed_as_read(reported: Callable[[], Usage | None] | None) -> Iterator[None]:
     """Around the reading of a stream: a `ProviderError` raised inside (an error
     event, an event that does not parse, a connection that broke) carries what
-    `reported()` says the stream had reported by then, which the API bills. None:
-    no stream is read, and the error is left as it is."""
+    `reported()` says the stream had reported by then, which the API bills; a
+    cancel tells `on_cancel`'s listener. None: no stream is read, and the error is
+    left as it is."""
     try:
         yield
     except ProviderError as exc:
         if reported is not None:
             bill(exc, reported())
+        raise
+    except trio.Cancelled:
+        hear = _cancelled_usage.get()
+        usage = None if hear is None or reported is None else reported()
+        if hear is not None and usage is not None and (usage.input or usage.output):
+            hear(usage)
         raise
 
 

@@ -37,7 +37,7 @@ for folder in ("actors/runs", "", "mcp"):
         sys.path.insert(0, str(TESTS / folder))
 
 from agent_worker import agent_worker, work_until_ended  # noqa: E402
-from anthropic_server import ErrorMidStream, Garbled, MessagesServer, Reply  # noqa: E402
+from anthropic_server import ErrorMidStream, Garbled, MessagesServer, Reply, Stall, StallMidStream  # noqa: E402
 from mcp_helpers import call_ok, gormes_mcp  # noqa: E402
 
 from pg_helpers import backend_store  # noqa: E402
@@ -199,6 +199,27 @@ async def test_an_error_event_after_message_start_is_counted_and_the_retry_too(s
     view = await book.get("b")
     assert (view.spent.input, view.spent.output, view.turns) == (96, 4, 2)
     assert await replays_exactly(db_path, outcome.run_id)
+
+
+async def test_a_turn_cancelled_after_message_start_settles_its_budget_to_what_was_reported(store, db_path):
+    """The run's deadline passes while the reply streams: message_start had reported
+    the input, which the API bills. The budget settles to it (it released the hold,
+    counting nothing: a caller that cut its runs short spent past every budget)."""
+    book = BudgetBook(store)
+    await book.set("b", tokens=1_000_000, output_estimate=ESTIMATE)
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(StallMidStream(Reply("never", input_tokens=40, cache_read=8)), Stall())
+        async with RunManager.open(store, providers=anthropic_at(server)) as runs:
+            cut = await runs.run("agent", {"prompt": "go"}, model=CLAUDE, budget="b", deadline_s=1.0)
+            # cancelled before anything was reported: nothing to settle to
+            quiet = await runs.run("agent", {"prompt": "go"}, model=CLAUDE, budget="b", deadline_s=0.5)
+    assert (cut.status, quiet.status) == ("failed", "failed") and "deadline" in cut.error
+    ends = [e for e in await events_of(store, budget_stream("b")) if isinstance(e, (BudgetSettled, BudgetReleased))]
+    assert [type(e) for e in ends] == [BudgetSettled, BudgetReleased]
+    view = await book.get("b")
+    assert (view.spent.input, view.spent.output, view.spent.cache_read, view.turns) == (48, 1, 8, 1)
+    assert view.held_tokens == 0
+    assert await replays_exactly(db_path, cut.run_id)
 
 
 async def test_a_malformed_event_after_message_start_is_counted(store, db_path):

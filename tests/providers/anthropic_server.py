@@ -93,7 +93,17 @@ class Stall:
     """Answers nothing until the server stops."""
 
 
-Plan = Reply | Error | RawEvents | ErrorMidStream | Garbled | Dropped | Stall
+@dataclass(frozen=True)
+class StallMidStream:
+    """The reply's first `after` stream events, then nothing until the server stops:
+    a reply the API has begun (message_start has reported its usage) that the
+    client gives up on."""
+
+    reply: Reply
+    after: int = 2  # message_start and ping
+
+
+Plan = Reply | Error | RawEvents | ErrorMidStream | Garbled | Dropped | Stall | StallMidStream
 
 
 @dataclass(frozen=True)
@@ -186,6 +196,10 @@ class _MessagesHandler(BaseHTTPRequestHandler):
             return self._send_events(events)
         if isinstance(plan, Dropped):
             return self._send_events(stream_events(plan.reply)[: plan.after], finish=False)
+        if isinstance(plan, StallMidStream):
+            self._send_events(stream_events(plan.reply)[: plan.after], finish=False)
+            server._release.wait()
+            return None
         if body.get("stream") is True:
             return self._send_events(stream_events(plan))
         return self._send(200, json.dumps(whole_message(plan)), "application/json")

@@ -26,6 +26,7 @@ from gormes.providers.base import (
     Message,
     ModelReply,
     ModelRequest,
+    on_cancel,
     ProviderError,
     ToolCall,
     ToolSpec,
@@ -403,7 +404,8 @@ class LiveRunContext(RunIdentity, RunContext):
                         async with limits.turn(self._provider.name, sent) as turn:
                             started = trio.current_time()  # the request's time, not its wait for room
                             try:
-                                reply = await self._provider.complete(sent)
+                                with on_cancel(spend.used):  # a reply begun, then cut short: billed
+                                    reply = await self._provider.complete(sent)
                             except ProviderError as exc:
                                 if exc.usage is not None:  # a reply the API billed: its budgets pay it
                                     turn.used(exc.usage)
