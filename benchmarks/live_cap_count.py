@@ -33,7 +33,6 @@ before) and each count's plan; `transitions`: us a row, with and without, and ra
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import median, progress, report, scratch_dir  # noqa: E402
+from _ledger_writes import INSERT_JOB, ledger_pair, ledger_writes, timed_steps  # noqa: E402
 
 from gormes.actors.jobs.queue import JobQueue  # noqa: E402
 from gormes.events.job_machine import LIVE  # noqa: E402
@@ -130,52 +130,20 @@ def transition_costs(d: Path) -> dict[str, Any]:
     """The claim's, the renewal's and the completion's UPDATE, us a row, on a ledger of
     operator jobs with `jobs_capped_live` and without it (see the module's doc)."""
     import msgspec
-    import sqlite_utils
 
-    writes = {t.event.__name__: w.sql for t, w in ledger._WRITES["sqlite"].items() if w is not None}
+    writes = ledger_writes()
     steps = {
         "claim": (writes["JobClaimed"], lambda i: (1, 1, "token", 2, 30_000, "w", 1, 2, f"job-{i:06}")),
         "renew": (writes["JobLeaseRenewed"], lambda i: (3, 3, f"job-{i:06}")),
         "complete": (writes["JobCompleted"], lambda i: ('"done"', 4, 4, 4, f"job-{i:06}")),
     }
     submitter = msgspec.json.encode(OPERATOR_SUBMITTER).decode()
-    conns: dict[str, sqlite3.Connection] = {}
-    for name in ("with", "without"):
-        conn = sqlite3.connect(d / f"transitions-{name}.db", isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=OFF")  # the UPDATEs' work, not the disk's
-        ledger.setup(sqlite_utils.Database(conn))
-        if name == "without":
-            conn.execute("DROP INDEX jobs_capped_live")
-        conn.execute("BEGIN")
-        conn.executemany(
-            "INSERT INTO jobs(id, name, queue, status, priority, data, created_at, options, version,"
-            " updated_at, submitter, submissions) VALUES (?, 'agent', 'default', 'waiting', 0, '{}', ?, '{}',"
-            " 1, ?, ?, 1)",
-            [(f"job-{i:06}", i, i, submitter) for i in range(TRANSITION_JOBS)],
-        )
-        conn.execute("COMMIT")
-        conns[name] = conn
-    times: dict[str, dict[str, list[float]]] = {step: {"with": [], "without": []} for step in steps}
-    for step, (sql, params) in steps.items():
-        for start in range(0, TRANSITION_JOBS, ROUND):
-            rows = [params(i) for i in range(start, start + ROUND)]
-            order = ("with", "without") if (start // ROUND) % 2 == 0 else ("without", "with")
-            for name in order:
-                conn = conns[name]
-                began = time.perf_counter()
-                conn.execute("BEGIN")
-                conn.executemany(sql, rows)
-                conn.execute("COMMIT")
-                times[step][name].append((time.perf_counter() - began) / ROUND)
+    conns = ledger_pair(d, "transitions", "jobs_capped_live")
     for conn in conns.values():
-        conn.close()
-    out: dict[str, Any] = {"jobs": TRANSITION_JOBS, "round": ROUND}
-    for step, by in times.items():
-        with_us, without_us = median(by["with"]) * 1e6, median(by["without"]) * 1e6
-        out[step] = {"with_us": round(with_us, 2), "without_us": round(without_us, 2),
-                     "ratio": round(with_us / without_us, 3)}
-    return out
+        conn.execute("BEGIN")
+        conn.executemany(INSERT_JOB, [(f"job-{i:06}", i, i, submitter) for i in range(TRANSITION_JOBS)])
+        conn.execute("COMMIT")
+    return {"jobs": TRANSITION_JOBS, "round": ROUND, **timed_steps(conns, steps, TRANSITION_JOBS, ROUND)}
 
 
 async def main() -> None:

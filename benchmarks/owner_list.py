@@ -30,7 +30,6 @@ Prints one JSON line.
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import median, progress, report, scratch_dir  # noqa: E402
+from _ledger_writes import INSERT_JOB, ledger_pair, ledger_writes, timed_steps  # noqa: E402
 
 from gormes.actors.jobs.pages import read_page  # noqa: E402
 from gormes.actors.jobs.queue import JobQueue  # noqa: E402
@@ -145,48 +145,18 @@ def transition_costs(d: Path) -> dict[str, Any]:
     """A job row's INSERT, claim and completion, us a row, with `jobs_capped_owned` and
     without it, for jobs of each kind of submitter (see the module's doc)."""
     import msgspec
-    import sqlite_utils
 
-    writes = {t.event.__name__: w.sql for t, w in ledger._WRITES["sqlite"].items() if w is not None}
-    insert = ("INSERT INTO jobs(id, name, queue, status, priority, data, created_at, options, version,"
-              " updated_at, submitter, submissions) VALUES (?, 'agent', 'default', 'waiting', 0, '{}', ?, '{}',"
-              " 1, ?, ?, 1)")
+    writes = ledger_writes()
     out: dict[str, Any] = {"jobs": TRANSITION_JOBS, "round": ROUND}
     for kind, submitter in (("operator", OPERATOR_SUBMITTER), ("gateway", GATEWAY), ("none", None)):
         text = None if submitter is None else msgspec.json.encode(submitter).decode()
         steps = {
-            "insert": (insert, lambda i: (f"job-{i:06}", i, i, text)),
+            "insert": (INSERT_JOB, lambda i: (f"job-{i:06}", i, i, text)),
             "claim": (writes["JobClaimed"], lambda i: (1, 1, "token", 2, 30_000, "w", 1, 2, f"job-{i:06}")),
             "complete": (writes["JobCompleted"], lambda i: ('"done"', 4, 4, 4, f"job-{i:06}")),
         }
-        conns: dict[str, sqlite3.Connection] = {}
-        for name in ("with", "without"):
-            conn = sqlite3.connect(d / f"transitions-{kind}-{name}.db", isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=OFF")  # the statements' work, not the disk's
-            ledger.setup(sqlite_utils.Database(conn))
-            if name == "without":
-                conn.execute(f"DROP INDEX {INDEX}")
-            conns[name] = conn
-        times: dict[str, dict[str, list[float]]] = {step: {"with": [], "without": []} for step in steps}
-        for step, (sql, params) in steps.items():
-            for start in range(0, TRANSITION_JOBS, ROUND):
-                rows = [params(i) for i in range(start, start + ROUND)]
-                order = ("with", "without") if (start // ROUND) % 2 == 0 else ("without", "with")
-                for name in order:
-                    conn = conns[name]
-                    began = time.perf_counter()
-                    conn.execute("BEGIN")
-                    conn.executemany(sql, rows)
-                    conn.execute("COMMIT")
-                    times[step][name].append((time.perf_counter() - began) / ROUND)
-        for conn in conns.values():
-            conn.close()
-        out[kind] = {}
-        for step, by in times.items():
-            with_us, without_us = median(by["with"]) * 1e6, median(by["without"]) * 1e6
-            out[kind][step] = {"with_us": round(with_us, 2), "without_us": round(without_us, 2),
-                               "ratio": round(with_us / without_us, 3)}
+        conns = ledger_pair(d, f"transitions-{kind}", INDEX)
+        out[kind] = timed_steps(conns, steps, TRANSITION_JOBS, ROUND)
     return out
 
 
