@@ -18,7 +18,6 @@ from contextvars import ContextVar
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
-import trio
 
 from gormes.errors import GormesError
 
@@ -288,8 +287,10 @@ _cancelled_usage: ContextVar[Callable[[Usage], None] | None] = ContextVar("cance
 
 @contextmanager
 def on_cancel(hear: Callable[[Usage], None]) -> Iterator[None]:
-    """Around a `complete`: if the turn is cancelled while its stream is read, `hear`
-    is given the usage the stream had reported by then (none reported: not called).
+    """Around a `complete`: if the turn is cancelled while its stream is read (or the
+    reading ends in any exception but a `ProviderError`, which carries its usage
+    itself), `hear` is given the usage the stream had reported by then (none
+    reported: not called).
     The API bills a reply it began whether or not it is read to its end; a run's
     budgets settle to it rather than release their hold (decision 0069's second
     addendum)."""
@@ -305,15 +306,15 @@ def billed_as_read(reported: Callable[[], Usage | None] | None) -> Iterator[None
     """Around the reading of a stream: a `ProviderError` raised inside (an error
     event, an event that does not parse, a connection that broke) carries what
     `reported()` says the stream had reported by then, which the API bills; a
-    cancel tells `on_cancel`'s listener. None: no stream is read, and the error is
-    left as it is."""
+    cancel (or anything else that ends the reading) tells it to `on_cancel`'s
+    listener. None: no stream is read, and the error is left as it is."""
     try:
         yield
     except ProviderError as exc:
         if reported is not None:
             bill(exc, reported())
         raise
-    except trio.Cancelled:
+    except BaseException:  # a cancel, above all (trio stays out of this module: quick reads import it)
         hear = _cancelled_usage.get()
         usage = None if hear is None or reported is None else reported()
         if hear is not None and usage is not None and (usage.input or usage.output):
