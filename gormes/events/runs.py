@@ -393,6 +393,25 @@ class RunChildFinished(Event, tag="run.child_finished", kw_only=True, gc=False):
     tokens: Tokens = Tokens()  # the child's total, its own children's included
 
 
+# -- written by the run, not observed -------------------------------------------
+
+
+class RunLlmCut(Event, tag="run.llm_cut", kw_only=True, gc=False):
+    """A model turn cut short while its reply streamed (the run's deadline, a cancel,
+    its job paused or cancelled): the usage the stream had reported by then, which
+    the API bills for a reply it began (decision 0080). Not an observation: the
+    handler was given nothing (the cancel reached it instead), so it has no `seq`
+    of its own, and replay, forks and resumes pass over it (a resumed run makes the
+    turn again). Its run's, job's and budgets' tokens, its cost and the metrics
+    count it."""
+
+    at_seq: int  # the seq the turn's record would have had: where in the run it was cut
+    request_hash: str
+    model: str = ""
+    usage: Tokens
+    duration_ms: int = 0
+
+
 # -- written by others -------------------------------------------------------------
 
 
@@ -412,7 +431,7 @@ RunObservation = (
 )
 RunEvent = (
     RunStarted | RunCompleted | RunFailed | RunCancelled | RunSuspended | RunResumed
-    | RunObservation | RunMessageSent
+    | RunObservation | RunLlmCut | RunMessageSent
 )
 OBSERVATION_TYPES: tuple[type, ...] = (
     RunLlmTurn, RunLlmFailed, RunToolCalled, RunInboxRead, RunClockRead, RunRandomDrawn,
@@ -431,6 +450,8 @@ def tokens_of(event: Event) -> Tokens:
         return turn_usage(event)
     if isinstance(event, RunLlmFailed):
         return event.usage or NO_TOKENS
+    if isinstance(event, RunLlmCut):
+        return event.usage
     if isinstance(event, RunTokensAdded):
         return Tokens(input=event.input, output=event.output, cache_read=event.cache_read,
                       cache_write=event.cache_write)

@@ -19,6 +19,7 @@ from gormes.events.runs import (
     RunChildFinished,
     RunCompleted,
     RunFailed,
+    RunLlmCut,
     RunLlmFailed,
     RunLlmTurn,
     RunResumed,
@@ -94,7 +95,7 @@ class RunsProjection:
             elif isinstance(e, RunLlmTurn):
                 conn.execute(f"UPDATE {TABLE} SET iterations = iterations + 1 WHERE run_id = ?", (run_id,))
                 conn.execute(_ADD_TOKENS, (e.usage.input, e.usage.output, e.usage.cache_read, run_id))
-            elif isinstance(e, RunLlmFailed) and e.usage is not None:
+            elif isinstance(e, (RunLlmFailed, RunLlmCut)) and e.usage is not None:
                 conn.execute(_ADD_TOKENS, (e.usage.input, e.usage.output, e.usage.cache_read, run_id))
             elif isinstance(e, RunTokensAdded):
                 conn.execute(_ADD_TOKENS, (e.input, e.output, e.cache_read, run_id))

@@ -285,20 +285,26 @@ def billed(usage: Usage | None) -> Iterator[None]:
 _cancelled_usage: ContextVar[Callable[[Usage], None] | None] = ContextVar("cancelled_usage", default=None)
 
 
-@contextmanager
-def on_cancel(hear: Callable[[Usage], None]) -> Iterator[None]:
+class on_cancel:  # noqa: N801 - used as a context manager, like contextlib's
     """Around a `complete`: if the turn is cancelled while its stream is read (or the
     reading ends in any exception but a `ProviderError`, which carries its usage
     itself), `hear` is given the usage the stream had reported by then (none
     reported: not called).
     The API bills a reply it began whether or not it is read to its end; a run's
     budgets settle to it rather than release their hold (decision 0069's second
-    addendum)."""
-    token = _cancelled_usage.set(hear)
-    try:
-        yield
-    finally:
-        _cancelled_usage.reset(token)
+    addendum), and the run records it (`run.llm_cut`, decision 0080). A class, not
+    a generator: every model turn enters one, and it costs a third of one."""
+
+    __slots__ = ("_hear", "_token")
+
+    def __init__(self, hear: Callable[[Usage], None]) -> None:
+        self._hear = hear
+
+    def __enter__(self) -> None:
+        self._token = _cancelled_usage.set(self._hear)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _cancelled_usage.reset(self._token)
 
 
 @contextmanager

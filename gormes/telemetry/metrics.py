@@ -9,7 +9,8 @@ store's read connection, on either backend:
   to its latest claim), breaker trips (jobs the memory breaker killed);
 - the log, incrementally (only the rows after the last scrape, read by position):
   attempts (`job.claimed`), stalls (`job.stalled`), and tokens and cost by model
-  (`run.llm_turn`, and `run.llm_failed` with the usage of a reply the API billed;
+  (`run.llm_turn`, `run.llm_failed` with the usage of a reply the API billed, and
+  `run.llm_cut`, a reply cut short while it streamed;
   a continuation's copied prefix counted once, in the run it was made in; cost
   priced with the pricing table, unpriced models left out);
 - `tracking`: each follower's lag behind the head (projections, the trace follower);
@@ -42,7 +43,8 @@ from gormes.telemetry.gauges import WorkerGauge
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # a failed turn adds the tokens of a reply the API billed, if it carries them (decision 0069)
-_MODEL_TYPES = ("run.llm_turn", "run.llm_failed")
+# and a turn cut short while it streamed bills what its stream reported (decision 0080)
+_MODEL_TYPES = ("run.llm_turn", "run.llm_failed", "run.llm_cut")
 _FOLD_TYPES = (*_MODEL_TYPES, "job.claimed", "job.stalled")
 _FOLD_PAGE = 5000
 
@@ -132,7 +134,8 @@ def _fold_rows(conn: Any, after: int) -> list[tuple[Any, ...]]:
     usage = [json_number(conn, f"$.usage.{k}") for k in ("input", "output", "cache_read")]
     marks = ",".join("?" * len(_FOLD_TYPES))
     return conn.execute(
-        f"SELECT position, stream, type, {json_text(conn, '$.seq')}, {json_text(conn, '$.model')},"
+        f"SELECT position, stream, type, coalesce({json_text(conn, '$.seq')}, {json_text(conn, '$.at_seq')}),"
+        f" {json_text(conn, '$.model')},"
         f" {', '.join(usage)} FROM events WHERE position > ? AND type IN ({marks})"
         f" ORDER BY position LIMIT {_FOLD_PAGE}", (after, *_FOLD_TYPES),
     ).fetchall()

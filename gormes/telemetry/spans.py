@@ -34,7 +34,7 @@ from gormes.events.jobs import (
     JobStalled, JobSubmitted, JobTimedOut,
 )
 from gormes.events.runs import (
-    RunCancelled, RunCompleted, RunFailed, RunLlmFailed, RunLlmTurn, RunStarted, RunToolCalled,
+    RunCancelled, RunCompleted, RunFailed, RunLlmCut, RunLlmFailed, RunLlmTurn, RunStarted, RunToolCalled,
 )
 
 AttributeValue = str | int | float | bool | tuple[str, ...]
@@ -131,6 +131,8 @@ def run_spans(
             spans.append(_chat_span(event, run_id, trace, own, provider, at_ns, start_ns))
         elif isinstance(event, RunLlmFailed):
             spans.append(_failed_chat_span(event, run_id, trace, own, provider, started, previous_ns, at_ns))
+        elif isinstance(event, RunLlmCut):
+            spans.append(_cut_chat_span(event, run_id, trace, own, provider, at_ns, start_ns))
         elif isinstance(event, RunToolCalled):
             spans.append(_tool_span(event, run_id, trace, own, at_ns, start_ns))
         elif isinstance(event, (RunCompleted, RunFailed, RunCancelled)):
@@ -247,6 +249,35 @@ def _failed_chat_span(
         name=f"chat {model}".rstrip(), kind="client", start_ns=min(previous_ns, at_ns), end_ns=at_ns,
         attributes=attributes, status="error", status_message=failed.error,
         events=(_exception(failed.error_type, failed.error, at_ns),),
+    )
+
+
+def _cut_chat_span(
+    cut: RunLlmCut, run_id: str, trace: str, parent: str, provider: str | None,
+    at_ns: int, run_start_ns: int,
+) -> Span:
+    """A turn cut short while its reply streamed (decision 0080): what its stream had
+    reported, which the API bills; an error span (the run's cancel or deadline
+    ended it), named apart from the observation that may later take its seq."""
+    attributes: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": cut.model,
+        "gen_ai.usage.input_tokens": cut.usage.input,
+        "gen_ai.usage.output_tokens": cut.usage.output,
+        "error.type": "cancelled",
+        "gormes.seq": cut.at_seq,
+    }
+    if cut.usage.cache_read:
+        attributes["gen_ai.usage.cache_read.input_tokens"] = cut.usage.cache_read
+    if cut.usage.cache_write:
+        attributes["gen_ai.usage.cache_creation.input_tokens"] = cut.usage.cache_write
+    if provider:
+        attributes["gen_ai.provider.name"] = provider
+    return Span(
+        trace_id=trace, span_id=span_id(f"run:{run_id}:cut:{cut.at_seq}"), parent_span_id=parent,
+        name=f"chat {cut.model}".rstrip(), kind="client",
+        start_ns=max(run_start_ns, at_ns - cut.duration_ms * 1_000_000), end_ns=at_ns,
+        attributes=attributes, status="error", status_message="cut short while the reply streamed",
     )
 
 

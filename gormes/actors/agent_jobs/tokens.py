@@ -7,7 +7,8 @@ in between, the job's fenced token write is refused: the run's stream has the
 turn, the job lacks its tokens, and a later attempt that resumes the run serves
 that turn from the record without counting it again. So each attempt first compares
 
-- what the runs of earlier attempts used live: their own model turns and token
+- what the runs of earlier attempts used live: their own model turns (those the
+  API billed though they failed or were cut short included) and token
   reports (not the prefix a resumed run copied from the run before it, which was
   counted when it was made), and everything their subagents used;
 - with what the job was given by its runs (its token deltas, child-job rollups
@@ -30,6 +31,8 @@ from gormes.events.jobs import TOKEN_KINDS, JobTokensAdded, Tokens
 from gormes.events.runs import (
     OBSERVATION_TYPES,
     RunChildSpawned,
+    RunLlmCut,
+    RunLlmFailed,
     RunLlmTurn,
     RunStarted,
     RunTokensAdded,
@@ -73,6 +76,8 @@ def own_usage(observed: Iterable[Recorded]) -> tuple[ByModel, list[str]]:
         event = record.event
         if isinstance(event, RunLlmTurn):
             _add(used, event.model, turn_usage(event))
+        elif isinstance(event, RunLlmFailed) and event.usage is not None:  # billed (decision 0069)
+            _add(used, event.model, event.usage)
         elif isinstance(event, RunTokensAdded):
             _add(used, None, Tokens(input=event.input, output=event.output, cache_read=event.cache_read,
                                     cache_write=event.cache_write))
@@ -126,6 +131,9 @@ async def _run_usage(read_run: ReadRun, run_id: str, into: ByModel) -> None:
         origin = started.resumed_from
         copied = sum(1 for r in observations(await read_run(origin.run_id)) if r.position <= origin.position)
     used, children = own_usage(observed[copied:])
+    for record in records:  # its turns cut short: not observations, never copied (decision 0080)
+        if isinstance(record.event, RunLlmCut):
+            _add(used, record.event.model, record.event.usage)
     for model, tokens in used.items():
         _add(into, model, tokens)
     for child in children:

@@ -2,8 +2,9 @@
 
     costs = run_costs(conn, ["R1", "R2"], load_table())   # {"R1": 0.0123, "R2": None}
 
-A run's cost is that of its own model turns (`run.llm_turn`, and each
-`run.llm_failed` that carries the usage of a reply the API billed), as `gormes runs show`
+A run's cost is that of its own model turns (`run.llm_turn`, each
+`run.llm_failed` that carries the usage of a reply the API billed, and each
+`run.llm_cut`, a reply cut short while it streamed), as `gormes runs show`
 lists them: a prefix it copied from another run (a fork, a resumed run) included,
 its subagents' turns not (each is a run of its own). None when a turn's model has
 no price, or a turn was redacted (its usage is gone); a run with no model turn has
@@ -62,11 +63,13 @@ def turns(conn: Any, run_ids: Sequence[str]) -> list[Turn]:
         rows = conn.execute(
             # a redacted turn (decision 0026) keeps its seq in its tombstone, and no model:
             # its usage is gone, so its run's cost is unknown (no price for model "")
-            f"SELECT substr(stream, 5), coalesce({json_text(conn, '$.seq')}, {json_text(conn, '$.redacted.seq')}),"
+            # a turn cut short (decision 0080) has no seq of its own: where it was cut stands in
+            f"SELECT substr(stream, 5), coalesce({json_text(conn, '$.seq')}, {json_text(conn, '$.redacted.seq')},"
+            f" {json_text(conn, '$.at_seq')}),"
             f" {json_text(conn, '$.model')},"
             f" {', '.join(usage)} FROM events WHERE stream IN ({_marks(streams)})"
             # a failed turn counts when the server billed it a reply (decision 0069)
-            f" AND (type = 'run.llm_turn' OR (type = 'run.llm_failed' AND {billed} IS NOT NULL))"
+            f" AND (type IN ('run.llm_turn', 'run.llm_cut') OR (type = 'run.llm_failed' AND {billed} IS NOT NULL))"
             " ORDER BY position", streams,
         ).fetchall()
         found += [  # int(): PostgreSQL gives the seq as text and the usage as numeric

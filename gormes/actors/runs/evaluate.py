@@ -43,6 +43,7 @@ from gormes.events.runs import (
     RunChildSpawned,
     RunCompleted,
     RunFailed,
+    RunLlmCut,
     RunLlmFailed,
     RunLlmTurn,
     RunToolCalled,
@@ -206,16 +207,17 @@ async def side_of(store: EventStore, run: RecordedRun, table: PricingTable) -> R
 async def tree_turns(store: EventStore, run: RecordedRun) -> list[tuple[str, Tokens]]:
     """(model, usage) of every model turn of `run` and of the subagents it spawned."""
     turns: list[tuple[str, Tokens]] = []
-    pending = [run.observations]
+    pending = [run.records]  # its turns cut short too, which are not observations (decision 0080)
     seen: set[str] = {run.run_id}
     while pending:
         for record in pending.pop():
             event = record.event
-            if isinstance(event, RunLlmTurn) or (isinstance(event, RunLlmFailed) and event.usage is not None):
+            if (isinstance(event, (RunLlmTurn, RunLlmCut))
+                    or (isinstance(event, RunLlmFailed) and event.usage is not None)):
                 turns.append((event.model, tokens_of(event)))
             elif isinstance(event, RunChildSpawned) and event.child_run_id not in seen:
                 seen.add(event.child_run_id)
                 records = await store.read_stream(run_stream(event.child_run_id))
                 if records:
-                    pending.append(split_run(event.child_run_id, records).observations)
+                    pending.append(split_run(event.child_run_id, records).records)
     return turns

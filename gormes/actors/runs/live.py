@@ -62,6 +62,7 @@ from gormes.events.runs import (
     RunClockRead,
     RunSpawnRefused,
     RunInboxRead,
+    RunLlmCut,
     RunLlmFailed,
     RunLlmTurn,
     RunLogged,
@@ -389,12 +390,14 @@ class LiveRunContext(RunIdentity, RunContext):
         while True:
             attempt += 1
             sent = request  # what the provider is sent: the handler's request, held to its budgets
+            cut: list[Usage] = []  # what a stream cut short had reported (`on_cancel`)
             try:
                 if not self._run.budgets and not limits.watches(self._provider.name, request.model):
                     # charged to no budget, no rate rule or outage guard: both turns below
                     # would yield at once; spared their two context managers a turn
                     started = trio.current_time()
-                    reply = await self._provider.complete(request)
+                    with on_cancel(cut.append):
+                        reply = await self._provider.complete(request)
                 else:
                     # budgets reserve the worst case (or refuse: BudgetExceeded) and settle after;
                     # the provider is sent no more output than they held (decision 0065), and the
@@ -404,7 +407,7 @@ class LiveRunContext(RunIdentity, RunContext):
                         async with limits.turn(self._provider.name, sent) as turn:
                             started = trio.current_time()  # the request's time, not its wait for room
                             try:
-                                with on_cancel(spend.used):  # a reply begun, then cut short: billed
+                                with on_cancel(lambda usage: (spend.used(usage), cut.append(usage))):
                                     reply = await self._provider.complete(sent)
                             except ProviderError as exc:
                                 if exc.usage is not None:  # a reply the API billed: its budgets pay it
@@ -427,6 +430,10 @@ class LiveRunContext(RunIdentity, RunContext):
                     raise
                 await trio.sleep(retry_wait(exc, self._manager.llm_backoff_s, attempt))
                 continue
+            except BaseException:  # a cancel, above all: a reply begun, then cut short, is billed
+                if cut:
+                    await self._record_cut(digest, request.model, cut[0], started)
+                raise
             u = reply.usage
             usage = usage_tokens(u)
             recorded, duration_ms = record_reply(reply), _ms(started)
@@ -437,6 +444,26 @@ class LiveRunContext(RunIdentity, RunContext):
             ))
             await self._count(usage, request.model)
             return reply
+
+    async def _record_cut(self, digest: str, model: str, usage: Usage, started: float) -> None:
+        """`run.llm_cut`: what the stream of a turn cut short had reported, which the
+        API bills (decision 0080), on the run's record and counted to its job. Held
+        (the cancel that cut the turn is pending): the lock taken and the append
+        waited for whatever is pending, the job's count shielded."""
+        tokens = usage_tokens(usage)
+        await self._lock.acquire_held()
+        try:
+            event = RunLlmCut(at_seq=self._seq, request_hash=digest, model=model, usage=tokens,
+                              duration_ms=_ms(started))
+            await self._store.append_held(self._stream, [event])
+            self.total_tokens = self.total_tokens + tokens
+        finally:
+            self._lock.release()
+        with trio.CancelScope(shield=True):
+            try:
+                await self._count(tokens, model)
+            except GormesError:  # the job no longer held (LockLost): its next attempt counts it
+                pass
 
     async def tool(self, name: str, arguments: Any) -> Any:
         executor = self._manager.executor

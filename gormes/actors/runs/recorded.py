@@ -39,6 +39,7 @@ from gormes.events.runs import (
     OBSERVATION_TYPES,
     TERMINAL_TYPES,
     RunChildSpawned,
+    RunLlmCut,
     RunMessageSent,
     RunResumed,
     RunStarted,
@@ -251,7 +252,8 @@ def _postgres_log(url: str) -> Any:
 
 _RUN_CLASSES: dict[str, type] = {
     cls.__struct_config__.tag: cls  # type: ignore[attr-defined]
-    for cls in (*OBSERVATION_TYPES, *TERMINAL_TYPES, RunStarted, RunSuspended, RunResumed, RunMessageSent)
+    for cls in (*OBSERVATION_TYPES, *TERMINAL_TYPES, RunStarted, RunSuspended, RunResumed, RunLlmCut,
+                RunMessageSent)
 }
 _CURRENT_VERSIONS: dict[str, int] = {tag: cls.schema_version for tag, cls in _RUN_CLASSES.items()}  # type: ignore[attr-defined]
 _run_events_decoder = msgspec.json.Decoder(list[functools.reduce(operator.or_, _RUN_CLASSES.values())])  # type: ignore[misc]

@@ -34,6 +34,7 @@ from gormes.events.runs import (
     RunCompleted,
     RunFailed,
     RunInboxRead,
+    RunLlmCut,
     RunLlmFailed,
     RunLlmTurn,
     RunLogged,
@@ -70,6 +71,9 @@ def _entry(r: Any, table: PricingTable) -> dict[str, Any] | None:
         base.update(model=e.model, error=e.error, retryable=e.retryable)
         if e.usage is not None:  # a reply the API billed and gormes could not use
             base.update(tokens=msgspec.to_builtins(e.usage), cost=table.cost(e.model, e.usage))
+    elif isinstance(e, RunLlmCut):  # cut short while it streamed: what the API bills (decision 0080)
+        base.update(model=e.model, at_seq=e.at_seq, tokens=msgspec.to_builtins(e.usage),
+                    cost=table.cost(e.model, e.usage), duration_ms=e.duration_ms)
     elif isinstance(e, RunToolCalled):
         base.update(operation=e.operation, arguments=e.arguments, outcome=e.outcome,
                     text=_preview(e.result if e.outcome == "ok" else e.error), duration_ms=e.duration_ms)
@@ -148,6 +152,9 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
             tokens, own = tokens + usage, own + usage
             turns.append((e.model, usage))
         elif isinstance(e, RunLlmFailed) and e.usage is not None:
+            tokens, own = tokens + e.usage, own + e.usage
+            turns.append((e.model, e.usage))
+        elif isinstance(e, RunLlmCut):
             tokens, own = tokens + e.usage, own + e.usage
             turns.append((e.model, e.usage))
         elif isinstance(e, RunTokensAdded):
@@ -245,6 +252,9 @@ def format_view(view: dict[str, Any], indent: str = "") -> list[str]:
         if entry["type"] == "run.llm_failed":
             billed = entry.get("tokens")
             text = entry["error"] + (f" (billed: in {billed['input']} out {billed['output']})" if billed else "")
+        if entry["type"] == "run.llm_cut":
+            billed = entry["tokens"]
+            text = f"cut short while it streamed (billed: in {billed['input']} out {billed['output']})"
         seq = f"#{entry['seq']}" if entry["seq"] is not None else "  "
         lines.append(f"{indent}  {seq:>4} {entry['type']:<18} {detail} {outcome} {text or ''}".rstrip())
     for child in view["children"]:

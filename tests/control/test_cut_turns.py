@@ -1,0 +1,237 @@
+"""A model turn cut short while its reply streamed is recorded and counted
+(decision 0080): the API bills the reply it began, so the stream's reported usage
+is the run's `run.llm_cut`, and the run's tokens, the runs projection, the costs
+read, the metrics, `gormes runs show`, the trace and the job's tokens count it;
+replay passes over it, and a resumed attempt makes the turn again without
+counting it twice. Before, only a watched turn's budget heard it (0069's second
+addendum) and nothing else did."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from gormes.actors.jobs.queue import JobQueue
+from gormes.actors.runs.costs import turns
+from gormes.actors.runs.manager import RunManager
+from gormes.actors.runs.recorded import DatabaseRuns
+from gormes.actors.runs.replay import replay
+from gormes.tools.builtin import default_registry as default_ops
+from gormes.control.budget_book import BudgetBook
+from gormes.events.budgets import BudgetReleased, BudgetSettled, budget_stream
+from gormes.events.jobs import Tokens
+from gormes.events.runs import RunLlmCut, RunLlmTurn, RunStarted, run_stream
+from gormes.projections.runner import ProjectionRunner
+from gormes.projections.runs import TABLE
+from gormes.projections.runs import runs as runs_projection
+from gormes.providers.anthropic import AnthropicProvider
+from gormes.telemetry.metrics import LogMetrics
+from gormes.telemetry.spans import run_spans
+
+TESTS = Path(__file__).resolve().parents[1]
+for folder in ("", "providers", "mcp"):
+    if str(TESTS / folder) not in sys.path:
+        sys.path.insert(0, str(TESTS / folder))
+
+from agent_worker import agent_worker  # noqa: E402
+from anthropic_server import MessagesServer, Reply, Stall, StallMidStream  # noqa: E402
+from mcp_helpers import call_ok, gormes_mcp  # noqa: E402
+from pg_helpers import backend_store  # noqa: E402
+
+CLAUDE = "anthropic:claude-test"
+# what message_start reports of Reply(input_tokens=40, cache_read=8): the input the API bills
+REPORTED = Tokens(input=48, output=1, cache_read=8)
+
+
+def anthropic_at(server: MessagesServer):
+    return lambda spec: AnthropicProvider(spec.partition(":")[2], base_url=server.base_url, api_key="sk-ant-test",
+                                          env={}, stream=True)
+
+
+def cut_reply() -> StallMidStream:
+    return StallMidStream(Reply("never", input_tokens=40, cache_read=8))
+
+
+async def events_of(store, stream: str) -> list:
+    return [r.event for r in await store.read_stream(stream)]
+
+
+async def replays_exactly(db_path: Path, run_id: str, registry=None) -> bool:
+    """`registry`: the operations a worker's runs are offered (None: a RunManager's
+    without an executor)."""
+    with DatabaseRuns(db_path) as source:
+        report = await replay(source, run_id, registry=registry)
+    return report.first_divergence is None and report.tree_exact
+
+
+def gormes(db: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gormes", "--db", str(db), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+async def test_a_turn_cut_by_the_deadline_is_recorded_and_counted_everywhere_the_run_is(store, db_path):
+    """No budget and no rate rule (the turn nobody watched, which counted nothing)."""
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(cut_reply(), Stall())
+        async with RunManager.open(store, providers=anthropic_at(server)) as runs:
+            outcome = await runs.run("agent", {"prompt": "go"}, model=CLAUDE, deadline_s=1.0)
+            # cut before anything was reported: nothing billed, nothing recorded
+            quiet = await runs.run("agent", {"prompt": "go"}, model=CLAUDE, deadline_s=0.5)
+    assert outcome.status == "failed" and "deadline" in outcome.error
+    events = await events_of(store, run_stream(outcome.run_id))
+    [cut] = [e for e in events if isinstance(e, RunLlmCut)]
+    assert (cut.usage, cut.model, cut.at_seq) == (REPORTED, "claude-test", 2)  # after the inbox read
+    assert cut.request_hash and cut.duration_ms > 0
+    assert outcome.tokens == REPORTED and events[-1].tokens == REPORTED  # the run's end says so
+    assert not [e for e in await events_of(store, run_stream(quiet.run_id)) if isinstance(e, RunLlmCut)]
+    assert quiet.tokens == Tokens()
+    # replay passes over it: the handler was interrupted right there
+    assert await replays_exactly(db_path, outcome.run_id)
+    # the runs projection
+    await ProjectionRunner(store, runs_projection).catch_up()
+    row = await store.read_with(lambda log: log.conn.execute(
+        f"SELECT tokens_input, tokens_output, iterations FROM {TABLE} WHERE run_id = ?",
+        (outcome.run_id,)).fetchone())
+    assert tuple(row) == (48, 1, 0)
+    # the metrics: its tokens, no turn
+    await JobQueue.open(store)  # the ledger's tables, which a scrape reads too
+    snapshot = await LogMetrics(store).snapshot()
+    assert snapshot.by_model["claude-test"].tokens == Tokens(input=48, output=1, cache_read=8)
+    assert snapshot.by_model["claude-test"].turns == 0
+    # the trace: an error span with its usage
+    records = await store.read_stream(run_stream(outcome.run_id))
+    [span] = [s for s in run_spans(records, trace="t" * 32, parent_span_id=None)
+              if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert span.status == "error" and span.attributes["gen_ai.usage.input_tokens"] == 48
+    # `gormes runs show`
+    shown = gormes(db_path, "runs", "show", outcome.run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert view["own_tokens"]["input"] == 48 and view["tokens"]["output"] == 1
+    [entry] = [e for e in view["timeline"] if e["type"] == "run.llm_cut"]
+    assert (entry["at_seq"], entry["tokens"]["input"], entry["seq"]) == (2, 48, None)
+    text = gormes(db_path, "runs", "show", outcome.run_id)
+    assert text.returncode == 0, text.stderr
+    assert "cut short while it streamed (billed: in 48 out 1)" in text.stdout
+    # the forensic reads, as processes: replay from the database, and from an export
+    replayed = gormes(db_path, "replay", outcome.run_id, "--json")
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["exact"] is True
+    exported = db_path.parent / "cut.jsonl"
+    done = gormes(db_path, "export", outcome.run_id, "--out", str(exported))
+    assert done.returncode == 0, done.stderr
+    assert '"run.llm_cut"' in exported.read_text()
+    from_file = subprocess.run([sys.executable, "-m", "gormes", "replay", "--file", str(exported), "--json"],
+                               capture_output=True, text=True, timeout=120)
+    assert from_file.returncode == 0, from_file.stderr
+    assert json.loads(from_file.stdout)["exact"] is True
+
+
+async def test_a_budgeted_turn_cut_short_is_recorded_as_its_budget_is_settled(store, db_path):
+    book = BudgetBook(store)
+    await book.set("b", tokens=1_000_000, output_estimate=100)
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(cut_reply())
+        async with RunManager.open(store, providers=anthropic_at(server)) as runs:
+            outcome = await runs.run("agent", {"prompt": "go"}, model=CLAUDE, budget="b", deadline_s=1.0)
+    [cut] = [e for e in await events_of(store, run_stream(outcome.run_id)) if isinstance(e, RunLlmCut)]
+    view = await book.get("b")
+    assert (view.spent.input, view.spent.output, view.spent.cache_read) == (cut.usage.input, cut.usage.output, 8)
+    ends = [e for e in await events_of(store, budget_stream("b")) if isinstance(e, (BudgetSettled, BudgetReleased))]
+    assert [type(e) for e in ends] == [BudgetSettled] and outcome.tokens == cut.usage == REPORTED
+    assert await replays_exactly(db_path, outcome.run_id)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_the_costs_read_counts_a_cut_turn(backend, db_path):
+    async with backend_store(backend, db_path) as store:
+        with MessagesServer(require_key="sk-ant-test") as server:
+            server.queue(cut_reply())
+            async with RunManager.open(store, providers=anthropic_at(server)) as runs:
+                outcome = await runs.run("agent", {"prompt": "go"}, model=CLAUDE, deadline_s=1.0)
+        found = await store.read_sql(lambda conn: turns(conn, [outcome.run_id]))
+    assert [(t.run_id, t.seq, t.model, t.tokens) for t in found] == [(outcome.run_id, 2, "claude-test", REPORTED)]
+
+
+async def _until(predicate, timeout: float = 30.0) -> None:
+    with trio.fail_after(timeout):  # only a guard against a hang
+        while not await predicate():
+            await trio.sleep(0.02)
+
+
+async def test_a_paused_job_counts_the_turn_it_cut_and_its_resumed_attempt_counts_it_once(
+        store, db_path, monkeypatch):
+    """The job is paused while its run's reply streams: the attempt's run records the
+    cut and the job is given it; resumed, the next attempt makes the turn again
+    (the cut is not copied) and the job's tokens are the two turns', once each."""
+    queue = await JobQueue.open(store)
+    with MessagesServer(require_key="sk-ant-test") as server:
+        monkeypatch.setenv("GORMES_ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("GORMES_ANTHROPIC_API_KEY", "sk-ant-test")
+        server.queue(cut_reply(), Reply("Done.", input_tokens=40, output_tokens=3))
+        job = await queue.submit("agent", {"prompt": "work", "model": CLAUDE})
+        worker = agent_worker(queue, log=lambda _: None)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+
+            async def streaming() -> bool:
+                return len(server.requests) == 1
+            await _until(streaming)
+            await trio.sleep(1.0)  # message_start and ping are sent with the headers
+            await queue.pause(job.id)
+
+            async def attempt_ended() -> bool:  # its run ended as cancelled, its lease released
+                return any(r.type == "run.cancelled" for r in await store.read_all())
+            await _until(attempt_ended)
+            await queue.resume(job.id)
+
+            async def ended() -> bool:
+                return (await queue.get(job.id)).status in ("completed", "failed", "dead")
+            await _until(ended)
+            worker.stop()
+    done = await queue.get(job.id)
+    assert done.status == "completed", done.error
+    runs = [r.event for r in await store.read_all() if isinstance(r.event, RunStarted)]
+    first, second = runs
+    [cut] = [e for e in await events_of(store, run_stream(first.run_id)) if isinstance(e, RunLlmCut)]
+    assert cut.usage == REPORTED
+    assert second.resumed_from is not None and second.resumed_from.run_id == first.run_id
+    resumed = await events_of(store, run_stream(second.run_id))
+    assert not [e for e in resumed if isinstance(e, RunLlmCut)]
+    [turn] = [e for e in resumed if isinstance(e, RunLlmTurn)]
+    assert done.tokens == REPORTED + turn.usage
+    for run in (first, second):
+        assert await replays_exactly(db_path, run.run_id, registry=default_ops())
+
+
+async def test_a_gateways_run_cut_by_its_own_deadline_counts_in_its_jobs_tokens(store, db_path, monkeypatch):
+    """`run.submit` through `gormes mcp` (a process, driven by the mcp SDK client) with
+    `deadline_s`: the caller that cut its runs short spent past every count. The
+    job's tokens and the run's count the cut turn."""
+    queue = await JobQueue.open(store)
+    with MessagesServer(require_key="sk-ant-test") as server:
+        monkeypatch.setenv("GORMES_ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("GORMES_ANTHROPIC_API_KEY", "sk-ant-test")
+        for _ in range(5):  # however many attempts the job makes
+            server.queue(cut_reply())
+        worker = agent_worker(queue, log=lambda _: None)
+        async with gormes_mcp(db_path, env={"GORMES_GATEWAY_MODELS": CLAUDE}) as client:
+            job = await call_ok(client, "run__submit", prompt="go", model=CLAUDE, deadline_s=1)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+
+                async def ended() -> bool:
+                    return (await queue.get(job["id"])).status in ("completed", "failed", "dead")
+                await _until(ended, timeout=120)
+                worker.stop()
+            done = await call_ok(client, "job__get", id=job["id"])
+    cuts = [r.event for r in await store.read_all() if isinstance(r.event, RunLlmCut)]
+    assert cuts and all(c.usage == REPORTED for c in cuts)
+    billed = sum((c.usage for c in cuts), Tokens())
+    assert done["tokens"]["input"] == billed.input > 0
+    assert (await queue.get(job["id"])).tokens == billed
