@@ -26,6 +26,12 @@ MAX_NESTING = 64
 # than the input: 8 leaves 2 to spare.
 ENVELOPE_NESTING = 8
 MAX_INPUT_NESTING = MAX_NESTING - ENVELOPE_NESTING
+# How deep a line of a JSONL file (`import`, `append`, `replay --file`) may nest:
+# what a gormes before decision 0074 wrote, whose executor took input as deep as
+# MAX_NESTING, with the envelope around it. A log it wrote holds such lines, and
+# its owner's export of it must import (decision 0074's addendum); today's lines
+# are 62 deep at most.
+MAX_LINE_NESTING = MAX_NESTING + ENVELOPE_NESTING
 # A whole string (possessive, so a stray quote cannot make it backtrack) or one bracket.
 _STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*+"|[\[\]{}]', re.DOTALL)
 # A whole string, or a run of opening brackets, or of closing ones.
@@ -93,15 +99,16 @@ def value_depth_over(value: object, limit: int = MAX_NESTING) -> bool:
     return False
 
 
-def check_nesting(raw: str | bytes, what: str) -> None:
-    """Refuse `raw` in one line if it nests deeper than `MAX_NESTING`."""
+def check_nesting(raw: str | bytes, what: str, limit: int = MAX_NESTING) -> None:
+    """Refuse `raw` in one line if it nests deeper than `limit`."""
     data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
-    if nesting_depth_over(data):
-        raise UserError(f"{what} is nested deeper than {MAX_NESTING} levels; refused unread")
+    if nesting_depth_over(data, limit):
+        raise UserError(f"{what} is nested deeper than {limit} levels; refused unread")
 
 
 def checked_lines(lines: Iterable[str | bytes]) -> Iterator[str | bytes]:
-    """The lines of a JSONL input, each checked by `check_nesting` (numbered from 1)."""
+    """The lines of a JSONL input, each checked by `check_nesting` against
+    `MAX_LINE_NESTING` (numbered from 1)."""
     for number, line in enumerate(lines, start=1):
-        check_nesting(line, f"line {number}")
+        check_nesting(line, f"line {number}", MAX_LINE_NESTING)
         yield line
