@@ -72,6 +72,7 @@ class Thresholds(msgspec.Struct, frozen=True, kw_only=True):
     disk_warn_bytes: int = GIB
     disk_warn_fraction: float = 0.10
     gateway_refusals_window_s: float = 24 * 3600.0  # the gateways' refused calls counted
+    cut_share_warn: float = 0.10  # of the model tokens of the last 7 days, billed for replies cut short
 
 
 def module_exists(name: str) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from gormes.actors.runs.process import describe, process_state, recorded_processes
 from gormes.health import Check, DoctorContext, Verdict, has_table, listing, ok, warn
+from gormes.health.scan import MODEL_DAYS, day
 
 
 
@@ -75,4 +76,32 @@ def check_cut_off(ctx: DoctorContext) -> Verdict:
     )
 
 
-CHECKS = [Check(name="runs.cut_off", category="runs", run=check_cut_off)]
+def check_cut_turns(ctx: DoctorContext) -> Verdict:
+    """Model turns cut short while their replies streamed (`run.llm_cut`, decision
+    0080) over the last 7 UTC days: the API billed each reply it began, and no run
+    read it. A warning when they are a large share of the model tokens."""
+    since = day(ctx.now - (MODEL_DAYS - 2) * 86_400)  # today and the 6 days before it
+    days = [d for key, d in ctx.log.model_days.items() if key >= since]
+    cut = sum(d.cut for d in days)
+    if not cut:
+        return ok("no model turn was cut short while its reply streamed in the last 7 days")
+    cut_tokens, read_tokens = sum(d.cut_tokens for d in days), sum(d.tokens for d in days)
+    share = cut_tokens / (cut_tokens + read_tokens) if cut_tokens + read_tokens else 0.0
+    runs = sorted({run for d in days for run in d.cut_runs})
+    said = (f"{cut} model turn(s) cut short while their replies streamed in the last 7 days, "
+            f"{cut_tokens} tokens billed for replies no run read ({share:.0%} of the model tokens; "
+            f"runs: {listing(runs, 3)})")
+    if share < ctx.thresholds.cut_share_warn:
+        return ok(said)
+    return warn(
+        said,
+        "a run's deadline (`deadline_s`), a job's cancel or pause, or a caller cancelling its runs "
+        "ends turns while the model answers: lengthen the deadlines, or find who cancels "
+        "(`gormes runs show RUN` lists each cut turn)",
+    )
+
+
+CHECKS = [
+    Check(name="runs.cut_off", category="runs", run=check_cut_off),
+    Check(name="runs.cut_turns", category="runs", run=check_cut_turns),
+]

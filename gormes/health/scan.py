@@ -19,6 +19,7 @@ ids, handler names, counts), so erasure does not reach into it.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,9 @@ ROW = "log"
 PAGE = 20_000
 _OBSERVED = frozenset(cls.__struct_config__.tag for cls in OBSERVATION_TYPES)
 _ENDS = frozenset(cls.__struct_config__.tag for cls in TERMINAL_TYPES)
-_WITH_DATA = ("run.started", *_OBSERVED)
+_CUT = "run.llm_cut"
+_WITH_DATA = ("run.started", *_OBSERVED, _CUT)
+MODEL_DAYS = 8  # days of model turns kept (UTC), for a window of the last 7
 
 
 class RunMark(msgspec.Struct, kw_only=True):
@@ -52,6 +55,18 @@ class RunMark(msgspec.Struct, kw_only=True):
 class HandlerRuns(msgspec.Struct, kw_only=True):
     runs: int = 0
     first: list[str] = []  # the smallest few run ids (what a listing names)
+
+
+class ModelDay(msgspec.Struct, kw_only=True):
+    """One UTC day's model turns: those read (`run.llm_turn`) and those cut short
+    while their replies streamed (`run.llm_cut`, decision 0080), with the tokens
+    (input and output) each reported."""
+
+    turns: int = 0
+    tokens: int = 0
+    cut: int = 0
+    cut_tokens: int = 0
+    cut_runs: list[str] = []  # the smallest few run ids (what a listing names)
 
 
 class LogSummary(msgspec.Struct, kw_only=True):
@@ -76,6 +91,7 @@ class LogSummary(msgspec.Struct, kw_only=True):
     audit_broken_before: list[str] = []
     integrity_at: float | None = None  # when the last full PRAGMA quick_check ran
     integrity: list[str] = []  # what it found
+    model_days: dict[str, ModelDay] = {}  # "YYYY-MM-DD" -> that day's turns, the last MODEL_DAYS
 
 
 def type_key(type_: str, type_version: int) -> str:
@@ -156,9 +172,14 @@ class Folder:
             runs = s.handlers.setdefault(str(mark.handler), HandlerRuns())
             runs.runs += 1
             _remember_first(runs.first, run_id)
+        elif type_ == _CUT:
+            self._model_turn(run_id, _json(data) or {}, recorded_at, cut=True)
         elif type_ in _OBSERVED:
             mark.observations += 1
-            seq = (_json(data) or {}).get("seq")
+            value = _json(data) or {}
+            if type_ == "run.llm_turn":
+                self._model_turn(run_id, value, recorded_at, cut=False)
+            seq = value.get("seq")
             if isinstance(seq, int) and seq > mark.top:
                 mark.missing += range(mark.top + 1, seq)
                 mark.top = seq
@@ -173,6 +194,27 @@ class Folder:
                     s.cited_early.remove(run_id)
                 else:
                     s.awaiting[run_id] = recorded_at
+
+    def _model_turn(self, run_id: str, value: dict[str, Any], recorded_at: float, *, cut: bool) -> None:
+        usage = value.get("usage") if isinstance(value.get("usage"), dict) else {}
+        tokens = sum(n for n in (usage.get("input"), usage.get("output")) if isinstance(n, int))
+        day_key = day(recorded_at)
+        days = self.s.model_days
+        if day_key not in days:
+            days[day_key] = ModelDay()
+            for old in sorted(days)[:-MODEL_DAYS]:
+                del days[old]
+        found = days.get(day_key)
+        if found is None:  # older than the days kept (a log folded out of order)
+            return
+        if cut:
+            found.cut += 1
+            found.cut_tokens += tokens
+            if run_id not in found.cut_runs:
+                _remember_first(found.cut_runs, run_id)
+        else:
+            found.turns += 1
+            found.tokens += tokens
 
     def _ended(self, run_id: str, mark: RunMark) -> None:
         s = self.s
@@ -195,6 +237,11 @@ class Folder:
             return
         if s.awaiting.pop(run_id, None) is None and run_id not in s.cited_early:
             s.cited_early.append(run_id)
+
+
+def day(at: float) -> str:
+    """The UTC day of `at` (seconds since the epoch), as the summary keys its days."""
+    return time.strftime("%Y-%m-%d", time.gmtime(at))
 
 
 def seq_reasons(mark: RunMark) -> list[str]:

@@ -130,6 +130,11 @@ async def test_a_turn_cut_by_the_deadline_is_recorded_and_counted_everywhere_the
                                capture_output=True, text=True, timeout=120)
     assert from_file.returncode == 0, from_file.stderr
     assert json.loads(from_file.stdout)["exact"] is True
+    # the doctor: the only model tokens of the week were cut
+    checked = gormes(db_path, "doctor", "--json")
+    [verdict] = [c for c in json.loads(checked.stdout)["checks"] if c["name"] == "runs.cut_turns"]
+    assert verdict["status"] == "warn" and verdict["message"].startswith(
+        "1 model turn(s) cut short while their replies streamed in the last 7 days, 49 tokens billed")
 
 
 async def test_a_budgeted_turn_cut_short_is_recorded_as_its_budget_is_settled(store, db_path):
