@@ -16,6 +16,11 @@ failed; the ledger's `error` column refused it, the transaction with it.
 
 The old log is written as an old gormes wrote it: by the library below the
 executor (the queue, memory's writer), which appends the events as given.
+
+NUL in a stream name is the one thing PostgreSQL cannot hold at all (the name is
+the event's own row, not a projection's). Only an import on SQLite wrote one; it
+is refused now, on every backend, and `gormes migrate` refuses a log holding one
+up front, naming the event, with nothing copied (it failed mid-copy, exit 1).
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_helpers import run_gormes
-from pg_helpers import backend_store, fresh_schema, url_for_schema
+from cli_helpers import assert_one_line_error, run_gormes
+from pg_helpers import admin, backend_store, fresh_schema, url_for_schema
 
 from gormes.actors.jobs.queue import JobQueue
 from gormes.events.jobs import JobFailed
 from gormes.events.memory import Origin
+from gormes.events.notes import NoteAdded
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.memory.writer import MemoryWriter, Source
 
@@ -102,3 +108,42 @@ async def test_a_job_failing_with_nul_in_its_error_is_recorded_on_postgresql(db_
         assert failed is not None and (failed.status, failed.error) == ("dead", "cannot parse b'\ufffd\x01'")
         [event] = [r.event for r in await store.read_stream(f"job-{job.id}") if isinstance(r.event, JobFailed)]
         assert event.error == "cannot parse b'\x00\x01'", "the event keeps what the handler said"
+
+
+async def _write_nul_stream_log(db: Path) -> None:
+    async with SQLiteEventStore.open(db) as store:
+        for name in ("notes-1", "notes-2", "notes-\x00", "notes-3"):
+            await store.append(name, [NoteAdded(text=name)])
+
+
+async def test_a_log_with_nul_in_a_stream_name_is_refused_up_front_and_moves_without_it(
+        db_path: Path, tmp_path: Path):
+    await _write_nul_stream_log(db_path)
+    with fresh_schema() as schema:
+        url = url_for_schema(schema)
+        line = assert_one_line_error(run_gormes(db_path, "migrate", "--from", str(db_path), "--to", url))
+        assert "the stream name of the event at position 3 holds U+0000 (NUL)" in line, line
+        assert "nothing was copied" in line and "gormes export --stream" in line, line
+        assert run_gormes(db_path, "migrate", "--from", str(db_path), "--to", url).returncode == 2
+        assert admin(f'SELECT count(*) FROM "{schema}".events') == [(0,)]
+        # what the refusal says to do: export the other streams, and import that
+        others = tmp_path / "others.jsonl"
+        ok(db_path, "export", "--stream", "notes-[0-9]", "--out", str(others))
+        ok(url, "import", str(others))
+        assert admin(f"SELECT stream FROM \"{schema}\".events WHERE type = 'note.added' ORDER BY position") == [
+            ("notes-1",), ("notes-2",), ("notes-3",)]
+
+
+async def test_an_import_of_a_stream_name_holding_nul_is_refused_on_every_backend(
+        db_path: Path, tmp_path: Path):
+    await _write_nul_stream_log(db_path)
+    export = tmp_path / "all.jsonl"
+    ok(db_path, "export", "--out", str(export))
+    with fresh_schema() as schema:
+        for target in (tmp_path / "fresh.db", url_for_schema(schema)):
+            refused = run_gormes(target, "import", str(export))
+            assert refused.returncode == 2, refused
+            line = assert_one_line_error(refused)
+            assert line == "gormes: error: line 3: the stream name holds U+0000 (NUL), which PostgreSQL cannot store"
+        assert admin(f"SELECT count(*) FROM \"{schema}\".events WHERE type = 'note.added'") == [(0,)]
+    assert "note.added" not in ok(tmp_path / "fresh.db", "events", "--json"), "nothing imported"
