@@ -7,7 +7,9 @@ and the digest raised `UnicodeEncodeError` (or `TypeError`) into the handler, wi
 no audit record: the handler, which expects `SpawnRefused`, failed the run. Every
 other door refuses such input as invalid and audits it (decision 0077). A spawn now
 does too: `SpawnRefused` naming the place, audited `invalid`, nothing else written,
-and replay refuses it again at the same place, so the run replays exactly.
+and replay refuses it again at the same place, so the run replays exactly. So does
+a tool or model name that is not a string, which was recorded in `run.child_spawned`
+and then made the run unreadable ("recorded by an incompatible gormes") to replay.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ BAD_SPAWNS: list[tuple[dict[str, Any], str]] = [
     ({"handler": "leaf", "input": {"x": object()}},
      "input is not JSON: Encoding objects of type object is unsupported"),
     ({"handler": "leaf", "input": {1: "one"}}, "input is not JSON: Only dicts with str keys are supported"),
+    # recorded, and then unreadable: `run.child_spawned`'s fields are strings
+    ({"handler": "leaf", "input": {}, "tools": ["fs.read", 5]}, "tools[1] is not a string"),
+    ({"handler": "leaf", "input": {}, "model": 3}, "model is not a string"),
+    ({"handler": None, "input": {}}, "handler is not a string"),
 ]
 
 

@@ -31,9 +31,11 @@ _encoder = msgspec.json.Encoder(order="deterministic")
 
 class UnrecordableSpawn(Exception):
     """A spawn no event could record (decision 0078): a Python handler's str with a
-    lone surrogate (in the handler's name, the input, a tool's name, the model), or
-    input that is no JSON (an object, a dict with keys not strings). `reason` names
-    the place, never the caller's text."""
+    lone surrogate (in the handler's name, the input, a tool's name, the model),
+    input that is no JSON (an object, a dict with keys not strings), or a handler,
+    tool or model name that is not a string (`run.child_spawned` would be written,
+    and no gormes could read it back: the run could not be replayed). `reason`
+    names the place, never the caller's text."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -44,11 +46,26 @@ def spawn_digest(handler: str, input: Any, tools: tuple[str, ...] | None, model:
     """sha256 of what the spawn asked for (canonical JSON): the record's input digest.
     Raises `UnrecordableSpawn` where the encoding fails: what it cannot encode, the
     spawn's event (`run.child_spawned`) could not record either."""
+    not_text = _not_a_name(handler, tools, model)
+    if not_text is not None:
+        raise UnrecordableSpawn(f"invalid spawn: {not_text} is not a string")
     asked = {"handler": handler, "input": input, "tools": tools, "model": model}
     try:
         return hashlib.sha256(_encoder.encode(asked)).hexdigest()
     except (UnicodeEncodeError, TypeError):
         raise UnrecordableSpawn(_why_unrecordable(asked)) from None
+
+
+def _not_a_name(handler: Any, tools: tuple[Any, ...] | None, model: Any) -> str | None:
+    """Which of the names is not a string, as the event's fields must be."""
+    if not isinstance(handler, str):
+        return "handler"
+    for i, tool in enumerate(tools or ()):
+        if not isinstance(tool, str):
+            return f"tools[{i}]"
+    if model is not None and not isinstance(model, str):
+        return "model"
+    return None
 
 
 def _why_unrecordable(asked: dict[str, Any]) -> str:
