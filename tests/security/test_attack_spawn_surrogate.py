@@ -26,6 +26,9 @@ from gormes.events.runs import RunChildSpawned, RunLogged, run_stream
 handlers = RunHandlerRegistry()
 LATIN_1_NAME = os.fsdecode(b"caf\xe9.txt")  # "caf\udce9.txt", as os.listdir gives it
 
+CYCLE: dict[str, Any] = {}
+CYCLE["self"] = CYCLE
+
 # (what the spawn is given, what its refusal names)
 BAD_SPAWNS: list[tuple[dict[str, Any], str]] = [
     ({"handler": "leaf\ud800", "input": {}}, "handler holds U+D800, a lone surrogate"),
@@ -40,6 +43,7 @@ BAD_SPAWNS: list[tuple[dict[str, Any], str]] = [
     ({"handler": "leaf", "input": {}, "tools": ["fs.read", 5]}, "tools[1] is not a string"),
     ({"handler": "leaf", "input": {}, "model": 3}, "model is not a string"),
     ({"handler": None, "input": {}}, "handler is not a string"),
+    ({"handler": "leaf", "input": CYCLE}, "input is not JSON: it holds itself"),  # RecursionError
 ]
 
 
@@ -94,3 +98,4 @@ async def test_a_spawn_no_event_could_record_is_refused_audited_invalid_and_repl
         report = await replay(source, outcome.run_id, registry=None, handlers=handlers)
     assert report.tree_exact, report
     assert len(await store.read_all()) == before, "replay wrote nothing"
+

@@ -34,8 +34,8 @@ class UnrecordableSpawn(Exception):
     lone surrogate (in the handler's name, the input, a tool's name, the model),
     input that is no JSON (an object, a dict with keys not strings), or a handler,
     tool or model name that is not a string (`run.child_spawned` would be written,
-    and no gormes could read it back: the run could not be replayed). `reason`
-    names the place, never the caller's text."""
+    and no gormes could read it back: the run could not be replayed), or input that
+    holds itself. `reason` names the place, never the caller's text."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -51,9 +51,13 @@ def spawn_digest(handler: str, input: Any, tools: tuple[str, ...] | None, model:
         raise UnrecordableSpawn(f"invalid spawn: {not_text} is not a string")
     asked = {"handler": handler, "input": input, "tools": tools, "model": model}
     try:
-        return hashlib.sha256(_encoder.encode(asked)).hexdigest()
+        encoded = _encoder.encode(asked)
     except (UnicodeEncodeError, TypeError):
         raise UnrecordableSpawn(_why_unrecordable(asked)) from None
+    except RecursionError:  # msgspec's guard on its own recursion: a value that holds itself
+        raise UnrecordableSpawn("invalid spawn: input is not JSON: it holds itself (or nests past"
+                                " what can be encoded)") from None
+    return hashlib.sha256(encoded).hexdigest()
 
 
 def _not_a_name(handler: Any, tools: tuple[Any, ...] | None, model: Any) -> str | None:
