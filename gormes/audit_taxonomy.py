@@ -71,7 +71,9 @@ def taxonomy(specs: Sequence[OperationSpec]) -> str:
             "`run.child_spawned`; one refused past the depth cap or the run's cap on spawns, or for an unknown handler, is `denied` "
             "(`SpawnRefused: ...`), and one refused past its tree's cap on runs is too, sealed with the run's "
             "`run.spawn_refused` (replay serves that refusal: the tree's count is not the run's to tell again); the agent's spawn call whose arguments do not validate is `invalid` "
-            "(`InvalidArguments: ...`). The input digest is the sha256 of what the spawn asked for "
+            "(`InvalidArguments: ...`), and so is a handler's spawn no event could record (a str holding a "
+            "lone surrogate, input that is no JSON, a name that is not a string: `InvalidArguments: invalid "
+            "spawn: ...`, with no input digest). The input digest is the sha256 of what the spawn asked for "
             "(handler, input, tools, model), or of the arguments as the model sent them. Replay writes none."
         ),
         "",

@@ -20,6 +20,9 @@ running or a budget it holds, a decision that would let a call run, a memory or
 skill record that vouches for itself: decision 0071) is refused unless
 `live_work` is given (decision 0068). A migration into an empty target
 moves a whole log and keeps its live work.
+A source whose events hold U+0000 (NUL) in a stream name or a type is refused up
+front too: PostgreSQL's text cannot hold it (decision 0078). NUL in an event's
+data moves (its JSON escapes it; the projections write U+FFFD for it).
 Projection tables and tracking rows are not copied: projections rebuild from the
 log on the target. The approvals index is built there at the end of the copy,
 from the target's own events (decision 0057), so the target's approval reads
@@ -140,6 +143,7 @@ class Migration:
                 prepare(conn, target_url, create=True)
                 migration = cls(source, PostgresLog(conn), str(source_path), target_url)
                 migration.check_target_is_a_prefix()
+                migration.check_postgresql_holds_the_names()
                 if not live_work:
                     migration.check_no_live_work_added()
                 yield migration
@@ -168,6 +172,20 @@ class Migration:
         ours = summarize(row_pages(self.source, 0, self.target_head))
         if theirs != ours:
             raise refuse
+
+    def check_postgresql_holds_the_names(self) -> None:
+        """Refuse, before a row is written, a source whose events to copy hold NUL in
+        a stream name or a type (PostgreSQL's text cannot; only an import on SQLite
+        before decision 0078 could write one). NUL anywhere else moves: the data is
+        JSON, which escapes it, and the projections write U+FFFD for it."""
+        found = self.source.first_nul_name(self.target_head, self.source_head)
+        if found is not None:
+            position, column = found
+            raise UserError(
+                f"{self.source_name}: the {column} name of the event at position {position} holds U+0000 "
+                "(NUL), which PostgreSQL cannot store; nothing was copied. The log stays usable on SQLite; "
+                "an export of it without that stream (`gormes export --stream`) can be imported"
+            )
 
     def check_no_live_work_added(self) -> None:
         """Refuse a continuation whose events leave live work in the target (what

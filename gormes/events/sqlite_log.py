@@ -109,6 +109,20 @@ class SQLiteLog(LogBase):
         """The connection `?` SQL runs on (see `LogBase`): on SQLite, `conn` itself."""
         return self.conn
 
+    def first_nul_name(self, after: int, upto: int) -> tuple[int, str] | None:
+        """The first event in (after, upto] whose stream or type holds U+0000 (NUL),
+        and which of the two; None if none does. SQLite's text holds NUL and
+        PostgreSQL's cannot (decision 0078). Compared as bytes: SQLite's text
+        functions may stop at a NUL."""
+        row = self.conn.execute(
+            "SELECT position, instr(CAST(stream AS BLOB), x'00') > 0 FROM events"
+            " WHERE position > ? AND position <= ?"
+            " AND (instr(CAST(stream AS BLOB), x'00') > 0 OR instr(CAST(type AS BLOB), x'00') > 0)"
+            " ORDER BY position LIMIT 1",
+            (after, upto),
+        ).fetchone()
+        return None if row is None else (row[0], "stream" if row[1] else "type")
+
     # -- writes -------------------------------------------------------------
 
     def begin(self) -> None:

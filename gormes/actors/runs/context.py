@@ -85,9 +85,10 @@ def spawn_cap_refusal(run_id: str, made: int, cap: int | None) -> str | None:
 
 class SpawnRefused(UserError):
     """`ctx.spawn()` refused before starting anything: the depth cap or the run's
-    cap on spawns is reached, or no run handler has that name (nothing recorded on
-    the run's stream), or the tree's cap on runs is reached (`run.spawn_refused`
-    recorded: decision 0063)."""
+    cap on spawns is reached, or no run handler has that name, or no event could
+    record what it was given (a lone surrogate, input that is no JSON: decision
+    0078) (nothing recorded on the run's stream), or the tree's cap on runs is
+    reached (`run.spawn_refused` recorded: decision 0063)."""
 
 
 class ChildRun(ABC):
@@ -290,9 +291,10 @@ class RunContext(ABC):
         the parent's memory scope, the parent's model unless `model` is given, an
         allowlist that is `tools` narrowed to the parent's own allowlist, and a
         deadline no later than the parent's. Cancelling this run cancels the child. Raises
-        `SpawnRefused` past the depth cap or the spawn cap, or for an unknown handler (nothing recorded
-        on the run's stream), or past the tree's cap on runs (`run.spawn_refused` recorded); a live
-        run audits each refusal, and each spawn it starts.
+        `SpawnRefused` past the depth cap or the spawn cap, or for an unknown handler, or for what no
+        event could record (a str with a lone surrogate, input that is no JSON; audited `invalid`)
+        (nothing recorded on the run's stream), or past the tree's cap on runs (`run.spawn_refused`
+        recorded); a live run audits each refusal, and each spawn it starts.
         """
 
     async def spawn_invalid(self, arguments: str, reason: str) -> None:  # noqa: B027 - a live run overrides it

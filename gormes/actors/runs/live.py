@@ -44,7 +44,7 @@ from gormes.actors.runs.context import (
     spawn_cap_refusal,
 )
 from gormes.actors.runs.request_record import RequestRecorder
-from gormes.actors.runs.spawn_audit import spawn_audited, spawn_digest, text_digest
+from gormes.actors.runs.spawn_audit import UnrecordableSpawn, spawn_audited, spawn_digest, text_digest
 from gormes.control.output_ceiling import held_to, sent_max_tokens
 from gormes.errors import GormesError, UserError
 from gormes.events.audit import AuditOutcome
@@ -593,7 +593,12 @@ class LiveRunContext(RunIdentity, RunContext):
         deadline_s: float | None = None,
     ) -> ChildRun:
         asked_tools = None if tools is None else tuple(tools)
-        digest = spawn_digest(handler, input, asked_tools, model)
+        try:
+            digest = spawn_digest(handler, input, asked_tools, model)
+        except UnrecordableSpawn as exc:
+            # before the caps: replay refuses it at the same place, with nothing to serve
+            await self._audit_spawn_refused(None, "invalid", "InvalidArguments", exc.reason)
+            raise SpawnRefused(exc.reason) from None
         if self.depth + 1 > self.max_depth:
             refused = f"depth cap reached: run {self.run_id} is at depth {self.depth} of {self.max_depth}"
             await self._audit_spawn_refused(digest, "denied", "SpawnRefused", refused)
@@ -660,7 +665,7 @@ class LiveRunContext(RunIdentity, RunContext):
         ), audit=audit)
         raise SpawnRefused(reason)
 
-    async def _audit_spawn_refused(self, digest: str, outcome: AuditOutcome, error_type: str, reason: str) -> None:
+    async def _audit_spawn_refused(self, digest: str | None, outcome: AuditOutcome, error_type: str, reason: str) -> None:
         """The audit record of a refused spawn (spawn_audit.py)."""
         audit = spawn_audited(self._caller(), digest, at=int(self._manager.clock() * 1000),
                               outcome=outcome, error_type=error_type, reason=reason)

@@ -7,7 +7,8 @@ Each call the handler makes is matched with the next recorded observation (by
     tool(name, args)  run.tool_called: same operation and arguments hash (after the
                       call's run.approval_requested and run.approval_decided, if it needed approval)
     spawn(h, input)   run.child_spawned (or run.spawn_refused, raised again): same
-                      handler, input, tools and model
+                      handler, input, tools and model (a spawn no event could
+                      record is refused again, before any of them: decision 0078)
     child.result()    run.child_finished: the same child
     inbox/now/random  the kind of observation
     progress/tokens/log  the kind, and what the handler reports
@@ -62,6 +63,7 @@ from gormes.actors.runs.context import (
     spawn_cap_refusal,
 )
 from gormes.actors.runs.approvals import replay_gate
+from gormes.actors.runs.spawn_audit import UnrecordableSpawn, spawn_digest
 from gormes.actors.runs.live import reply_from_record, tool_specs
 from gormes.control.budgets import BudgetExceeded
 from gormes.events.approvals import RunApprovalRequested
@@ -384,6 +386,10 @@ class ReplayContext(RunIdentity, RunContext):
         model: str | None = None,
         deadline_s: float | None = None,
     ) -> ChildRun:
+        try:  # what no event could record was refused live before anything else, unrecorded
+            spawn_digest(handler, input, None if tools is None else tuple(tools), model)
+        except UnrecordableSpawn as exc:
+            raise SpawnRefused(exc.reason) from None
         if self.depth + 1 > self.max_depth:
             raise SpawnRefused(f"depth cap reached: run {self.run_id} is at depth {self.depth} of {self.max_depth}")
         capped = spawn_cap_refusal(self.run_id, self.spawns_made, self.max_children)
