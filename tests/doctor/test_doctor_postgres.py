@@ -25,7 +25,8 @@ from gormes.control.call_rate import GatewayCallRate, parse_call_rate
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.memory import Origin, Provenance, evidence_hash, fact_id
 from gormes.events.memory import MemoryFactRecorded as Fact
-from gormes.events.runs import RunClockRead, RunCompleted, RunStarted
+from gormes.events.jobs import Tokens
+from gormes.events.runs import RunCancelled, RunClockRead, RunCompleted, RunLlmCut, RunStarted
 from gormes.events.sql_fragments import glob
 from gormes.health import Check, Thresholds, module_exists, ok
 from gormes.ops.executor import Executor
@@ -82,6 +83,9 @@ async def _unhealthy_history(store, clock: Clock) -> None:
     await store.append("run-nohandler", [_started("nohandler", handler="who.knows")])
     await store.append("run-headless", [RunClockRead(seq=1, value=1.0)])
     await store.append("run-late", [_started("late"), RunCompleted()])  # not extracted
+    await store.append("run-cut", [_started("cut"), RunLlmCut(at_seq=1, request_hash="h", model="m",  # billed, unread
+                                                              usage=Tokens(input=40, output=1)),
+                                   RunCancelled(reason="deadline")])
     await store.append("memory-" + SCOPE, [_fact("ok", "extracted", "Ada works at the lab"),
                                            _fact("gap", "manual", "Bob likes tea")])
     await store.append(audit_stream(int(T0 * 1000)), [
@@ -130,12 +134,14 @@ async def test_every_shared_check_says_the_same_on_postgres_as_on_sqlite(db_path
         "queue.stalled": "warn", "queue.dead_letters": "warn", "queue.wedged": "fail",
         "workers.heartbeats": "warn", "workers.circuit_breaker": "warn", "replay.runs": "warn",
         "memory.extraction": "warn", "memory.dead_letters": "warn", "projections.lag": "warn",
-        "gateway.call_rate": "warn",
+        "gateway.call_rate": "warn", "runs.cut_turns": "warn",
     }
     assert {name: pg_checks[name].status for name in expected} == expected
     assert "2 memory operation call(s) failed" in pg_checks["memory.dead_letters"].message
     assert pg_checks["gateway.call_rate"].message.startswith("2 gateway call(s) refused by the call rate")
     assert pg_checks["replay.runs"].message.startswith("3 run(s) cannot be replayed exactly")
+    assert pg_checks["runs.cut_turns"].message.startswith("1 model turn(s) cut short while their replies "
+                                                          "streamed in the last 7 days, 41 tokens billed")
     assert "1 completed run(s) not extracted into memory, the oldest (late)" in \
         pg_checks["memory.extraction"].message
     assert pg.status == lite.status == "error"
