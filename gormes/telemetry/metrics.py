@@ -12,6 +12,9 @@ store's read connection, on either backend:
   (`run.llm_turn`, and `run.llm_failed` with the usage of a reply the API billed;
   a continuation's copied prefix counted once, in the run it was made in; cost
   priced with the pricing table, unpriced models left out);
+- the gateways' calls the call rate refused, from the index the database keeps of
+  them (`events_call_refused`), only those recorded since the last scrape
+  (gormes/telemetry/refusal_count.py, decision 0079);
 - `tracking`: each follower's lag behind the head (projections, the trace follower);
 - the log's size (events, and bytes on SQLite);
 - the daemon's workers, in memory: their limit, active jobs and the governor's
@@ -39,6 +42,7 @@ from gormes.events.sql_fragments import json_number, json_text
 from gormes.events.store import EventStore
 from gormes.providers.pricing import PricingTable, load_table
 from gormes.telemetry.gauges import WorkerGauge
+from gormes.telemetry.refusal_count import RefusalCount
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # a failed turn adds the tokens of a reply the API billed, if it carries them (decision 0069)
@@ -64,6 +68,8 @@ class Snapshot(msgspec.Struct, kw_only=True):
     stalls: int
     by_model: dict[str, _ByModel]
     workers: list[WorkerGauge]
+    gateway_refusals: int | None = None  # None: not counted (no index, and calls are limited)
+    gateway_refusals_since: float | None = None  # when the count began (seconds since the epoch)
 
 
 class LogMetrics(Collector):
@@ -82,18 +88,26 @@ class LogMetrics(Collector):
         self._stalls = 0
         self._by_model: dict[str, _ByModel] = {}
         self._copied: dict[str, int] = {}
+        self._refusals = RefusalCount()
+
+    async def prepare(self) -> None:
+        """Begin the counts that start with the daemon (the gateways' refusals) at the log's head now."""
+        await self._refusals.begin(self.store)
 
     async def snapshot(self) -> Snapshot:
         async with self._lock:  # two scrapes at once must not fold the same rows twice
             with trio.fail_after(self.timeout_s):
                 await self._fold()
+                await self._refusals.fold(self.store)
                 read = await self.store.read_sql(_read_ledger)
         jobs, latency, trips, lag, events, size = read
         return Snapshot(jobs=jobs, latency=latency, breaker_trips=trips, lag=lag, events=events,
                         log_bytes=size, attempts=self._attempts, stalls=self._stalls,
                         by_model={k: _ByModel(tokens=v.tokens, cost=v.cost, turns=v.turns)
                                   for k, v in self._by_model.items()},
-                        workers=list(self.workers()))
+                        workers=list(self.workers()),
+                        gateway_refusals=self._refusals.total if self._refusals.known else None,
+                        gateway_refusals_since=self._refusals.started_at)
 
     async def _fold(self) -> None:
         while True:
@@ -196,6 +210,11 @@ def families(snap: Snapshot) -> Iterator[Any]:
         turns.add_metric([model], entry.turns)
         cost.add_metric([model], entry.cost)
     yield from (tokens, turns, cost)
+    if snap.gateway_refusals is not None:
+        yield CounterMetricFamily(
+            "gormes_gateway_call_rate_refusals",
+            "Gateway calls the call rate (GORMES_GATEWAY_RATE) refused, recorded since the daemon started.",
+            value=snap.gateway_refusals, created=snap.gateway_refusals_since)
     lag = GaugeMetricFamily("gormes_projection_lag_events",
                             "Events between the log's head and where a follower has applied.",
                             labels=["projection"])
