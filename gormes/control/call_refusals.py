@@ -172,11 +172,13 @@ def by_caller_sql(dialect: str) -> str:
             " GROUP BY caller")
 
 
-def refused_callers(conn: Any, since: float, cap: int | None = None, top: int = TOP_CALLERS) -> ByCaller | None:
+def refused_callers(conn: Any, since: float, cap: int | None = None, top: int | None = None) -> ByCaller | None:
     """Whom the latest `cap` (None: COUNT_CAP) refusals recorded after `since` were
-    refused to: the `top` callers and how many more. It reads what a count does, at
-    most `cap` index entries, and each one's row (its caller). None with no index."""
+    refused to: the `top` (None: TOP_CALLERS) callers and how many more. It reads what
+    a count does, at most `cap` index entries, and each one's row (its caller). None
+    with no index."""
     cap = COUNT_CAP if cap is None else cap
+    top = TOP_CALLERS if top is None else top
     if not indexed(conn):
         return None
     dialect = POSTGRES if dialect_of(conn) == POSTGRES else SQLITE
