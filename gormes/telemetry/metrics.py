@@ -109,10 +109,16 @@ class LogMetrics(Collector):
                         gateway_refusals=self._refusals.total if self._refusals.known else None,
                         gateway_refusals_since=self._refusals.started_at)
 
+    @property
+    def folded(self) -> int:
+        """The log position the counters have folded up to."""
+        return self._folded
+
     async def _fold(self) -> None:
         while True:
-            rows = await self.store.read_sql(lambda conn: _fold_rows(conn, self._folded))
+            rows, head = await self.store.read_sql(lambda conn: _fold_rows(conn, self._folded))
             if not rows:
+                self._folded = max(self._folded, head)  # none of the rows up to the head is one to count
                 return
             fresh = sorted({r[1][4:] for r in rows if r[2] in _MODEL_TYPES} - set(self._copied))
             if fresh:
@@ -132,6 +138,7 @@ class LogMetrics(Collector):
                     entry.cost += self.pricing.cost(model or "", tokens) or 0.0
                 self._folded = position
             if len(rows) < _FOLD_PAGE:
+                self._folded = max(self._folded, head)
                 return
 
     def collect(self) -> Iterator[Any]:
@@ -142,14 +149,21 @@ class LogMetrics(Collector):
         yield from families(snap)
 
 
-def _fold_rows(conn: Any, after: int) -> list[tuple[Any, ...]]:
+def _fold_rows(conn: Any, after: int) -> tuple[list[tuple[Any, ...]], int]:
+    """The rows to count after `after` up to the head, a page at most, and that head:
+    a scrape moves on to it even when none of the rows is one to count, or the next
+    would read them all again (on SQLite, which has no index of `type`, every row
+    since the last one counted)."""
+    # the head first: every row up to it is committed (each is appended at the head + 1)
+    head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
     usage = [json_number(conn, f"$.usage.{k}") for k in ("input", "output", "cache_read")]
     marks = ",".join("?" * len(_FOLD_TYPES))
-    return conn.execute(
+    rows = conn.execute(
         f"SELECT position, stream, type, {json_text(conn, '$.seq')}, {json_text(conn, '$.model')},"
-        f" {', '.join(usage)} FROM events WHERE position > ? AND type IN ({marks})"
-        f" ORDER BY position LIMIT {_FOLD_PAGE}", (after, *_FOLD_TYPES),
+        f" {', '.join(usage)} FROM events WHERE position > ? AND position <= ? AND type IN ({marks})"
+        f" ORDER BY position LIMIT {_FOLD_PAGE}", (after, head, *_FOLD_TYPES),
     ).fetchall()
+    return rows, head
 
 
 def _read_ledger(conn: Any) -> tuple[Any, ...]:
