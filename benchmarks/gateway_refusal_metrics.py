@@ -16,6 +16,11 @@ scraped once (the first scrape, whose other counters fold the whole log; timed,
 - `count_all_ms`, the comparator: the count a counter begun with the log would
   read, every refusal's index entry (on `many`: SIZE / 2 of them).
 
+And the doctor's reads on `many`, whose last day holds SIZE / 2 refusals, more
+than it counts: `doctor_ms.refusals` (`call_refusals.refusals`, the count to
+COUNT_CAP, the first and the latest) and `doctor_ms.callers`
+(`refused_callers`, the clients of the latest COUNT_CAP), medians of SAMPLES.
+
 `ratio`: `many` over `few` (1.0: the scrape costs the same whatever the log
 holds), of the scrape, and `refusals_ratio` of the counter's part;
 `comparator_ratio`: `count_all_ms` over the counter's part on `many`. Samples
@@ -41,7 +46,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import median, progress, report, scratch_dir  # noqa: E402
-from gateway_refusals import NOW, Clock, fill, opened, postgres_reachable, record, settle  # noqa: E402
+from gateway_refusals import DAY, NOW, Clock, fill, opened, postgres_reachable, record, settle  # noqa: E402
 
 from gormes.actors.jobs.queue import JobQueue  # noqa: E402
 from gormes.control import call_refusals  # noqa: E402
@@ -120,9 +125,20 @@ async def measure(backend: str, d: Path) -> dict[str, Any]:
             elapsed, found = await timed(lambda: stores["many"].read_sql(count_all))
             all_ms.append(elapsed)
         assert found == SIZE // 2 + counted["many"], found
+        since = NOW - DAY
+        doctor: dict[str, list[float]] = {"refusals": [], "callers": []}
+        for _ in range(SAMPLES):
+            elapsed, seen = await timed(lambda: stores["many"].read_sql(lambda c: call_refusals.refusals(c, since)))
+            assert seen.more == (SIZE // 2 + counted["many"] > call_refusals.COUNT_CAP), seen
+            doctor["refusals"].append(elapsed)
+            elapsed, callers = await timed(
+                lambda: stores["many"].read_sql(lambda c: call_refusals.refused_callers(c, since)))
+            assert callers.read == seen.count, callers
+            doctor["callers"].append(elapsed)
     result: dict[str, Any] = {k: {n: round(median(v), 3) for n, v in by.items()} for k, by in samples.items()}
     result["first_scrape_ms"] = {n: round(v, 3) for n, v in first.items()}
     result["count_all_ms"] = round(median(all_ms), 3)
+    result["doctor_ms"] = {k: round(median(v), 3) for k, v in doctor.items()}
     result["ratio"] = round(median(samples["scrape_ms"]["many"]) / median(samples["scrape_ms"]["few"]), 2)
     result["refusals_ratio"] = round(median(samples["refusals_ms"]["many"]) / median(samples["refusals_ms"]["few"]),
                                      2)
@@ -145,5 +161,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    _ = NOW  # the logs' records end at gateway_refusals.NOW; the clocks go on from there
     trio.run(main)
