@@ -26,6 +26,9 @@ The reads (`refusals`) cost what they return: a count of the refusals recorded
 since a time, stopped at `COUNT_CAP` (past it, "more than"), and the first and
 the latest of them (one index entry each). With no index they read nothing and
 say so (None): a scan of the audit records is what the index is there to spare.
+Two more (decision 0079): `refused_callers`, whom the latest `COUNT_CAP` of them
+were refused to (the doctor's clients refused most), and `refused_after`, those
+recorded past a log position (the `/metrics` counter, gormes/telemetry/refusal_count.py).
 
 The limit in force is each `gormes mcp` process's own setting, which the store
 does not hold: the latest refusal's line states the one that refused it
