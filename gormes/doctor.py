@@ -31,6 +31,7 @@ from gormes.events.codec import default_codec
 from gormes.events.open import is_postgres_url
 from gormes.health import (
     Check,
+    Detail,
     DoctorContext,
     Status,
     Thresholds,
@@ -72,6 +73,7 @@ class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
     status: Status
     message: str
     remediation: str = ""  # empty when ok
+    detail: Detail = msgspec.UNSET  # left out of the JSON when the check has none
 
 
 class SkippedCheck(msgspec.Struct, frozen=True, kw_only=True):
@@ -222,5 +224,5 @@ def _end_failed_transaction(ctx: DoctorContext) -> None:
 def _result(name: str, category: str, verdict: Verdict) -> CheckResult:
     return CheckResult(
         name=name, category=category, status=verdict.status, message=verdict.message,
-        remediation=verdict.remediation,
+        remediation=verdict.remediation, detail=verdict.detail,
     )

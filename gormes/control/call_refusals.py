@@ -26,6 +26,9 @@ The reads (`refusals`) cost what they return: a count of the refusals recorded
 since a time, stopped at `COUNT_CAP` (past it, "more than"), and the first and
 the latest of them (one index entry each). With no index they read nothing and
 say so (None): a scan of the audit records is what the index is there to spare.
+Two more (decision 0079): `refused_callers`, whom the latest `COUNT_CAP` of them
+were refused to (the doctor's clients refused most), and `refused_after`, those
+recorded past a log position (the `/metrics` counter, gormes/telemetry/refusal_count.py).
 
 The limit in force is each `gormes mcp` process's own setting, which the store
 does not hold: the latest refusal's line states the one that refused it
@@ -146,3 +149,79 @@ def leases(conn: Any, key: str, since: float) -> Leases:
     latest = conn.execute(f"SELECT at FROM {limits_table.LEASES} WHERE key = ? ORDER BY at DESC LIMIT 1",
                           (key,)).fetchone()
     return Leases(int(recent), None if latest is None else float(latest[0]))
+
+
+# -- who was refused: the top callers of a window's latest refusals (the doctor's) --------------
+
+# The callers a breakdown names; the rest are counted together.
+TOP_CALLERS = 5
+
+
+class ByCaller(NamedTuple):
+    """The latest refusals after a time, by whom they were refused to."""
+
+    top: list[tuple[str, int]]  # (caller, refusals), most refused first, then by name; TOP_CALLERS at most
+    others: int  # callers past the top ones
+    others_refused: int  # their refusals
+    read: int  # the refusals read: at most the cap, the latest ones
+
+
+def by_caller_sql(dialect: str) -> str:
+    """The callers of the latest refusals after a time, no more of them than a limit:
+    one range of the index read from its newest end, and each entry's row."""
+    caller = json_text_in(dialect, "$.caller")
+    return (f"SELECT caller, count(*) FROM (SELECT coalesce({caller}, '') AS caller FROM events"
+            f" WHERE {refused_where(dialect)} AND recorded_at > ? ORDER BY recorded_at DESC LIMIT ?) AS latest"
+            " GROUP BY caller")
+
+
+def refused_callers(conn: Any, since: float, cap: int | None = None, top: int | None = None) -> ByCaller | None:
+    """Whom the latest `cap` (None: COUNT_CAP) refusals recorded after `since` were
+    refused to: the `top` (None: TOP_CALLERS) callers and how many more. It reads what
+    a count does, at most `cap` index entries, and each one's row (its caller). None
+    with no index."""
+    cap = COUNT_CAP if cap is None else cap
+    top = TOP_CALLERS if top is None else top
+    if not indexed(conn):
+        return None
+    dialect = POSTGRES if dialect_of(conn) == POSTGRES else SQLITE
+    found = sorted(((str(c), int(n)) for c, n in conn.execute(by_caller_sql(dialect), (since, cap))),
+                   key=lambda row: (-row[1], row[0]))
+    rest = found[top:]
+    return ByCaller(found[:top], len(rest), sum(n for _, n in rest), sum(n for _, n in found))
+
+
+# -- the refusals recorded after a log position: the metric's counter ---------------------------
+
+# How far behind the latest record before it a refusal's `recorded_at` may be and still
+# be counted by `refused_after`: a clock stepped back, or another host's clock behind.
+CLOCK_SLACK_S = 10.0
+
+
+class Head(NamedTuple):
+    position: int  # 0: an empty log
+    recorded_at: float | None
+
+
+def head(conn: Any) -> Head:
+    """The log's last position and when it was recorded (one primary-key entry)."""
+    row = conn.execute("SELECT position, recorded_at FROM events ORDER BY position DESC LIMIT 1").fetchone()
+    return Head(0, None) if row is None else Head(int(row[0]), float(row[1]))
+
+
+def after_sql(dialect: str) -> str:
+    """The refusals between two positions, found by a range of the index (`position + 0`
+    keeps the planner off the primary key, whose range would read every row of the span)."""
+    return (f"SELECT count(*) FROM events WHERE {refused_where(dialect)} AND recorded_at >= ?"
+            " AND position + 0 > ? AND position + 0 <= ?")
+
+
+def refused_after(conn: Any, after: int, up_to: int, since: float) -> int | None:
+    """The refusals at positions after `after` up to `up_to`, read from the index
+    entries recorded at `since` or later: what was recorded since the head `after`
+    was read, if `since` is no later than CLOCK_SLACK_S before that head's time. It
+    costs those entries and the ones of the slack. None with no index."""
+    if not indexed(conn):
+        return None
+    dialect = POSTGRES if dialect_of(conn) == POSTGRES else SQLITE
+    return int(conn.execute(after_sql(dialect), (since, after, up_to)).fetchone()[0])

@@ -41,18 +41,23 @@ MIB = 1024 * 1024
 GIB = 1024 * MIB
 
 
+# A check's figures for scripts (`--json`'s `detail`), beside its message; most have none.
+Detail = dict[str, object] | msgspec.UnsetType
+
+
 class Verdict(msgspec.Struct, frozen=True):
     status: Status
     message: str
     remediation: str = ""
+    detail: Detail = msgspec.UNSET
 
 
-def ok(message: str) -> Verdict:
-    return Verdict("ok", message)
+def ok(message: str, detail: Detail = msgspec.UNSET) -> Verdict:
+    return Verdict("ok", message, detail=detail)
 
 
-def warn(message: str, remediation: str) -> Verdict:
-    return Verdict("warn", message, remediation)
+def warn(message: str, remediation: str, detail: Detail = msgspec.UNSET) -> Verdict:
+    return Verdict("warn", message, remediation, detail)
 
 
 def fail(message: str, remediation: str) -> Verdict:

@@ -35,7 +35,9 @@ async def _serve_metrics(store: EventStore, port: int, workers: Callable[[], Seq
     # prometheus-client only when a metrics port is set
     from gormes.telemetry.metrics import LogMetrics, MetricsServer
 
-    server = MetricsServer(LogMetrics(store, workers=workers), port)
+    collector = LogMetrics(store, workers=workers)
+    await collector.prepare()  # the gateways' refusals are counted from here
+    server = MetricsServer(collector, port)
     log.info("metrics: http://127.0.0.1:%d/metrics", server.port)
     task_status.started(server.port)
     try:

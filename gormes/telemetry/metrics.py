@@ -13,6 +13,9 @@ store's read connection, on either backend:
   `run.llm_cut`, a reply cut short while it streamed;
   a continuation's copied prefix counted once, in the run it was made in; cost
   priced with the pricing table, unpriced models left out);
+- the gateways' calls the call rate refused, from the index the database keeps of
+  them (`events_call_refused`), only those recorded since the last scrape
+  (gormes/telemetry/refusal_count.py, decision 0079);
 - `tracking`: each follower's lag behind the head (projections, the trace follower);
 - the log's size (events, and bytes on SQLite);
 - the daemon's workers, in memory: their limit, active jobs and the governor's
@@ -40,6 +43,7 @@ from gormes.events.sql_fragments import json_number, json_text
 from gormes.events.store import EventStore
 from gormes.providers.pricing import PricingTable, load_table
 from gormes.telemetry.gauges import WorkerGauge
+from gormes.telemetry.refusal_count import RefusalCount
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # a failed turn adds the tokens of a reply the API billed, if it carries them (decision 0069)
@@ -66,6 +70,8 @@ class Snapshot(msgspec.Struct, kw_only=True):
     stalls: int
     by_model: dict[str, _ByModel]
     workers: list[WorkerGauge]
+    gateway_refusals: int | None = None  # None: not counted (no index, and calls are limited)
+    gateway_refusals_since: float | None = None  # when the count began (seconds since the epoch)
 
 
 class LogMetrics(Collector):
@@ -84,23 +90,37 @@ class LogMetrics(Collector):
         self._stalls = 0
         self._by_model: dict[str, _ByModel] = {}
         self._copied: dict[str, int] = {}
+        self._refusals = RefusalCount()
+
+    async def prepare(self) -> None:
+        """Begin the counts that start with the daemon (the gateways' refusals) at the log's head now."""
+        await self._refusals.begin(self.store)
 
     async def snapshot(self) -> Snapshot:
         async with self._lock:  # two scrapes at once must not fold the same rows twice
             with trio.fail_after(self.timeout_s):
                 await self._fold()
+                await self._refusals.fold(self.store)
                 read = await self.store.read_sql(_read_ledger)
         jobs, latency, trips, lag, events, size = read
         return Snapshot(jobs=jobs, latency=latency, breaker_trips=trips, lag=lag, events=events,
                         log_bytes=size, attempts=self._attempts, stalls=self._stalls,
                         by_model={k: _ByModel(tokens=v.tokens, cost=v.cost, turns=v.turns)
                                   for k, v in self._by_model.items()},
-                        workers=list(self.workers()))
+                        workers=list(self.workers()),
+                        gateway_refusals=self._refusals.total if self._refusals.known else None,
+                        gateway_refusals_since=self._refusals.started_at)
+
+    @property
+    def folded(self) -> int:
+        """The log position the counters have folded up to."""
+        return self._folded
 
     async def _fold(self) -> None:
         while True:
-            rows = await self.store.read_sql(lambda conn: _fold_rows(conn, self._folded))
+            rows, head = await self.store.read_sql(lambda conn: _fold_rows(conn, self._folded))
             if not rows:
+                self._folded = max(self._folded, head)  # none of the rows up to the head is one to count
                 return
             fresh = sorted({r[1][4:] for r in rows if r[2] in _MODEL_TYPES} - set(self._copied))
             if fresh:
@@ -120,6 +140,7 @@ class LogMetrics(Collector):
                     entry.cost += self.pricing.cost(model or "", tokens) or 0.0
                 self._folded = position
             if len(rows) < _FOLD_PAGE:
+                self._folded = max(self._folded, head)
                 return
 
     def collect(self) -> Iterator[Any]:
@@ -130,15 +151,22 @@ class LogMetrics(Collector):
         yield from families(snap)
 
 
-def _fold_rows(conn: Any, after: int) -> list[tuple[Any, ...]]:
+def _fold_rows(conn: Any, after: int) -> tuple[list[tuple[Any, ...]], int]:
+    """The rows to count after `after` up to the head, a page at most, and that head:
+    a scrape moves on to it even when none of the rows is one to count, or the next
+    would read them all again (on SQLite, which has no index of `type`, every row
+    since the last one counted)."""
+    # the head first: every row up to it is committed (each is appended at the head + 1)
+    head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
     usage = [json_number(conn, f"$.usage.{k}") for k in ("input", "output", "cache_read")]
     marks = ",".join("?" * len(_FOLD_TYPES))
-    return conn.execute(
+    rows = conn.execute(
         f"SELECT position, stream, type, coalesce({json_text(conn, '$.seq')}, {json_text(conn, '$.at_seq')}),"
         f" {json_text(conn, '$.model')},"
-        f" {', '.join(usage)} FROM events WHERE position > ? AND type IN ({marks})"
-        f" ORDER BY position LIMIT {_FOLD_PAGE}", (after, *_FOLD_TYPES),
+        f" {', '.join(usage)} FROM events WHERE position > ? AND position <= ? AND type IN ({marks})"
+        f" ORDER BY position LIMIT {_FOLD_PAGE}", (after, head, *_FOLD_TYPES),
     ).fetchall()
+    return rows, head
 
 
 def _read_ledger(conn: Any) -> tuple[Any, ...]:
@@ -199,6 +227,11 @@ def families(snap: Snapshot) -> Iterator[Any]:
         turns.add_metric([model], entry.turns)
         cost.add_metric([model], entry.cost)
     yield from (tokens, turns, cost)
+    if snap.gateway_refusals is not None:
+        yield CounterMetricFamily(
+            "gormes_gateway_call_rate_refusals",
+            "Gateway calls the call rate (GORMES_GATEWAY_RATE) refused, recorded since the daemon started.",
+            value=snap.gateway_refusals, created=snap.gateway_refusals_since)
     lag = GaugeMetricFamily("gormes_projection_lag_events",
                             "Events between the log's head and where a follower has applied.",
                             labels=["projection"])

@@ -39,7 +39,7 @@ def target_of(store: Any, db_path: Path) -> Path | str:
     return url_for_schema(store.schema) if store.dialect == "postgres" else db_path
 
 
-async def gateway_calls(store: Any, clock: Clock, rate: str, n: int) -> int:
+async def gateway_calls(store: Any, clock: Clock, rate: str, n: int, caller: Caller = GATEWAY) -> int:
     """`n` gateway calls through a limited executor; how many were refused."""
     rule = parse_call_rate(rate)
     assert rule is not None
@@ -47,7 +47,7 @@ async def gateway_calls(store: Any, clock: Clock, rate: str, n: int) -> int:
     refused = 0
     for _ in range(n):
         try:
-            await executor.call("time.now", {}, GATEWAY)
+            await executor.call("time.now", {}, caller)
         except CallRateLimited:
             refused += 1
     return refused
@@ -78,6 +78,9 @@ async def test_refused_gateway_calls_warn_with_how_many_since_when_and_the_setti
             " (GORMES_GATEWAY_RATE=2rpm)")
         assert "raise GORMES_GATEWAY_RATE" in refused.remediation
         assert "`gormes audit export --since 24h`" in refused.remediation
+        assert refused.detail == {"window_s": DAY, "refused": 5, "refused_more": False,
+                                  "clients": [{"client": GATEWAY.id, "refused": 5}], "other_clients": 0,
+                                  "other_refused": 0, "clients_read": 5}
         assert doctor(target, now=T0 + 100).status == "warnings"
 
         # a day on, they are history: ok again (the window is a threshold)
@@ -110,3 +113,45 @@ async def test_limited_calls_with_no_index_of_their_refusals_warn_that_they_cann
     assert blind.status == "warn", blind
     assert "cannot be counted" in blind.message and call_refusals.INDEX in blind.message
     assert "the first limited call of one makes the index" in blind.remediation
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_it_names_the_clients_refused_most_a_few_of_them(backend, db_path: Path, monkeypatch):
+    """Whom the refusals went to, most first: the top TOP_CALLERS clients (3 here),
+    the rest counted together; each name quoted as JSON quotes it, so a client
+    cannot name itself into the list; in the message and in `--json`'s detail."""
+    monkeypatch.setattr(call_refusals, "TOP_CALLERS", 3)
+    forged = 'mcp:x" (999), "mcp:admin\n'
+    clients = {"mcp:a": 4, "mcp:b": 2, forged: 3, "mcp:c": 1, "mcp:d": 1}
+    clock = Clock()
+    async with backend_store(backend, db_path, clock=clock) as store:
+        assert await gateway_calls(store, clock, "1req/60s", 1) == 0
+        for i, (name, n) in enumerate(clients.items()):
+            clock.now = T0 + 1 + i
+            assert await gateway_calls(store, clock, "1req/60s", n, Caller(trust="gateway", id=name)) == n
+        outside = Caller(trust="gateway", id="mcp:yesterday")
+        found = check(doctor(target_of(store, db_path), now=T0 + 10), NAME)
+        with monkeypatch.context() as patched:
+            patched.setattr(call_refusals, "COUNT_CAP", 6)
+            capped = check(doctor(target_of(store, db_path), now=T0 + 10), NAME)
+        clock.now = T0 + 2 * DAY  # a day later: only what the window holds
+        assert await gateway_calls(store, clock, "1req/60s", 3, outside) == 2
+        later = check(doctor(target_of(store, db_path), now=T0 + 2 * DAY + 1), NAME)
+    assert found.status == "warn", found
+    assert found.message.endswith(
+        '; refused most to "mcp:a" (4), "mcp:x\\" (999), \\"mcp:admin\\n" (3), "mcp:b" (2)'
+        " and 2 other client(s) (2)"), found.message
+    assert found.detail == {
+        "window_s": DAY, "refused": 11, "refused_more": False,
+        "clients": [{"client": "mcp:a", "refused": 4}, {"client": forged, "refused": 3},
+                    {"client": "mcp:b", "refused": 2}],
+        "other_clients": 2, "other_refused": 2, "clients_read": 11}
+    assert later.detail["clients"] == [{"client": "mcp:yesterday", "refused": 2}] and "refused most" not in \
+        later.message  # one client: the message names it already
+    # past the cap, the clients of the latest COUNT_CAP refusals: d's, c's, the forged name's 3, one of b's
+    assert capped.detail == {
+        "window_s": DAY, "refused": 6, "refused_more": True,
+        "clients": [{"client": forged, "refused": 3}, {"client": "mcp:b", "refused": 1},
+                    {"client": "mcp:c", "refused": 1}],
+        "other_clients": 1, "other_refused": 1, "clients_read": 6}
+    assert "; refused most among the latest 6 to " in capped.message

@@ -8,7 +8,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
+from pg_helpers import backend_store
 from prometheus_client.parser import text_string_to_metric_families
 
 from gormes.actors.jobs.context import JobContext
@@ -16,6 +18,7 @@ from gormes.actors.jobs.handlers import default_registry
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.worker import Worker, WorkerConfig
 from gormes.events.jsonl import import_lines_in, parse_lines
+from gormes.events.notes import NoteAdded
 from gormes.events.sqlite import SQLiteEventStore
 from gormes.telemetry.metrics import LogMetrics, MetricsServer, WorkerGauge
 
@@ -104,3 +107,26 @@ async def test_metrics_while_a_worker_drains_jobs(tmp_path: Path) -> None:
     assert value(after, "gormes_log_bytes") > 0
     assert value(after, "gormes_projection_lag_events", projection="ledger") == 0
     assert value(after, "gormes_governor_breaker_trips_total") == 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_scrape_moves_past_the_rows_it_does_not_count(backend: str, db_path: Path) -> None:
+    """A log whose latest rows are none the counters count (audit records, notes: a
+    gateway's traffic) is read once: each scrape folds on to the head, where it
+    stopped at the last row it counted and the next scrape read all the rest again
+    (on SQLite, with no index of `type`, every one of them, scrape after scrape)."""
+    async with backend_store(backend, db_path) as store:
+        queue = await JobQueue.open(store)
+        await queue.submit("echo", {}, {"queue": "work"})
+        await store.append("notes-1", [NoteAdded(text=f"note {n}") for n in range(3000)])
+        metrics = LogMetrics(store)
+        server = MetricsServer(metrics, 0)
+        try:
+            first = await trio.to_thread.run_sync(scrape, server.port)
+            assert metrics.folded == await store.head() == value(first, "gormes_log_events")
+            await store.append("notes-2", [NoteAdded(text="one more")])
+            second = await trio.to_thread.run_sync(scrape, server.port)
+            assert metrics.folded == await store.head() == value(second, "gormes_log_events")
+            assert value(second, "gormes_job_attempts_total") == 0
+        finally:
+            server.close()
