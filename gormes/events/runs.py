@@ -397,19 +397,20 @@ class RunChildFinished(Event, tag="run.child_finished", kw_only=True, gc=False):
 
 
 class RunLlmCut(Event, tag="run.llm_cut", kw_only=True, gc=False):
-    """A model turn cut short while its reply streamed (the run's deadline, a cancel,
-    its job paused or cancelled): the usage the stream had reported by then, which
-    the API bills for a reply it began (decision 0080). Not an observation: the
-    handler was given nothing (the cancel reached it instead), so it has no `seq`
-    of its own, and replay, forks and resumes pass over it (a resumed run makes the
-    turn again). Its run's, job's and budgets' tokens, its cost and the metrics
-    count it."""
+    """A model turn cut short after its request left (the run's deadline, a cancel,
+    its job paused or cancelled, a scope of the handler's own): the usage its stream
+    had reported by then, which the API bills for a reply it began (decision 0080).
+    Not an observation: the handler was given nothing (the cancel reached it
+    instead), so it has no `seq` of its own; forks and resumes pass over it (a
+    resumed run makes the turn again), and replay waits at that turn for the
+    handler's own scope where the run went on after it. Its run's, job's and
+    budgets' tokens, its cost and the metrics count its usage."""
 
     at_seq: int  # the seq the turn's record would have had: where in the run it was cut
     request_hash: str
     model: str = ""
-    usage: Tokens
-    duration_ms: int = 0
+    usage: Tokens | None = None  # what the stream had reported; None: nothing (no event had come)
+    duration_ms: int = 0  # from the request's start to the cut
 
 
 # -- written by others -------------------------------------------------------------
@@ -451,7 +452,7 @@ def tokens_of(event: Event) -> Tokens:
     if isinstance(event, RunLlmFailed):
         return event.usage or NO_TOKENS
     if isinstance(event, RunLlmCut):
-        return event.usage
+        return event.usage or NO_TOKENS
     if isinstance(event, RunTokensAdded):
         return Tokens(input=event.input, output=event.output, cache_read=event.cache_read,
                       cache_write=event.cache_write)

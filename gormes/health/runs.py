@@ -77,19 +77,19 @@ def check_cut_off(ctx: DoctorContext) -> Verdict:
 
 
 def check_cut_turns(ctx: DoctorContext) -> Verdict:
-    """Model turns cut short while their replies streamed (`run.llm_cut`, decision
+    """Model turns cut short after their requests left (`run.llm_cut`, decision
     0080) over the last 7 UTC days: the API billed each reply it began, and no run
     read it. A warning when they are a large share of the model tokens."""
     since = day(ctx.now - (MODEL_DAYS - 2) * 86_400)  # today and the 6 days before it
     days = [d for key, d in ctx.log.model_days.items() if key >= since]
     cut = sum(d.cut for d in days)
     if not cut:
-        return ok("no model turn was cut short while its reply streamed in the last 7 days")
+        return ok("no model turn was cut short before its reply was read in the last 7 days")
     cut_tokens, read_tokens = sum(d.cut_tokens for d in days), sum(d.tokens for d in days)
     share = cut_tokens / (cut_tokens + read_tokens) if cut_tokens + read_tokens else 0.0
     runs = sorted({run for d in days for run in d.cut_runs})
-    said = (f"{cut} model turn(s) cut short while their replies streamed in the last 7 days, "
-            f"{cut_tokens} tokens billed for replies no run read ({share:.0%} of the model tokens; "
+    said = (f"{cut} model turn(s) cut short before their replies were read in the last 7 days, "
+            f"{cut_tokens} tokens billed for them ({share:.0%} of the model tokens; "
             f"runs: {listing(runs, 3)})")
     if share < ctx.thresholds.cut_share_warn:
         return ok(said)

@@ -132,7 +132,7 @@ def run_spans(
         elif isinstance(event, RunLlmFailed):
             spans.append(_failed_chat_span(event, run_id, trace, own, provider, started, previous_ns, at_ns))
         elif isinstance(event, RunLlmCut):
-            spans.append(_cut_chat_span(event, run_id, trace, own, provider, at_ns, start_ns))
+            spans.append(_cut_chat_span(event, record.position, run_id, trace, own, provider, at_ns, start_ns))
         elif isinstance(event, RunToolCalled):
             spans.append(_tool_span(event, run_id, trace, own, at_ns, start_ns))
         elif isinstance(event, (RunCompleted, RunFailed, RunCancelled)):
@@ -253,31 +253,33 @@ def _failed_chat_span(
 
 
 def _cut_chat_span(
-    cut: RunLlmCut, run_id: str, trace: str, parent: str, provider: str | None,
+    cut: RunLlmCut, position: int, run_id: str, trace: str, parent: str, provider: str | None,
     at_ns: int, run_start_ns: int,
 ) -> Span:
-    """A turn cut short while its reply streamed (decision 0080): what its stream had
-    reported, which the API bills; an error span (the run's cancel or deadline
-    ended it), named apart from the observation that may later take its seq."""
+    """A turn cut short after it was sent (decision 0080): what its stream had
+    reported, which the API bills; an error span, named by its log position (the
+    observation that may later take its seq, or another cut at it, is another)."""
     attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": cut.model,
-        "gen_ai.usage.input_tokens": cut.usage.input,
-        "gen_ai.usage.output_tokens": cut.usage.output,
         "error.type": "cancelled",
         "gormes.seq": cut.at_seq,
     }
-    if cut.usage.cache_read:
-        attributes["gen_ai.usage.cache_read.input_tokens"] = cut.usage.cache_read
-    if cut.usage.cache_write:
-        attributes["gen_ai.usage.cache_creation.input_tokens"] = cut.usage.cache_write
+    usage = cut.usage
+    if usage is not None:
+        attributes["gen_ai.usage.input_tokens"] = usage.input
+        attributes["gen_ai.usage.output_tokens"] = usage.output
+        if usage.cache_read:
+            attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read
+        if usage.cache_write:
+            attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write
     if provider:
         attributes["gen_ai.provider.name"] = provider
     return Span(
-        trace_id=trace, span_id=span_id(f"run:{run_id}:cut:{cut.at_seq}"), parent_span_id=parent,
+        trace_id=trace, span_id=span_id(f"run:{run_id}:cut@{position}"), parent_span_id=parent,
         name=f"chat {cut.model}".rstrip(), kind="client",
         start_ns=max(run_start_ns, at_ns - cut.duration_ms * 1_000_000), end_ns=at_ns,
-        attributes=attributes, status="error", status_message="cut short while the reply streamed",
+        attributes=attributes, status="error", status_message="cut short before its reply was read",
     )
 
 

@@ -1,4 +1,4 @@
-"""A model turn cut short while its reply streamed is recorded and counted
+"""A model turn cut short after its request left is recorded and counted
 (decision 0080): the API bills the reply it began, so the stream's reported usage
 is the run's `run.llm_cut`, and the run's tokens, the runs projection, the costs
 read, the metrics, `gormes runs show`, the trace and the job's tokens count it;
@@ -18,6 +18,8 @@ import trio
 
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.runs.costs import turns
+from gormes.actors.runs.context import RunHandlerRegistry
+from gormes.actors.runs.continuation import fork_run
 from gormes.actors.runs.manager import RunManager
 from gormes.actors.runs.recorded import DatabaseRuns
 from gormes.actors.runs.replay import replay
@@ -30,6 +32,7 @@ from gormes.projections.runner import ProjectionRunner
 from gormes.projections.runs import TABLE
 from gormes.projections.runs import runs as runs_projection
 from gormes.providers.anthropic import AnthropicProvider
+from gormes.providers.base import Message, ModelRequest
 from gormes.telemetry.metrics import LogMetrics
 from gormes.telemetry.spans import run_spans
 
@@ -80,7 +83,7 @@ async def test_a_turn_cut_by_the_deadline_is_recorded_and_counted_everywhere_the
         server.queue(cut_reply(), Stall())
         async with RunManager.open(store, providers=anthropic_at(server)) as runs:
             outcome = await runs.run("agent", {"prompt": "go"}, model=CLAUDE, deadline_s=1.0)
-            # cut before anything was reported: nothing billed, nothing recorded
+            # cut before any event came: recorded with no usage, nothing counted
             quiet = await runs.run("agent", {"prompt": "go"}, model=CLAUDE, deadline_s=0.5)
     assert outcome.status == "failed" and "deadline" in outcome.error
     events = await events_of(store, run_stream(outcome.run_id))
@@ -88,8 +91,9 @@ async def test_a_turn_cut_by_the_deadline_is_recorded_and_counted_everywhere_the
     assert (cut.usage, cut.model, cut.at_seq) == (REPORTED, "claude-test", 2)  # after the inbox read
     assert cut.request_hash and cut.duration_ms > 0
     assert outcome.tokens == REPORTED and events[-1].tokens == REPORTED  # the run's end says so
-    assert not [e for e in await events_of(store, run_stream(quiet.run_id)) if isinstance(e, RunLlmCut)]
-    assert quiet.tokens == Tokens()
+    [unreported] = [e for e in await events_of(store, run_stream(quiet.run_id)) if isinstance(e, RunLlmCut)]
+    assert unreported.usage is None and quiet.tokens == Tokens()
+    assert await replays_exactly(db_path, quiet.run_id)
     # replay passes over it: the handler was interrupted right there
     assert await replays_exactly(db_path, outcome.run_id)
     # the runs projection
@@ -134,7 +138,7 @@ async def test_a_turn_cut_by_the_deadline_is_recorded_and_counted_everywhere_the
     checked = gormes(db_path, "doctor", "--json")
     [verdict] = [c for c in json.loads(checked.stdout)["checks"] if c["name"] == "runs.cut_turns"]
     assert verdict["status"] == "warn" and verdict["message"].startswith(
-        "1 model turn(s) cut short while their replies streamed in the last 7 days, 49 tokens billed")
+        "2 model turn(s) cut short before their replies were read in the last 7 days, 49 tokens billed")
 
 
 async def test_a_budgeted_turn_cut_short_is_recorded_as_its_budget_is_settled(store, db_path):
@@ -240,3 +244,83 @@ async def test_a_gateways_run_cut_by_its_own_deadline_counts_in_its_jobs_tokens(
     billed = sum((c.usage for c in cuts), Tokens())
     assert done["tokens"]["input"] == billed.input > 0
     assert (await queue.get(job["id"])).tokens == billed
+
+
+# -- a turn the handler's own scope cut short, and the run went on -----------------------
+
+
+def _request(ctx) -> ModelRequest:
+    return ModelRequest(model=ctx.model_name, messages=(Message(role="user", content="go"),))
+
+
+async def timeboxed(ctx, input):
+    """Gives the model `box_s` for a first answer, then asks again without a bound."""
+    with trio.move_on_after(input["box_s"]):
+        await ctx.llm(_request(ctx))
+    return (await ctx.llm(_request(ctx))).message.content
+
+
+async def unboxed(ctx, input):
+    """The same handler with its bound taken out: a changed handler."""
+    await ctx.llm(_request(ctx))
+    return (await ctx.llm(_request(ctx))).message.content
+
+
+@pytest.mark.parametrize("first", ["streamed", "silent"])
+async def test_a_turn_the_handlers_own_scope_cut_replays_exactly(store, db_path, first):
+    """Live, the handler's scope cuts its first turn (after message_start, or before
+    any event) and the run goes on. Replay waits at that turn until the handler's
+    scope cuts it again, and serves the second (it served the second's reply to
+    the first call, and then diverged: asked for more than was recorded)."""
+    handlers = RunHandlerRegistry({"timeboxed": timeboxed})
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(cut_reply() if first == "streamed" else Stall(), Reply("Done.", input_tokens=40, output_tokens=3))
+        async with RunManager.open(store, providers=anthropic_at(server), handlers=handlers) as runs:
+            outcome = await runs.run("timeboxed", {"box_s": 0.5}, model=CLAUDE)
+    assert outcome.status == "completed" and outcome.result == "Done.", outcome.error
+    events = await events_of(store, run_stream(outcome.run_id))
+    [cut] = [e for e in events if isinstance(e, RunLlmCut)]
+    [turn] = [e for e in events if isinstance(e, RunLlmTurn)]
+    assert cut.at_seq == turn.seq == 1
+    assert cut.usage == (REPORTED if first == "streamed" else None)
+    assert outcome.tokens == turn.usage + (cut.usage or Tokens())
+    with DatabaseRuns(db_path) as source:
+        report = await replay(source, outcome.run_id, registry=None, handlers=handlers)
+    assert report.first_divergence is None and report.tree_exact and report.status == "completed"
+
+
+async def test_a_handler_that_no_longer_cuts_the_turn_diverges_there(store, db_path):
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(cut_reply(), Reply("Done.", input_tokens=40, output_tokens=3))
+        handlers = RunHandlerRegistry({"timeboxed": timeboxed})
+        async with RunManager.open(store, providers=anthropic_at(server), handlers=handlers) as runs:
+            outcome = await runs.run("timeboxed", {"box_s": 0.3}, model=CLAUDE)
+    [cut] = [r for r in await store.read_stream(run_stream(outcome.run_id)) if isinstance(r.event, RunLlmCut)]
+    with DatabaseRuns(db_path) as source:
+        report = await replay(source, outcome.run_id, registry=None,
+                              handlers=RunHandlerRegistry({"timeboxed": unboxed}))
+    divergence = report.first_divergence
+    assert divergence is not None and divergence.position == cut.position
+    assert divergence.recorded.endswith(f"(cut short after {cut.event.duration_ms} ms)")
+    assert "not cut short by the handler within" in divergence.asked
+
+
+async def test_a_fork_of_such_a_run_waits_at_the_cut_as_replay_does(store, db_path):
+    """Forked at its last observation, the run's prefix (the cut, then the second
+    turn) is served whole: the fork ends with the recorded answer and asks the model
+    nothing (it was served the second turn's reply at its first, time-boxed call,
+    then went live for the second)."""
+    handlers = RunHandlerRegistry({"timeboxed": timeboxed})
+    with MessagesServer(require_key="sk-ant-test") as server:
+        server.queue(cut_reply(), Reply("Done.", input_tokens=40, output_tokens=3))
+        async with RunManager.open(store, providers=anthropic_at(server), handlers=handlers) as runs:
+            outcome = await runs.run("timeboxed", {"box_s": 0.3}, model=CLAUDE)
+            [turn] = [r for r in await store.read_stream(run_stream(outcome.run_id))
+                      if isinstance(r.event, RunLlmTurn)]
+            asked = len(server.requests)
+            forked = await fork_run(runs, outcome.run_id, turn.position)
+            assert len(server.requests) == asked  # nothing live
+    assert forked.outcome.status == "completed" and forked.outcome.result == "Done.", forked.outcome.error
+    assert forked.copied == 1
+    copied = await events_of(store, run_stream(forked.run_id))
+    assert not [e for e in copied if isinstance(e, RunLlmCut)]  # the source's, with its tokens

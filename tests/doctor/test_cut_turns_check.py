@@ -1,4 +1,4 @@
-"""runs.cut_turns: model turns cut short while their replies streamed (`run.llm_cut`,
+"""runs.cut_turns: model turns cut short before their replies were read (`run.llm_cut`,
 decision 0080) in the last 7 days, from the doctor's log summary: counted in an
 ok verdict while they are a small share of the model tokens, a warning past
 `cut_share_warn`; older days are not counted, and an incremental run (the
@@ -41,7 +41,7 @@ def test_no_cut_turn_is_ok(db_path: Path) -> None:
     a_run(fresh(db_path), "read", [1000, 1000], [])
     result = check(doctor(db_path, now=NOW), "runs.cut_turns")
     assert result.status == "ok"
-    assert result.message == "no model turn was cut short while its reply streamed in the last 7 days"
+    assert result.message == "no model turn was cut short before its reply was read in the last 7 days"
 
 
 def test_a_few_cut_turns_are_counted_in_an_ok(db_path: Path) -> None:
@@ -49,8 +49,8 @@ def test_a_few_cut_turns_are_counted_in_an_ok(db_path: Path) -> None:
     a_run(db_path, "cut", [], [500])
     result = check(doctor(db_path, now=NOW), "runs.cut_turns")
     assert result.status == "ok", result
-    assert result.message == ("1 model turn(s) cut short while their replies streamed in the last 7 days, "
-                              "500 tokens billed for replies no run read (5% of the model tokens; runs: cut)")
+    assert result.message == ("1 model turn(s) cut short before their replies were read in the last 7 days, "
+                              "500 tokens billed for them (5% of the model tokens; runs: cut)")
 
 
 def test_cut_turns_past_the_share_warn_and_name_their_runs(db_path: Path) -> None:
@@ -59,8 +59,8 @@ def test_cut_turns_past_the_share_warn_and_name_their_runs(db_path: Path) -> Non
     a_run(db_path, "cut-b", [], [300])
     result = check(doctor(db_path, now=NOW), "runs.cut_turns")
     assert result.status == "warn", result
-    assert result.message.startswith("3 model turn(s) cut short while their replies streamed in the last 7 days, "
-                                     "1000 tokens billed for replies no run read (33% of the model tokens; runs: ")
+    assert result.message.startswith("3 model turn(s) cut short before their replies were read in the last 7 days, "
+                                     "1000 tokens billed for them (33% of the model tokens; runs: ")
     assert "cut-a" in result.message and "cut-b" in result.message
     assert "deadline_s" in result.remediation and "gormes runs show RUN" in result.remediation
 
@@ -81,6 +81,6 @@ def test_an_incremental_run_counts_what_the_last_one_folded(db_path: Path) -> No
     a_run(db_path, "second", [1000], [200])
     report = doctor(db_path, now=NOW)
     result = check(report, "runs.cut_turns")
-    assert result.message.startswith("2 model turn(s) cut short while their replies streamed in the last 7 days, "
-                                     "400 tokens billed for replies no run read (17% of the model tokens")
+    assert result.message.startswith("2 model turn(s) cut short before their replies were read in the last 7 days, "
+                                     "400 tokens billed for them (17% of the model tokens")
     assert "first" in result.message and "second" in result.message

@@ -140,8 +140,8 @@ async def test_every_shared_check_says_the_same_on_postgres_as_on_sqlite(db_path
     assert "2 memory operation call(s) failed" in pg_checks["memory.dead_letters"].message
     assert pg_checks["gateway.call_rate"].message.startswith("2 gateway call(s) refused by the call rate")
     assert pg_checks["replay.runs"].message.startswith("3 run(s) cannot be replayed exactly")
-    assert pg_checks["runs.cut_turns"].message.startswith("1 model turn(s) cut short while their replies "
-                                                          "streamed in the last 7 days, 41 tokens billed")
+    assert pg_checks["runs.cut_turns"].message.startswith("1 model turn(s) cut short before their replies "
+                                                          "were read in the last 7 days, 41 tokens billed")
     assert "1 completed run(s) not extracted into memory, the oldest (late)" in \
         pg_checks["memory.extraction"].message
     assert pg.status == lite.status == "error"

@@ -132,7 +132,7 @@ async def _run_usage(read_run: ReadRun, run_id: str, into: ByModel) -> None:
         copied = sum(1 for r in observations(await read_run(origin.run_id)) if r.position <= origin.position)
     used, children = own_usage(observed[copied:])
     for record in records:  # its turns cut short: not observations, never copied (decision 0080)
-        if isinstance(record.event, RunLlmCut):
+        if isinstance(record.event, RunLlmCut) and record.event.usage is not None:
             _add(used, record.event.model, record.event.usage)
     for model, tokens in used.items():
         _add(into, model, tokens)

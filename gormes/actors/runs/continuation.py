@@ -60,7 +60,7 @@ from gormes.actors.runs.fork_replace import (
     replace_observation,
 )
 from gormes.actors.runs.replay import Replayer, replay
-from gormes.actors.runs.replay_context import ReplayContext
+from gormes.actors.runs.replay_context import ReplayContext, handler_cuts
 from gormes.actors.runs.recorded import RecordedRun, split_run
 from gormes.actors.runs.context import ChildRun, RunContext, handler_version
 from gormes.actors.runs.live import LiveRunContext, TokenSink
@@ -265,7 +265,7 @@ async def fork_run(
     origin = ForkOrigin(run_id=source_run_id, position=at, replaced=replaced)
     outcome = await continue_run(
         manager, run, prefix, run.started_event(handler_version(fn), forked_from=origin, external_tools=manager.external_tools(run)),
-        lenient_llm=bool(model or overrides), on_start=on_start, seal=seal,
+        lenient_llm=bool(model or overrides), on_start=on_start, seal=seal, cuts_of=source,
     )
     return ForkedRun(run_id=run.run_id, forked_from=origin, copied=len(prefix), outcome=outcome)
 
@@ -298,6 +298,7 @@ async def _continuation(
     holding_job: JobContext | None = None,
     on_start: Callable[[str], None] | None = None,
     seal: Seal | None = None,
+    cuts_of: RecordedRun | None = None,
 ) -> tuple[LiveRunContext, ForkContext]:
     """`continue_run` up to driving: `started` recorded (with `seal`, the starting
     call's audit seal, start_record.py), then `on_start(run_id)`, the two contexts made.
@@ -305,7 +306,9 @@ async def _continuation(
     A continuation of `source` acting with a narrower trust class than it recorded
     (decision 0016) may be offered other tools, so its model requests differ from
     the recorded ones: its prefix is then served as recorded (it is history), as a
-    fork with overrides serves its own."""
+    fork with overrides serves its own. `cuts_of`: the run whose turns cut by the
+    handler's own scope inside the prefix the copy waits at (a fork's source; a
+    resumed run's is `source`)."""
     if source is not None and run.trust != source.started.trust:
         lenient_llm = True
     store = manager.store
@@ -323,9 +326,14 @@ async def _continuation(
     await append_start(store, run.run_id, [started, *messages], seal)
     if on_start is not None:
         on_start(run.run_id)
+    # the turns the handler's own scope cut inside the prefix: the copy waits at them
+    # as replay does (decision 0080); they are not copied, and their tokens stay the source's
+    last = prefix[-1].position if prefix else 0
+    cut_from = cuts_of or source
+    cuts = () if cut_from is None else tuple(r for r in handler_cuts(cut_from) if r.position < last)
     copy = RecordedRun(
         run_id=run.run_id, started=started, started_position=0, observations=prefix,
-        end=None, records=tuple(prefix),
+        end=None, records=tuple(sorted((*prefix, *cuts), key=lambda r: r.position)),
     )
     replayer = Replayer(_OneRun(copy), None, children=False, registry=registry, handlers=manager.handlers)
     return live, ForkContext(copy, replayer, live, store, lenient_llm=lenient_llm)

@@ -69,7 +69,7 @@ def turns(conn: Any, run_ids: Sequence[str]) -> list[Turn]:
             f" {json_text(conn, '$.model')},"
             f" {', '.join(usage)} FROM events WHERE stream IN ({_marks(streams)})"
             # a failed turn counts when the server billed it a reply (decision 0069)
-            f" AND (type IN ('run.llm_turn', 'run.llm_cut') OR (type = 'run.llm_failed' AND {billed} IS NOT NULL))"
+            f" AND (type = 'run.llm_turn' OR (type IN ('run.llm_failed', 'run.llm_cut') AND {billed} IS NOT NULL))"
             " ORDER BY position", streams,
         ).fetchall()
         found += [  # int(): PostgreSQL gives the seq as text and the usage as numeric

@@ -212,8 +212,8 @@ async def tree_turns(store: EventStore, run: RecordedRun) -> list[tuple[str, Tok
     while pending:
         for record in pending.pop():
             event = record.event
-            if (isinstance(event, (RunLlmTurn, RunLlmCut))
-                    or (isinstance(event, RunLlmFailed) and event.usage is not None)):
+            if isinstance(event, RunLlmTurn) or (isinstance(event, (RunLlmFailed, RunLlmCut))
+                                                 and event.usage is not None):
                 turns.append((event.model, tokens_of(event)))
             elif isinstance(event, RunChildSpawned) and event.child_run_id not in seen:
                 seen.add(event.child_run_id)

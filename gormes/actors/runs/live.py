@@ -391,6 +391,7 @@ class LiveRunContext(RunIdentity, RunContext):
             attempt += 1
             sent = request  # what the provider is sent: the handler's request, held to its budgets
             cut: list[Usage] = []  # what a stream cut short had reported (`on_cancel`)
+            started: float | None = None  # set as the request leaves
             try:
                 if not self._run.budgets and not limits.watches(self._provider.name, request.model):
                     # charged to no budget, no rate rule or outage guard: both turns below
@@ -430,9 +431,9 @@ class LiveRunContext(RunIdentity, RunContext):
                     raise
                 await trio.sleep(retry_wait(exc, self._manager.llm_backoff_s, attempt))
                 continue
-            except BaseException:  # a cancel, above all: a reply begun, then cut short, is billed
-                if cut:
-                    await self._record_cut(digest, request.model, cut[0], started)
+            except BaseException:  # a cancel, above all: a request sent, then cut short
+                if started is not None:
+                    await self._record_cut(digest, request.model, cut[0] if cut else None, started)
                 raise
             u = reply.usage
             usage = usage_tokens(u)
@@ -445,20 +446,25 @@ class LiveRunContext(RunIdentity, RunContext):
             await self._count(usage, request.model)
             return reply
 
-    async def _record_cut(self, digest: str, model: str, usage: Usage, started: float) -> None:
-        """`run.llm_cut`: what the stream of a turn cut short had reported, which the
-        API bills (decision 0080), on the run's record and counted to its job. Held
-        (the cancel that cut the turn is pending): the lock taken and the append
-        waited for whatever is pending, the job's count shielded."""
-        tokens = usage_tokens(usage)
+    async def _record_cut(self, digest: str, model: str, usage: Usage | None, started: float) -> None:
+        """`run.llm_cut`: a turn cut short after its request left, with what its stream
+        had reported (None: nothing), which the API bills (decision 0080), on the
+        run's record and counted to its job; where the run goes on (the handler's own
+        scope cut it), replay waits there for that scope. Held (the cancel that cut
+        the turn is pending): the lock taken and the append waited for whatever is
+        pending, the job's count shielded."""
+        tokens = None if usage is None else usage_tokens(usage)
         await self._lock.acquire_held()
         try:
             event = RunLlmCut(at_seq=self._seq, request_hash=digest, model=model, usage=tokens,
                               duration_ms=_ms(started))
             await self._store.append_held(self._stream, [event])
-            self.total_tokens = self.total_tokens + tokens
+            if tokens is not None:
+                self.total_tokens = self.total_tokens + tokens
         finally:
             self._lock.release()
+        if tokens is None:
+            return
         with trio.CancelScope(shield=True):
             try:
                 await self._count(tokens, model)

@@ -3,7 +3,9 @@
 Each call the handler makes is matched with the next recorded observation (by
 `seq`) and checked against it:
 
-    llm(request)      run.llm_turn / run.llm_failed: same request hash and model
+    llm(request)      run.llm_turn / run.llm_failed: same request hash and model (a turn
+                      the handler's own scope cut short, `run.llm_cut`, and the run
+                      went on: the call waits there for that scope, decision 0080)
     tool(name, args)  run.tool_called: same operation and arguments hash (after the
                       call's run.approval_requested and run.approval_decided, if it needed approval)
     spawn(h, input)   run.child_spawned (or run.spawn_refused, raised again): same
@@ -32,6 +34,7 @@ observation into a new run and goes live once the copied prefix is used up.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +81,7 @@ from gormes.events.runs import (
     RunClockRead,
     RunFailed,
     RunInboxRead,
+    RunLlmCut,
     RunLlmFailed,
     RunLlmTurn,
     RunLogged,
@@ -133,6 +137,14 @@ def _text(asked: Asked) -> str:
     return asked if isinstance(asked, str) else asked()
 
 
+def handler_cuts(recorded: RecordedRun) -> deque[Recorded]:
+    """The turns of `recorded` cut short where the run went on after them (an
+    observation follows), in log order: only a scope of the handler's own cuts a
+    turn and lets the run go on (a deadline, a cancel or a pause ends it)."""
+    last = recorded.observations[-1].position if recorded.observations else 0
+    return deque(r for r in recorded.records if isinstance(r.event, RunLlmCut) and r.position < last)
+
+
 class ReplayContext(RunIdentity, RunContext):
     copies = False  # a fork copies each observation it serves (see `served`)
     def __init__(self, recorded: RecordedRun, replayer: Replayer) -> None:
@@ -158,6 +170,7 @@ class ReplayContext(RunIdentity, RunContext):
         # llm() may check a model turn inline (a subclass may match otherwise)
         self._strict_llm = type(self).llm_matches is ReplayContext.llm_matches
         self.children: list[ReplayChildRun] = []
+        self._cuts = handler_cuts(recorded)
 
     @property
     def conversation(self) -> tuple[Message, ...]:
@@ -278,6 +291,8 @@ class ReplayContext(RunIdentity, RunContext):
     async def llm(self, request: ModelRequest) -> ModelReply:
         digest = request_hash(request)
         self._request, self._reply = request, None
+        if self._cuts and self._cuts[0].event.at_seq == self.cursor + 1:
+            await self._wait_for_the_handlers_cut(self._cuts.popleft(), digest, request)
         while True:
             # the next observation, if `until` allows serving it and it matches: served
             # at once; anything else is for `take` to judge
@@ -318,6 +333,23 @@ class ReplayContext(RunIdentity, RunContext):
                 if event.error_type == "BudgetExceeded":
                     raise BudgetExceeded(event.error)
                 raise ProviderError(event.error, retryable=event.retryable, usage=billed)
+
+    async def _wait_for_the_handlers_cut(self, cut: Recorded, digest: str, request: ModelRequest) -> None:
+        """The recorded turn was cut short here and the run went on: a scope of the
+        handler's own cancelled it (decision 0080). The call waits, as the live one
+        did, until that scope cancels it again: at most twice the recorded time and a
+        second, past which, or for another request than the one cut, the run diverges."""
+        event: RunLlmCut = cut.event  # type: ignore[assignment]
+        if self.until is not None and cut.position > self.until:
+            await self.halt(STOP_UNTIL)
+        asked = f"llm model={request.model} request {digest[:12]} ({len(request.messages)} messages)"
+        if not (same_request(event.request_hash, digest, request) and (event.model or request.model) == request.model):
+            await self.diverge(cut.position, None, describe(event), asked)
+        waited = 2 * event.duration_ms / 1000 + 1.0
+        with trio.move_on_after(waited):
+            await trio.sleep_forever()
+        await self.diverge(cut.position, None, describe(event),
+                           f"{asked}, not cut short by the handler within {waited:g} s")
 
     def request_diff(self, event: Any, request: ModelRequest) -> DivergenceDiff | None:
         """What differs between the recorded request at the cursor and the code's."""

@@ -19,6 +19,7 @@ from gormes.events.runs import (
     RunCompleted,
     RunFailed,
     RunInboxRead,
+    RunLlmCut,
     RunLlmFailed,
     RunLlmTurn,
     RunLogged,
@@ -181,6 +182,8 @@ def describe(event: Any) -> str:
             f"llm model={event.model} request {event.request_hash[:12]} "
             f"(attempt {event.attempt} failed: {_short(event.error, 60)})"
         )
+    if isinstance(event, RunLlmCut):
+        return f"llm model={event.model} request {event.request_hash[:12]} (cut short after {event.duration_ms} ms)"
     if isinstance(event, RunToolCalled):
         return f"tool {event.operation} {_short(event.arguments)}"
     if isinstance(event, RunChildSpawned):

@@ -71,9 +71,10 @@ def _entry(r: Any, table: PricingTable) -> dict[str, Any] | None:
         base.update(model=e.model, error=e.error, retryable=e.retryable)
         if e.usage is not None:  # a reply the API billed and gormes could not use
             base.update(tokens=msgspec.to_builtins(e.usage), cost=table.cost(e.model, e.usage))
-    elif isinstance(e, RunLlmCut):  # cut short while it streamed: what the API bills (decision 0080)
-        base.update(model=e.model, at_seq=e.at_seq, tokens=msgspec.to_builtins(e.usage),
-                    cost=table.cost(e.model, e.usage), duration_ms=e.duration_ms)
+    elif isinstance(e, RunLlmCut):  # cut short after it was sent: what the API bills (decision 0080)
+        base.update(model=e.model, at_seq=e.at_seq, duration_ms=e.duration_ms)
+        if e.usage is not None:
+            base.update(tokens=msgspec.to_builtins(e.usage), cost=table.cost(e.model, e.usage))
     elif isinstance(e, RunToolCalled):
         base.update(operation=e.operation, arguments=e.arguments, outcome=e.outcome,
                     text=_preview(e.result if e.outcome == "ok" else e.error), duration_ms=e.duration_ms)
@@ -154,7 +155,7 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
         elif isinstance(e, RunLlmFailed) and e.usage is not None:
             tokens, own = tokens + e.usage, own + e.usage
             turns.append((e.model, e.usage))
-        elif isinstance(e, RunLlmCut):
+        elif isinstance(e, RunLlmCut) and e.usage is not None:
             tokens, own = tokens + e.usage, own + e.usage
             turns.append((e.model, e.usage))
         elif isinstance(e, RunTokensAdded):
@@ -253,8 +254,9 @@ def format_view(view: dict[str, Any], indent: str = "") -> list[str]:
             billed = entry.get("tokens")
             text = entry["error"] + (f" (billed: in {billed['input']} out {billed['output']})" if billed else "")
         if entry["type"] == "run.llm_cut":
-            billed = entry["tokens"]
-            text = f"cut short while it streamed (billed: in {billed['input']} out {billed['output']})"
+            billed = entry.get("tokens")
+            text = (f"cut short while it streamed (billed: in {billed['input']} out {billed['output']})" if billed
+                    else "cut short before its reply reported usage")
         seq = f"#{entry['seq']}" if entry["seq"] is not None else "  "
         lines.append(f"{indent}  {seq:>4} {entry['type']:<18} {detail} {outcome} {text or ''}".rstrip())
     for child in view["children"]:

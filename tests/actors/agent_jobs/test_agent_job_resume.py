@@ -28,6 +28,7 @@ from gormes.events.runs import (
     RunCancelled,
     RunChildSpawned,
     RunCompleted,
+    RunLlmCut,
     RunLlmTurn,
     RunStarted,
     RunToolCalled,
@@ -128,7 +129,9 @@ async def test_a_paused_agent_job_resumes_its_run_instead_of_starting_over(
     assert isinstance(started, RunStarted) and started.job_id == job.id and started.forked_from is None
     first_records = await store.read_stream(f"run-{first}")
     assert started.resumed_from.run_id == first
-    assert started.resumed_from.position == first_records[-2].position  # the last observation
+    # the last observation (the turn the pause cut is recorded after it, and not copied)
+    assert started.resumed_from.position == [r for r in first_records if hasattr(r.event, "seq")][-1].position
+    assert isinstance(first_records[-2].event, RunLlmCut) and first_records[-2].event.usage is None
     copied = [e for e in earlier if hasattr(e, "seq")]
     assert later[1 : 1 + len(copied)] == copied  # the prefix, copied as recorded
     assert sum(isinstance(e, RunToolCalled) and e.operation == "memory.remember" for e in later) == 1
