@@ -319,7 +319,10 @@ async def test_a_fork_of_such_a_run_waits_at_the_cut_as_replay_does(store, db_pa
                       if isinstance(r.event, RunLlmTurn)]
             asked = len(server.requests)
             forked = await fork_run(runs, outcome.run_id, turn.position)
+            # with another model the requests differ: the prefix is served as recorded, the cut's wait too
+            other = await fork_run(runs, outcome.run_id, turn.position, model="anthropic:claude-other")
             assert len(server.requests) == asked  # nothing live
+    assert other.outcome.status == "completed" and other.outcome.result == "Done.", other.outcome.error
     assert forked.outcome.status == "completed" and forked.outcome.result == "Done.", forked.outcome.error
     assert forked.copied == 1
     copied = await events_of(store, run_stream(forked.run_id))

@@ -76,6 +76,7 @@ from gormes.events.runs import (
     RunChildSpawned,
     RunCompleted,
     RunInboxRead,
+    RunLlmCut,
     RunLlmFailed,
     RunLlmTurn,
     RunMessageSent,
@@ -134,7 +135,7 @@ class ForkContext(ReplayContext):
 
     def llm_matches(self, event: Any, digest: str, request: Any) -> bool:
         if self.lenient_llm:
-            return isinstance(event, (RunLlmTurn, RunLlmFailed))
+            return isinstance(event, (RunLlmTurn, RunLlmFailed, RunLlmCut))
         return super().llm_matches(event, digest, request)
 
     async def exhausted(self, asked: str) -> Recorded | None:

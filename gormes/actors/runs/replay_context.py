@@ -282,8 +282,9 @@ class ReplayContext(RunIdentity, RunContext):
         return tool_specs(self.registry, self.trust, self.allowed_tools)
 
     def llm_matches(self, event: Any, digest: str, request: ModelRequest) -> bool:
+        """Whether a recorded turn (a reply, a failure, or a cut) is the one `request` asks."""
         return (
-            isinstance(event, (RunLlmTurn, RunLlmFailed))
+            isinstance(event, (RunLlmTurn, RunLlmFailed, RunLlmCut))
             and same_request(event.request_hash, digest, request)
             and (event.model or request.model) == request.model
         )
@@ -343,7 +344,7 @@ class ReplayContext(RunIdentity, RunContext):
         if self.until is not None and cut.position > self.until:
             await self.halt(STOP_UNTIL)
         asked = f"llm model={request.model} request {digest[:12]} ({len(request.messages)} messages)"
-        if not (same_request(event.request_hash, digest, request) and (event.model or request.model) == request.model):
+        if not self.llm_matches(event, digest, request):  # a fork with another model takes any
             await self.diverge(cut.position, None, describe(event), asked)
         waited = 2 * event.duration_ms / 1000 + 1.0
         with trio.move_on_after(waited):
