@@ -46,7 +46,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import median, progress, report, scratch_dir  # noqa: E402
-from gateway_refusals import DAY, NOW, Clock, fill, opened, postgres_reachable, record, settle  # noqa: E402
+from gateway_refusals import DAY, NOW, Clock, fill, measured_backends, opened, record, settle  # noqa: E402
 
 from gormes.actors.jobs.queue import JobQueue  # noqa: E402
 from gormes.control import call_refusals  # noqa: E402
@@ -147,10 +147,7 @@ async def measure(backend: str, d: Path) -> dict[str, Any]:
 
 
 async def main() -> None:
-    backends = ["sqlite"] + (["postgres"] if not QUICK and postgres_reachable() else [])
-    only = os.environ.get("BENCH_REFUSALS_BACKENDS")
-    if only:
-        backends = [b for b in backends if b in only.split(",")]
+    backends = measured_backends(QUICK)
     with scratch_dir() as d:
         for backend in backends:
             result: dict[str, Any] = {"benchmark": "gateway_refusal_metrics", "backend": backend,

@@ -205,11 +205,16 @@ def postgres_reachable() -> bool:
     return True
 
 
-async def main() -> None:
-    backends = ["sqlite"] + (["postgres"] if not QUICK and postgres_reachable() else [])
+def measured_backends(quick: bool) -> list[str]:
+    """SQLite, and PostgreSQL when the server answers (not in a quick run), narrowed
+    by BENCH_REFUSALS_BACKENDS (a comma-separated list) when it is set."""
+    backends = ["sqlite"] + (["postgres"] if not quick and postgres_reachable() else [])
     only = os.environ.get("BENCH_REFUSALS_BACKENDS")
-    if only:
-        backends = [b for b in backends if b in only.split(",")]
+    return [b for b in backends if b in only.split(",")] if only else backends
+
+
+async def main() -> None:
+    backends = measured_backends(QUICK)
     with scratch_dir() as d:
         for backend in backends:
             result: dict[str, Any] = {"benchmark": "gateway_refusals", "backend": backend,

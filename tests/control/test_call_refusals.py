@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gateway_helpers import Clock, limited
 from pg_helpers import backend_store, reopen_store
 
 from gormes.control import call_refusals
@@ -25,26 +26,11 @@ from gormes.events.audit_chain import append_sealed
 from gormes.events.store import AppendRequest
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller, CallRateLimited
-from gormes.tools.builtin import default_registry
 
 BACKENDS = ["sqlite", "postgres"]
 GATEWAY = Caller(trust="gateway", id="mcp:mallory")
 OPERATOR = Caller(trust="operator", id="cli")
 T0 = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def limited(store: Any, rate: str, clock: Clock) -> Executor:
-    rule = parse_call_rate(rate)
-    assert rule is not None
-    return Executor(default_registry(), store, clock=clock, call_limit=GatewayCallRate(store, rule, clock=clock))
 
 
 async def calls(executor: Executor, n: int, caller: Caller = GATEWAY) -> tuple[int, int]:
@@ -85,7 +71,7 @@ async def append_ordinary(store: Any, n: int, at: float, **kwargs: Any) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_the_refusals_are_counted_with_the_first_the_latest_and_the_limit_they_state(backend, db_path: Path):
-    clock = Clock()
+    clock = Clock(T0)
     async with backend_store(backend, db_path, clock=clock) as store:
         assert not await indexed(store)
         assert await refusals_since(store, 0.0) is None  # no index: nothing read, and said so
@@ -127,7 +113,7 @@ def test_a_refusals_line_states_its_setting(rate: str):
 async def test_refusals_recorded_before_the_index_are_counted_once_it_is_made(backend, db_path: Path):
     """The database keeps the index for every writer: the refusals an older gormes
     recorded (no index then) are in it once a newer process makes it."""
-    clock = Clock()
+    clock = Clock(T0)
     async with backend_store(backend, db_path, clock=clock) as store:
         assert await calls(limited(store, "1req/60s", clock), 4) == (1, 3)
         await store.transact(lambda tx: tx.execute(f"DROP INDEX {call_refusals.INDEX}"))
@@ -145,7 +131,7 @@ async def test_a_store_that_cannot_make_the_index_still_limits_every_call(db_pat
         raise RuntimeError("permission denied for table events")
 
     monkeypatch.setattr(call_refusals, "create_index", refuse)
-    clock = Clock()
+    clock = Clock(T0)
     async with backend_store("sqlite", db_path, clock=clock) as store:
         with caplog.at_level(logging.WARNING, logger="gormes.control"):
             assert await calls(limited(store, "2req/60s", clock), 5) == (2, 3)
@@ -168,7 +154,7 @@ async def test_each_read_is_a_range_of_the_index_not_a_scan_of_the_log(backend, 
     """Among 6,000 other audit records, the count, the first and the latest refusal
     are each read from `events_call_refused`, as the database plans them (PostgreSQL
     with the statistics ANALYZE gives it, as autovacuum would)."""
-    clock = Clock()
+    clock = Clock(T0)
     async with backend_store(backend, db_path, clock=clock) as store:
         await append_ordinary(store, 6000, clock.now)
         await calls(limited(store, "1req/60s", clock), 4)

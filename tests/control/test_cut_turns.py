@@ -9,7 +9,6 @@ addendum) and nothing else did."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -37,11 +36,12 @@ from gormes.telemetry.metrics import LogMetrics
 from gormes.telemetry.spans import run_spans
 
 TESTS = Path(__file__).resolve().parents[1]
-for folder in ("", "providers", "mcp"):
+for folder in ("", "providers", "mcp", "acceptance"):
     if str(TESTS / folder) not in sys.path:
         sys.path.insert(0, str(TESTS / folder))
 
 from agent_worker import agent_worker  # noqa: E402
+from cli_helpers import run_gormes  # noqa: E402
 from anthropic_server import MessagesServer, Reply, Stall, StallMidStream  # noqa: E402
 from mcp_helpers import call_ok, gormes_mcp  # noqa: E402
 from pg_helpers import backend_store  # noqa: E402
@@ -70,11 +70,6 @@ async def replays_exactly(db_path: Path, run_id: str, registry=None) -> bool:
     with DatabaseRuns(db_path) as source:
         report = await replay(source, run_id, registry=registry)
     return report.first_divergence is None and report.tree_exact
-
-
-def gormes(db: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gormes", "--db", str(db), *args],
-                          capture_output=True, text=True, timeout=120)
 
 
 async def test_a_turn_cut_by_the_deadline_is_recorded_and_counted_everywhere_the_run_is(store, db_path):
@@ -113,29 +108,28 @@ async def test_a_turn_cut_by_the_deadline_is_recorded_and_counted_everywhere_the
               if s.attributes.get("gen_ai.operation.name") == "chat"]
     assert span.status == "error" and span.attributes["gen_ai.usage.input_tokens"] == 48
     # `gormes runs show`
-    shown = gormes(db_path, "runs", "show", outcome.run_id, "--json")
+    shown = run_gormes(db_path, "runs", "show", outcome.run_id, "--json")
     assert shown.returncode == 0, shown.stderr
     view = json.loads(shown.stdout)
     assert view["own_tokens"]["input"] == 48 and view["tokens"]["output"] == 1
     [entry] = [e for e in view["timeline"] if e["type"] == "run.llm_cut"]
     assert (entry["at_seq"], entry["tokens"]["input"], entry["seq"]) == (2, 48, None)
-    text = gormes(db_path, "runs", "show", outcome.run_id)
+    text = run_gormes(db_path, "runs", "show", outcome.run_id)
     assert text.returncode == 0, text.stderr
     assert "cut short while it streamed (billed: in 48 out 1)" in text.stdout
     # the forensic reads, as processes: replay from the database, and from an export
-    replayed = gormes(db_path, "replay", outcome.run_id, "--json")
+    replayed = run_gormes(db_path, "replay", outcome.run_id, "--json")
     assert replayed.returncode == 0, replayed.stderr
     assert json.loads(replayed.stdout)["exact"] is True
     exported = db_path.parent / "cut.jsonl"
-    done = gormes(db_path, "export", outcome.run_id, "--out", str(exported))
+    done = run_gormes(db_path, "export", outcome.run_id, "--out", str(exported))
     assert done.returncode == 0, done.stderr
     assert '"run.llm_cut"' in exported.read_text()
-    from_file = subprocess.run([sys.executable, "-m", "gormes", "replay", "--file", str(exported), "--json"],
-                               capture_output=True, text=True, timeout=120)
+    from_file = run_gormes(db_path.parent / "none.db", "replay", "--file", str(exported), "--json")
     assert from_file.returncode == 0, from_file.stderr
     assert json.loads(from_file.stdout)["exact"] is True
     # the doctor: the only model tokens of the week were cut
-    checked = gormes(db_path, "doctor", "--json")
+    checked = run_gormes(db_path, "doctor", "--json")
     [verdict] = [c for c in json.loads(checked.stdout)["checks"] if c["name"] == "runs.cut_turns"]
     assert verdict["status"] == "warn" and verdict["message"].startswith(
         "2 model turn(s) cut short before their replies were read in the last 7 days, 49 tokens billed")

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 import trio
+from gateway_helpers import Clock, limited
 from pg_helpers import backend_store
 from test_metrics_scrape import scrape
 
 from gormes.actors.jobs.queue import JobQueue
 from gormes.control import call_refusals
-from gormes.control.call_rate import GatewayCallRate, parse_call_rate
 from gormes.events.audit import OperationAudited, audit_stream
 from gormes.events.audit_chain import append_sealed
 from gormes.events.postgres import PostgresEventStore
@@ -28,26 +28,11 @@ from gormes.events.store import AppendRequest
 from gormes.ops.executor import Executor
 from gormes.ops.spec import Caller, CallRateLimited
 from gormes.telemetry.metrics import LogMetrics, MetricsServer
-from gormes.tools.builtin import default_registry
 
 BACKENDS = ["sqlite", "postgres"]
 COUNTER = "gormes_gateway_call_rate_refusals_total"
 GATEWAY = Caller(trust="gateway", id="mcp:mallory")
 OPERATOR = Caller(trust="operator", id="cli")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def limited(store: Any, rate: str, clock: Clock) -> Executor:
-    rule = parse_call_rate(rate)
-    assert rule is not None
-    return Executor(default_registry(), store, clock=clock, call_limit=GatewayCallRate(store, rule, clock=clock))
 
 
 async def refused(executor: Executor, n: int, caller: Caller = GATEWAY) -> int:
@@ -85,7 +70,7 @@ async def counter(port: int) -> tuple[float | None, float | None]:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_the_refusals_recorded_since_the_daemon_began_are_counted_once(backend: str, db_path: Path):
-    clock = Clock()
+    clock = Clock(time.time())
     async with backend_store(backend, db_path, clock=clock) as store:
         executor = limited(store, "2req/60s", clock)
         assert await refused(executor, 5) == 3  # before the daemon: not its to count
@@ -119,7 +104,7 @@ async def test_without_the_index_the_counter_is_left_out_until_one_is_made(backe
     limited but the index is missing (a store that could not make it), the refusals
     cannot be counted: the counter is left out, not shown as 0; once an index is
     made, the refusals recorded meanwhile are counted."""
-    clock = Clock()
+    clock = Clock(time.time())
     async with backend_store(backend, db_path, clock=clock) as store:
         await JobQueue.open(store)  # the ledger the daemon keeps, which a scrape reads too
         metrics = LogMetrics(store)
@@ -162,7 +147,7 @@ async def test_a_scrape_reads_a_range_of_the_index_not_the_log(backend: str, db_
     """Among 6,000 other audit records, the count of the refusals after a position is
     a range of `events_call_refused` by time, not the primary key's range of every
     row since that position nor a scan (PostgreSQL with ANALYZE's statistics)."""
-    clock = Clock()
+    clock = Clock(time.time())
     async with backend_store(backend, db_path, clock=clock) as store:
         start = await store.read_sql(call_refusals.head)
         await other_records(store, 6000, clock.now)
