@@ -30,7 +30,8 @@ import trio
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-import replay_fixtures.handlers  # noqa: F401  (registers the fixture handlers)
+import replay_fixtures.bounded  # noqa: F401  (registers the fixture handlers)
+import replay_fixtures.handlers  # noqa: F401
 from gormes.providers import open_provider
 from gormes.actors.runs.manager import RunManager, send_message
 from gormes.events.catalog import load_all
@@ -48,7 +49,7 @@ TOOLS = ("fs.grep", "fs.list", "fs.read", "time.now")
 SCRIPTS = HERE / "scripts"
 ENDS = ("run.completed", "run.failed", "run.cancelled")
 # Replay reproduces run.started, every observation and the end; not these:
-NOT_REPRODUCED = ("run.message_sent", "run.suspended", "run.resumed")
+NOT_REPRODUCED = ("run.message_sent", "run.suspended", "run.resumed", "run.llm_cut")
 
 Recorder = Callable[[Any, Path], Awaitable[list[str]]]
 FIXTURES: dict[str, tuple[str, Recorder]] = {}
@@ -159,6 +160,19 @@ async def provider_retry(store: Any, tmp: Path) -> list[str]:
         {"text": "two files, after two retries"}]}])
     async with manager(store, "provider-retry") as runs:
         outcome = await runs.run("agent", {"prompt": "List the workspace."}, model=model, tools=TOOLS)
+    return [outcome.run_id]
+
+
+@fixture("timeboxed_turn", "a handler that bounds a slow model turn with a scope of its own and asks a "
+         "fallback question: the turn it cut (run.llm_cut) is waited at in replay")
+async def timeboxed_turn(store: Any, tmp: Path) -> list[str]:
+    model = write_script(tmp, "timeboxed_turn", [
+        {"match": "SLOW", "replies": [{"text": "too late", "delay_ms": 5000}]},
+        {"match": "FAST", "replies": [{"text": "the fallback answer"}]},
+    ])
+    async with manager(store, "timeboxed") as runs:
+        outcome = await runs.run("fixture.timeboxed", {"box_s": 0.2, "prompt": "What is in the workspace?"},
+                                 model=model, tools=TOOLS)
     return [outcome.run_id]
 
 

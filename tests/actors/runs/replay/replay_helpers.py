@@ -17,6 +17,7 @@ MANIFEST: dict[str, Any] = json.loads((FIXTURES / "manifest.json").read_text())
 
 run_handlers.names()  # the built-in "agent" first
 import_handlers(str(FIXTURES / "handlers.py"))
+import_handlers(str(FIXTURES / "bounded.py"))
 
 
 def fixture_path(name: str) -> Path:
