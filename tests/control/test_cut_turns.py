@@ -20,6 +20,7 @@ from gormes.actors.runs.costs import turns
 from gormes.actors.runs.context import RunHandlerRegistry
 from gormes.actors.runs.continuation import fork_run
 from gormes.actors.runs.manager import RunManager
+from gormes.actors.runs import replay_context
 from gormes.actors.runs.recorded import DatabaseRuns
 from gormes.actors.runs.replay import replay
 from gormes.tools.builtin import default_registry as default_ops
@@ -283,7 +284,7 @@ async def test_a_turn_the_handlers_own_scope_cut_replays_exactly(store, db_path,
     assert report.first_divergence is None and report.tree_exact and report.status == "completed"
 
 
-async def test_a_handler_that_no_longer_cuts_the_turn_diverges_there(store, db_path):
+async def test_a_handler_that_no_longer_cuts_the_turn_diverges_there(store, db_path, monkeypatch):
     with MessagesServer(require_key="sk-ant-test") as server:
         server.queue(cut_reply(), Reply("Done.", input_tokens=40, output_tokens=3))
         handlers = RunHandlerRegistry({"timeboxed": timeboxed})
@@ -297,6 +298,17 @@ async def test_a_handler_that_no_longer_cuts_the_turn_diverges_there(store, db_p
     assert divergence is not None and divergence.position == cut.position
     assert divergence.recorded.endswith(f"(cut short after {cut.event.duration_ms} ms)")
     assert "not cut short by the handler within" in divergence.asked
+
+    # a recording's time is its word: a forged one is waited at no longer than the cap
+    await store.read_with(lambda log: log.conn.execute(
+        "UPDATE events SET data = json_set(data, '$.duration_ms', 1000000000000) WHERE position = ?",
+        (cut.position,)))
+    monkeypatch.setattr(replay_context, "MAX_CUT_WAIT_S", 0.5)
+    with DatabaseRuns(db_path) as source:
+        report = await replay(source, outcome.run_id, registry=None,
+                              handlers=RunHandlerRegistry({"timeboxed": unboxed}))
+    assert report.first_divergence.recorded.endswith("(cut short after 1000000000000 ms)")
+    assert "not cut short by the handler within 0.5 s" in report.first_divergence.asked
 
 
 async def test_a_fork_of_such_a_run_waits_at_the_cut_as_replay_does(store, db_path):

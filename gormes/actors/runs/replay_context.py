@@ -137,6 +137,10 @@ def _text(asked: Asked) -> str:
     return asked if isinstance(asked, str) else asked()
 
 
+# The longest replay waits at one turn the handler cut, whatever the recording says.
+MAX_CUT_WAIT_S = 3600.0
+
+
 def handler_cuts(recorded: RecordedRun) -> deque[Recorded]:
     """The turns of `recorded` cut short where the run went on after them (an
     observation follows), in log order: only a scope of the handler's own cuts a
@@ -339,14 +343,15 @@ class ReplayContext(RunIdentity, RunContext):
         """The recorded turn was cut short here and the run went on: a scope of the
         handler's own cancelled it (decision 0080). The call waits, as the live one
         did, until that scope cancels it again: at most twice the recorded time and a
-        second, past which, or for another request than the one cut, the run diverges."""
+        second (and never past MAX_CUT_WAIT_S: a file's recorded time is its word),
+        past which, or for another request than the one cut, the run diverges."""
         event: RunLlmCut = cut.event  # type: ignore[assignment]
         if self.until is not None and cut.position > self.until:
             await self.halt(STOP_UNTIL)
         asked = f"llm model={request.model} request {digest[:12]} ({len(request.messages)} messages)"
         if not self.llm_matches(event, digest, request):  # a fork with another model takes any
             await self.diverge(cut.position, None, describe(event), asked)
-        waited = 2 * event.duration_ms / 1000 + 1.0
+        waited = min(2 * event.duration_ms / 1000 + 1.0, MAX_CUT_WAIT_S)
         with trio.move_on_after(waited):
             await trio.sleep_forever()
         await self.diverge(cut.position, None, describe(event),
