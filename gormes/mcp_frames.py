@@ -167,6 +167,25 @@ class KeptLines:
         return self._lines.popleft() if self._lines else None
 
 
+class _AbandonedOnCancel:
+    """The lines of a text file, each read in a worker thread that a cancel abandons
+    (`anyio.wrap_file`'s waits for its line): a server that ends a connection itself
+    (`AnsweringBadFrames`'s `ended`) exits at once, not when its client next writes
+    a line or closes (decision 0081). The thread left reading dies with the process."""
+
+    def __init__(self, file: TextIOWrapper) -> None:
+        self._file = file
+
+    def __aiter__(self) -> _AbandonedOnCancel:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await anyio.to_thread.run_sync(self._file.readline, abandon_on_cancel=True)
+        if not line:
+            raise StopAsyncIteration
+        return line
+
+
 class _UnownedText(TextIOWrapper):
     """A text layer that never closes its buffer: the wire's, not the transport's."""
 
@@ -190,7 +209,7 @@ def claimed_stdin() -> Iterator[KeptLines | None]:
         return
     buffer, release = _claim_fd(0, sys.stdin, "rb", _open_stdin_diversion)
     try:
-        yield KeptLines(anyio.wrap_file(_UnownedText(buffer, encoding="utf-8", errors="replace")))
+        yield KeptLines(_AbandonedOnCancel(_UnownedText(buffer, encoding="utf-8", errors="replace")))
     finally:
         if release is not None:
             release()
@@ -221,6 +240,8 @@ class AnsweringBadFrames:
                 raise anyio.EndOfStream
             item = await self._inner.receive()
             line = None if self._lines is None else self._lines.taken()
+            if self._ended():  # it ended while this frame was awaited: the frame is not served
+                raise anyio.EndOfStream
             if isinstance(item, Exception):
                 await self._answer(judge(item))
                 continue
