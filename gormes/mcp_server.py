@@ -24,8 +24,10 @@ A gateway's calls, every gateway's in every process on the store together, fit
 the class's call rate (`GORMES_GATEWAY_RATE`, 600 a minute by default;
 gormes/control/call_rate.py, decision 0072): past it a call is an error result
 (`CallRateLimited`, saying when to retry), audited as denied, and its operation
-never runs. The operator's, the system's and a child agent's calls are not
-limited.
+never runs. A client that keeps calling while refused has its connection ended,
+and while that is within the window and the window is full, a new connection is
+refused at its first call and ended too (`ClientFlooded`, decisions 0072 and
+0081). The operator's, the system's and a child agent's calls are not limited.
 
 Each call runs as `Caller(trust=<class>, id="mcp:<client name>")`. Its output is
 the operation's JSON (text content, and the same value as structured content);

@@ -33,6 +33,12 @@ Leases that have left the window are deleted by the next call's look, so the
 key holds at most the limit's count of rows. Hosts' clocks must agree to a small
 part of the window (NTP), as for the provider limits.
 
+A connection refused more often within a window than it could be served is
+ended (`flooded`, decision 0072's addendum) and marked in the store
+(gormes/control/call_floods.py); while a mark is within the window and the window
+is full, a new connection's first limited call is refused with a line that says
+when to come back, and that connection is ended too (`turned_away`, decision 0081).
+
 What it did is the operator's to see (decision 0075): `gormes top` and `gormes
 doctor` count the refusals' audit records through an index of them the database
 keeps (gormes/control/call_refusals.py), which a process makes before its first
@@ -196,7 +202,12 @@ class GatewayCallRate:
         of latest leases stay in it until the oldest of them ages out, whoever
         calls meanwhile, since a lease leaves only by its age), so until then this
         process refuses without asking the store: a flood's refusals cost the
-        store only their audit records, not a write transaction each as well."""
+        store only their audit records, not a write transaction each as well.
+
+        A connection's first limited call that finds the window full also reads
+        the latest flood mark within it (decision 0081): if there is one, the call
+        is refused at the start and the connection `ended`, as are the calls read
+        beside it."""
         now = self.clock()
         if self.turned_away is not None:  # calls read beside the first, refused at the start
             await trio.lowlevel.checkpoint()
