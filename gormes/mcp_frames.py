@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from io import TextIOWrapper
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import msgspec
@@ -57,6 +57,8 @@ TOO_DEEP = f"nested deeper than {MAX_NESTING} levels"
 NOT_AN_OBJECT = "not one JSON object (batches are not served)"
 NOT_A_MESSAGE = "not a JSON-RPC 2.0 message"
 NO_REQUEST_ID = "a request whose id is neither a string nor an integer"
+# How long an ended connection's calls in flight have to be answered before its read side ends.
+ENDED_GRACE_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -237,11 +239,11 @@ class AnsweringBadFrames:
     async def receive(self) -> SessionMessage:
         while True:
             if self._ended():
-                raise anyio.EndOfStream
+                await self._end()
             item = await self._inner.receive()
             line = None if self._lines is None else self._lines.taken()
             if self._ended():  # it ended while this frame was awaited: the frame is not served
-                raise anyio.EndOfStream
+                await self._end()
             if isinstance(item, Exception):
                 await self._answer(judge(item))
                 continue
@@ -251,6 +253,13 @@ class AnsweringBadFrames:
                     await self._answer(bad)
                     continue
             return item
+
+    async def _end(self) -> NoReturn:
+        """End the read side, once the calls in flight had ENDED_GRACE_S to be
+        answered: the SDK cancels those still running when it ends, and with them
+        the answers they hold (the refusal that ended the connection among them)."""
+        await anyio.sleep(ENDED_GRACE_S)
+        raise anyio.EndOfStream
 
     async def _answer(self, bad: BadFrame) -> None:
         self._warn(bad.describe())

@@ -122,14 +122,23 @@ async def test_a_polite_client_connected_before_the_flood_keeps_its_connection(d
 
 async def test_a_flood_of_reconnections_at_once_costs_each_its_calls_in_flight(db_path: Path):
     """Four connections opened at once after a flood, each with 8 calls in flight:
-    each is ended at its start; what each leaves is the calls the server read before
-    it ended (each its own record, refused or cancelled), never MIN_FLOOD."""
+    each is ended at its start and its client is told when to come back; what each
+    leaves is the calls the server read before it ended (each its own record,
+    refused or cancelled), never MIN_FLOOD."""
     db = str(db_path)
     await flood(db, "mallory")
+    waves: list[list[str]] = []
+
+    async def wave(n: int) -> None:
+        waves.append(await flood(db, f"wave-{n}", 8))
+
     async with database("sqlite", db_path) as (_, open_store):
         before = await records(open_store)
         async with trio.open_nursery() as nursery:
             for n in range(4):
-                nursery.start_soon(flood, db, f"wave-{n}", 8)
+                nursery.start_soon(wave, n)
         left = await records(open_store) - before
     assert 4 <= left <= 4 * 8 < MIN_FLOOD, left
+    for got in waves:  # each is told when to come back, by the calls it had in flight
+        assert any(AT_START.fullmatch(line) for line in got), got
+        assert set(got) - {"closed"} == {line for line in got if AT_START.fullmatch(line)}, got
