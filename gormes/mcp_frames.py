@@ -220,7 +220,8 @@ def claimed_stdin() -> Iterator[KeptLines | None]:
 class AnsweringBadFrames:
     """The SDK's read stream, whose exception items are answered (through
     `write_stream`, the SDK's) and warned about, never passed on; ended, as if the
-    client had closed it, once `ended()` is true. With `lines`, the stdin the SDK
+    client had closed it, ENDED_GRACE_S after `ended()` is found true (no frame is
+    passed on after it). With `lines`, the stdin the SDK
     reads, a notification whose line has an id is answered so too."""
 
     def __init__(self, inner: Any, write_stream: Any, warn: Callable[[str], None],
