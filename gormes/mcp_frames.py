@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from io import TextIOWrapper
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import msgspec
@@ -57,6 +57,8 @@ TOO_DEEP = f"nested deeper than {MAX_NESTING} levels"
 NOT_AN_OBJECT = "not one JSON object (batches are not served)"
 NOT_A_MESSAGE = "not a JSON-RPC 2.0 message"
 NO_REQUEST_ID = "a request whose id is neither a string nor an integer"
+# How long an ended connection's calls in flight have to be answered before its read side ends.
+ENDED_GRACE_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,25 @@ class KeptLines:
         return self._lines.popleft() if self._lines else None
 
 
+class _AbandonedOnCancel:
+    """The lines of a text file, each read in a worker thread that a cancel abandons
+    (`anyio.wrap_file`'s waits for its line): a server that ends a connection itself
+    (`AnsweringBadFrames`'s `ended`) exits at once, not when its client next writes
+    a line or closes (decision 0081). The thread left reading dies with the process."""
+
+    def __init__(self, file: TextIOWrapper) -> None:
+        self._file = file
+
+    def __aiter__(self) -> _AbandonedOnCancel:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await anyio.to_thread.run_sync(self._file.readline, abandon_on_cancel=True)
+        if not line:
+            raise StopAsyncIteration
+        return line
+
+
 class _UnownedText(TextIOWrapper):
     """A text layer that never closes its buffer: the wire's, not the transport's."""
 
@@ -190,7 +211,7 @@ def claimed_stdin() -> Iterator[KeptLines | None]:
         return
     buffer, release = _claim_fd(0, sys.stdin, "rb", _open_stdin_diversion)
     try:
-        yield KeptLines(anyio.wrap_file(_UnownedText(buffer, encoding="utf-8", errors="replace")))
+        yield KeptLines(_AbandonedOnCancel(_UnownedText(buffer, encoding="utf-8", errors="replace")))
     finally:
         if release is not None:
             release()
@@ -199,7 +220,8 @@ def claimed_stdin() -> Iterator[KeptLines | None]:
 class AnsweringBadFrames:
     """The SDK's read stream, whose exception items are answered (through
     `write_stream`, the SDK's) and warned about, never passed on; ended, as if the
-    client had closed it, once `ended()` is true. With `lines`, the stdin the SDK
+    client had closed it, ENDED_GRACE_S after `ended()` is found true (no frame is
+    passed on after it). With `lines`, the stdin the SDK
     reads, a notification whose line has an id is answered so too."""
 
     def __init__(self, inner: Any, write_stream: Any, warn: Callable[[str], None],
@@ -218,9 +240,11 @@ class AnsweringBadFrames:
     async def receive(self) -> SessionMessage:
         while True:
             if self._ended():
-                raise anyio.EndOfStream
+                await self._end()
             item = await self._inner.receive()
             line = None if self._lines is None else self._lines.taken()
+            if self._ended():  # it ended while this frame was awaited: the frame is not served
+                await self._end()
             if isinstance(item, Exception):
                 await self._answer(judge(item))
                 continue
@@ -230,6 +254,13 @@ class AnsweringBadFrames:
                     await self._answer(bad)
                     continue
             return item
+
+    async def _end(self) -> NoReturn:
+        """End the read side, once the calls in flight had ENDED_GRACE_S to be
+        answered: the SDK cancels those still running when it ends, and with them
+        the answers they hold (the refusal that ended the connection among them)."""
+        await anyio.sleep(ENDED_GRACE_S)
+        raise anyio.EndOfStream
 
     async def _answer(self, bad: BadFrame) -> None:
         self._warn(bad.describe())

@@ -24,8 +24,10 @@ A gateway's calls, every gateway's in every process on the store together, fit
 the class's call rate (`GORMES_GATEWAY_RATE`, 600 a minute by default;
 gormes/control/call_rate.py, decision 0072): past it a call is an error result
 (`CallRateLimited`, saying when to retry), audited as denied, and its operation
-never runs. The operator's, the system's and a child agent's calls are not
-limited.
+never runs. A client that keeps calling while refused has its connection ended,
+and while that is within the window and the window is full, a new connection is
+refused at its first call and ended too (`ClientFlooded`, decisions 0072 and
+0081). The operator's, the system's and a child agent's calls are not limited.
 
 Each call runs as `Caller(trust=<class>, id="mcp:<client name>")`. Its output is
 the operation's JSON (text content, and the same value as structured content);
@@ -38,6 +40,7 @@ result with `isError: true` and one line naming the error.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -54,7 +57,7 @@ from mcp.server.stdio import stdio_server
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.session import new_id
 from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
-from gormes.control.call_rate import GATEWAY_RATE_ENV, GatewayCallRate, call_rate_from_env
+from gormes.control.call_rate import GATEWAY_RATE_ENV, GatewayCallRate, call_rate_from_env, written
 from gormes.control.rate_rules import RateRule
 from gormes.errors import GormesError
 from gormes.mcp_frames import AnsweringBadFrames, claimed_stdin
@@ -146,7 +149,8 @@ def build_server(executor: Executor, trust: str) -> Server[Any]:
 
 
 class ClientFlooded(GormesError):
-    """A gateway connection ended because its client did not wait for its retry."""
+    """A gateway connection ended because its client did not wait for its retry, or
+    at its first call because one that did not was ended (decision 0081)."""
 
     exit_code = 1
 
@@ -171,7 +175,7 @@ async def serve_stdio(
     executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store), approvals=gate.gate_call,
                         call_limit=limit)
     server = build_server(executor, trust)
-    flooded = (lambda: False) if limit is None else (lambda: limit.flooded)
+    flooded = (lambda: False) if limit is None else (lambda: limit.ended)
     with trio.CancelScope() as transport:
         with claimed_stdin() as lines:
             async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
@@ -182,6 +186,13 @@ async def serve_stdio(
                 # reader in the middle of a line stops once the line is read).
                 if flooded():
                     transport.cancel()
+    if limit is not None and limit.turned_away is not None:
+        raise ClientFlooded(
+            f"a gateway connection was ended for flooding {max(0, time.time() - limit.turned_away):.0f}s ago and the"
+            f" gateways' window is still full ({GATEWAY_RATE_ENV}={written(limit.rule)}): this connection is"
+            f" closed at its first call; come back in {max(1, math.ceil(limit.come_back_at - time.time()))}s;"
+            " the refusal is audited"
+        )
     if flooded():
         assert limit is not None
         raise ClientFlooded(

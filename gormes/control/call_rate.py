@@ -33,6 +33,12 @@ Leases that have left the window are deleted by the next call's look, so the
 key holds at most the limit's count of rows. Hosts' clocks must agree to a small
 part of the window (NTP), as for the provider limits.
 
+A connection refused more often within a window than it could be served is
+ended (`flooded`, decision 0072's addendum) and marked in the store
+(gormes/control/call_floods.py); while a mark is within the window and the window
+is full, a new connection's first limited call is refused with a line that says
+when to come back, and that connection is ended too (`turned_away`, decision 0081).
+
 What it did is the operator's to see (decision 0075): `gormes top` and `gormes
 doctor` count the refusals' audit records through an index of them the database
 keeps (gormes/control/call_refusals.py), which a process makes before its first
@@ -54,7 +60,7 @@ from typing import Any
 import trio
 
 from gormes.actors.jobs.session import new_id
-from gormes.control import call_refusals
+from gormes.control import call_floods, call_refusals
 from gormes.control import limits_table as table
 from gormes.control.rate_rules import MINUTE, InvalidRateLimit, RateRule, parse_limits
 from gormes.events.store import EventStore, Transaction
@@ -161,6 +167,12 @@ class GatewayCallRate:
         self.full_until = 0.0
         # When this process's last `flood_after` refusals were made (its caller's).
         self.refusals: deque[float] = deque(maxlen=max(rule.requests, MIN_FLOOD))
+        self.marked = False  # this connection's flood is marked in the store (decision 0081)
+        self.started = False  # its first limited call was admitted, or refused for the window alone
+        # When the flood this connection was refused at its start for was ended (None:
+        # it was not), and until when it was told to stay away.
+        self.turned_away: float | None = None
+        self.come_back_at = 0.0
 
     @property
     def flooded(self) -> bool:
@@ -171,6 +183,12 @@ class GatewayCallRate:
         connection."""
         refusals = self.refusals
         return len(refusals) == refusals.maxlen and refusals[-1] - refusals[0] <= self.rule.window_s
+
+    @property
+    def ended(self) -> bool:
+        """Whether this process's connection is to be ended: it flooded, or it was
+        refused at its start."""
+        return self.turned_away is not None or self.flooded
 
     def limits(self, caller: Caller) -> bool:
         """Whether `caller`'s calls count: a gateway's, made outside a run."""
@@ -184,11 +202,21 @@ class GatewayCallRate:
         of latest leases stay in it until the oldest of them ages out, whoever
         calls meanwhile, since a lease leaves only by its age), so until then this
         process refuses without asking the store: a flood's refusals cost the
-        store only their audit records, not a write transaction each as well."""
+        store only their audit records, not a write transaction each as well.
+
+        A connection's first limited call that finds the window full also reads
+        the latest flood mark within it (decision 0081): if there is one, the call
+        is refused at the start and the connection `ended`, as are the calls read
+        beside it."""
         now = self.clock()
+        if self.turned_away is not None:  # calls read beside the first, refused at the start
+            await trio.lowlevel.checkpoint()
+            raise self._turned_away(now)
         if now < self.full_until:
             await trio.lowlevel.checkpoint()  # as the look would: a caller refused in a loop stays cancellable
-            raise self._refusal(self.full_until - now)
+            refusal = self._refusal(self.full_until - now)
+            await self._mark_flood()
+            raise refusal
         rule = self.rule
         count = rule.requests
         assert count is not None
@@ -196,22 +224,64 @@ class GatewayCallRate:
         prepared = self.store in _prepared
         if not prepared:
             await ensure_refusals_index(self.store)
+        starting = not self.started
 
-        def take(tx: Transaction) -> tuple[float, float | None]:
+        def take(tx: Transaction) -> tuple[float, float | None, float | None]:
             if not prepared:
                 table.create(tx)
             now = self.clock()  # read under the write lock: one host's leases are taken in time order
             nth = table.latest_leases(tx, KEY, now - rule.window_s, count)
             if nth is not None:
-                return now, nth + rule.window_s
+                flood = call_floods.latest_flood(tx, now, rule.window_s) if starting else None
+                return now, nth, flood
             table.take_lease(tx, lease_id, KEY, now, 0, sent=True)
-            return now, None
+            return now, None, None
 
-        looked, frees = await self.store.transact(take)
+        looked, nth, flood = await self.store.transact(take)
         _prepared.add(self.store)
-        if frees is not None:
+        if flood is not None and nth is not None and not self.started:
+            self.turned_away, self.come_back_at = flood, call_floods.come_back_at(flood, nth, rule.window_s)
+            raise self._turned_away(looked)
+        self.started = True
+        if nth is not None:
+            frees = nth + rule.window_s
             self.full_until = max(self.full_until, frees)
-            raise self._refusal(frees - looked)
+            refusal = self._refusal(frees - looked)
+            await self._mark_flood()
+            raise refusal
+
+    async def _mark_flood(self) -> None:
+        """Once this connection is `flooded`, mark it in the store (gormes/control/
+        call_floods.py): a reconnection is then refused at its start while the window
+        stays full. Held against the call's cancellation, as its audit record is; a
+        store that cannot take it still ends the connection (one warning)."""
+        if self.marked or not self.flooded:
+            return
+        self.marked = True
+        mark_id, window = new_id(), self.rule.window_s
+        try:
+            with trio.CancelScope(shield=True):
+                await self.store.transact(lambda tx: call_floods.mark(tx, mark_id, self.clock(), window))
+        except Exception as exc:  # noqa: BLE001 - the refusal stands; only the next connection's start is not warned
+            log.warning("a flooding gateway connection could not be marked in the store (%s: %s): a reconnection"
+                        " is refused call by call, not at its start", type(exc).__name__, exc)
+
+    def _turned_away(self, now: float) -> CallRateLimited:
+        """The refusal of a call at this connection's start (decision 0081): it ends
+        the connection, and says when to come back."""
+        assert self.turned_away is not None
+        wait = self.come_back_at - now
+        ago = max(0, math.floor(now - self.turned_away))
+        return CallRateLimited(
+            f"{self._limit_line()}; retry in {max(1, math.ceil(wait))}s; the connection closes at its start:"
+            f" a gateway connection was ended for flooding {ago}s ago and the window is still full",
+            retry_after_s=max(0.0, wait),
+        )
+
+    def _limit_line(self) -> str:
+        rule = self.rule
+        return (f"{LIMITED!r} callers may make at most {describe(rule)} between them"
+                f" ({GATEWAY_RATE_ENV}={written(rule)})")
 
     def _refusal(self, wait: float) -> CallRateLimited:
         rule = self.rule
@@ -219,7 +289,6 @@ class GatewayCallRate:
         closing = (f"; the connection closes: it was refused {len(self.refusals)} times within"
                    f" {rule.window_s:g}s" if self.flooded else "")
         return CallRateLimited(
-            f"{LIMITED!r} callers may make at most {describe(rule)} between them"
-            f" ({GATEWAY_RATE_ENV}={written(rule)}); retry in {max(1, math.ceil(wait))}s{closing}",
+            f"{self._limit_line()}; retry in {max(1, math.ceil(wait))}s{closing}",
             retry_after_s=max(0.0, wait),
         )

@@ -9,6 +9,7 @@ in tests/security/test_attack_gateway_rate.py.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import trio
 from pg_helpers import backend_store, reopen_store
 
 from gormes.actors.jobs.queue import JobQueue
+from gormes.control import call_floods
 from gormes.control import limits_table as table
 from gormes.control.call_rate import (
     DEFAULT_GATEWAY_RATE, KEY, MIN_FLOOD, GatewayCallRate, call_rate_from_env, parse_call_rate,
@@ -322,3 +324,61 @@ async def test_a_caller_that_waits_between_refusals_is_never_flooded(store: Any)
             assert "closes" not in str(exc)
         clock.now += 0.2
     assert refused == MIN_FLOOD * 3 - 12 and not limit.flooded
+
+
+# -- a reconnection after an ended flood (decision 0081) --------------------------------
+
+
+async def flood_until_ended(executor: Executor) -> None:
+    limit = executor.call_limit
+    assert isinstance(limit, GatewayCallRate)
+    while not limit.flooded:
+        with contextlib.suppress(CallRateLimited):
+            await executor.call("time.now", {}, GATEWAY)
+
+
+async def flood_rows(store: Any) -> list[float]:
+    return [row[0] for row in await store.read_sql(lambda conn: conn.execute(
+        f"SELECT at FROM {table.LEASES} WHERE key = ? ORDER BY at", (call_floods.FLOODS_KEY,)).fetchall())]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_new_connection_after_a_flood_is_refused_at_its_first_call_until_the_window_frees(
+        backend: str, db_path: Path):
+    """An ended flood leaves one mark; a new connection (another `GatewayCallRate`,
+    as another process is) whose first call finds the window full is refused at its
+    start and `ended`, told to come back when the window frees; then it is served.
+    A connection past its first call is never asked."""
+    clock = Clock()
+    async with backend_store(backend, db_path) as store:
+        polite = limited(store, "2req/10s", clock)
+        await polite.call("time.now", {}, GATEWAY)  # served before the flood
+        clock.now += 1.0
+        flooder = limited(store, "2req/10s", clock)
+        await flood_until_ended(flooder)
+        assert await flood_rows(store) == [clock.now]
+        clock.now += 2.0
+        again = limited(store, "2req/10s", clock)
+        with pytest.raises(CallRateLimited) as caught:
+            await again.call("time.now", {}, Caller(trust="gateway", id="mcp:another-name"))
+        assert caught.value.retry_after_s == pytest.approx(7.0)  # the polite call's lease frees at +10s
+        assert str(caught.value).endswith("retry in 7s; the connection closes at its start: a gateway connection"
+                                          " was ended for flooding 2s ago and the window is still full")
+        assert again.call_limit.ended and not again.call_limit.flooded  # type: ignore[union-attr]
+        with pytest.raises(CallRateLimited):  # a call read beside it: the same refusal
+            await again.call("time.now", {}, GATEWAY)
+        with pytest.raises(CallRateLimited) as plain:  # the polite connection: refused call by call
+            await polite.call("time.now", {}, GATEWAY)
+        assert "closes" not in str(plain.value) and not polite.call_limit.ended  # type: ignore[union-attr]
+        clock.now += 7.0  # the window frees
+        later = limited(store, "2req/10s", clock)
+        await later.call("time.now", {}, GATEWAY)
+        assert not later.call_limit.ended  # type: ignore[union-attr]
+        clock.now += 10.0  # a later flood's mark deletes those out of the window
+        await flood_until_ended(limited(store, "2req/10s", clock))
+        assert await flood_rows(store) == [clock.now]
+
+
+def test_come_back_at_is_the_earlier_of_the_window_freeing_and_the_mark_leaving() -> None:
+    assert call_floods.come_back_at(flooded_at=105.0, nth_at=101.0, window_s=10.0) == 111.0
+    assert call_floods.come_back_at(flooded_at=100.5, nth_at=101.0, window_s=10.0) == 110.5
