@@ -6,7 +6,9 @@ the mcp SDK client) until the server ends it (decision 0072's addendum), then st
 connection with `--width` calls in flight until the server ends it or it has
 called for `--seconds`. Reported: the audit records the first flood left, then the
 records each reconnection left (the median and the range), the seconds each took,
-and how each ended. All at `GORMES_GATEWAY_RATE` (`--rate`, the default `600rpm`),
+and how each ended, and `ratio`: the median reconnection's records over what one
+connection of the first flood left (the comparator: a connection before any was
+marked, which is what every reconnection left before the change). All at `GORMES_GATEWAY_RATE` (`--rate`, the default `600rpm`),
 on SQLite (a scratch file, its default durability) and on PostgreSQL (`--postgres
 URL`, a fresh schema dropped after).
 
@@ -115,13 +117,15 @@ async def measure(backend: str, db: str, args: argparse.Namespace) -> dict[str, 
         ends.append(await connection(db, args.code, args.rate, f"flood-{n}", args.width, args.seconds))
         took.append(time.perf_counter() - t0)
         each.append(count_records(db) - before)
+    per_connection = first / args.at_once  # what a connection left before any was marked: the comparator
     return {"benchmark": "gateway_reconnect", "backend": backend, "rate": args.rate, "width": args.width,
             "at_once": args.at_once, "total_records": count_records(db),
             "total_s": round(time.perf_counter() - started, 1),
             "code": args.code, "first_flood_records": first, "first_flood_s": round(first_s, 2),
             "first_flood": first_end, "records_per_reconnection_median": statistics.median(each),
             "records_per_reconnection_range": [min(each), max(each)], "records_per_reconnection": each,
-            "seconds_per_reconnection_median": round(statistics.median(took), 2), "ends": sorted(set(ends))}
+            "seconds_per_reconnection_median": round(statistics.median(took), 2), "ends": sorted(set(ends)),
+            "ratio": round(statistics.median(each) / per_connection, 4) if per_connection else None}
 
 
 async def main() -> None:
@@ -134,7 +138,11 @@ async def main() -> None:
     parser.add_argument("--code", default=str(Path(__file__).resolve().parents[1]))
     parser.add_argument("--postgres", metavar="URL")
     parser.add_argument("--scratch", default="/tmp")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke test: 2 reconnections at 20req/60s, 2 calls in flight each")
     args = parser.parse_args()
+    if args.quick:
+        args.reconnections, args.rate, args.width = 2, "20req/60s", 2
     backends = ["sqlite"] + (["postgres"] if args.postgres else [])
     for backend in backends:
         with database(backend, Path(args.scratch), args.postgres or "") as db:
