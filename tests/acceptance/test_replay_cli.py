@@ -13,6 +13,7 @@ from cli_helpers import REPO, assert_one_line_error, digest, json_lines, run_gor
 FIXTURES = REPO / "replay_fixtures"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 HANDLERS = str(FIXTURES / "handlers.py")
+BOUNDED = str(FIXTURES / "bounded.py")  # the handler of the fixture recorded after decision 0080
 CHANGED_HANDLER = '''
 from gormes.actors.runs.context import run_handler
 
@@ -49,7 +50,8 @@ def imported(tmp_path: Path, *names: str) -> Path:
 def test_replay_file_reproduces_each_fixture_without_a_database(name: str, tmp_path: Path) -> None:
     db = tmp_path / "never-made.db"
     for expected in MANIFEST[name]["replays"]:
-        done = run_gormes(db, "replay", expected["run_id"], "--file", fixture_file(name), "--import", HANDLERS)
+        done = run_gormes(db, "replay", expected["run_id"], "--file", fixture_file(name), "--import", HANDLERS,
+                          "--import", BOUNDED)
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.splitlines()[-1] == f"exact: {expected['events']} events reproduced"
     assert not db.exists()
