@@ -1,0 +1,89 @@
+"""One gateway client takes the whole class's call rate (decision 0082).
+
+The gateways' call rate (`GORMES_GATEWAY_RATE`, decision 0072) was one allowance
+for the class: a client calling in a loop, one call after the other's answer (so
+never ended as a flood), took all of it, and every other client was refused: a
+buggy loop in one chat client stopped everyone's. Each client now has a share of
+the class's rate (`GORMES_GATEWAY_CLIENT_RATE`, a quarter by default), in addition
+to the class's limit: past its share a client is refused in one line that says so,
+and the others are still served; past the class's limit everyone is, whatever
+names they take.
+
+Every attack here is made as an outsider makes it: `gormes mcp` processes driven by
+the `mcp` SDK client, on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from cli_helpers import assert_one_line_error, run_gormes
+from mcp_helpers import gormes_mcp
+from test_attack_gateway_rate import attempt, database, outcomes
+
+from gormes.control import call_refusals
+from gormes.control.call_rate import stated_rule
+from gormes.control.rate_rules import RateRule
+
+RATE = {"GORMES_GATEWAY_RATE": "8req/600s"}  # the share unset: a quarter, 2req/600s; nothing frees mid-test
+SHARE_REFUSAL = re.compile(
+    r"CallRateLimited: each 'gateway' client may make at most 2 calls per 600s of the class's"
+    r" \(GORMES_GATEWAY_CLIENT_RATE=2req/600s of GORMES_GATEWAY_RATE=8req/600s\); retry in \d+s")
+CLASS_REFUSAL = re.compile(
+    r"CallRateLimited: 'gateway' callers may make at most 8 calls per 600s between them"
+    r" \(GORMES_GATEWAY_RATE=8req/600s\); retry in \d+s")
+
+
+@pytest.fixture(autouse=True)
+def _no_rate_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("GORMES_GATEWAY_RATE", "GORMES_GATEWAY_CLIENT_RATE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_greedy_client_takes_its_share_and_the_others_are_still_served(backend: str, db_path: Path):
+    """A client calling in a loop (one call at a time, never a flood) is served its
+    share and refused past it, in a line naming the share; a second client, its
+    process beside the first, is served; new names are served their shares until the
+    class's limit, and the next name is refused by the class's."""
+    async with database(backend, db_path) as (db, open_store):
+        async with gormes_mcp(db, env=RATE, client_name="buggy-loop") as greedy, \
+                gormes_mcp(db, env=RATE, client_name="alice") as alice:
+            greedy_lines = [await attempt(greedy, "time__now") for _ in range(8)]
+            alice_lines = [await attempt(alice, "memory__recall", query="deploy") for _ in range(2)]
+        assert greedy_lines[:2] == ["ok", "ok"], greedy_lines
+        assert all(SHARE_REFUSAL.fullmatch(line) for line in greedy_lines[2:]), greedy_lines
+        assert alice_lines == ["ok", "ok"], alice_lines
+        for name in ("bob", "carol"):  # new names: each its share, no more than the class's room
+            async with gormes_mcp(db, env=RATE, client_name=name) as client:
+                assert [await attempt(client, "time__now") for _ in range(2)] == ["ok", "ok"]
+        async with gormes_mcp(db, env=RATE, client_name="a-new-name") as late:
+            assert CLASS_REFUSAL.fullmatch(await attempt(late, "time__now"))
+        audited = await outcomes(open_store)
+        assert [who for _, who, outcome, _ in audited if outcome == "ok"] == (
+            ["mcp:buggy-loop"] * 2 + ["mcp:alice"] * 2 + ["mcp:bob"] * 2 + ["mcp:carol"] * 2)
+        denied = [(who, error) for _, who, outcome, error in audited if outcome == "denied"]
+        assert [who for who, _ in denied] == ["mcp:buggy-loop"] * 6 + ["mcp:a-new-name"]
+        assert all(stated_rule(error) == RateRule(pattern="calls:gateway", requests=8, window_s=600.0)
+                   for _, error in denied)
+        async with open_store() as store:  # counted as every call-rate refusal: top, doctor, /metrics
+            counted = await store.read_sql(lambda conn: call_refusals.refusals(conn, 0.0))
+        assert counted is not None and counted.count == 7 and counted.last_caller == "mcp:a-new-name"
+
+
+@pytest.mark.parametrize(("share", "rate"), [
+    ("fast", None), ("5tpm", None), ("0rpm", None), ("150rpm", "off"), ("100req/2m", "600rpm"),
+])
+def test_a_bad_share_is_one_line_and_exit_2_before_the_database_is_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, share: str, rate: str | None):
+    monkeypatch.setenv("GORMES_GATEWAY_CLIENT_RATE", share)
+    if rate is not None:
+        monkeypatch.setenv("GORMES_GATEWAY_RATE", rate)
+    db = tmp_path / "never.db"
+    done = run_gormes(db, "mcp", input="")
+    line = assert_one_line_error(done)
+    assert done.returncode == 2, done.stderr
+    assert line.startswith(f"gormes: error: GORMES_GATEWAY_CLIENT_RATE={share!r}: "), line
+    assert not db.exists()
