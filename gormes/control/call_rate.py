@@ -24,6 +24,12 @@ retry), takes no lease, and is audited by the executor like every refusal. The
 executor asks `GatewayCallRate` (its `call_limit`) about each call; the MCP server
 gives it one (gormes/mcp_server.py).
 
+Each client also has a share of the class's rate, in addition to it
+(`GORMES_GATEWAY_CLIENT_RATE`, a quarter by default; gormes/control/call_shares.py,
+decision 0082): a call is admitted only when both windows have room, looked at and
+leased in the same transaction, so one greedy client leaves the others room and new
+names get no more than the class's rate together.
+
 A gateway's runs (and every child agent, which only ever acts in a run) are not
 limited here: their calls are made by a model, one turn at a time, and the
 provider limits and budgets govern the turns. The operator and the system are
