@@ -66,7 +66,7 @@ from typing import Any
 import trio
 
 from gormes.actors.jobs.session import new_id
-from gormes.control import call_floods, call_refusals, call_shares
+from gormes.control import call_floods, call_refusals
 from gormes.control import limits_table as table
 from gormes.control.call_shares import CLIENT_RATE_ENV, TWIN, default_share, share_key
 from gormes.control.rate_rules import MINUTE, InvalidRateLimit, RateRule, parse_limits
@@ -280,10 +280,11 @@ class GatewayCallRate:
                 table.create(tx)
             now = self.clock()  # read under the write lock: one host's leases are taken in time order
             table.delete_twins(tx, KEY, now - rule.window_s, TWIN)  # the shares' leases leaving with the class's
-            frees = by_share = None
+            frees: float | None = None  # when the window found full frees
+            by_share = False  # and whether it was the client's share's
             nth = table.latest_leases(tx, KEY, now - rule.window_s, count)
             if nth is not None:
-                frees, by_share = nth + rule.window_s, False
+                frees = nth + rule.window_s
             elif share is not None and client_key is not None:
                 assert share.requests is not None
                 nth = table.latest_leases(tx, client_key, now - share.window_s, share.requests)
@@ -291,7 +292,7 @@ class GatewayCallRate:
                     frees, by_share = nth + share.window_s, True
             if frees is not None:
                 flood = call_floods.latest_flood(tx, now, rule.window_s) if starting else None
-                return now, frees, bool(by_share), flood
+                return now, frees, by_share, flood
             table.take_lease(tx, lease_id, KEY, now, 0, sent=True)
             if client_key is not None:
                 table.take_lease(tx, lease_id + TWIN, client_key, now, 0, sent=True)
