@@ -88,6 +88,7 @@ KEY = f"calls:{LIMITED}"  # its lease key in `rate_leases`
 _prepared: weakref.WeakSet[Any] = weakref.WeakSet()  # stores whose tables are known to exist
 _indexing: weakref.WeakSet[Any] = weakref.WeakSet()  # stores whose refusals' index was made or tried
 _STATED = re.compile(rf"[(\s]{GATEWAY_RATE_ENV}=([^)\s]+)\)")  # in a refusal's line (see `_limit_line`)
+_STATED_SHARE = re.compile(rf"\({CLIENT_RATE_ENV}=(\S+) of ")  # in a refusal by a client's share
 log = logging.getLogger("gormes.control")
 
 
@@ -162,6 +163,20 @@ def stated_rule(error: str | None) -> RateRule | None:
         return None
     try:
         return parse_call_rate(found.group(1))
+    except InvalidRateLimit:
+        return None
+
+
+def stated_share(error: str | None) -> RateRule | None:
+    """The client's share a refusal's line states, when that share refused it
+    (`... (GORMES_GATEWAY_CLIENT_RATE=150rpm of GORMES_GATEWAY_RATE=600rpm); retry in
+    12s`, decision 0082); None for the class's refusals and lines this gormes does
+    not read."""
+    found = _STATED_SHARE.search(error or "")
+    if found is None:
+        return None
+    try:
+        return parse_call_rate(found.group(1), CLIENT_RATE_ENV)
     except InvalidRateLimit:
         return None
 
