@@ -195,9 +195,12 @@ async def serve_stdio(
                 if flooded():
                     transport.cancel()
     if limit is not None and limit.turned_away is not None:
+        full = (f"this client's share is still used ({CLIENT_RATE_ENV}={written(limit.share)})"
+                if limit.turned_by_share and limit.share is not None else
+                f"the gateways' window is still full ({GATEWAY_RATE_ENV}={written(limit.rule)})")
         raise ClientFlooded(
-            f"a gateway connection was ended for flooding {max(0, time.time() - limit.turned_away):.0f}s ago and the"
-            f" gateways' window is still full ({GATEWAY_RATE_ENV}={written(limit.rule)}): this connection is"
+            f"a gateway connection was ended for flooding {max(0, time.time() - limit.turned_away):.0f}s ago and"
+            f" {full}: this connection is"
             f" closed at its first call; come back in {max(1, math.ceil(limit.come_back_at - time.time()))}s;"
             " the refusal is audited"
         )

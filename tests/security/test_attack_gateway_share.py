@@ -15,17 +15,20 @@ the `mcp` SDK client, on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
 import pytest
+import trio
 from cli_helpers import assert_one_line_error, run_gormes
-from mcp_helpers import gormes_mcp
+from mcp_helpers import CLIENT_NAME, audit_events, gormes_mcp, raw_gormes_mcp
 from test_attack_gateway_rate import attempt, database, outcomes
 
 from gormes.control import call_refusals
-from gormes.control.call_rate import stated_rule
+from gormes.control.call_rate import MIN_FLOOD, stated_rule
 from gormes.control.rate_rules import RateRule
+from gormes.events.sqlite import SQLiteEventStore
 
 RATE = {"GORMES_GATEWAY_RATE": "8req/600s"}  # the share unset: a quarter, 2req/600s; nothing frees mid-test
 SHARE_REFUSAL = re.compile(
@@ -87,3 +90,62 @@ def test_a_bad_share_is_one_line_and_exit_2_before_the_database_is_opened(
     assert done.returncode == 2, done.stderr
     assert line.startswith(f"gormes: error: GORMES_GATEWAY_CLIENT_RATE={share!r}: "), line
     assert not db.exists()
+
+
+async def flood(db: str, name: str, width: int) -> list[str]:
+    """`width` calls in flight through one connection until the server ends it: what
+    each call got ("ok", the refusal's line, or "closed")."""
+    got: list[str] = []
+    async with gormes_mcp(db, env=RATE, client_name=name) as client:
+        async def caller() -> None:
+            while True:
+                try:
+                    result = await client.call_tool("time__now", {})
+                except Exception:  # noqa: BLE001 - the server ended the connection
+                    got.append("closed")
+                    nursery.cancel_scope.cancel()
+                    return
+                got.append(result.content[0].text if result.is_error else "ok")
+
+        with trio.fail_after(60):  # a hang guard: the server must end it
+            async with trio.open_nursery() as nursery:
+                for _ in range(width):
+                    nursery.start_soon(caller)
+    return got
+
+
+async def test_a_client_flooding_its_share_is_ended_and_refused_at_its_reconnections_start(
+        db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A client that does not wait, refused by its share while the class has room, is
+    ended after MIN_FLOOD refusals (its share allows 2), the server saying it was past
+    its share; reconnecting under the same name, it is refused at its first call and
+    ended (decision 0081 asks a share found full too); another client is served."""
+    monkeypatch.setenv("GORMES_GATEWAY_RATE", RATE["GORMES_GATEWAY_RATE"])
+    stderr = tmp_path / "stderr"
+    sent = MIN_FLOOD * 50
+    async with raw_gormes_mcp(db_path, stderr) as raw:
+        async def pipeline() -> None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                for n in range(sent):
+                    await raw.request(n + 1, "tools/call", {"name": "time__now", "arguments": {}})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pipeline)
+            with trio.fail_after(120):  # a hang guard: the server must end the connection
+                await raw.process.wait()
+            nursery.cancel_scope.cancel()
+    assert raw.process.returncode == 1
+    last = stderr.read_text().splitlines()[-1]
+    assert re.fullmatch(r"gormes: error: the client kept calling while refused \(100 refusals within 600s, past"
+                        r" GORMES_GATEWAY_CLIENT_RATE=2req/600s\): connection closed; each refusal is audited",
+                        last), last
+    again = await flood(str(db_path), CLIENT_NAME, width=1)
+    assert len(again) == 2 and again[1] == "closed", again
+    assert re.fullmatch(SHARE_REFUSAL.pattern + r"; the connection closes at its start: a gateway connection was"
+                        r" ended for flooding \d+s ago and the window is still full", again[0]), again[0]
+    async with gormes_mcp(db_path, env=RATE, client_name="alice") as alice:
+        assert await attempt(alice, "time__now") == "ok"
+    async with SQLiteEventStore.open(db_path) as store:
+        audits = await audit_events(store)
+    ours = [a.outcome for a in audits if a.caller == f"mcp:{CLIENT_NAME}"]
+    assert ours.count("ok") == 2 and MIN_FLOOD + 1 <= ours.count("denied") and len(ours) < sent
