@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from gateway_helpers import Clock, limited
 from pg_helpers import backend_store, reopen_store
 
@@ -140,6 +141,32 @@ async def test_renaming_gains_nothing_past_the_class_even_from_two_processes(bac
         assert sum(served.values()) == 8 and max(served.values()) == 2
         by_key = await rows(store)
         assert by_key.pop(KEY) == 8 and sum(by_key.values()) == 8 and len(by_key) == 4
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_one_name_calling_at_once_through_two_stores_gets_its_share_and_no_more(backend: str, db_path: Path):
+    """Twenty calls at once under one name through two stores on one database (two
+    processes): the share's look and lease are in the class's transaction, so three
+    are served, whatever the interleaving, and the class keeps room for another."""
+    clock = start()
+    async with backend_store(backend, db_path) as store, reopen_store(store) as other:
+        executors = [limited(s, "8req/60s", clock, client_rate="3req/60s") for s in (store, other)]
+        outcomes: list[str] = []
+
+        async def call(n: int) -> None:
+            try:
+                await executors[n % 2].call("time.now", {}, GREEDY)
+                outcomes.append("served")
+            except CallRateLimited:
+                outcomes.append("refused")
+
+        async with trio.open_nursery() as nursery:
+            for n in range(20):
+                nursery.start_soon(call, n)
+        assert sorted(outcomes) == ["refused"] * 17 + ["served"] * 3
+        await executors[0].call("time.now", {}, POLITE)
+        by_key = await rows(store)
+        assert by_key.pop(KEY) == 4 and sorted(by_key.values()) == [1, 3]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
