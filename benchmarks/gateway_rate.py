@@ -26,7 +26,17 @@ same log and the same machine.
   default (past it, refused, until the server ends the connection: 600 refusals
   within the minute): the calls, the audit records they left, when the server
   ended the connection, and the megabytes an hour the records grew by while it
-  lasted.
+  lasted. Those two with each client's share off (as decision 0072 measured), and
+  a third, `600rpm+share`, at the default share (150 a minute, decision 0082: the
+  connection is ended after 150 refusals).
+- share (decision 0082): what each client's share costs a call. Two stores (two
+  databases: the two limits would otherwise count each other's leases), one
+  executor each: `class_only` has the class's limit alone (as before 0082),
+  `with_share` the class's and the default share. Both are called as fast as they
+  allow for ever, by four clients in turn (a stepping clock again): the class's
+  window holds 596 leases and each client's 149, so each call deletes and takes one
+  of each, and `with_share` also reads its client's key and deletes the twins.
+  Pairs alternate as above; `ratio` is with_share over class_only.
 
 Durability `normal` on SQLite by default (the work, not the disk; `--durability
 full` measures gormes's default, an fsync a commit, which the limit's lease pays
@@ -53,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import median, progress, report, scratch_dir  # noqa: E402
 
 from gormes.control.call_rate import DEFAULT_GATEWAY_RATE, GatewayCallRate, parse_call_rate  # noqa: E402
+from gormes.control.call_shares import default_share  # noqa: E402
 from gormes.events.scratch_store import scratch_store  # noqa: E402
 from gormes.events.sqlite import SQLiteEventStore  # noqa: E402
 from gormes.ops.executor import Executor  # noqa: E402
@@ -131,15 +142,17 @@ async def flood(store: Any, executor: Executor, seconds: float) -> dict[str, flo
             "mb_per_hour": round(per_s * each * 3600 / 1e6)}
 
 
-async def flood_mcp(path: Path, rate: str, seconds: float) -> dict[str, float]:
-    """FLOODERS calls in flight through one `gormes mcp` process for `seconds`."""
+async def flood_mcp(path: Path, rate: str, seconds: float, share: str = "off") -> dict[str, float]:
+    """FLOODERS calls in flight through one `gormes mcp` process for `seconds` (`share`:
+    GORMES_GATEWAY_CLIENT_RATE, "" its default)."""
     # Lazy: the SDK's client is only this part's.
     import mcp_types as types
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
     repo = str(Path(__file__).resolve().parents[1])
-    env = {"GORMES_GATEWAY_RATE": rate, "PYTHONPATH": repo, "PATH": os.environ.get("PATH", "")}
+    env = {"GORMES_GATEWAY_RATE": rate, "GORMES_GATEWAY_CLIENT_RATE": share, "PYTHONPATH": repo,
+           "PATH": os.environ.get("PATH", "")}
     server = StdioServerParameters(command=sys.executable, args=["-m", "gormes", "--db", str(path), "mcp"],
                                    cwd=repo, env=env)
     counts = {"served": 0, "refused": 0}
@@ -205,6 +218,56 @@ async def measure(backend: str, where: Any, durability: str, samples: int, secon
     return result
 
 
+CLIENTS = 4  # the share's benchmark calls as four clients in turn
+
+
+async def measure_share(backend: str, where: tuple[Any, Any], durability: str, samples: int) -> dict[str, Any]:
+    """Each client's share against the class's limit alone, two stores (see the module doc)."""
+    rule = parse_call_rate(DEFAULT_GATEWAY_RATE)
+    assert rule is not None and rule.requests is not None
+    share = default_share(rule)
+    assert share.requests is not None and share.requests * CLIENTS <= rule.requests
+    step = rule.window_s / (CLIENTS * (share.requests - 1)) + 1e-6  # 149 a client, 596 in all, stay
+    callers = [Caller(trust="gateway", id=f"mcp:bench-{n}") for n in range(CLIENTS)]
+
+    def opened(at: Any) -> Any:
+        return SQLiteEventStore.open(at, durability=durability) if backend == "sqlite" else scratch_store(
+            at, "gormes_bench")
+
+    async with opened(where[0]) as one, opened(where[1]) as two:
+        executors = {"class_only": Executor(default_registry(), one,
+                                            call_limit=GatewayCallRate(one, rule, clock=Stepping(step))),
+                     "with_share": Executor(default_registry(), two,
+                                            call_limit=GatewayCallRate(two, rule, share=share, clock=Stepping(step)))}
+        for store in (one, two):  # the facts, remembered past the limits (they take no lease)
+            for n in range(FACTS):
+                await Executor(default_registry(), store).call(
+                    "memory.remember", {"fact": f"service alpha{n % 37} deploys to host beta{n % 11}"},
+                    callers[n % CLIENTS])
+        progress(f"gateway_rate ({backend}): the shares: filling the windows ...")
+        calls = 0
+        for _ in range(CLIENTS * (share.requests - 1)):
+            for executor in executors.values():
+                await executor.call("time.now", {}, callers[calls % CLIENTS])
+            calls += 1
+        result: dict[str, Any] = {}
+        progress(f"gateway_rate ({backend}): the shares: {samples} pairs each ...")
+        for case, name, value in (("time_now", "time.now", {}),
+                                  ("memory_recall", "memory.recall", {"query": "which host does alpha3 deploy to"})):
+            times: dict[str, list[float]] = {"class_only": [], "with_share": []}
+            order = list(executors.items())
+            for n in range(samples):
+                for which, executor in order if n % 2 else order[::-1]:
+                    start = time.perf_counter()
+                    await executor.call(name, value, callers[calls % CLIENTS])
+                    times[which].append(time.perf_counter() - start)
+                calls += 1
+            ms = {which: median(values) * 1000 for which, values in times.items()}
+            result[case] = {"class_only_ms": round(ms["class_only"], 3), "with_share_ms": round(ms["with_share"], 3),
+                            "ratio": round(ms["with_share"] / ms["class_only"], 3)}
+    return result
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--postgres", metavar="URL", help="also measure on this PostgreSQL database")
@@ -222,9 +285,13 @@ async def main() -> None:
             backends.append(("postgres", args.postgres))
         for backend, where in backends:
             result[backend] = await measure(backend, where, args.durability, samples, seconds)
+            pair = (d / "class.db", d / "share.db") if backend == "sqlite" else (where, where)
+            result[backend]["share"] = await measure_share(backend, pair, args.durability, samples)
         progress(f"gateway_rate: floods through gormes mcp, {seconds:g}s each ...")
         result["flood_mcp"] = {"off": await flood_mcp(d / "off.db", "off", seconds),
-                               DEFAULT_GATEWAY_RATE: await flood_mcp(d / "limited.db", DEFAULT_GATEWAY_RATE, seconds)}
+                               DEFAULT_GATEWAY_RATE: await flood_mcp(d / "limited.db", DEFAULT_GATEWAY_RATE, seconds),
+                               f"{DEFAULT_GATEWAY_RATE}+share": await flood_mcp(d / "shared.db", DEFAULT_GATEWAY_RATE,
+                                                                                 seconds, share="")}
     report(result)
 
 

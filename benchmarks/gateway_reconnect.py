@@ -74,7 +74,8 @@ async def connection(db: str, code: str, rate: str, name: str, width: int, secon
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    env = {"GORMES_GATEWAY_RATE": rate, "PYTHONPATH": code}
+    # The class's limit alone, as before decision 0082 (each client's share off): what 0081 measured.
+    env = {"GORMES_GATEWAY_RATE": rate, "GORMES_GATEWAY_CLIENT_RATE": "off", "PYTHONPATH": code}
     server = StdioServerParameters(command=sys.executable, args=["-m", "gormes", "--db", db, "mcp"],
                                    cwd=code, env=env)
     ended = "lasted"

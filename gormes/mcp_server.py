@@ -24,7 +24,9 @@ A gateway's calls, every gateway's in every process on the store together, fit
 the class's call rate (`GORMES_GATEWAY_RATE`, 600 a minute by default;
 gormes/control/call_rate.py, decision 0072): past it a call is an error result
 (`CallRateLimited`, saying when to retry), audited as denied, and its operation
-never runs. A client that keeps calling while refused has its connection ended,
+never runs. Each client (by the name it gives) may take only its share of that
+rate (`GORMES_GATEWAY_CLIENT_RATE`, a quarter by default; decision 0082), so one
+greedy client leaves the others room. A client that keeps calling while refused has its connection ended,
 and while that is within the window and the window is full, a new connection is
 refused at its first call and ended too (`ClientFlooded`, decisions 0072 and
 0081). The operator's, the system's and a child agent's calls are not limited.
@@ -57,7 +59,10 @@ from mcp.server.stdio import stdio_server
 from gormes.actors.jobs.queue import JobQueue
 from gormes.actors.jobs.session import new_id
 from gormes.actors.runs.approvals import ApprovalGate, ApprovalPolicy
-from gormes.control.call_rate import GATEWAY_RATE_ENV, GatewayCallRate, call_rate_from_env, written
+from gormes.control.call_rate import (
+    GATEWAY_RATE_ENV, GatewayCallRate, call_rate_from_env, client_share_from_env, written,
+)
+from gormes.control.call_shares import CLIENT_RATE_ENV
 from gormes.control.rate_rules import RateRule
 from gormes.errors import GormesError
 from gormes.mcp_frames import AnsweringBadFrames, claimed_stdin
@@ -162,16 +167,19 @@ def warn_stderr(line: str) -> None:
 async def serve_stdio(
     store: EventStore, *, registry: Registry, trust: str = DEFAULT_TRUST, workspace: Path | None = None,
     warn: Callable[[str], None] = warn_stderr, call_rate: RateRule | None | Literal["env"] = "env",
+    client_rate: RateRule | None | Literal["env"] = "env",
 ) -> None:
     """Serve over stdin/stdout until the client closes the connection. A frame the
     SDK cannot read, or reads as a notification though it has an id, gets a
     JSON-RPC error and a `warn` line (`AnsweringBadFrames`, over `claimed_stdin`).
     `call_rate`: the gateways' call rate (None: off; "env": `GORMES_GATEWAY_RATE`,
-    read here)."""
+    read here); `client_rate`: each client's share of it (None: none; "env":
+    `GORMES_GATEWAY_CLIENT_RATE`, read here, of `call_rate`)."""
     served = served_registry(registry, trust)
     rule = call_rate_from_env(os.environ) if call_rate == "env" else call_rate
+    share = client_share_from_env(os.environ, rule) if client_rate == "env" else client_rate
     gate = ApprovalGate(store, ApprovalPolicy.from_env(os.environ), clock=time.time, ids=new_id)
-    limit = None if rule is None else GatewayCallRate(store, rule)
+    limit = None if rule is None else GatewayCallRate(store, rule, share=share)
     executor = Executor(served, store, workspace=workspace, jobs=await JobQueue.open(store), approvals=gate.gate_call,
                         call_limit=limit)
     server = build_server(executor, trust)
@@ -187,17 +195,21 @@ async def serve_stdio(
                 if flooded():
                     transport.cancel()
     if limit is not None and limit.turned_away is not None:
+        full = (f"this client's share is still used ({CLIENT_RATE_ENV}={written(limit.share)})"
+                if limit.turned_by_share and limit.share is not None else
+                f"the gateways' window is still full ({GATEWAY_RATE_ENV}={written(limit.rule)})")
         raise ClientFlooded(
-            f"a gateway connection was ended for flooding {max(0, time.time() - limit.turned_away):.0f}s ago and the"
-            f" gateways' window is still full ({GATEWAY_RATE_ENV}={written(limit.rule)}): this connection is"
+            f"a gateway connection was ended for flooding {max(0, time.time() - limit.turned_away):.0f}s ago and"
+            f" {full}: this connection is"
             f" closed at its first call; come back in {max(1, math.ceil(limit.come_back_at - time.time()))}s;"
             " the refusal is audited"
         )
     if flooded():
         assert limit is not None
+        past = GATEWAY_RATE_ENV if limit.share is None else f"{CLIENT_RATE_ENV}={written(limit.share)}"
         raise ClientFlooded(
             f"the client kept calling while refused ({len(limit.refusals)} refusals within"
-            f" {limit.rule.window_s:g}s, past {GATEWAY_RATE_ENV}): connection closed; each refusal is audited"
+            f" {limit.flood_rule.window_s:g}s, past {past}): connection closed; each refusal is audited"
         )
 
 

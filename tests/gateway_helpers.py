@@ -20,7 +20,15 @@ class Clock:
         return self.now
 
 
-def limited(store: Any, rate: str, clock: Clock) -> Executor:
+def limited(store: Any, rate: str, clock: Clock, client_rate: str = "off") -> Executor:
+    """`rate` for the class, and `client_rate` for each client's share (decision 0082;
+    "" the default, a quarter), both as `gormes mcp` reads them."""
     rule = parse_call_rate(rate)
     assert rule is not None
-    return Executor(default_registry(), store, clock=clock, call_limit=GatewayCallRate(store, rule, clock=clock))
+    if client_rate == "off":
+        limit = GatewayCallRate(store, rule, clock=clock)
+    else:
+        from gormes.control.call_rate import parse_client_share
+
+        limit = GatewayCallRate(store, rule, share=parse_client_share(client_rate, rule), clock=clock)
+    return Executor(default_registry(), store, clock=clock, call_limit=limit)

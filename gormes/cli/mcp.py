@@ -2,7 +2,8 @@
 operations (the built-ins and those --import declares) over MCP (stdio).
 
 Standard output belongs to the protocol; nothing else is printed there. A bad
-`GORMES_GATEWAY_RATE` is refused before the database is opened.
+`GORMES_GATEWAY_RATE` or `GORMES_GATEWAY_CLIENT_RATE` is refused before the
+database is opened.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def mcp(obj: Any, trust: str, workspace: str | None, imports: tuple[str, ...], m
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     import anyio
 
-    from gormes.control.call_rate import call_rate_from_env
+    from gormes.control.call_rate import call_rate_from_env, client_share_from_env
     from gormes.events.open import open_store
     from gormes.mcp_server import serve_stdio
     from gormes.cli.imports import warn
@@ -41,6 +42,7 @@ def mcp(obj: Any, trust: str, workspace: str | None, imports: tuple[str, ...], m
     from gormes.tools.sources import operation_registry
 
     call_rate = call_rate_from_env(os.environ)  # the gateways' (decision 0072): a bad value, one line, exit 2
+    client_rate = client_share_from_env(os.environ, call_rate)  # each client's share of it (decision 0082)
     load_imports(imports)
 
     async def main() -> None:
@@ -48,6 +50,7 @@ def mcp(obj: Any, trust: str, workspace: str | None, imports: tuple[str, ...], m
             await serve_stdio(
                 store, registry=registry, trust=trust,
                 workspace=Path(workspace) if workspace else None, warn=warn, call_rate=call_rate,
+                client_rate=client_rate,
             )
 
     anyio.run(main, backend="trio")

@@ -13,6 +13,7 @@ class's window full (`latest_flood`): was a connection ended for flooding within
 the last window? If so, the call is refused and the connection ends at its start,
 told when to come back (`come_back_at`): the earlier of when the window frees
 (the count-th latest lease of `calls:gateway` leaves it) and when the mark does.
+A first call that finds its client's share full (decision 0082) asks the same.
 Either way the state clears by itself; nothing is keyed on the client's name (a
 client names itself), and a connection past its first call is never asked again.
 
@@ -44,9 +45,9 @@ def latest_flood(tx: Any, now: float, window_s: float) -> float | None:
     return None if row is None else float(row[0])
 
 
-def come_back_at(flooded_at: float, nth_at: float, window_s: float) -> float:
-    """Pure: until when a connection that starts while the window is full (its
-    count-th latest call admitted at `nth_at`) and a connection was ended for
-    flooding at `flooded_at`, within the window, is refused: the earlier of the
-    window's freeing and the mark's leaving it."""
-    return min(nth_at, flooded_at) + window_s
+def come_back_at(flooded_at: float, frees_at: float, window_s: float) -> float:
+    """Pure: until when a connection that starts while a window is full (the class's,
+    or its client's share's, decision 0082: it frees at `frees_at`) and a connection
+    was ended for flooding at `flooded_at`, within the class's window `window_s`, is
+    refused: the earlier of the window's freeing and the mark's leaving it."""
+    return min(frees_at, flooded_at + window_s)

@@ -115,6 +115,17 @@ def latest_leases(tx: Any, key: str, since: float, n: int) -> float | None:
     return None if row is None else float(row[0])
 
 
+def delete_twins(tx: Any, key: str, since: float, suffix: str) -> None:
+    """Delete the twins (id: the lease's id + `suffix`) of `key`'s leases taken at or
+    before `since`, before those leases go: a client's share of the gateways' call
+    rate (gormes/control/call_shares.py) is pruned by the class's look, whoever
+    makes it, so a client that never calls again leaves no rows. One range of
+    `rate_leases_key_at` (the leases leaving: one or none, a call at a time) and
+    a primary-key entry each."""
+    tx.execute(f"DELETE FROM {LEASES} WHERE id IN (SELECT id || ? FROM {LEASES} WHERE key = ? AND at <= ?)",
+               (suffix, key, since))
+
+
 def settle_lease(tx: Any, lease_id: str, ended_at: float, tokens: int | None) -> None:
     """The request ended by `ended_at` (so it left before: it counts one window
     from then on) and used `tokens` (None: unknown, the estimate stays)."""

@@ -7,7 +7,7 @@ most `call_refusals.COUNT_CAP` index entries, however long the log. Any refusal
 in the window is a `warn`: a client was told to wait, which is either a client to
 look at or a limit to raise. The limit itself is each `gormes mcp` process's
 setting, which the store does not hold: the message gives the one the latest
-refusal stated. Whom they were refused to: the clients refused most among the
+refusal stated, and the client's share when that share refused it (decision 0082). Whom they were refused to: the clients refused most among the
 latest `COUNT_CAP` refusals (`call_refusals.refused_callers`, decision 0079), in
 the message and in `--json`'s `detail`.
 """
@@ -18,7 +18,8 @@ import json
 from datetime import datetime, timezone
 
 from gormes.control import call_refusals
-from gormes.control.call_rate import GATEWAY_RATE_ENV, KEY, describe, stated_rule, written
+from gormes.control.call_rate import GATEWAY_RATE_ENV, KEY, describe, stated_rule, stated_share, written
+from gormes.control.call_shares import CLIENT_RATE_ENV
 from gormes.health import Check, DoctorContext, Verdict, age, ok, warn
 
 # A client names itself: its name is shown cut to this many characters in the message
@@ -59,9 +60,10 @@ def check_call_rate(ctx: DoctorContext) -> Verdict:
     callers = call_refusals.refused_callers(ctx.db, ctx.now - window)
     assert found.first_at is not None and found.last_at is not None
     count = f"more than {found.count:,}" if found.more else f"{found.count:,}"
-    rule = stated_rule(found.last_error)
+    rule, share = stated_rule(found.last_error), stated_share(found.last_error)
+    each = "" if share is None else f"each client {describe(share)} ({CLIENT_RATE_ENV}={written(share)}) of "
     limit = ("" if rule is None else
-             f"; the process that refused it allows {describe(rule)} ({GATEWAY_RATE_ENV}={written(rule)})")
+             f"; the process that refused it allows {each}{describe(rule)} ({GATEWAY_RATE_ENV}={written(rule)})")
     return warn(
         f"{count} gateway call(s) refused by the call rate in the last {span}, since {_when(found.first_at)}"
         f" ({age(ctx.now - found.first_at)} ago); the latest {age(ctx.now - found.last_at)} ago,"
@@ -70,7 +72,9 @@ def check_call_rate(ctx: DoctorContext) -> Verdict:
         f"each, error CallRateLimited): a client calling faster than it should is the client's to fix; if "
         f"the calls are wanted, raise {GATEWAY_RATE_ENV} (like 1200rpm or 50req/1s; off turns the limit off) "
         "in the environment of every gormes mcp serving gateways and restart them (each reads it when it "
-        "starts); docs/security.md",
+        f"starts); a client refused past its own share ({CLIENT_RATE_ENV}, a quarter of the class's by "
+        "default) while the others are served is calling faster than they are: raise the share the same way, "
+        "or set it off; docs/security.md",
         _detail(window, found, callers),
     )
 

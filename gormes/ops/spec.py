@@ -75,9 +75,10 @@ class ApprovalDenied(OperationDenied):
 
 
 class CallRateLimited(OperationDenied):
-    """A call its class's call rate refused (`GORMES_GATEWAY_RATE`, decision 0072):
-    the window holds as many calls as the limit allows; `retry_after_s`, when the
-    first of them leaves it."""
+    """A call its class's call rate refused (`GORMES_GATEWAY_RATE`, decision 0072),
+    or its client's share of it (`GORMES_GATEWAY_CLIENT_RATE`, decision 0082): the
+    window holds as many calls as the limit allows; `retry_after_s`, when the first
+    of them leaves it."""
 
     def __init__(self, message: str, *, retry_after_s: float = 0.0) -> None:
         super().__init__(message)

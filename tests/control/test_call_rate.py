@@ -380,5 +380,5 @@ async def test_a_new_connection_after_a_flood_is_refused_at_its_first_call_until
 
 
 def test_come_back_at_is_the_earlier_of_the_window_freeing_and_the_mark_leaving() -> None:
-    assert call_floods.come_back_at(flooded_at=105.0, nth_at=101.0, window_s=10.0) == 111.0
-    assert call_floods.come_back_at(flooded_at=100.5, nth_at=101.0, window_s=10.0) == 110.5
+    assert call_floods.come_back_at(flooded_at=105.0, frees_at=111.0, window_s=10.0) == 111.0
+    assert call_floods.come_back_at(flooded_at=100.5, frees_at=111.0, window_s=10.0) == 110.5

@@ -22,6 +22,10 @@ def test_quick_mode_prints_one_json_line_with_the_ratios_and_the_floods() -> Non
         assert figures["limited_ms"] > 0 and figures["unlimited_ms"] > 0
         assert abs(figures["ratio"] - figures["limited_ms"] / figures["unlimited_ms"]) < 0.01
     assert sqlite["refused_ms"] > 0
+    for case in ("time_now", "memory_recall"):  # each client's share (decision 0082)
+        figures = sqlite["share"][case]
+        assert figures["class_only_ms"] > 0 and figures["with_share_ms"] > 0
+        assert abs(figures["ratio"] - figures["with_share_ms"] / figures["class_only_ms"]) < 0.01
     assert sqlite["flood"]["refusals_per_s"] > 0 and sqlite["flood"]["bytes_per_record"] > 0
     floods = result["flood_mcp"]
     off, limited = floods["off"], floods["600rpm"]
@@ -31,3 +35,6 @@ def test_quick_mode_prints_one_json_line_with_the_ratios_and_the_floods() -> Non
     # no reason to end the connection (it would after 600 refusals in the minute)
     assert limited["records"] >= limited["served"] + limited["refused"] > 0
     assert limited["ended_by_server_after_s"] is None or limited["refused"] >= 600
+    shared = floods["600rpm+share"]  # one client's share is 150 a minute: ended after 150 refusals
+    assert shared["records"] >= shared["served"] + shared["refused"] > 0 and shared["served"] <= 150
+    assert shared["ended_by_server_after_s"] is None or shared["refused"] >= 150

@@ -155,3 +155,30 @@ async def test_it_names_the_clients_refused_most_a_few_of_them(backend, db_path:
                     {"client": "mcp:c", "refused": 1}],
         "other_clients": 1, "other_refused": 1, "clients_read": 6}
     assert "; refused most among the latest 6 to " in capped.message
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_refusal_by_a_clients_share_states_the_share_and_the_class(backend, db_path: Path):
+    """A refusal by a client's share of the rate (decision 0082) is counted as every
+    call-rate refusal; the message states the share and the class's limit, and the
+    remediation says how to raise the share."""
+    from gormes.control.call_rate import parse_client_share
+
+    clock = Clock()
+    async with backend_store(backend, db_path, clock=clock) as store:
+        rule = parse_call_rate("8req/60s")
+        assert rule is not None
+        limit = GatewayCallRate(store, rule, share=parse_client_share(None, rule), clock=clock)
+        executor = Executor(default_registry(), store, clock=clock, call_limit=limit)
+        for _ in range(2):
+            await executor.call("time.now", {}, GATEWAY)
+        for _ in range(3):
+            with pytest.raises(CallRateLimited):
+                await executor.call("time.now", {}, GATEWAY)
+        refused = check(doctor(target_of(store, db_path), now=T0 + 30), NAME)
+        assert refused.status == "warn", refused
+        assert refused.message.endswith(
+            "to mcp:chatty-bot; the process that refused it allows each client 2 calls a minute"
+            " (GORMES_GATEWAY_CLIENT_RATE=2rpm) of 8 calls a minute (GORMES_GATEWAY_RATE=8rpm)"), refused.message
+        assert refused.message.startswith("3 gateway call(s) refused by the call rate in the last 24h")
+        assert "raise the share the same way, or set it off" in refused.remediation

@@ -21,7 +21,7 @@ from mcp_helpers import CLIENT_NAME, call_ok, call_refused, gormes_mcp
 from pg_helpers import fresh_schema, url_for_schema
 
 REPO = Path(__file__).resolve().parents[2]
-RATE = {"GORMES_GATEWAY_RATE": "2req/60s"}
+RATE = {"GORMES_GATEWAY_RATE": "2req/60s", "GORMES_GATEWAY_CLIENT_RATE": "off"}  # the class alone: no client share (decision 0082)
 
 
 @asynccontextmanager
@@ -38,7 +38,7 @@ def gormes(db: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["COLUMNS"] = "220"
-    for name in ("GORMES_DB", "GORMES_GATEWAY_RATE"):
+    for name in ("GORMES_DB", "GORMES_GATEWAY_RATE", "GORMES_GATEWAY_CLIENT_RATE"):
         env.pop(name, None)
     return subprocess.run([sys.executable, "-m", "gormes", "--db", db, *args], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=120, stdin=subprocess.DEVNULL, check=False)

@@ -32,7 +32,9 @@ from gormes.control.call_rate import MIN_FLOOD
 from gormes.events.sqlite import SQLiteEventStore
 
 LIMIT = 4
-RATE = {"GORMES_GATEWAY_RATE": f"{LIMIT}req/600s"}  # a window no test outlives: nothing frees mid-test
+# A window no test outlives: nothing frees mid-test. The class's limit alone: each client's
+# share (decision 0082, tests/security/test_attack_gateway_share.py) is off.
+RATE = {"GORMES_GATEWAY_RATE": f"{LIMIT}req/600s", "GORMES_GATEWAY_CLIENT_RATE": "off"}
 REFUSAL = re.compile(  # the whole line: the limit, the setting, when to retry, and nothing else
     rf"CallRateLimited: 'gateway' callers may make at most {LIMIT} calls per 600s between them"
     rf" \(GORMES_GATEWAY_RATE={LIMIT}req/600s\); retry in \d+s")
@@ -42,6 +44,7 @@ REFUSAL = re.compile(  # the whole line: the limit, the setting, when to retry, 
 def _no_rate_set(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test starts from the default, whatever the developer's shell sets."""
     monkeypatch.delenv("GORMES_GATEWAY_RATE", raising=False)
+    monkeypatch.delenv("GORMES_GATEWAY_CLIENT_RATE", raising=False)
 
 
 @asynccontextmanager
@@ -107,6 +110,7 @@ async def test_a_client_that_keeps_calling_while_refused_is_disconnected(db_path
     reading, says why in one line, exits 1, and the calls it never read are never
     run or recorded."""
     monkeypatch.setenv("GORMES_GATEWAY_RATE", f"{LIMIT}req/600s")
+    monkeypatch.setenv("GORMES_GATEWAY_CLIENT_RATE", "off")
     sent = MIN_FLOOD * 50
     stderr = tmp_path / "stderr"
     async with raw_gormes_mcp(db_path, stderr) as raw:
@@ -221,7 +225,7 @@ async def test_unset_the_limit_is_600_a_minute_and_off_turns_it_off(db_path: Pat
     async with gormes_mcp(db_path, env={"GORMES_GATEWAY_RATE": "off"}) as client:
         for _ in range(2 * LIMIT):
             await call_ok(client, "time__now")
-    rate = {"GORMES_GATEWAY_RATE": f"{2 * LIMIT + 1}req/600s"}
+    rate = {"GORMES_GATEWAY_RATE": f"{2 * LIMIT + 1}req/600s", "GORMES_GATEWAY_CLIENT_RATE": "off"}
     async with gormes_mcp(db_path, env=rate) as client:
         await call_ok(client, "time__now")
         line = await call_refused(client, "time__now")

@@ -24,7 +24,7 @@ from test_attack_gateway_rate import database
 from gormes.control.call_rate import MIN_FLOOD
 
 WINDOW_S = 8
-RATE = {"GORMES_GATEWAY_RATE": f"4req/{WINDOW_S}s"}
+RATE = {"GORMES_GATEWAY_RATE": f"4req/{WINDOW_S}s", "GORMES_GATEWAY_CLIENT_RATE": "off"}  # the class alone: no client share (decision 0082)
 AT_START = re.compile(
     rf"CallRateLimited: 'gateway' callers may make at most 4 calls per {WINDOW_S}s between them"
     rf" \(GORMES_GATEWAY_RATE=4req/{WINDOW_S}s\); retry in (\d+)s; the connection closes at its start:"
@@ -34,6 +34,7 @@ AT_START = re.compile(
 @pytest.fixture(autouse=True)
 def _no_rate_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GORMES_GATEWAY_RATE", raising=False)
+    monkeypatch.delenv("GORMES_GATEWAY_CLIENT_RATE", raising=False)
 
 
 async def flood(db: str, name: str, width: int = 16) -> list[str]:
