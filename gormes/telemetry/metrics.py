@@ -230,7 +230,8 @@ def families(snap: Snapshot) -> Iterator[Any]:
     if snap.gateway_refusals is not None:
         yield CounterMetricFamily(
             "gormes_gateway_call_rate_refusals",
-            "Gateway calls the call rate (GORMES_GATEWAY_RATE) refused, recorded since the daemon started.",
+            "Gateway calls the call rate refused (GORMES_GATEWAY_RATE, or a client's share of it:"
+            " GORMES_GATEWAY_CLIENT_RATE), recorded since the daemon started.",
             value=snap.gateway_refusals, created=snap.gateway_refusals_since)
     lag = GaugeMetricFamily("gormes_projection_lag_events",
                             "Events between the log's head and where a follower has applied.",
