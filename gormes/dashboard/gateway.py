@@ -23,7 +23,7 @@ import msgspec
 from rich.text import Text
 
 from gormes.control import call_refusals
-from gormes.control.call_rate import GATEWAY_RATE_ENV, KEY, stated_rule, written
+from gormes.control.call_rate import GATEWAY_RATE_ENV, KEY, stated_rule, stated_share, written
 from gormes.printable import printable
 
 CALLS_WINDOW_S = 60.0  # the calls shown: those admitted in the last minute
@@ -50,6 +50,9 @@ class GatewayCalls(msgspec.Struct, frozen=True, kw_only=True):
     limit_calls: int | None = None
     limit_window_s: float | None = None
     counted: int | None = None  # the calls that limit's window counts now (leases younger than it)
+    # Each client's share of that limit, when the latest refusal was its client's share's
+    # (GORMES_GATEWAY_CLIENT_RATE, decision 0082): "150rpm"; None otherwise.
+    share: str | None = None
 
 
 def gateway_calls(conn: Any, now: float) -> GatewayCalls | None:
@@ -60,6 +63,7 @@ def gateway_calls(conn: Any, now: float) -> GatewayCalls | None:
     if refused is None and recent.latest_at is None:
         return None
     rule = None if refused is None else stated_rule(refused.last_error)
+    share = None if refused is None else stated_share(refused.last_error)
     counted = None
     if rule is not None:
         counted = (recent.recent if rule.window_s == CALLS_WINDOW_S
@@ -74,6 +78,7 @@ def gateway_calls(conn: Any, now: float) -> GatewayCalls | None:
         last_refused_caller=None if refused is None else refused.last_caller,
         limit=None if rule is None else written(rule), limit_calls=None if rule is None else rule.requests,
         limit_window_s=None if rule is None else rule.window_s, counted=counted,
+        share=None if share is None else written(share),
     )
 
 
@@ -108,6 +113,8 @@ def gateway_line(row: GatewayCalls | None) -> Text | None:
     if row.limit is not None:
         line.append(f"  limit {row.limit}, as the latest refusal stated it: {row.counted} of {row.limit_calls}"
                     " counted in its window")
+        if row.share is not None:
+            line.append(f"; it was a client's share that refused it ({row.share} each)")
     else:
         line.append(f"  limit: each gormes mcp's {GATEWAY_RATE_ENV}, not recorded (a refusal states it)", style="dim")
     line.append("\n  ")

@@ -106,3 +106,22 @@ def test_the_line_takes_its_two_lines_from_the_job_rows():
     assert sum("01JOB" in line for line in lines[1]) == sum("01JOB" in line for line in lines[0]) - 2
     narrow = text_of(render_dashboard(with_line, height=50), width=80).splitlines()
     assert len(narrow) == len(text_of(render_dashboard(without, height=50), width=80).splitlines())
+
+
+async def test_top_says_when_a_clients_share_refused_the_latest(store):
+    """A client past its share (decision 0082) while the class has room: top's line
+    gives the class's limit, as before, and that a client's share refused it."""
+    rule, share = parse_call_rate("30req/30s"), parse_call_rate("2req/30s")
+    assert rule is not None and share is not None
+    executor = Executor(default_registry(), store, call_limit=GatewayCallRate(store, rule, share=share))
+    for n in range(3):
+        try:
+            await executor.call("time.now", {}, GATEWAY)
+        except CallRateLimited:
+            assert n == 2
+    snapshot = await read_snapshot(store, pricing=load_table())
+    row = snapshot.gateway
+    assert row is not None and (row.limit, row.share, row.refused) == ("30req/30s", "2req/30s", 1)
+    text = text_of(render_dashboard(snapshot), width=300)
+    assert "limit 30req/30s, as the latest refusal stated it: 2 of 30 counted in its window;" \
+           " it was a client's share that refused it (2req/30s each)" in text
