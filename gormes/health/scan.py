@@ -59,7 +59,7 @@ class HandlerRuns(msgspec.Struct, kw_only=True):
 
 class ModelDay(msgspec.Struct, kw_only=True):
     """One UTC day's model turns: those read (`run.llm_turn`) and those cut short
-    while their replies streamed (`run.llm_cut`, decision 0080), with the tokens
+    after their requests left (`run.llm_cut`, decision 0080), with the tokens
     (input and output) each reported."""
 
     turns: int = 0
