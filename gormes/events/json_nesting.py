@@ -26,7 +26,7 @@ MAX_NESTING = 64
 # than the input: 8 leaves 2 to spare.
 ENVELOPE_NESTING = 8
 MAX_INPUT_NESTING = MAX_NESTING - ENVELOPE_NESTING
-# How deep a line of a JSONL file (`import`, `append`, `replay --file`) may nest:
+# How deep a line of a JSONL file `gormes import` reads (`checked_lines`) may nest:
 # what a gormes before decision 0074 wrote, whose executor took input as deep as
 # MAX_NESTING, with the envelope around it. A log it wrote holds such lines, and
 # its owner's export of it must import (decision 0074's addendum); today's lines
