@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
+from gateway_helpers import outcomes_at_once
 from pg_helpers import backend_store, reopen_store
 
 from gormes.actors.jobs.queue import JobQueue
@@ -197,19 +198,9 @@ async def test_two_stores_calling_at_once_share_one_quota(backend: str, db_path:
     clock = Clock()
     async with backend_store(backend, db_path) as store, reopen_store(store) as other:
         executors = [limited(s, "5req/60s", clock) for s in (store, other)]
-        outcomes: list[str] = []
-
-        async def call(n: int) -> None:
-            try:
-                await executors[n % 2].call("memory.recall", {"query": "q"}, Caller(trust="gateway", id=f"mcp:name-{n}"))
-                outcomes.append("served")
-            except CallRateLimited:
-                outcomes.append("refused")
-
-        async with trio.open_nursery() as nursery:
-            for n in range(20):
-                nursery.start_soon(call, n)
-        assert sorted(outcomes) == ["refused"] * 15 + ["served"] * 5
+        outcomes = await outcomes_at_once(20, lambda n: executors[n % 2].call(
+            "memory.recall", {"query": "q"}, Caller(trust="gateway", id=f"mcp:name-{n}")))
+        assert outcomes == ["refused"] * 15 + ["served"] * 5
         assert len(await lease_rows(store)) == 5
         audited = [r.event for r in await store.read_all(types=["audit.operation"])]
         assert sorted(a.outcome for a in audited) == ["denied"] * 15 + ["ok"] * 5

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
-from gateway_helpers import Clock, limited
+from gateway_helpers import Clock, limited, outcomes_at_once
 from pg_helpers import backend_store, reopen_store
 
 from gormes.control import call_refusals
@@ -151,19 +150,8 @@ async def test_one_name_calling_at_once_through_two_stores_gets_its_share_and_no
     clock = start()
     async with backend_store(backend, db_path) as store, reopen_store(store) as other:
         executors = [limited(s, "8req/60s", clock, client_rate="3req/60s") for s in (store, other)]
-        outcomes: list[str] = []
-
-        async def call(n: int) -> None:
-            try:
-                await executors[n % 2].call("time.now", {}, GREEDY)
-                outcomes.append("served")
-            except CallRateLimited:
-                outcomes.append("refused")
-
-        async with trio.open_nursery() as nursery:
-            for n in range(20):
-                nursery.start_soon(call, n)
-        assert sorted(outcomes) == ["refused"] * 17 + ["served"] * 3
+        outcomes = await outcomes_at_once(20, lambda n: executors[n % 2].call("time.now", {}, GREEDY))
+        assert outcomes == ["refused"] * 17 + ["served"] * 3
         await executors[0].call("time.now", {}, POLITE)
         by_key = await rows(store)
         assert by_key.pop(KEY) == 4 and sorted(by_key.values()) == [1, 3]

@@ -3,6 +3,7 @@ client SDK over stdio, and readers of what the calls left in the log."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -118,3 +119,41 @@ async def raw_gormes_mcp(db: Path | str, stderr: Path, *args: str) -> AsyncItera
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def calls_until_ended(db: str, name: str, width: int, env: dict[str, str]) -> list[str]:
+    """`width` calls of `time__now` in flight through one connection (the SDK client,
+    named `name`, `gormes mcp` run with `env`) until the server ends it: what each
+    call got ("ok", the refusal's line, or "closed")."""
+    got: list[str] = []
+    async with gormes_mcp(db, env=env, client_name=name) as client:
+        async def caller() -> None:
+            while True:
+                try:
+                    result = await client.call_tool("time__now", {})
+                except Exception:  # noqa: BLE001 - the server ended the connection
+                    got.append("closed")
+                    nursery.cancel_scope.cancel()
+                    return
+                got.append(result.content[0].text if result.is_error else "ok")
+
+        with trio.fail_after(60):  # a hang guard: the server must end it
+            async with trio.open_nursery() as nursery:
+                for _ in range(width):
+                    nursery.start_soon(caller)
+    return got
+
+
+async def pipelined_until_ended(raw: RawMCP, sent: int) -> None:
+    """`sent` calls of `time__now` written to `raw` without waiting for a reply, until
+    the server ends the connection and its process exits."""
+    async def pipeline() -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            for n in range(sent):
+                await raw.request(n + 1, "tools/call", {"name": "time__now", "arguments": {}})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pipeline)
+        with trio.fail_after(120):  # a hang guard: the server must end the connection
+            await raw.process.wait()
+        nursery.cancel_scope.cancel()

@@ -14,7 +14,6 @@ the `mcp` SDK client, on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import AsyncIterator
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 import trio
 from cli_helpers import assert_one_line_error, run_gormes
-from mcp_helpers import CLIENT_NAME, audit_events, call_ok, call_refused, gormes_mcp, raw_gormes_mcp
+from mcp_helpers import CLIENT_NAME, audit_events, call_ok, call_refused, gormes_mcp, pipelined_until_ended, raw_gormes_mcp
 from pg_helpers import PG_URL, fresh_schema, url_for_schema
 
 from gormes.control.call_rate import MIN_FLOOD
@@ -114,16 +113,7 @@ async def test_a_client_that_keeps_calling_while_refused_is_disconnected(db_path
     sent = MIN_FLOOD * 50
     stderr = tmp_path / "stderr"
     async with raw_gormes_mcp(db_path, stderr) as raw:
-        async def flood() -> None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                for n in range(sent):
-                    await raw.request(n + 1, "tools/call", {"name": "time__now", "arguments": {}})
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(flood)
-            with trio.fail_after(120):  # a hang guard: the server must end the connection
-                await raw.process.wait()
-            nursery.cancel_scope.cancel()
+        await pipelined_until_ended(raw, sent)
     assert raw.process.returncode == 1
     last = stderr.read_text().splitlines()[-1]
     assert re.fullmatch(r"gormes: error: the client kept calling while refused \(\d+ refusals within 600s,"

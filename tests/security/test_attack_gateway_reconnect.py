@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import trio
-from mcp_helpers import audit_events, call_ok, gormes_mcp
+from mcp_helpers import audit_events, call_ok, calls_until_ended, gormes_mcp
 from test_attack_gateway_rate import database
 
 from gormes.control.call_rate import MIN_FLOOD
@@ -38,25 +38,7 @@ def _no_rate_set(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def flood(db: str, name: str, width: int = 16) -> list[str]:
-    """`width` calls in flight through one connection until the server ends it: what
-    each call got ("ok", the refusal's line, or "closed")."""
-    got: list[str] = []
-    async with gormes_mcp(db, env=RATE, client_name=name) as client:
-        async def caller() -> None:
-            while True:
-                try:
-                    result = await client.call_tool("time__now", {})
-                except Exception:  # noqa: BLE001 - the server ended the connection
-                    got.append("closed")
-                    nursery.cancel_scope.cancel()
-                    return
-                got.append(result.content[0].text if result.is_error else "ok")
-
-        with trio.fail_after(60):  # a hang guard: the server must end it
-            async with trio.open_nursery() as nursery:
-                for _ in range(width):
-                    nursery.start_soon(caller)
-    return got
+    return await calls_until_ended(db, name, width, RATE)
 
 
 async def records(open_store: Any) -> int:

@@ -15,14 +15,14 @@ the `mcp` SDK client, on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-import contextlib
 import re
 from pathlib import Path
 
 import pytest
-import trio
 from cli_helpers import assert_one_line_error, run_gormes
-from mcp_helpers import CLIENT_NAME, audit_events, gormes_mcp, raw_gormes_mcp
+from mcp_helpers import (
+    CLIENT_NAME, audit_events, calls_until_ended, gormes_mcp, pipelined_until_ended, raw_gormes_mcp,
+)
 from test_attack_gateway_rate import attempt, database, outcomes
 
 from gormes.control import call_refusals
@@ -93,25 +93,7 @@ def test_a_bad_share_is_one_line_and_exit_2_before_the_database_is_opened(
 
 
 async def flood(db: str, name: str, width: int) -> list[str]:
-    """`width` calls in flight through one connection until the server ends it: what
-    each call got ("ok", the refusal's line, or "closed")."""
-    got: list[str] = []
-    async with gormes_mcp(db, env=RATE, client_name=name) as client:
-        async def caller() -> None:
-            while True:
-                try:
-                    result = await client.call_tool("time__now", {})
-                except Exception:  # noqa: BLE001 - the server ended the connection
-                    got.append("closed")
-                    nursery.cancel_scope.cancel()
-                    return
-                got.append(result.content[0].text if result.is_error else "ok")
-
-        with trio.fail_after(60):  # a hang guard: the server must end it
-            async with trio.open_nursery() as nursery:
-                for _ in range(width):
-                    nursery.start_soon(caller)
-    return got
+    return await calls_until_ended(db, name, width, RATE)
 
 
 async def test_a_client_flooding_its_share_is_ended_and_refused_at_its_reconnections_start(
@@ -124,16 +106,7 @@ async def test_a_client_flooding_its_share_is_ended_and_refused_at_its_reconnect
     stderr = tmp_path / "stderr"
     sent = MIN_FLOOD * 50
     async with raw_gormes_mcp(db_path, stderr) as raw:
-        async def pipeline() -> None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                for n in range(sent):
-                    await raw.request(n + 1, "tools/call", {"name": "time__now", "arguments": {}})
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(pipeline)
-            with trio.fail_after(120):  # a hang guard: the server must end the connection
-                await raw.process.wait()
-            nursery.cancel_scope.cancel()
+        await pipelined_until_ended(raw, sent)
     assert raw.process.returncode == 1
     last = stderr.read_text().splitlines()[-1]
     assert re.fullmatch(r"gormes: error: the client kept calling while refused \(100 refusals within 600s, past"
