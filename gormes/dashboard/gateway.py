@@ -17,6 +17,7 @@ and its drawing are pure.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
@@ -98,7 +99,7 @@ def gateway_line(row: GatewayCalls | None) -> Text | None:
     """Two lines, each cut to the screen's width:
 
         gateway calls: 37 in the last minute (the latest 2s ago)  limit 600rpm, as the latest refusal stated it: 37 of 600 counted in its window
-          refused in the last hour: 120 (since 14 min ago; the latest 3s ago, to mcp:bot)
+          refused in the last hour: 120 (since 14 min ago; the latest 3s ago, to "mcp:bot")
 
     None: no line (no gateway call has been limited on this database)."""
     if row is None:
@@ -125,7 +126,8 @@ def gateway_line(row: GatewayCalls | None) -> Text | None:
         line.append(f"none refused in the last {window}")
     else:
         count = f"more than {row.refused:,}" if row.refused_more else f"{row.refused:,}"
-        to = "" if row.last_refused_caller is None else f", to {row.last_refused_caller}"
+        # quoted as JSON quotes it: a client names itself (decision 0079)
+        to = "" if row.last_refused_caller is None else f", to {json.dumps(row.last_refused_caller, ensure_ascii=False)}"
         line.append(f"refused in the last {window}: ")
         line.append(printable(f"{count} (since {_age(row.first_refused_s_ago or 0.0)} ago; the latest "
                               f"{_age(row.last_refused_s_ago or 0.0)} ago{to})"), style="bold yellow")

@@ -67,7 +67,7 @@ def check_call_rate(ctx: DoctorContext) -> Verdict:
     return warn(
         f"{count} gateway call(s) refused by the call rate in the last {span}, since {_when(found.first_at)}"
         f" ({age(ctx.now - found.first_at)} ago); the latest {age(ctx.now - found.last_at)} ago,"
-        f" to {found.last_caller}{limit}{_most(callers)}",
+        f" to {_quoted(found.last_caller)}{limit}{_most(callers)}",
         f"each refusal is audited (`gormes audit export --since {span}` names the client of "
         f"each, error CallRateLimited): a client calling faster than it should is the client's to fix; if "
         f"the calls are wanted, raise {GATEWAY_RATE_ENV} (like 1200rpm or 50req/1s; off turns the limit off) "
@@ -85,7 +85,7 @@ def _most(callers: call_refusals.ByCaller | None) -> str:
     Nothing when one client was refused them all: the message names it already."""
     if callers is None or len(callers.top) + callers.others < 2:
         return ""
-    names = ", ".join(f"{json.dumps(_cut(c, SHOWN_NAME), ensure_ascii=False)} ({n:,})" for c, n in callers.top)
+    names = ", ".join(f"{_quoted(c)} ({n:,})" for c, n in callers.top)
     rest = f" and {callers.others:,} other client(s) ({callers.others_refused:,})" if callers.others else ""
     among = f" among the latest {callers.read:,}" if callers.read >= call_refusals.COUNT_CAP else ""
     return f"; refused most{among} to {names}{rest}"
@@ -100,6 +100,12 @@ def _detail(window: float, found: call_refusals.Refusals, callers: call_refusals
             "other_clients": 0 if callers is None else callers.others,
             "other_refused": 0 if callers is None else callers.others_refused,
             "clients_read": 0 if callers is None else callers.read}
+
+
+def _quoted(name: str) -> str:
+    """A client's name as JSON quotes it, cut to SHOWN_NAME: a client names itself,
+    and its name must not pass for the message's own words."""
+    return json.dumps(_cut(name, SHOWN_NAME), ensure_ascii=False)
 
 
 def _cut(name: str, limit: int) -> str:

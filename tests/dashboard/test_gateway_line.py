@@ -82,7 +82,7 @@ def test_the_line_says_what_is_known_and_that_the_rest_is_not():
     assert text_of(gateway_line(ROW)).splitlines() == [
         "gateway calls: 37 in the last minute (the latest 2s ago)  limit 600rpm, as the latest refusal stated it:"
         " 37 of 600 counted in its window",
-        "  refused in the last hour: 120 (since 14 min ago; the latest 3s ago, to mcp:bot)",
+        "  refused in the last hour: 120 (since 14 min ago; the latest 3s ago, to \"mcp:bot\")",
     ]
     quiet = GatewayCalls(calls_last_minute=4, last_call_s_ago=1.0, refused=0)
     assert text_of(gateway_line(quiet)).splitlines() == [

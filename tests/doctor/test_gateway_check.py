@@ -6,6 +6,7 @@ it), the store's clock and the doctor's `now` the test's own. The same, through
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ async def test_refused_gateway_calls_warn_with_how_many_since_when_and_the_setti
         assert refused.status == "warn", refused
         assert refused.message == (
             "5 gateway call(s) refused by the call rate in the last 24h, since 2027-01-15 08:00:10 UTC (90s ago);"
-            " the latest 60s ago, to mcp:chatty-bot; the process that refused it allows 2 calls a minute"
+            " the latest 60s ago, to \"mcp:chatty-bot\"; the process that refused it allows 2 calls a minute"
             " (GORMES_GATEWAY_RATE=2rpm)")
         assert "raise GORMES_GATEWAY_RATE" in refused.remediation
         assert "`gormes audit export --since 24h`" in refused.remediation
@@ -178,7 +179,19 @@ async def test_a_refusal_by_a_clients_share_states_the_share_and_the_class(backe
         refused = check(doctor(target_of(store, db_path), now=T0 + 30), NAME)
         assert refused.status == "warn", refused
         assert refused.message.endswith(
-            "to mcp:chatty-bot; the process that refused it allows each client 2 calls a minute"
+            "to \"mcp:chatty-bot\"; the process that refused it allows each client 2 calls a minute"
             " (GORMES_GATEWAY_CLIENT_RATE=2rpm) of 8 calls a minute (GORMES_GATEWAY_RATE=8rpm)"), refused.message
         assert refused.message.startswith("3 gateway call(s) refused by the call rate in the last 24h")
         assert "raise the share the same way, or set it off" in refused.remediation
+
+
+async def test_the_latest_clients_name_is_quoted_so_it_cannot_speak_for_the_doctor(db_path: Path):
+    """A client names itself: one named to read as the message's own words (a higher
+    limit, a second client) is shown quoted, as JSON quotes it (0075's message gave it bare)."""
+    forged = 'mcp:x; the process that refused it allows 9999 calls"\n'  # under SHOWN_NAME: not cut
+    clock = Clock()
+    async with backend_store("sqlite", db_path, clock=clock) as store:
+        assert await gateway_calls(store, clock, "1req/60s", 2, Caller(trust="gateway", id=forged)) == 1
+        refused = check(doctor(target_of(store, db_path), now=T0 + 1), NAME)
+    assert f"the latest 1s ago, to {json.dumps(forged)}; the process that refused it allows 1 call" \
+           in refused.message, refused.message

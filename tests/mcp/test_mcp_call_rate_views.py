@@ -79,7 +79,7 @@ async def test_top_and_doctor_show_the_calls_the_gateways_call_rate_refused(back
         code, check = doctor_check(db)
         assert (code, check["status"]) == (0, "warn"), check
         assert check["message"].startswith("3 gateway call(s) refused by the call rate in the last 24h, since ")
-        assert f"to mcp:{CLIENT_NAME}; the process that refused it allows 2 calls a minute" \
+        assert f'to "mcp:{CLIENT_NAME}"; the process that refused it allows 2 calls a minute' \
                " (GORMES_GATEWAY_RATE=2rpm)" in check["message"]
         assert "raise GORMES_GATEWAY_RATE" in check["remediation"]
 
@@ -98,4 +98,4 @@ async def test_top_and_doctor_show_the_calls_the_gateways_call_rate_refused(back
         assert lines[calls].startswith("gateway calls: 2 in the last minute (the latest ")
         assert "limit 2rpm, as the latest refusal stated it: 2 of 2 counted in its window" in lines[calls]
         assert lines[calls + 1].startswith("  refused in the last hour: 3 (since ")
-        assert lines[calls + 1].rstrip().endswith(f"ago, to mcp:{CLIENT_NAME})")
+        assert lines[calls + 1].rstrip().endswith(f'ago, to "mcp:{CLIENT_NAME}")')
