@@ -333,3 +333,46 @@ async def test_a_fork_of_such_a_run_waits_at_the_cut_as_replay_does(store, db_pa
     assert forked.copied == 1
     copied = await events_of(store, run_stream(forked.run_id))
     assert not [e for e in copied if isinstance(e, RunLlmCut)]  # the source's, with its tokens
+
+
+# -- a subagent's turn cut short by its parent's deadline ---------------------------------
+
+
+async def test_a_subagents_turn_cut_by_its_parents_deadline_is_counted_in_the_tree(store, db_path, monkeypatch):
+    """The parent asks for a subagent, whose first reply is still streaming when the
+    parent's deadline ends the tree: the child records the cut on its own stream,
+    its end says so, the tree's tokens (`runs show`) hold it once, the job's tokens
+    (the parent is an agent job's run) hold it, and the tree replays exactly."""
+    queue = await JobQueue.open(store)
+    spawn = ("toolu_1", "agent__spawn", json.dumps({"prompt": "look it up"}))
+    with MessagesServer(require_key="sk-ant-test") as server:
+        monkeypatch.setenv("GORMES_ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("GORMES_ANTHROPIC_API_KEY", "sk-ant-test")
+        server.queue(Reply("", tools=[spawn], input_tokens=30, output_tokens=5), cut_reply())
+        job = await queue.submit("agent", {"prompt": "delegate", "model": CLAUDE, "deadline_s": 2.0},
+                                 {"max_attempts": 1})
+        worker = agent_worker(queue, log=lambda _: None)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+
+            async def ended() -> bool:
+                return (await queue.get(job.id)).status in ("completed", "failed", "dead")
+            await _until(ended)
+            worker.stop()
+    done = await queue.get(job.id)
+    assert done.status == "dead" and "deadline" in (done.error or ""), (done.status, done.error)
+    records = await store.read_all()
+    [parent, child] = [r.event for r in records if isinstance(r.event, RunStarted)]
+    assert child.parent_run_id == parent.run_id
+    [cut] = [e for e in await events_of(store, run_stream(child.run_id)) if isinstance(e, RunLlmCut)]
+    assert cut.usage == REPORTED and cut.at_seq == 2
+    [turn] = [e for e in await events_of(store, run_stream(parent.run_id)) if isinstance(e, RunLlmTurn)]
+    child_end = (await events_of(store, run_stream(child.run_id)))[-1]
+    assert child_end.tokens == REPORTED
+    assert done.tokens == turn.usage + REPORTED  # the job was given both turns, each once
+    shown = run_gormes(db_path, "runs", "show", parent.run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    tree = Tokens(**{k: v for k, v in view["tree_tokens"].items() if v is not None})
+    assert tree == turn.usage + REPORTED
+    assert await replays_exactly(db_path, parent.run_id, registry=default_ops())
