@@ -55,6 +55,16 @@ class ConcurrencyError(StoreError):
         self.actual = actual
 
 
+class UnstorableStream(StoreError, UserError):
+    """A stream name holding U+0000 (NUL): SQLite would take it, PostgreSQL cannot,
+    and no log holding it could move there or be imported (decision 0078's addendum)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(f"stream {stream!r}: a stream name cannot contain NUL (0x00) bytes "
+                         "(PostgreSQL cannot store one); nothing was written")
+        self.stream = stream
+
+
 class UnknownEventType(UserError):
     """An event type tag that no registered event class declares."""
 

@@ -263,7 +263,7 @@ def parse_line(number: int, text: str | bytes, codec: Codec = default_codec) -> 
         raise UserError(f"line {number}: malformed JSON: {exc}") from None
     if not line.stream:
         raise UserError(f"line {number}: stream must not be empty")
-    if "\x00" in line.stream:  # SQLite would take it; no log holding it could move to PostgreSQL
+    if "\x00" in line.stream:  # the store refuses it too (UnstorableStream); here the line is named
         raise UserError(f"line {number}: the stream name holds U+0000 (NUL), which PostgreSQL cannot store")
     if line.version is not None and line.version < 1:
         raise UserError(f"line {number}: version must be at least 1, not {line.version}")

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from gormes.errors import ConcurrencyError, StoreError, UserError
+from gormes.errors import ConcurrencyError, StoreError, UnstorableStream, UserError
 from gormes.events import log_sql
 from gormes.events.base import Recorded
 from gormes.events.log_base import LogBase, Row
@@ -47,6 +47,11 @@ class Mark:
         self.position = position
         self.rows = rows  # rows staged (not yet flushed) when it was taken
         self.undo: dict[str, int] = {}  # stream -> its version before the mark
+
+
+def _check_stream(stream: str) -> None:
+    if "\x00" in stream:
+        raise UnstorableStream(stream)
 
 
 def _first_stream(item: Any) -> str:
@@ -185,6 +190,7 @@ class WriteBatchBase:
             return [self.append_one(req.stream, req.events, req.expected_version)]
         staged: dict[str, int] = {}
         for req in requests:
+            _check_stream(req.stream)
             actual = staged.get(req.stream)
             if actual is None:
                 actual = self.version(req.stream)
@@ -203,6 +209,7 @@ class WriteBatchBase:
         self, stream: str, events: Sequence[Any], expected_version: int | None = None
     ) -> AppendResult:
         """`append` of one request (a transact function's usual append)."""
+        _check_stream(stream)
         actual = self.version(stream)
         if expected_version is not None and expected_version != actual:
             raise ConcurrencyError(stream, expected_version, actual)
@@ -253,6 +260,9 @@ class WriteBatchBase:
                 continue
             req = payload[0]
             stream = req.stream
+            if "\x00" in stream:
+                item.error = UnstorableStream(stream)
+                continue
             version = versions.get(stream)
             if version is None:
                 version = cache.get(stream)

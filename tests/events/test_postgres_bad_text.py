@@ -1,8 +1,9 @@
-"""Text PostgreSQL cannot hold (U+0000 in a stream name; SQLite takes it) fails the
-write that carries it, with one line that says why, and only that write: psycopg
-refuses such a parameter before sending it and closes the connection, which the
-writer once took for a lost server and retried forever. (A ledger column's NUL,
-from a log written on SQLite, is written as U+FFFD: decision 0078.)"""
+"""Text PostgreSQL cannot hold (U+0000 in a stream name) fails the write that
+carries it, with one line that says why, and only that write. psycopg refused
+such a parameter before sending it and closed the connection, which the writer
+once took for a lost server and retried forever; the store now refuses the name
+itself before any SQL, on every backend (decision 0078's addendum). (A ledger
+column's NUL, from a log written on SQLite, is written as U+FFFD: decision 0078.)"""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ async def test_a_nul_in_a_write_fails_that_write_alone_and_the_store_goes_on():
 
             for name in ("bad-stream", "bad-stream-2"):
                 assert isinstance(outcomes[name], StoreError), outcomes[name]
-                assert str(outcomes[name]).endswith("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+                assert str(outcomes[name]).endswith("(PostgreSQL cannot store one); nothing was written")
             for i in range(5):
                 assert not isinstance(outcomes[f"note-{i}"], BaseException)
                 assert [r.event.text for r in await store.read_stream(f"notes-{i}")] == ["x"]  # once

@@ -18,24 +18,29 @@ The old log is written as an old gormes wrote it: by the library below the
 executor (the queue, memory's writer), which appends the events as given.
 
 NUL in a stream name is the one thing PostgreSQL cannot hold at all (the name is
-the event's own row, not a projection's). Only an import on SQLite wrote one; it
-is refused now, on every backend, and `gormes migrate` refuses a log holding one
+the event's own row, not a projection's). Only an import on SQLite (or a Python
+caller of the store) wrote one; it is refused now, on every backend, and `gormes migrate` refuses a log holding one
 up front, naming the event, with nothing copied (it failed mid-copy, exit 1).
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
+import pytest
+import trio
 from cli_helpers import assert_one_line_error, run_gormes
 from pg_helpers import admin, backend_store, fresh_schema, url_for_schema
 
 from gormes.actors.jobs.queue import JobQueue
+from gormes.errors import UnstorableStream
 from gormes.events.jobs import JobFailed
 from gormes.events.memory import Origin
 from gormes.events.notes import NoteAdded
 from gormes.events.sqlite import SQLiteEventStore
+from gormes.events.store import AppendRequest
 from gormes.memory.writer import MemoryWriter, Source
 
 SCOPE = "chat:old"
@@ -111,9 +116,13 @@ async def test_a_job_failing_with_nul_in_its_error_is_recorded_on_postgresql(db_
 
 
 async def _write_nul_stream_log(db: Path) -> None:
+    """As an import on SQLite wrote one before decision 0078 (the store refuses such
+    a name now): the third note's stream renamed in the file."""
     async with SQLiteEventStore.open(db) as store:
-        for name in ("notes-1", "notes-2", "notes-\x00", "notes-3"):
+        for name in ("notes-1", "notes-2", "notes-x", "notes-3"):
             await store.append(name, [NoteAdded(text=name)])
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE events SET stream = 'notes-' || char(0) WHERE stream = 'notes-x'")
 
 
 async def test_a_log_with_nul_in_a_stream_name_is_refused_up_front_and_moves_without_it(
@@ -147,3 +156,36 @@ async def test_an_import_of_a_stream_name_holding_nul_is_refused_on_every_backen
             assert line == "gormes: error: line 3: the stream name holds U+0000 (NUL), which PostgreSQL cannot store"
         assert admin(f"SELECT count(*) FROM \"{schema}\".events WHERE type = 'note.added'") == [(0,)]
     assert "note.added" not in ok(tmp_path / "fresh.db", "events", "--json"), "nothing imported"
+
+
+async def test_a_python_caller_of_the_store_cannot_write_a_nul_stream_name_on_sqlite_either(db_path: Path):
+    """SQLite took it, and the log then could not move to PostgreSQL or be imported.
+    Refused alone, by every way the store appends: a lone append, one of a batch,
+    several streams at once, and a transaction's append (undone whole)."""
+    async with SQLiteEventStore.open(db_path) as store:
+        outcomes: dict[str, object] = {}
+
+        async def write(name: str, work) -> None:
+            try:
+                outcomes[name] = await work()
+            except UnstorableStream as exc:
+                outcomes[name] = exc
+
+        async with trio.open_nursery() as nursery:  # queued together: one writer batch
+            nursery.start_soon(write, "ok", lambda: store.append("notes-1", [NoteAdded(text="x")]))
+            nursery.start_soon(write, "lone", lambda: store.append("notes-\x00", [NoteAdded(text="y")]))
+            nursery.start_soon(write, "two", lambda: store.append("n\x00", [NoteAdded(text="a"), NoteAdded(text="b")]))
+        many = [AppendRequest("notes-2", [NoteAdded(text="z")]), AppendRequest("\x00", [NoteAdded(text="z")])]
+        with pytest.raises(UnstorableStream):
+            await store.append_many(many)
+
+        def both(tx) -> None:
+            tx.append("notes-3", [NoteAdded(text="w")])
+            tx.append("notes-\x00-3", [NoteAdded(text="w")])
+        with pytest.raises(UnstorableStream, match="a stream name cannot contain NUL"):
+            await store.transact(both)
+        for name in ("lone", "two"):
+            assert isinstance(outcomes[name], UnstorableStream), outcomes[name]
+        assert [(r.stream, r.event.text) for r in await store.read_all()] == [("notes-1", "x")]
+        after = await store.append("notes-after", [NoteAdded(text="z")])
+        assert after.first_position == 2
