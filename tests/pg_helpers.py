@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -59,6 +60,28 @@ def url_for_schema(schema: str) -> str:
     """A URL whose connections use `schema` (for the CLI, which takes only a URL)."""
     sep = "&" if "?" in PG_URL else "?"
     return f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+
+
+@contextmanager
+def login_role(*grants: str, prefix: str = "gormes_role") -> Iterator[str]:
+    """A throwaway LOGIN role given `grants` (`{role}` filled in, quoted), dropped
+    with what it owns afterwards."""
+    role = f"{prefix}_{secrets.token_hex(4)}"
+    admin(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        for grant in grants:
+            admin(grant.format(role=f'"{role}"'))
+        yield role
+    finally:
+        admin(f'DROP OWNED BY "{role}"')
+        admin(f'DROP ROLE "{role}"')
+
+
+def as_role(url: str, role: str) -> str:
+    """`url` connecting as `role` (trust auth: no password)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{role}@{host}"))
 
 
 @asynccontextmanager

@@ -217,7 +217,7 @@ async def _index(store: EventStore, heads: _Heads) -> None:
 
     with trio.CancelScope(shield=True):
         try:
-            if not await store.read_sql(audit_open.current):
+            if await store.read_sql(audit_open.keeping) == audit_open.MISSING:
                 await store.transact(ensure)
         except Exception as exc:  # noqa: BLE001 (the index spares reads; the record is what counts)
             first, most = INDEX_RETRY_S

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gormes.errors import StoreError, UserError
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.sql_fragments import json_number, json_text
 
@@ -50,6 +51,13 @@ OPEN_ROWS = (f"SELECT e.position, e.stream, e.type_version, e.data FROM {TABLE} 
 
 
 CURRENT, MISSING, UNREADABLE = "current", "missing", "unreadable"
+UNKEPT = "unkept"  # there, and this session may not keep it (PostgreSQL): what a writer must not pass over
+
+
+class IndexNotKept(StoreError, UserError):
+    """A write to the log that the open calls' index must follow, by a database role
+    that may not keep the index: refused with it, or the index would miss it while
+    the readers who may read it trust it."""
 
 
 def state(conn: Any) -> str:
@@ -64,6 +72,29 @@ def state(conn: Any) -> str:
     return CURRENT if found.fetchone()[0] else MISSING
 
 
+def keeping(conn: Any) -> str:
+    """What a writer may do with the index: `CURRENT` (keep it), `MISSING` (build it;
+    until then readers read the log) or `UNKEPT`: this version's table is there and,
+    on PostgreSQL, this session may not read, insert into and delete from it (a role
+    granted its tables before the index was made, by another role)."""
+    if dialect_of(conn) == POSTGRES:
+        row = conn.execute(
+            "SELECT to_regclass(?) IS NOT NULL, has_table_privilege(to_regclass(?), 'SELECT')"
+            " AND has_table_privilege(to_regclass(?), 'INSERT') AND has_table_privilege(to_regclass(?), 'DELETE')",
+            (TABLE,) * 4).fetchone()
+        return CURRENT if row[1] else UNKEPT if row[0] else MISSING
+    return state(conn)
+
+
+def not_kept(conn: Any, missed: str) -> IndexNotKept:
+    """The refusal of a write the index would miss (`missed`: what it would be)."""
+    role, schema = conn.execute("SELECT current_user, current_schema()").fetchone()
+    return IndexNotKept(
+        f"database role {role!r} may not keep the open calls' index {schema}.{TABLE}, which would then"
+        f" miss {missed} (`gormes audit unfinished`, the doctor): GRANT SELECT, INSERT, DELETE ON"
+        f' "{schema}".{TABLE} TO "{role}"')
+
+
 def current(conn: Any) -> bool:
     """Whether the rows may be trusted: this version's table is there (and, on
     PostgreSQL, this session may read it)."""
@@ -72,10 +103,11 @@ def current(conn: Any) -> bool:
 
 def ensure(conn: Any) -> bool:
     """Make the index current, inside a write transaction whose appends so far were
-    sent (`Transaction.execute` sends them): if it is not, drop what other versions
+    sent (`Transaction.execute` sends them): if it is missing, drop what other versions
     left (tables, version 1's triggers), make the table, and index every open call of
-    the log. Whether it had to."""
-    if current(conn):
+    the log. Whether it had to. (One this session may not keep is left as it is: the
+    seal of a `started` record refuses, see `index_in`.)"""
+    if keeping(conn) != MISSING:
         return False
     _drop_former(conn)
     integer = "BIGINT" if dialect_of(conn) == POSTGRES else "INTEGER"
@@ -87,7 +119,10 @@ def ensure(conn: Any) -> bool:
 def refresh(conn: Any) -> None:
     """After records were copied in raw (an import, a migration's continuation): the
     index built again from the log, if this database has one."""
-    if current(conn):
+    kept = keeping(conn)
+    if kept == UNKEPT:
+        raise not_kept(conn, "the write-ahead calls copied in")
+    if kept == CURRENT:
         conn.execute(f"DELETE FROM {TABLE}")
         build(conn)
 
@@ -95,8 +130,16 @@ def refresh(conn: Any) -> None:
 def index_in(conn: Any, started: list[int], ended: list[int]) -> None:
     """In the transaction that appends a write-ahead call's records: the `started`
     records' positions indexed, the positions their outcomes name taken out. Nothing,
-    while the database has no current index (the build will read them from the log)."""
-    if not current(conn):
+    while the database has no index (the build will read them from the log).
+
+    A `started` record this session may not index is refused (`IndexNotKept`, the
+    transaction with it: the call does not run). An outcome is never refused for
+    the index (its call's effect has happened): its row, if any, stays, and the call
+    is listed as unfinished, the safe side of a wrong answer."""
+    kept = keeping(conn)
+    if kept != CURRENT:
+        if kept == UNKEPT and started:
+            raise not_kept(conn, "this call if it did not finish")
         return
     for position in ended:
         conn.execute(f"DELETE FROM {TABLE} WHERE position = ?", (position,))

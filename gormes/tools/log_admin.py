@@ -171,6 +171,8 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
                 result = jsonl.import_file_in(tx, path, check_versions=check_versions,
                                               seen=lambda line: watch.see(tx, line))
             except UserError as exc:
+                if path not in str(exc):
+                    raise
                 raise UserError(str(exc).replace(path, name)) from None
             refuse_live_work(tx, watch, name)
             ctx.seal_into(tx)  # the change and its audit record commit together

@@ -10,25 +10,17 @@ that says why it cannot be made, and nothing is written."""
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from cli_helpers import assert_one_line_error, run_gormes
-from pg_helpers import admin, fresh_schema, url_for_schema
+from pg_helpers import admin, as_role, fresh_schema, login_role, url_for_schema
 
 
 def ok(url: str, *args: str) -> str:
     done = run_gormes(url, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-def as_role(url: str, role: str) -> str:
-    parts = urlsplit(url)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{role}@{host}"))
 
 
 def read_only_session(url: str) -> str:
@@ -49,13 +41,8 @@ def schema() -> Iterator[str]:
 def reader(schema: str) -> Iterator[str]:
     """A role that may read the schema's tables and write none (granted after the
     writer made them, as an operator grants an auditor)."""
-    role = f"gormes_reader_{secrets.token_hex(4)}"
-    admin(f'CREATE ROLE "{role}" LOGIN')
-    try:
+    with login_role(prefix="gormes_reader") as role:
         yield role
-    finally:
-        admin(f'DROP OWNED BY "{role}"')
-        admin(f'DROP ROLE "{role}"')
 
 
 def grant_reads(schema: str, role: str) -> None:

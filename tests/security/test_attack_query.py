@@ -12,12 +12,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
-from pg_helpers import PG_URL, admin, fresh_schema, url_for_schema
+from pg_helpers import PG_URL, admin, as_role, fresh_schema, login_role, url_for_schema
 
 from cli_helpers import (
     SAMPLE,
@@ -428,22 +427,8 @@ def test_redact_masks_every_form():
 # --- own attacks on PostgreSQL: wide roles, advisory locks, races ---
 
 
-@contextmanager
-def login_role(*grants: str) -> Iterator[str]:
-    """A throwaway LOGIN role given `grants` (`{role}` and `{schema}` filled in)."""
-    role = f"gormes_attack_{secrets.token_hex(4)}"
-    admin(f'CREATE ROLE "{role}" LOGIN')
-    try:
-        for grant in grants:
-            admin(grant.format(role=f'"{role}"'))
-        yield role
-    finally:
-        admin(f'DROP OWNED BY "{role}"')
-        admin(f'DROP ROLE "{role}"')
-
-
 def url_as(role: str, schema: str) -> str:
-    return url_for_schema(schema).replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+    return as_role(url_for_schema(schema), role)
 
 
 def test_a_role_that_may_write_the_tables_is_refused(schema: str):
