@@ -1,5 +1,5 @@
 """A PostgreSQL role the open calls' index cannot be kept by (decision 0067's
-second addendum): a deployment's worker role granted the schema's tables before
+third addendum): a deployment's worker role granted the schema's tables before
 the index was made (it is made at the first write-ahead call, by whichever role
 makes it), so it may write the log but not the index. Its write-ahead calls were
 recorded with no row in the index, and a call it did not finish (its process
