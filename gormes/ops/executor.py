@@ -159,6 +159,10 @@ class Executor:
         spec = self.registry.get(name)
         record = _CallRecord(name, spec, caller, raw_input)
         try:
+            # First: a call of no operation, or of one its class may not call, is
+            # audited too, so it takes room as any call does (decision 0072's addendum).
+            if self.call_limit is not None and self.call_limit.limits(caller):
+                await self.call_limit.admit(caller)
             if spec is None:
                 raise UnknownOperation(f"unknown operation {name!r}")
             if caller.trust not in TRUST_CLASSES or not spec.allows(caller.trust):
@@ -166,8 +170,6 @@ class Executor:
                     f"{spec.name} may not be run by a {caller.trust!r} caller"
                     f" (allowed: {', '.join(t for t in TRUST_CLASSES if spec.allows(t))})"
                 )
-            if self.call_limit is not None and self.call_limit.limits(caller):
-                await self.call_limit.admit(caller)
             value = decode_input(spec, raw_input)
             record.input_sha256 = _checked_digest(spec, value)
             ctx = self.context_for(caller)

@@ -121,8 +121,9 @@ async def raw_gormes_mcp(db: Path | str, stderr: Path, *args: str) -> AsyncItera
             await process.wait()
 
 
-async def calls_until_ended(db: str, name: str, width: int, env: dict[str, str]) -> list[str]:
-    """`width` calls of `time__now` in flight through one connection (the SDK client,
+async def calls_until_ended(db: str, name: str, width: int, env: dict[str, str],
+                            tool: str = "time__now") -> list[str]:
+    """`width` calls of `tool` in flight through one connection (the SDK client,
     named `name`, `gormes mcp` run with `env`) until the server ends it: what each
     call got ("ok", the refusal's line, or "closed")."""
     got: list[str] = []
@@ -130,7 +131,7 @@ async def calls_until_ended(db: str, name: str, width: int, env: dict[str, str])
         async def caller() -> None:
             while True:
                 try:
-                    result = await client.call_tool("time__now", {})
+                    result = await client.call_tool(tool, {})
                 except Exception:  # noqa: BLE001 - the server ended the connection
                     got.append("closed")
                     nursery.cancel_scope.cancel()

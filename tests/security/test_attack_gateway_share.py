@@ -122,3 +122,23 @@ async def test_a_client_flooding_its_share_is_ended_and_refused_at_its_reconnect
         audits = await audit_events(store)
     ours = [a.outcome for a in audits if a.caller == f"mcp:{CLIENT_NAME}"]
     assert ours.count("ok") == 2 and MIN_FLOOD + 1 <= ours.count("denied") and len(ours) < sent
+
+
+@pytest.mark.parametrize("tool", ["approval__approve", "no__such_tool"])
+async def test_calls_of_a_tool_not_served_take_room_and_a_flood_of_them_is_ended(db_path: Path, tool: str):
+    """A red-team's finding: a call of an operation the gateway may not call (the
+    operator's `approval.approve`), or of none, was refused before the call rate was
+    asked, so it took no room, and was audited all the same: one connection made
+    10,000 such calls in 25 s, each an audit record, and was never ended. Such a
+    call takes room as any call does: past the share it is refused by the call rate,
+    and the flood is ended as every other."""
+    got = await calls_until_ended(str(db_path), "flooder", 8, RATE, tool=tool)
+    assert got[-1] == "closed", got[-5:]
+    assert 2 < len(got) < 8 * MIN_FLOOD, len(got)  # ended, and soon
+    answered = [line for line in got if "UnknownOperation" in line]
+    assert len(answered) == 2, answered  # its share: answered as before
+    others = {line for line in got if line not in answered and line != "closed"}
+    assert others and all(SHARE_REFUSAL.match(line) for line in others), others  # the last says it closes
+    async with SQLiteEventStore.open(db_path) as store:
+        records = [e for e in await audit_events(store) if e.caller == "mcp:flooder"]
+    assert len(records) < 8 * MIN_FLOOD, len(records)
