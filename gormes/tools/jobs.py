@@ -24,14 +24,14 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gormes.actors.jobs.rules import validate_options
-from gormes.actors.jobs.state import InvalidJob, JobNotFound
+from gormes.actors.jobs.state import InvalidJob, JobNotFound, SendRefused
 from gormes.events.jobs import MAX_NAME_LENGTH, STATUSES, JobOptions, Submitter, Tokens
 from gormes.tools.job_trust import (
     check_job_submit, check_size, data_cap, key_as_given, live_jobs_check, own_options, owner_key, privileged,
     require_may_act_on, submitter_of,
 )
 from gormes.ops.spec import (
-    Caller, InvalidOperationInput, OperationContext, OperationSpec, OperationUnavailable,
+    Caller, InvalidOperationInput, OperationContext, OperationDenied, OperationSpec, OperationUnavailable,
 )
 
 JobId = Annotated[str, msgspec.Meta(min_length=1, description="The job's id.")]
@@ -171,7 +171,10 @@ class MessageSent(msgspec.Struct, kw_only=True):
 
 async def job_send(ctx: OperationContext, value: JobSendInput) -> MessageSent:
     check_size(ctx.caller, value.payload, "the message")
-    message = await queue_of(ctx).send(value.id, value.payload, sender=ctx.caller.sender)
+    try:
+        message = await queue_of(ctx).send(value.id, value.payload, sender=ctx.caller.sender)
+    except SendRefused as exc:  # a refusal, audited `denied` as every other
+        raise OperationDenied(str(exc)) from None
     return MessageSent(id=message.id, job_id=message.job_id, sender=message.sender, sent_at=message.sent_at)
 
 

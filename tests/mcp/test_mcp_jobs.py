@@ -66,6 +66,10 @@ async def test_a_jobs_inbox_is_read_and_only_its_owner_may_write_to_it(db_path, 
     assert inbox["job_id"] == job.id
     assert [(m["sender"], m["payload"]) for m in inbox["messages"]] == [("operator", {"order": "stop early"})]
     # the queue's rule: only an operator or the job's parent writes to a job's inbox
-    assert refused == f"InvalidJob: only job {job.id}'s parent or an operator may send to it, not 'mcp:{CLIENT_NAME}'"
+    assert refused == (f"OperationDenied: only job {job.id}'s parent or an operator may send to it,"
+                       f" not 'mcp:{CLIENT_NAME}'")
+    # audited as the refusal it is (it was `invalid`, allowed: what refusal counts missed)
+    [sent] = [e for e in await audit_events(store) if e.operation == "job.send"]
+    assert sent.outcome == "denied" and sent.error.startswith("OperationDenied: only job "), sent
     assert missing == "JobNotFound: no job no-such-job"
     assert len(await queue.inbox(job.id)) == 1

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from gormes.actors.jobs.keys import debounce_until, pending_debounce, validate_keys
-from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobState, LockLost
+from gormes.actors.jobs.state import InvalidJob, InvalidTransition, JobState, LockLost, SendRefused
 from gormes.actors.jobs.vocabulary import OPTION_BOUNDS, option_value
 from gormes.events.base import Event
 from gormes.events.job_machine import CLAIMABLE, HELD, PAUSABLE, PROMOTABLE, RESUMABLE, RETRYABLE
@@ -374,7 +374,7 @@ def decide(state: JobState | None, cmd: Command) -> list[Event]:  # noqa: C901 -
 
     if isinstance(cmd, SendMessage):
         if cmd.sender != "operator" and cmd.sender != state.options.parent_id:
-            raise InvalidJob(
+            raise SendRefused(
                 f"only job {state.id}'s parent or an operator may send to it, not {cmd.sender!r}"
             )
         if state.terminal:

@@ -31,6 +31,11 @@ class InvalidJob(UserError, JobError):
     """A submit (or replay) that cannot be accepted: bad name, options or data."""
 
 
+class SendRefused(InvalidJob):
+    """A message from a sender the job does not take (only its parent or an operator):
+    the operations' layer answers it as a refusal (`OperationDenied`)."""
+
+
 class JobNotFound(UserError, JobError):
     """No job with that id."""
 
