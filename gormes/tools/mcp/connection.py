@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from gormes.ops.spec import OperationError
+from gormes.tools.mcp.command import resolved
 from gormes.tools.mcp.config import McpServer
 
 ERROR_MAX = 240
@@ -152,7 +153,8 @@ class McpConnection:
         config = self.server.config
         if config.command is not None:
             params = StdioServerParameters(
-                command=config.command, args=list(config.args), env=dict(config.env) or None, cwd=config.cwd,
+                command=resolved(config.command, config.env), args=list(config.args), env=dict(config.env) or None,
+                cwd=config.cwd,
             )
             return stdio_client(params, errlog=errlog)
         client = create_mcp_http_client(headers=dict(config.headers) or None)
