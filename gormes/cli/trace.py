@@ -71,8 +71,7 @@ def trace(obj: Any, run_id: str, children: bool, endpoint: str | None, as_json: 
     if sent:
         click.echo(f"sent {len(spans)} span(s) of trace {spans[0].trace_id} to {where}")
     else:
-        click.echo(f"not sent: no OTLP endpoint configured (set OTEL_EXPORTER_OTLP_ENDPOINT "
-                   f"or give --endpoint); trace {spans[0].trace_id}, {len(spans)} span(s)")
+        click.echo(f"not sent: {otlp_config.why_not_sent()}; trace {spans[0].trace_id}, {len(spans)} span(s)")
 
 
 def _print_tree(spans: list[Any]) -> None:

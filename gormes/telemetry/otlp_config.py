@@ -27,3 +27,11 @@ def endpoint_shown(endpoint: str | None = None, env: Mapping[str, str] | None = 
         return env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
     base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
     return base.rstrip("/") + "/v1/traces"
+
+
+def why_not_sent(env: Mapping[str, str] | None = None) -> str:
+    """Why `configured` said no, for people."""
+    env = os.environ if env is None else env
+    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return "OTEL_TRACES_EXPORTER=none turns exporting off (unset it, or give --endpoint)"
+    return "no OTLP endpoint configured (set OTEL_EXPORTER_OTLP_ENDPOINT or give --endpoint)"

@@ -121,6 +121,17 @@ def test_without_an_endpoint_nothing_is_sent_and_json_lists_the_spans(recorded: 
     assert {s["trace_id"] for s in data["spans"]} == {data["trace_id"]}
 
 
+def test_the_text_says_why_nothing_was_sent(recorded: Path) -> None:
+    """With an endpoint set and exporting turned off, it said no endpoint was set."""
+    plain = gormes(recorded, "trace", "subagents-1")
+    assert plain.returncode == 0 and "not sent: no OTLP endpoint configured (set OTEL_EXPORTER_OTLP_ENDPOINT" \
+        in plain.stdout, plain
+    off = gormes(recorded, "trace", "subagents-1", env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+                                                         "OTEL_TRACES_EXPORTER": "none"})
+    assert off.returncode == 0, off.stderr
+    assert "not sent: OTEL_TRACES_EXPORTER=none turns exporting off (unset it, or give --endpoint)" in off.stdout
+
+
 def test_an_unknown_run_and_a_refusing_collector_are_one_line(recorded: Path) -> None:
     missing = gormes(recorded, "trace", "no-such-run")
     assert missing.returncode == 2
