@@ -18,7 +18,7 @@ import msgspec
 
 from gormes.actors.jobs.parking import unpark_in
 from gormes.control.budget_rules import BudgetState, counted, fold, raised_cap
-from gormes.control.budgets import UnknownBudget
+from gormes.control.budgets import CLASS_BUDGETED, UnknownBudget
 from gormes.errors import UserError
 from gormes.events.budgets import INDEX_STREAM, BudgetIndexed, BudgetRaised, BudgetSet, Policy, budget_stream
 from gormes.events.jobs import Tokens
@@ -37,6 +37,11 @@ def check_id(budget_id: str) -> str:
     if not BUDGET_ID.fullmatch(budget_id):
         raise InvalidBudget(f"budget id {budget_id!r}: letters, digits and . _ : @ / -, at most 200, "
                             "starting with a letter or digit (job:ID and scope:NAME are found by runs)")
+    kind, _, trust = budget_id.partition(":")
+    if kind == "trust" and trust not in CLASS_BUDGETED:
+        # no run would ever pay into it: accepted, it said a cap that nothing kept
+        raise InvalidBudget(f"budget id {budget_id!r}: only {' and '.join(f'trust:{c}' for c in CLASS_BUDGETED)}"
+                            " cap a trust class; the operator's and the system's runs have no class budget")
     return budget_id
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from gormes.control.budget_book import BudgetBook, BudgetView, check_id, check_not_negative, check_output_estimate
+from gormes.control.budget_book import BudgetBook, BudgetView, InvalidBudget, check_id, check_not_negative, check_output_estimate
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
 
 OPERATOR = frozenset({"operator"})
@@ -89,6 +89,11 @@ def _by(ctx: OperationContext) -> str:
 
 
 async def budget_set(ctx: OperationContext, value: BudgetSetInput) -> BudgetView:
+    kind, _, job_id = value.id.partition(":")
+    if kind == "job" and ctx.jobs is not None and await ctx.jobs.get(job_id) is None:
+        # a job's budget is found by its runs when they start: a mistyped id caps nothing
+        raise InvalidBudget(f"budget {value.id}: no job {job_id} (set a job's budget after `gormes jobs submit`,"
+                            " with the id it printed)")
     return await _book(ctx).set(
         value.id, tokens=value.tokens, cost=value.cost, policy=value.policy, output_estimate=value.output_estimate,
         bytes_per_token=value.bytes_per_token, hold_s=value.hold_s, by=_by(ctx),

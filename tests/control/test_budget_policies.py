@@ -215,6 +215,10 @@ def test_bad_input_is_one_line_and_changes_nothing(tmp_path) -> None:
         (("budget", "raise", "nope", "--by", "5"), "unknown budget 'nope'"),
         (("budget", "show", "nope"), "unknown budget 'nope'"),
         (("budget", "raise", "b"), "give one of --by and --to"),
+        # a cap no run would ever pay into (a user audit's finding: both were taken)
+        (("budget", "set", "trust:operator", "--tokens", "5"), "the operator's and the system's runs have no"),
+        (("budget", "set", "trust:gatway", "--tokens", "5"), "only trust:gateway and trust:child-agent cap"),
+        (("budget", "set", "job:NOSUCHJOB", "--tokens", "5"), "no job NOSUCHJOB"),
     ):
         result = run_gormes(db, *args)
         assert result.returncode == 2, (args, result)
@@ -245,3 +249,12 @@ async def test_a_budget_on_a_trust_class_caps_every_gateway_whatever_its_name(st
         started = (await events_of(store, run_stream(outcome.run_id)))[0]
         assert isinstance(started, RunStarted) and started.budgets == budgets
     assert (await book.get("trust:gateway")).spent_tokens == 90
+
+
+def test_a_jobs_budget_is_set_by_the_id_submit_printed(tmp_path) -> None:
+    db = tmp_path / "g.db"
+    job = run_gormes(db, "jobs", "submit", "echo")
+    assert job.returncode == 0, job.stderr
+    done = run_gormes(db, "budget", "set", f"job:{job.stdout.strip()}", "--tokens", "500", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["id"] == f"job:{job.stdout.strip()}"
