@@ -27,7 +27,7 @@ import pytest
 
 BIN = Path(os.environ.get("GORMES_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 OS_USER = "postgres"
-REPLAY_TIMEOUT_S = 15.0
+REPLAY_TIMEOUT_S = 30.0
 
 # fsync stays on (the doctor reports it); a small cluster starts quickly.
 _CONF = """
