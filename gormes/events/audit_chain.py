@@ -176,7 +176,8 @@ async def append_sealed(
         heads = _heads.setdefault(store, _Heads())
     except TypeError:  # a store that takes no weak reference: nothing remembered
         heads = _Heads()
-    if not heads.indexed and any(_write_ahead(e) for e in audit.events):
+    # a store that may not write has no index to keep: the record itself is refused
+    if not heads.indexed and not store.readonly and any(_write_ahead(e) for e in audit.events):
         await _index(store, heads)
     others = list(also)
     stream = audit.stream

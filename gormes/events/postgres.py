@@ -43,6 +43,7 @@ from gormes.events.postgres_schema import (
     closed_by_its_data,
     connect,
     first_line,
+    in_recovery,
     is_connection_lost,
     prepare,
     redact,
@@ -179,18 +180,20 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
         if durability not in DURABILITY:
             raise StoreError(f"durability must be one of {sorted(DURABILITY)}, not {durability!r}")
 
-        def first_connection() -> tuple[PostgresLog, str, int, str | None]:
+        def first_connection() -> tuple[PostgresLog, str, int, str | None, bool]:
             conn = connect(url, schema=schema, application_name=application_name)
             try:
                 reason = None if readonly else cannot_write(conn)
+                # asked of a store opened read-only too: a follower there must not LISTEN
+                standby = reason == STANDBY or (readonly and in_recovery(conn))
                 name = prepare(conn, url, create=create and not readonly, readonly_reason=reason if create else None)
                 log = PostgresLog(conn, codec=codec, clock=clock)
-                return log, name, log.head(), reason
+                return log, name, log.head(), reason, standby
             except BaseException:
                 conn.close()
                 raise
 
-        log, name, head, reason = await trio.to_thread.run_sync(first_connection)
+        log, name, head, reason, standby = await trio.to_thread.run_sync(first_connection)
         readonly = readonly or reason is not None
         store = cls(
             url, log, schema=name, readonly=readonly, readonly_reason=reason, poll_interval=poll_interval,
@@ -201,7 +204,7 @@ class PostgresEventStore(GroupCommitCalls, LogReads):
             await trio.to_thread.run_sync(store._configure_writer, log)
         # A standby runs no LISTEN ("cannot be executed during recovery"): its
         # followers poll (the fallback every store has).
-        async with store._running(*(() if reason == STANDBY else (store._listen,))):
+        async with store._running(*(() if standby else (store._listen,))):
             yield store
 
     def _close_connections(self) -> None:

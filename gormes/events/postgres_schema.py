@@ -179,6 +179,11 @@ def cannot_write(conn: psycopg.Connection) -> str | None:
     return None
 
 
+def in_recovery(conn: psycopg.Connection) -> bool:
+    """Whether the server is a standby (a read replica): it runs no LISTEN."""
+    return conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]
+
+
 def prepare(conn: psycopg.Connection, url: str, *, create: bool = True, readonly_reason: str | None = None) -> str:
     """Check the schema is ours (or empty, then create our tables); return its name.
     `readonly_reason`: why the session may not create them (see `cannot_write`)."""
