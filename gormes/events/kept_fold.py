@@ -23,6 +23,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from gormes.errors import StoreError
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 
 LOCK_TIMEOUT_S = 1.0  # a writer of its own waits this long for a lock, then skips
@@ -32,9 +33,8 @@ _DDL = "CREATE TABLE IF NOT EXISTS {table}(name TEXT PRIMARY KEY, position {inte
 
 def _errors(conn: Any) -> tuple[type[BaseException], ...]:
     if dialect_of(conn) == POSTGRES:
+        # Lazy for start-up time: psycopg is loaded only on PostgreSQL (already, then).
         import psycopg
-
-        from gormes.errors import StoreError
 
         return (psycopg.Error, StoreError)
     return (sqlite3.Error,)
@@ -85,7 +85,7 @@ def save_apart(database: Path | str, table: str, name: str, position: int, state
                application_name: str = "gormes") -> bool:
     """`write` on a connection of its own to `database` (an SQLite file or a
     PostgreSQL URL), committed at once; False when it cannot be written now."""
-    from gormes.events.open import is_postgres_url
+    from gormes.events.open import is_postgres_url  # open imports the stores: only when saving
 
     if is_postgres_url(database):
         return _save_postgres(str(database), table, name, position, state, application_name)
@@ -103,9 +103,9 @@ def save_apart(database: Path | str, table: str, name: str, position: int, state
 
 
 def _save_postgres(url: str, table: str, name: str, position: int, state: str, application_name: str) -> bool:
+    # Lazy for start-up time: psycopg is loaded only for a PostgreSQL URL.
     import psycopg
 
-    from gormes.errors import StoreError
     from gormes.events.postgres_schema import connect
     from gormes.events.postgres_sql import PortableConnection
 
