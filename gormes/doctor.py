@@ -133,9 +133,10 @@ def run_doctor(
     are checked too (gormes/health/mcp.py; a bad file raises its one-line error).
 
     The log-wide checks read a summary folded from where the last run left off
-    (gormes/health/scan.py), kept in the SQLite file after the checks; `full`
-    folds the whole log and runs the whole-file checks (`PRAGMA quick_check`,
-    every audit day). On PostgreSQL every run folds the whole log."""
+    (gormes/health/scan.py), kept in the database after the checks (the SQLite
+    file, or the PostgreSQL schema, when it can be written); `full` folds the
+    whole log and runs the whole-file checks (`PRAGMA quick_check`, every audit
+    day)."""
     load_all()
     if mcp_config is not None:
         # Lazy for start-up time: the mcp SDK is loaded only when servers are checked.
@@ -157,7 +158,7 @@ def run_doctor(
         backend, file = "sqlite", Path(path)
         database = str(file)
         conn, schema = store.open_database(file)
-    remembered = None if full or conn is None or backend != "sqlite" else scan.load(conn)
+    remembered = None if full or conn is None else scan.load(conn)
     ctx = DoctorContext(
         path=file, conn=conn, now=time.time() if now is None else now,
         thresholds=thresholds or Thresholds(), codec=default_codec, operations=operations_,
@@ -190,8 +191,8 @@ def run_doctor(
     finally:
         if conn is not None:
             conn.close()
-    if file is not None and "log" in ctx.__dict__:  # folded (cached_property): keep it
-        scan.save(file, ctx.log)
+    if "log" in ctx.__dict__:  # folded (cached_property): keep it
+        scan.save(str(path) if file is None else file, ctx.log)
     return DoctorReport(
         status=overall(results), database=database, offline=offline, checked_at=ctx.now,
         checks=results, skipped=skipped,

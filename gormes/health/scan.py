@@ -4,12 +4,15 @@ The checks that read the whole log (positions and gaps, event types, which runs
 can be replayed, runs with no end, runs awaiting memory extraction) read one
 `LogSummary` instead. It is folded from the events after the position the last
 doctor run remembered, so a doctor run costs what was appended since, not the
-log. The doctor keeps it in the `doctor_scan` table of the database (written on
-a connection of its own after the checks, and only if the file can be written
-at once: a locked or read-only file just means the next run folds more).
-`gormes doctor --full` folds from position 0 and runs `PRAGMA quick_check`,
-which is whole-file by nature; without `--full` the integrity verdict is the
-last full scan's, with its age (the first doctor run of a database is full).
+log. The doctor keeps it in the `doctor_scan` table of the database, the SQLite
+file or the gormes schema of PostgreSQL alike (gormes/events/kept_fold.py,
+decision 0084: written on a connection of its own after the checks, and only if
+it can be written at once: a locked or read-only file, or a role that may not
+create or write the table, just means the next run folds more).
+`gormes doctor --full` folds from position 0 and, on SQLite, runs `PRAGMA
+quick_check`, which is whole-file by nature; without `--full` the integrity
+verdict is the last full scan's, with its age (the first doctor run of a
+database is full).
 
 What an incremental run cannot see, a full one does: a row deleted or edited
 below the remembered position. The summary holds no payload text (types, run
@@ -18,7 +21,6 @@ ids, handler names, counts), so erasure does not reach into it.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from gormes.events import kept_fold
 from gormes.events.runs import OBSERVATION_TYPES, TERMINAL_TYPES
 
 TABLE = "doctor_scan"
@@ -34,6 +37,7 @@ PAGE = 20_000
 _OBSERVED = frozenset(cls.__struct_config__.tag for cls in OBSERVATION_TYPES)
 _ENDS = frozenset(cls.__struct_config__.tag for cls in TERMINAL_TYPES)
 _CUT = "run.llm_cut"
+_RETAINED = "log.retained"  # retention deleted rows: a summary kept from before counted them
 _WITH_DATA = ("run.started", *_OBSERVED, _CUT)
 MODEL_DAYS = 8  # days of model turns kept (UTC), for a window of the last 7
 
@@ -136,6 +140,7 @@ class Folder:
     def __init__(self, summary: LogSummary, known: Any) -> None:
         self.s = summary
         self.known = known
+        self.retained = False  # a `log.retained` was folded
 
     def fold(self, rows: Iterable[tuple[Any, ...]]) -> None:
         s = self.s
@@ -150,6 +155,8 @@ class Folder:
                 self._run(stream[4:], version, type_, tv, key, data, recorded_at)
             elif type_.startswith("memory.") and data is not None:
                 self._memory(data, recorded_at)
+            elif type_ == _RETAINED:
+                self.retained = True
         s.position = max(s.position, s.high)
 
     def _run(self, run_id: str, version: int, type_: str, tv: int, key: str, data: Any,
@@ -263,51 +270,43 @@ def _rows_sql(conn: Any) -> str:
 
 
 def fold_log(conn: Any, summary: LogSummary, known: Any) -> LogSummary:
-    """`summary` brought up to the head of the log (on `conn`, read-only)."""
+    """`summary` brought up to the head of the log (on `conn`, read-only). A kept
+    summary past the head (of another copy of the log), or one from before a
+    retention deleted rows it counted (a `log.retained` after its position), is
+    dropped and the whole log folded: the one kept is not this log's any more."""
     head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+    if summary.position > head:
+        summary = LogSummary()
     folder, sql, after = Folder(summary, known), _rows_sql(conn), summary.position
+    kept = after > 0
     while after < head:
         rows = conn.execute(sql, (after, head, PAGE)).fetchall()
         if not rows:
             break
         folder.fold(rows)
         after = rows[-1][0]
+    if kept and folder.retained:
+        return fold_log(conn, LogSummary(), known)
     summary.position = max(summary.position, head)
     return summary
 
 
-# -- kept between runs (SQLite) ---------------------------------------------------
+# -- kept between runs (either backend: gormes/events/kept_fold.py) ------------------
 
 
-def load(conn: sqlite3.Connection) -> LogSummary | None:
+def load(conn: Any) -> LogSummary | None:
     """The summary the last doctor run kept, or None (none, or unreadable)."""
-    try:
-        row = conn.execute(f"SELECT state FROM {TABLE} WHERE name = ?", (ROW,)).fetchone()
-    except sqlite3.Error:
-        return None
-    if row is None:
+    found = kept_fold.read(conn, TABLE, ROW)
+    if found is None:
         return None
     try:
-        return msgspec.json.decode(row[0], type=LogSummary)
+        return msgspec.json.decode(found[1], type=LogSummary)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 
 
-def save(path: Path, summary: LogSummary) -> bool:
-    """Keep `summary` for the next run; False when the file could not be written at once."""
-    try:
-        conn = sqlite3.connect(path, timeout=1.0, isolation_level=None)
-    except sqlite3.Error:
-        return False
-    try:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE}(name TEXT PRIMARY KEY, position INTEGER, state TEXT)")
-        conn.execute(
-            f"INSERT INTO {TABLE}(name, position, state) VALUES (?, ?, ?)"
-            " ON CONFLICT(name) DO UPDATE SET position = excluded.position, state = excluded.state",
-            (ROW, summary.position, msgspec.json.encode(summary).decode()),
-        )
-        return True
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
+def save(database: Path | str, summary: LogSummary) -> bool:
+    """Keep `summary` for the next run (the SQLite file, or the PostgreSQL URL's
+    schema), on a connection of its own; False when it could not be written at once."""
+    return kept_fold.save_apart(database, TABLE, ROW, summary.position, msgspec.json.encode(summary).decode(),
+                                application_name="gormes doctor")

@@ -30,8 +30,11 @@ that folds one of the archived types and has folded past the first archived
 position is emptied and its tracking set to 0 (the ledger is folded again at
 once): the projections then equal a rebuild of the remaining log by
 construction, so `gormes projections rebuild --check` needs no horizon (decision
-0029). The doctor's remembered scan is dropped too, so the next doctor run folds
-the whole log again.
+0029). On SQLite the doctor's remembered scan is dropped too, so the next doctor
+run folds the whole log again; on PostgreSQL, where the retention's role may not
+be allowed to write the doctor's table, the doctor's fold itself sees the
+`log.retained` after its remembered position and folds the whole log again
+(decision 0084; it does so on SQLite as well).
 """
 
 from __future__ import annotations

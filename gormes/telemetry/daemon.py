@@ -18,6 +18,7 @@ from gormes.telemetry import otlp_config
 from gormes.telemetry.gauges import WorkerGauge
 
 log = logging.getLogger("gormes.telemetry")
+KEEP_ON_STOP_S = 5.0  # a stopping daemon waits this long at most to keep the metrics' counters
 
 __all__ = ["WorkerGauge", "start"]
 
@@ -33,17 +34,22 @@ async def start(nursery: trio.Nursery, store: EventStore, metrics_port: int | No
 async def _serve_metrics(store: EventStore, port: int, workers: Callable[[], Sequence[WorkerGauge]], *,
                          task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     # prometheus-client only when a metrics port is set
-    from gormes.telemetry.metrics import LogMetrics, MetricsServer
+    from gormes.telemetry.metrics import KEEP_EVERY_S, LogMetrics, MetricsServer
 
     collector = LogMetrics(store, workers=workers)
-    await collector.prepare()  # the gateways' refusals are counted from here
+    await collector.prepare()  # the kept counters taken up; the gateways' refusals counted from here
     server = MetricsServer(collector, port)
     log.info("metrics: http://127.0.0.1:%d/metrics", server.port)
     task_status.started(server.port)
     try:
-        await trio.sleep_forever()
+        while True:  # the counters kept for the next daemon (decision 0084)
+            await trio.sleep(KEEP_EVERY_S)
+            await collector.keep()
     finally:
         server.close()
+        with trio.move_on_after(KEEP_ON_STOP_S) as stopping:
+            stopping.shield = True
+            await collector.keep()
 
 
 async def _follow_traces(store: EventStore, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

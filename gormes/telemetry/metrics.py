@@ -12,7 +12,11 @@ store's read connection, on either backend:
   (`run.llm_turn`, `run.llm_failed` with the usage of a reply the API billed, and
   `run.llm_cut`, a reply cut short while it streamed;
   a continuation's copied prefix counted once, in the run it was made in; cost
-  priced with the pricing table, unpriced models left out);
+  priced with the pricing table, unpriced models left out). The fold's position
+  and counters are kept in the database (`metrics_fold`, gormes/events/kept_fold.py,
+  decision 0084; `keep`, every KEEP_EVERY_S by the daemon and when it stops) and
+  taken up when a daemon starts, so its first scrape reads what was appended
+  since, not the whole log;
 - the gateways' calls the call rate refused, from the index the database keeps of
   them (`events_call_refused`), only those recorded since the last scrape
   (gormes/telemetry/refusal_count.py, decision 0079);
@@ -26,6 +30,7 @@ Names, labels and meanings are listed in docs/observe.md.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -38,6 +43,7 @@ from prometheus_client.registry import Collector
 from gormes.projections.ledger import BREAKER_KILLED
 from gormes.actors.runs.costs import copied_counts
 from gormes.errors import GormesError
+from gormes.events import kept_fold
 from gormes.events.jobs import Tokens
 from gormes.events.sql_fragments import json_number, json_text
 from gormes.events.store import EventStore
@@ -51,12 +57,30 @@ LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
 _MODEL_TYPES = ("run.llm_turn", "run.llm_failed", "run.llm_cut")
 _FOLD_TYPES = (*_MODEL_TYPES, "job.claimed", "job.stalled")
 _FOLD_PAGE = 5000
+KEEP_TABLE, KEEP_ROW = "metrics_fold", "counters"
+# A write a minute at most (only when the fold moved): a daemon stopped without
+# warning folds again at most what the log took in its last minute.
+KEEP_EVERY_S = 60.0
+
+log = logging.getLogger("gormes.telemetry")
 
 
 class _ByModel(msgspec.Struct, kw_only=True):
     tokens: Tokens = Tokens()
     cost: float = 0.0
     turns: int = 0
+
+
+class FoldState(msgspec.Struct, kw_only=True):
+    """The counters folded from the log up to `position`, as kept between daemons;
+    `pricing`: the version of the pricing table the costs were priced with (a
+    state priced with another table is not taken up: its costs would mix two)."""
+
+    position: int = 0
+    attempts: int = 0
+    stalls: int = 0
+    by_model: dict[str, _ByModel] = {}
+    pricing: str = ""
 
 
 class Snapshot(msgspec.Struct, kw_only=True):
@@ -91,10 +115,53 @@ class LogMetrics(Collector):
         self._by_model: dict[str, _ByModel] = {}
         self._copied: dict[str, int] = {}
         self._refusals = RefusalCount()
+        self._resumed = False  # the kept state was looked for
+        self._kept = 0  # the position of the state kept last (by this collector or the one it took up)
 
     async def prepare(self) -> None:
-        """Begin the counts that start with the daemon (the gateways' refusals) at the log's head now."""
+        """Take up the counters kept in the database, and begin the counts that
+        start with the daemon (the gateways' refusals) at the log's head now."""
+        async with self._lock:
+            await self._resume()
         await self._refusals.begin(self.store)
+
+    async def _resume(self) -> None:
+        """The kept fold's state, once (before the first fold), unless it is unreadable,
+        past the log's head (another copy of the log's), or priced with another table."""
+        if self._resumed:
+            return
+        self._resumed = True
+        try:
+            found, head = await self.store.read_sql(lambda conn: (kept_fold.read(conn, KEEP_TABLE, KEEP_ROW),
+                                                                  _head(conn)))
+            state = None if found is None else msgspec.json.decode(found[1], type=FoldState)
+        except (GormesError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.debug("metrics: the kept counters cannot be read (%s): folding from the start", exc)
+            return
+        if state is None or state.position > head or state.pricing != self.pricing.version:
+            return
+        self._folded = self._kept = state.position
+        self._attempts, self._stalls, self._by_model = state.attempts, state.stalls, state.by_model
+
+    async def keep(self) -> bool:
+        """Keep the counters in the database if the fold moved since they were kept
+        last; False when nothing was written (nothing new, or it cannot be written:
+        a read-only store, a role that may not write the table; the next start folds more)."""
+        async with self._lock:
+            if not self._resumed or self._folded <= self._kept:
+                return False
+            state = FoldState(position=self._folded, attempts=self._attempts, stalls=self._stalls,
+                              by_model={k: _ByModel(tokens=v.tokens, cost=v.cost, turns=v.turns)
+                                        for k, v in self._by_model.items()},
+                              pricing=self.pricing.version)
+        text = msgspec.json.encode(state).decode()
+        try:
+            await self.store.transact(lambda tx: kept_fold.write(tx, KEEP_TABLE, KEEP_ROW, state.position, text))
+        except GormesError as exc:
+            log.debug("metrics: the counters cannot be kept (%s)", exc)
+            return False
+        self._kept = max(self._kept, state.position)
+        return True
 
     async def snapshot(self) -> Snapshot:
         async with self._lock:  # two scrapes at once must not fold the same rows twice
@@ -117,6 +184,7 @@ class LogMetrics(Collector):
         return self._folded
 
     async def _fold(self) -> None:
+        await self._resume()
         while True:
             rows, head = await self.store.read_sql(lambda conn: _fold_rows(conn, self._folded))
             if not rows:
@@ -157,7 +225,7 @@ def _fold_rows(conn: Any, after: int) -> tuple[list[tuple[Any, ...]], int]:
     would read them all again (on SQLite, which has no index of `type`, every row
     since the last one counted)."""
     # the head first: every row up to it is committed (each is appended at the head + 1)
-    head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
+    head = _head(conn)
     usage = [json_number(conn, f"$.usage.{k}") for k in ("input", "output", "cache_read")]
     marks = ",".join("?" * len(_FOLD_TYPES))
     rows = conn.execute(
@@ -167,6 +235,10 @@ def _fold_rows(conn: Any, after: int) -> tuple[list[tuple[Any, ...]], int]:
         f" ORDER BY position LIMIT {_FOLD_PAGE}", (after, head, *_FOLD_TYPES),
     ).fetchall()
     return rows, head
+
+
+def _head(conn: Any) -> int:
+    return int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
 
 
 def _read_ledger(conn: Any) -> tuple[Any, ...]:

@@ -139,3 +139,49 @@ def test_a_metrics_port_already_taken_is_one_line_not_a_traceback(tmp_path: Path
     errors = [line for line in done.stderr.splitlines() if "Traceback" in line or line.startswith("gormes: error:")]
     assert errors == [f"gormes: error: metrics port 127.0.0.1:{port}: Address already in use"
                       " (choose another with --metrics-port)"], done.stderr
+
+
+def test_a_restarted_daemon_goes_on_from_the_counters_the_last_one_kept(tmp_path: Path) -> None:
+    """Decision 0084: the daemon keeps `/metrics`' log counters when it stops, and the
+    next one takes them up: its first scrape reads only what was appended since."""
+    import sqlite3
+
+    db = tmp_path / "d.db"
+    gormes(db, "import", str(FIXTURES / "subagents.jsonl"))
+    turns = ("gormes_model_turns_total", (("model", "scripted"),))
+    tokens = ("gormes_model_tokens_total", (("kind", "input"), ("model", "scripted")))
+
+    def daemon(log: Path) -> subprocess.Popen:
+        with log.open("w") as err:
+            return subprocess.Popen(
+                [sys.executable, "-m", "gormes", "--db", str(db), "daemon", "--no-governor", "--no-cron",
+                 "--metrics-port", str(port), "--log-format", "plain"],
+                env=env_with(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+
+    def sql(statement: str) -> list[tuple]:
+        conn = sqlite3.connect(db, isolation_level=None)
+        try:
+            return conn.execute(statement).fetchall()
+        finally:
+            conn.close()
+
+    port = free_port()
+    proc = daemon(tmp_path / "daemon1.log")
+    try:
+        first = eventually(lambda: scrape(port), "/metrics answering")
+    finally:
+        assert stop(proc) == 0, (tmp_path / "daemon1.log").read_text()
+    assert first[turns] == 6 and first[tokens] == 3827
+    [(kept,)] = sql("SELECT position FROM metrics_fold")
+    assert kept == sql("SELECT max(position) FROM events")[0][0]  # kept as it stopped
+    # a model turn below the kept position deleted outside gormes: a fold from 0 would miss it
+    sql("DELETE FROM events WHERE position = (SELECT min(position) FROM events WHERE type = 'run.llm_turn')")
+    gormes(db, "import", str(FIXTURES / "tool_error.jsonl"))  # three more turns after it
+
+    proc = daemon(tmp_path / "daemon2.log")
+    try:
+        second = eventually(lambda: scrape(port), "/metrics answering again")
+    finally:
+        assert stop(proc) == 0, (tmp_path / "daemon2.log").read_text()
+    assert second[turns] == 6 + 3
+    assert second[tokens] > first[tokens]
