@@ -14,7 +14,9 @@ line is validated and appended in turn, all in one transaction, so memory stays
 bounded by a chunk of lines and a bad line undoes the whole import: a file is
 imported whole or not at all. When a line carries
 `version`, the stream must be at `version - 1` when that line is appended, so
-importing the same export twice fails instead of duplicating it.
+importing the same export twice fails instead of duplicating it. An audit
+day this log already holds another chain of goes onto a copy of the day where
+its records follow (gormes/events/audit_copies.py, decision 0091).
 """
 
 from __future__ import annotations
