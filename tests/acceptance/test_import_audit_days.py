@@ -12,10 +12,12 @@ reported the day BROKEN."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
 from cli_helpers import assert_one_line_error, json_lines, run_gormes
+from pg_helpers import pg_rows, schema_url  # noqa: F401 (the `url` fixture)
 
 
 def ok(result):
@@ -31,7 +33,7 @@ def events(db: Path) -> list[tuple]:
         conn.close()
 
 
-def verified(db: Path) -> list[dict]:
+def verified(db: Path | str) -> list[dict]:
     days = json_lines(ok(run_gormes(db, "audit", "verify", "--json")).stdout)
     assert days and all(d["intact"] for d in days), days
     return days
@@ -112,3 +114,16 @@ def test_a_day_this_log_already_holds_goes_onto_a_copy_and_twice_is_refused(tmp_
     twice = run_gormes(db, "import", str(audit_only))
     assert twice.returncode == 2 and "already imported?" in assert_one_line_error(twice)
     verified(db)
+
+
+def test_the_restore_retried_after_a_refusal_on_postgres(tmp_path: Path, url: str) -> None:
+    out, source = exported(tmp_path)
+    refused = run_gormes(url, "import", str(out))
+    assert refused.returncode == 2 and "Nothing was imported" in assert_one_line_error(refused)
+    ok(run_gormes(url, "import", str(out), "--live-work"))
+    days = verified(url)
+    today = days[0]["stream"]
+    assert [d["stream"] for d in days] == [today, today + "~1"]
+    copied = pg_rows(url, f"SELECT version, data FROM events WHERE stream = '{today}~1' ORDER BY version")
+    assert [(v, json.loads(d) if isinstance(d, str) else d) for v, d in copied] == [
+        (v, json.loads(d)) for s, v, _, d in source if s == today]
