@@ -26,6 +26,7 @@ from gormes.errors import UserError
 from gormes.events import audit_open
 from gormes.events.audit import (
     AUDIT_STREAM_PREFIX,
+    COPY_MARK,
     AuditOutcome,
     OperationAudited,
     audit_stream,
@@ -114,7 +115,8 @@ def _query(f: AuditFilter, conn: object) -> tuple[str, list[object]]:
     sql = ("SELECT position, stream, type_version, data FROM events "
            f"WHERE type = ? AND {stream} >= ? AND {stream} <= ?")
     first = AUDIT_STREAM_PREFIX if f.since_ms is None else audit_stream(f.since_ms)
-    last = AUDIT_STREAM_PREFIX + "\uffff" if f.until_ms is None else audit_stream(f.until_ms)
+    # a day's imported copies (audit-<day>~<k>, decision 0091) sort after it
+    last = AUDIT_STREAM_PREFIX + "\uffff" if f.until_ms is None else audit_stream(f.until_ms) + COPY_MARK + "\uffff"
     params: list[object] = [AUDIT_TYPE, first, last]
     if f.since_ms is not None:
         sql += f" AND {json_number(conn, '$.at')} >= ?"

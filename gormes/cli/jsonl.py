@@ -37,6 +37,8 @@ def import_(obj, source: str, ignore_versions: bool, live_work: bool, as_json: b
     deeper than 64 levels, refused unread) undoes the whole import, and the first
     bad line is reported by number. A line's 'version', when present,
     must follow its stream's current version, so an export is not imported twice.
+    Audit records keep their day and version: a day this database already
+    holds records of (a refused import's) takes them on a copy, audit-DAY~1.
 
     An import that brings live work is refused unless --live-work is given: a job
     not ended or a cron schedule not removed (a worker runs such a job, and the

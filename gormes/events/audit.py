@@ -28,6 +28,7 @@ from typing import Literal
 from gormes.events.base import Event
 
 AUDIT_STREAM_PREFIX = "audit-"
+COPY_MARK = "~"  # audit-2026-12-08~1: an imported copy of the day (decision 0091)
 
 AuditOutcome = Literal["ok", "error", "denied", "invalid", "timeout", "cancelled", "started"]
 
@@ -44,6 +45,12 @@ def audit_stream(at_ms: int) -> str:
         day = datetime.fromtimestamp(start / 1000, tz=timezone.utc).strftime("%Y-%m-%d")
         _last_day = (start, AUDIT_STREAM_PREFIX + day)
     return _last_day[1]
+
+
+def day_stream(stream: str) -> str:
+    """The day stream whose chain an audit stream holds: itself, or for a copy
+    `audit-<day>~<k>`, `audit-<day>` (its records' digests name it)."""
+    return stream.split(COPY_MARK, 1)[0] if stream.startswith(AUDIT_STREAM_PREFIX) else stream
 
 
 class OperationAudited(Event, tag="audit.operation", kw_only=True, omit_defaults=True):

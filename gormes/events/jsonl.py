@@ -14,7 +14,9 @@ line is validated and appended in turn, all in one transaction, so memory stays
 bounded by a chunk of lines and a bad line undoes the whole import: a file is
 imported whole or not at all. When a line carries
 `version`, the stream must be at `version - 1` when that line is appended, so
-importing the same export twice fails instead of duplicating it.
+importing the same export twice fails instead of duplicating it. An audit
+day this log already holds another chain of goes onto a copy of the day where
+its records follow (gormes/events/audit_copies.py, decision 0091).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import msgspec
 
 from gormes.errors import ConcurrencyError, UserError
 from gormes.events import audit_open
+from gormes.events.audit_copies import AuditPlacement
 from gormes.events.base import Event, Recorded, UnknownEvent
 from gormes.events.codec import Codec, default_codec
 from gormes.events.inflate_guard import guarded_lines
@@ -321,13 +324,14 @@ def import_file_in(tx: Any, path: str | Path, *, check_versions: bool = True,
     `seen` is shown each line before it is appended."""
     imported = first = last = 0
     audited = False
+    placed = AuditPlacement(tx, check_versions=check_versions).stream_for
     with open_lines(path) as lines:
         try:
             for line in iter_parsed(checked_lines(lines)):
                 if seen is not None:
                     seen(line)
                 audited = audited or line.event.type == audit_open.AUDIT_TYPE
-                result = append_lines(tx.append_many, (line,), check_versions=check_versions)
+                result = append_lines(tx.append_many, (line,), check_versions=check_versions, placed=placed)
                 first = first or result.first_position
                 last = result.last_position
                 imported += 1
@@ -355,7 +359,8 @@ def import_lines_in(tx: Any, lines: Sequence[ParsedLine], *, check_versions: boo
     """`import_lines` inside a store transaction (`store.transact`), on either backend."""
     if not lines:
         return ImportResult(0, 0, 0)
-    result = append_lines(tx.append_many, lines, check_versions=check_versions)
+    placed = AuditPlacement(tx, check_versions=check_versions).stream_for
+    result = append_lines(tx.append_many, lines, check_versions=check_versions, placed=placed)
     if any(line.event.type == audit_open.AUDIT_TYPE for line in lines):
         _reindex_audit(tx)
     return result
@@ -369,17 +374,20 @@ def _reindex_audit(tx: Any) -> None:
 
 
 def append_lines(
-    append: Callable[[Sequence[AppendRequest]], Any], lines: Sequence[ParsedLine], *, check_versions: bool
+    append: Callable[[Sequence[AppendRequest]], Any], lines: Sequence[ParsedLine], *, check_versions: bool,
+    placed: Callable[[str, Event, int | None], str] | None = None,
 ) -> ImportResult:
-    """Append the lines one by one through `append` (a batch's or a transaction's)."""
+    """Append the lines one by one through `append` (a batch's or a transaction's);
+    `placed` names the stream of each (an audit day's copy: gormes/events/audit_copies.py)."""
     first = last = 0
     for line in lines:
         expected = line.version - 1 if check_versions and line.version is not None else None
+        stream = line.stream if placed is None else placed(line.stream, line.event, line.version)
         try:
-            result = append([AppendRequest(line.stream, [line.event], expected)])[0]
+            result = append([AppendRequest(stream, [line.event], expected)])[0]
         except ConcurrencyError as exc:
             raise UserError(
-                f"line {line.number}: stream {line.stream!r} is at version {exc.actual}, "
+                f"line {line.number}: stream {stream!r} is at version {exc.actual}, "
                 f"so the line's version {line.version} does not follow "
                 "(already imported? use --ignore-versions to append anyway)"
             ) from None

@@ -219,6 +219,11 @@ class ProjectionRunner:
         limit = self.batch_size if upto is None else min(self.batch_size, upto - after)
         types = getattr(self.projection, "types", None)
         records, scanned, head = await self.store.read_page(after, limit, types)
+        if upto is not None and scanned > upto:
+            # `limit` counts rows, not positions: past a gap retention left, a page
+            # of them reaches beyond `upto` (decision 0091).
+            records = [r for r in records if r.position <= upto]
+            scanned = upto
         return _Page(after, records, scanned, head)
 
     async def _step(self, upto: int | None) -> tuple[bool, int]:

@@ -182,3 +182,23 @@ def test_a_retention_killed_after_its_commit_is_audited(tmp_path: Path) -> None:
     assert audits == [("log.retain", "ok")]
     assert rows(db, "SELECT count(*) FROM events WHERE stream GLOB 'run-*'") == [(0,)]
     ok(run_gormes(db, "audit", "verify"))
+
+
+def test_check_after_retention_rebuilds_only_up_to_the_live_position(tmp_path: Path) -> None:
+    """A user audit's finding (decision 0091): the scratch rebuild of `--check`
+    stopped after as many events as the live position's number, not at the
+    position itself; past the gap retention leaves, it folded events the live
+    projection had not reached yet and reported them missing."""
+    db = tmp_path / "g.db"
+    model = tmp_path / "fast.json"
+    model.write_text('[{"tool_calls":[{"name":"time.now","arguments":{}}]},{"text":"fast done"}]')
+    ok(run_gormes(db, "run", "agent", "--prompt", "x", "--model", f"scripted:{model}"))
+    ok(run_gormes(db, "projections", "rebuild", "streams"))
+    ok(run_gormes(db, "retain", "--older-than", "0s"))  # folds `streams` up to its own record
+    ok(run_gormes(db, "jobs", "submit", "x"))  # appended past the live `streams` position
+    [(live,)] = rows(db, "SELECT position FROM tracking WHERE projection = 'streams'")
+    [(head,)] = rows(db, "SELECT max(position) FROM events")
+    assert live < head
+    check = run_gormes(db, "projections", "rebuild", "--check", timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"streams: identical to a rebuild at position {live}" in check.stdout
