@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import datetime, timezone
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import msgspec

@@ -14,11 +14,10 @@ import gzip
 import hashlib
 import json
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import msgspec
-import pytest
 from cli_helpers import REPO, assert_one_line_error, run_gormes
 
 from gormes.events.audit import OperationAudited
