@@ -62,7 +62,13 @@ def export(obj: Any, since: str | None, until: str | None, kinds: tuple[str, ...
 def verify(obj: Any, since: str | None, as_json: bool) -> int:
     """Recompute every day's audit hash chain and report the first break of each
     day: exit 0 when every chain is intact, 1 when one is broken. Anchor the heads
-    that --json prints elsewhere to catch a cut-off tail too."""
+    that --json prints elsewhere to catch a cut-off tail too.
+
+    Each day says whether its records were sealed here or brought by `gormes
+    import` (IMPORTED, or MIXED with both: which import, its file's name and
+    sha256), and when records sealed here chain onto an imported one. An
+    imported chain verifies as its file made it: check it against the heads
+    anchored where it came from."""
     # Lazy for start-up time: loaded when the command runs, not for its --help.
     from datetime import date
 
@@ -89,14 +95,35 @@ def verify(obj: Any, since: str | None, as_json: bool) -> int:
             click.echo(msgspec.json.encode(day).decode())
         elif day.first_break is None:
             legacy = f", {day.unsealed} written before the chain" if day.unsealed else ""
-            click.echo(f"{day.day}: intact, {day.sealed} sealed record(s){legacy}, head {day.head}")
+            status = "intact" if day.origin == "here" else f"{day.origin.upper()}, chain intact"
+            click.echo(f"{day.day}: {status}, {day.sealed} sealed record(s){legacy}{origin_of(day)}, head {day.head}")
         else:
             b = day.first_break
             expected = "" if b.expected is None else f" (expected {b.expected}, found {b.found})"
-            click.echo(f"{day.day}: BROKEN at position {b.position} (version {b.version}): {b.reason}{expected}")
+            click.echo(f"{day.day}: BROKEN at position {b.position} (version {b.version}): {b.reason}{expected}"
+                       + ("" if day.origin == "here" else origin_of(day)))
     if not days and not as_json:
         click.echo("no audit records")
     return 1 if any(not d.intact for d in days) else 0
+
+
+def origin_of(day: Any) -> str:
+    """Where a day's records come from (decision 0087): sealed here, or brought by
+    which import, and whether this log's chain goes on from an imported head."""
+    if day.origin == "here":
+        return ", all sealed here"
+    import json  # names as JSON quotes them: a file named to read as this line's own words stays a name
+
+    imports = "; ".join(
+        f"{i.records} brought in by the import recorded at position {i.position} ({i.at}, caller "
+        f"{json.dumps(i.caller)} ({i.trust}), file {json.dumps(i.name)}, sha256 {i.sha256 or '-'})"
+        for i in day.imports)
+    text = f", {day.here} sealed here, {imports}" if day.here else f", none sealed here: {imports}"
+    join = day.onto_import
+    if join is not None:
+        text += (f"; the records sealed here chain onto an imported record (position {join.onto_position}) "
+                 f"from position {join.position} (version {join.version}) on")
+    return text
 
 
 @audit.command()

@@ -26,7 +26,8 @@ PROGRESS_MIN_EVENTS = 10_000
               help="Append every line at the end of its stream, ignoring its 'version'.")
 @live_work_option("Import it even if it brings live work")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the result as JSON: imported, first_position, last_position.")
+              help="Print the result as JSON: imported, first_position, last_position, recorded_at "
+                   "(the position of the import's own log.imported record), sha256 (of the file).")
 @click.pass_obj
 def import_(obj, source: str, ignore_versions: bool, live_work: bool, as_json: bool) -> None:
     """Append events from a JSONL file ('-' for stdin), all of them or none.
@@ -39,6 +40,11 @@ def import_(obj, source: str, ignore_versions: bool, live_work: bool, as_json: b
     must follow its stream's current version, so an export is not imported twice.
     Audit records keep their day and version: a day this database already
     holds records of (a refused import's) takes them on a copy, audit-DAY~1.
+
+    The import records itself on `log-imports` (a `log.imported`: the positions
+    it took, the file's name and sha256, who): `gormes audit verify` names the
+    audit records it brought as imported, never as sealed here. A file's own
+    `log.imported` lines (an export of a log that imported) are left out.
 
     An import that brings live work is refused unless --live-work is given: a job
     not ended or a cron schedule not removed (a worker runs such a job, and the
@@ -64,9 +70,11 @@ def import_(obj, source: str, ignore_versions: bool, live_work: bool, as_json: b
     if as_json:
         output.write_json_objects([result])
     else:
+        left_out = (f"; left out {result.left_out} log.imported record(s) of the log it came from"
+                    if result.left_out else "")
         click.echo(
             f"imported {result.imported} events "
-            f"(positions {result.first_position}..{result.last_position})"
+            f"(positions {result.first_position}..{result.last_position}){left_out}"
         )
 
 

@@ -17,7 +17,11 @@ nothing but the stream's version.
     await append_sealed(store, AppendRequest(stream, [event]), also=[run_request])
     days = verify_chains(conn, codec, since_day="2026-12-01")
 
-What the chain does not prove: see docs/decisions/0018-audit-hash-chain.md.
+What the chain does not prove: see docs/decisions/0018-audit-hash-chain.md. A
+file given to `gormes import` can bring a day whose chain verifies (it was made
+elsewhere, or forged): `verify_chains` names, per day, the records an import
+brought and the import (its `log.imported` record, gormes/events/imports.py),
+and a record sealed here that chains onto one of them (decision 0087).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import hashlib
 import logging
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
@@ -35,6 +40,7 @@ from gormes.events import audit_open
 from gormes.events.audit import AUDIT_STREAM_PREFIX, OperationAudited, day_stream
 from gormes.events.base import UnknownEvent
 from gormes.events.codec import Codec
+from gormes.events.imports import ImportRanges, Marker, read_imports
 from gormes.events.postgres_sql import iter_rows
 from gormes.events.sql_fragments import text_order
 from gormes.events.store import AppendRequest, AppendResult, EventStore, Transaction
@@ -242,6 +248,29 @@ class ChainBreak(msgspec.Struct, frozen=True, kw_only=True):
     found: str | None = None
 
 
+class DayImport(msgspec.Struct, frozen=True, kw_only=True):
+    """An import that brought records to a day: its `log.imported` record's
+    position, when, who, which file (name and sha256), and how many records."""
+
+    position: int
+    at: str  # ISO-8601, UTC
+    caller: str
+    trust: str
+    name: str | None
+    sha256: str | None
+    records: int
+
+
+class ChainJoin(msgspec.Struct, frozen=True, kw_only=True):
+    """The first record sealed here whose previous record on its day came by an
+    import: this log's chain goes on from a head it did not seal."""
+
+    position: int
+    version: int
+    onto_position: int  # the imported record it follows
+    import_position: int  # the `log.imported` that brought it
+
+
 class DayChain(msgspec.Struct, frozen=True, kw_only=True):
     day: str  # YYYY-MM-DD
     stream: str
@@ -251,21 +280,34 @@ class DayChain(msgspec.Struct, frozen=True, kw_only=True):
     head: str | None  # the last sealed record's digest: anchor it elsewhere
     intact: bool
     first_break: ChainBreak | None = None
+    # Where the records come from (decision 0087): "here" (written by this log),
+    # "imported" (every one brought by an import), or "mixed".
+    origin: str = "here"
+    here: int = 0
+    imported: int = 0
+    imports: tuple[DayImport, ...] = ()
+    onto_import: ChainJoin | None = None
 
 
 class _DayWalk:
     """One day's chain, checked record by record in version order."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, ranges: ImportRanges) -> None:
         self.stream = stream
+        self.ranges = ranges
         self.records = self.sealed = self.unsealed = 0
         self.expected_prev = GENESIS
         self.version = 0
         self.head: str | None = None
         self.first_break: ChainBreak | None = None
+        self.here = 0
+        self.by_import: dict[int, list[Any]] = {}  # marker position -> [Marker, records]
+        self.last: tuple[int, Marker | None] | None = None  # the previous record: position, its import
+        self.onto_import: ChainJoin | None = None
 
     def add(self, position: int, version: int, type_: str, event: Any) -> None:
         self.records += 1
+        self._origin(position, version, event)
         if self.first_break is None:
             reason = self._check(version, type_, event)
             if reason is not None:
@@ -277,6 +319,19 @@ class _DayWalk:
             self.expected_prev = event.digest
         elif isinstance(event, OperationAudited):
             self.unsealed += 1
+
+    def _origin(self, position: int, version: int, event: Any) -> None:
+        marker = self.ranges.of(position) if self.ranges else None
+        if marker is None:
+            self.here += 1
+            last = self.last
+            if (self.onto_import is None and last is not None and last[1] is not None
+                    and isinstance(event, OperationAudited) and event.digest):
+                self.onto_import = ChainJoin(position=position, version=version, onto_position=last[0],
+                                             import_position=last[1].position)
+        else:
+            self.by_import.setdefault(marker.position, [marker, 0])[1] += 1
+        self.last = (position, marker)
 
     def _check(self, version: int, type_: str, event: Any) -> dict[str, Any] | None:
         if version != self.version + 1:
@@ -304,20 +359,35 @@ class _DayWalk:
         first_break = self.first_break
         if first_break is None and after_chain_began and self.records and not self.sealed:
             first_break = ChainBreak(position=0, version=1, reason="a whole day of unsealed records after the chain began")
+        imported = self.records - self.here
         return DayChain(
             day=self.stream.removeprefix(AUDIT_STREAM_PREFIX), stream=self.stream, records=self.records,
             sealed=self.sealed, unsealed=self.unsealed, head=self.head, intact=first_break is None,
-            first_break=first_break,
+            first_break=first_break, here=self.here, imported=imported,
+            origin="here" if not imported else "mixed" if self.here else "imported",
+            imports=tuple(_day_import(marker, n) for marker, n in self.by_import.values()),
+            onto_import=self.onto_import,
         )
 
 
-def verify_chains(conn: Any, codec: Codec, *, since_day: str | None = None) -> list[DayChain]:
-    """Every audit day's chain (from `since_day`, YYYY-MM-DD, on), in day order.
-    `conn`: an sqlite3 connection or a PortableConnection (PostgreSQL)."""
-    return list(_walk_days(conn, codec, since_day))
+def _day_import(marker: Marker, records: int) -> DayImport:
+    e = marker.event
+    at = datetime.fromtimestamp(e.at, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return DayImport(position=marker.position, at=at, caller=e.caller, trust=e.trust, name=e.name,
+                     sha256=e.sha256, records=records)
 
 
-def _walk_days(conn: Any, codec: Codec, since_day: str | None) -> Iterator[DayChain]:
+def verify_chains(conn: Any, codec: Codec, *, since_day: str | None = None,
+                  markers: Sequence[Marker] | None = None) -> list[DayChain]:
+    """Every audit day's chain (from `since_day`, YYYY-MM-DD, on), in day order,
+    with which of its records came by an import (the log's `log.imported`
+    records, read here unless given as `markers`). `conn`: an sqlite3 connection
+    or a PortableConnection (PostgreSQL)."""
+    ranges = ImportRanges(read_imports(conn, codec) if markers is None else markers)
+    return list(_walk_days(conn, codec, since_day, ranges))
+
+
+def _walk_days(conn: Any, codec: Codec, since_day: str | None, ranges: ImportRanges) -> Iterator[DayChain]:
     stream_col = text_order(conn, "stream")
     first = AUDIT_STREAM_PREFIX + (since_day or "")
     sql = ("SELECT position, stream, version, type, type_version, data FROM events "
@@ -330,7 +400,7 @@ def _walk_days(conn: Any, codec: Codec, since_day: str | None) -> Iterator[DayCh
                 day = walk.result(chain_began)
                 chain_began = chain_began or day.sealed > 0
                 yield day
-            walk = _DayWalk(stream)
+            walk = _DayWalk(stream, ranges)
         walk.add(position, version, type_, _decode(codec, type_, type_version, data))
     if walk is not None:
         yield walk.result(chain_began)

@@ -19,6 +19,7 @@ DOMAIN_MODULES = (
     "gormes.events.mcp",
     "gormes.events.redaction",
     "gormes.events.retention",
+    "gormes.events.imports",
     "gormes.events.budgets",
     "gormes.events.approvals",
 )

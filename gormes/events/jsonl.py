@@ -22,6 +22,8 @@ its records follow (gormes/events/audit_copies.py, decision 0091).
 from __future__ import annotations
 
 import gzip
+import hashlib
+import io
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +36,7 @@ from gormes.events import audit_open
 from gormes.events.audit_copies import AuditPlacement
 from gormes.events.base import Event, Recorded, UnknownEvent
 from gormes.events.codec import Codec, default_codec
+from gormes.events.imports import IMPORTED_TYPE, IMPORTS_STREAM, is_marker_line
 from gormes.events.inflate_guard import guarded_lines
 from gormes.events.json_nesting import checked_lines
 from gormes.events.sql_fragments import is_glob
@@ -251,6 +254,10 @@ class ImportResult(msgspec.Struct, frozen=True):
     imported: int
     first_position: int
     last_position: int
+    sha256: str | None = None  # of the file's bytes (an import of a file)
+    left_out: int = 0  # the input's own `log.imported` lines (gormes/events/imports.py)
+    # an audit day's stream in the input -> the one it went to (a copy, audit_copies.py)
+    placed: dict[str, str] = {}
 
 
 _line_decoder = msgspec.json.Decoder(ImportLine)
@@ -297,20 +304,44 @@ def iter_parsed(lines: Iterable[str | bytes], codec: Codec = default_codec) -> I
             yield parse_line(number, text, codec)
 
 
+class _Hashing(io.RawIOBase):
+    """A file read through it updates `sha` with every byte read: the digest of
+    the bytes imported, not of a second read that could find others."""
+
+    def __init__(self, raw: IO[bytes], sha: Any) -> None:
+        self.raw, self.sha, self.at = raw, sha, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.raw.readinto(buffer)  # type: ignore[attr-defined]
+        self.sha.update(memoryview(buffer)[:n])
+        self.at += n
+        return n
+
+    def tell(self) -> int:
+        return self.at
+
+
 @contextmanager
-def open_lines(path: str | Path) -> Iterator[Iterable[bytes]]:
+def open_lines(path: str | Path, sha: Any = None) -> Iterator[Iterable[bytes]]:
     """The lines of a JSONL file, gunzipped when it is compressed (an archived
     segment; refused if it inflates like a bomb, gormes/events/inflate_guard.py);
-    a `UserError` when it cannot be read."""
+    a `UserError` when it cannot be read. `sha` (a hashlib object): updated with
+    the file's bytes, all of them once the caller's block ends."""
     try:
-        with open(path, "rb") as raw:
-            compressed = raw.read(2) == GZIP_MAGIC
-            raw.seek(0)
+        with open(path, "rb", buffering=0) as plain:
+            compressed = plain.read(2) == GZIP_MAGIC
+            plain.seek(0)
+            raw = io.BufferedReader(plain if sha is None else _Hashing(plain, sha), 1 << 16)
             if not compressed:
                 yield raw
-                return
-            with gzip.GzipFile(fileobj=raw) as unzipped:
-                yield guarded_lines(raw, unzipped, str(path))  # type: ignore[misc]
+            else:
+                with gzip.GzipFile(fileobj=raw) as unzipped:
+                    yield guarded_lines(raw, unzipped, str(path))  # type: ignore[misc]
+            while sha is not None and raw.read(1 << 20):  # what follows the last line read
+                pass
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
 
@@ -322,12 +353,17 @@ def import_file_in(tx: Any, path: str | Path, *, check_versions: bool = True,
     lines, so the memory it takes does not grow with the file. A bad line raises
     `UserError` naming it, and the transaction (every line before it) is undone.
     `seen` is shown each line before it is appended."""
-    imported = first = last = 0
+    imported = first = last = left_out = 0
     audited = False
-    placed = AuditPlacement(tx, check_versions=check_versions).stream_for
-    with open_lines(path) as lines:
+    placement = AuditPlacement(tx, check_versions=check_versions)
+    placed = placement.stream_for
+    sha = hashlib.sha256()
+    with open_lines(path, sha) as lines:
         try:
             for line in iter_parsed(checked_lines(lines)):
+                if marker_line(line):
+                    left_out += 1
+                    continue
                 if seen is not None:
                     seen(line)
                 audited = audited or line.event.type == audit_open.AUDIT_TYPE
@@ -340,10 +376,25 @@ def import_file_in(tx: Any, path: str | Path, *, check_versions: bool = True,
         except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream
             raise UserError(f"cannot read {path}: {exc}") from None
     if not imported:
-        raise UserError(f"{path} holds no events")
+        raise UserError(f"{path} holds no events" + _only_markers(left_out))
     if audited:
         _reindex_audit(tx)
-    return ImportResult(imported, first, last)
+    return ImportResult(imported, first, last, sha.hexdigest(), left_out, dict(placement.targets))
+
+
+def marker_line(line: ParsedLine) -> bool:
+    """True for a `log.imported` line, left out of every import (decision 0087); a
+    `UserError` for any other line on `log-imports`, which only imports write."""
+    if not is_marker_line(line.stream, line.event.type):
+        return False
+    if line.event.type != IMPORTED_TYPE:
+        raise UserError(f"line {line.number}: stream {IMPORTS_STREAM!r} holds only the log's own "
+                        f"{IMPORTED_TYPE} records, written by `gormes import`; not a {line.event.type}")
+    return True
+
+
+def _only_markers(left_out: int) -> str:
+    return f" but {left_out} {IMPORTED_TYPE} record(s), which an import leaves out" if left_out else ""
 
 
 def import_lines(
@@ -356,14 +407,19 @@ def import_lines(
 
 
 def import_lines_in(tx: Any, lines: Sequence[ParsedLine], *, check_versions: bool = True) -> ImportResult:
-    """`import_lines` inside a store transaction (`store.transact`), on either backend."""
-    if not lines:
+    """`import_lines` inside a store transaction (`store.transact`), on either
+    backend; the `log.imported` lines are left out (`marker_line`)."""
+    kept = [line for line in lines if not marker_line(line)]
+    left_out = len(lines) - len(kept)
+    if not kept:
+        if left_out:
+            raise UserError("the import holds no events" + _only_markers(left_out))
         return ImportResult(0, 0, 0)
-    placed = AuditPlacement(tx, check_versions=check_versions).stream_for
-    result = append_lines(tx.append_many, lines, check_versions=check_versions, placed=placed)
-    if any(line.event.type == audit_open.AUDIT_TYPE for line in lines):
+    placement = AuditPlacement(tx, check_versions=check_versions)
+    result = append_lines(tx.append_many, kept, check_versions=check_versions, placed=placement.stream_for)
+    if any(line.event.type == audit_open.AUDIT_TYPE for line in kept):
         _reindex_audit(tx)
-    return result
+    return msgspec.structs.replace(result, left_out=left_out, placed=dict(placement.targets))
 
 
 def _reindex_audit(tx: Any) -> None:

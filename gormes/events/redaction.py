@@ -10,7 +10,8 @@ projections and followers learn of it through the log.
 
 Audit streams are never redacted: they hold no payload (only the input's
 sha256) and rewriting one would break its hash chain (decision 0018). Nor is
-`log-redactions` itself.
+`log-redactions` itself, nor `log-imports` (which audit records came by an
+import, decision 0087).
 
     with store.transact(lambda tx: redact_in(tx, positions, by="operator:ada", reason="asked")) ...
     await store.read_with(reclaim)   # SQLite: checkpoint the WAL so old pages go
@@ -31,6 +32,7 @@ import msgspec
 from gormes.errors import UserError
 from gormes.events.audit import AUDIT_STREAM_PREFIX
 from gormes.events.base import REDACTED_SCHEMA_VERSION, Event, Tombstone
+from gormes.events.imports import IMPORTS_STREAM
 from gormes.events.postgres_sql import POSTGRES, dialect_of
 from gormes.events.store import EventLog, Transaction
 
@@ -60,7 +62,9 @@ class LogRedacted(Event, tag="log.redacted", kw_only=True):
 
 
 def redactable(stream: str) -> bool:
-    return not stream.startswith(AUDIT_STREAM_PREFIX) and stream != REDACTIONS_STREAM
+    # `log-imports` says which audit records an import brought (decision 0087): a
+    # tombstone on it would let them pass for records sealed here.
+    return not stream.startswith(AUDIT_STREAM_PREFIX) and stream not in (REDACTIONS_STREAM, IMPORTS_STREAM)
 
 
 _raw = msgspec.json.Decoder()
@@ -99,8 +103,8 @@ def redact_in(
     for position, stream, _, type_, _, _ in rows:
         if not redactable(stream):
             raise RedactionRefused(
-                f"position {position} is a {type_} record on {stream}: audit and redaction records "
-                "hold no payload and are never redacted (decision 0026)"
+                f"position {position} is a {type_} record on {stream}: audit, redaction and import records "
+                "hold no payload and are never redacted (decisions 0026, 0087)"
             )
     secure = _secure_delete(tx, True)
     try:

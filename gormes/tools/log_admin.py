@@ -12,8 +12,13 @@ its input; the rules are here:
   type's fields, or when it names a field the type does not have;
 - import takes records already parsed (`gormes.events.jsonl.parse_lines`), or
   the path of a JSONL file it streams, and appends them all or none. Audit records in an import are accepted as they are:
-  restoring an export restores its audit trail, and a forged or edited record
-  breaks the hash chain, which `gormes audit verify` reports;
+  restoring an export restores its audit trail. A file can carry a chain of its
+  own that verifies (a forged day), so the import records, in its transaction,
+  one `log.imported` on `log-imports` (gormes/events/imports.py, decision 0087):
+  the positions it took, the file's name and sha256, the caller, the audit days
+  it touched; `gormes audit verify` and the doctor name those records as
+  imported, never as sealed here. A file's own `log.imported` lines are left
+  out, any other line on `log-imports` refused, and append refuses both;
 - import and append refuse live work unless `live_work` is set (a job not ended,
   a cron schedule not removed, a record for a run running here, a decision on an
   approval requested here, a memory or skill record that vouches for itself): it
@@ -32,6 +37,7 @@ from gormes.errors import UserError
 from gormes.events.audit import AUDIT_STREAM_PREFIX
 from gormes.events.base import Event
 from gormes.events.codec import default_codec
+from gormes.events.imports import IMPORTS_STREAM, AuditDay, LogImported, is_marker_line
 from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec
 
 OPERATOR = frozenset({"operator"})
@@ -66,6 +72,9 @@ def event_from(type_: str, stream: str, data: str) -> Event:
         return default_codec.parse(type_, data)  # says the type is unknown, naming the known ones
     if stream.startswith(AUDIT_STREAM_PREFIX) or cls.__struct_config__.tag.startswith("audit."):
         raise OperationDenied("audit records are written only by the operation executor; "
+                              f"`append` refuses type {type_!r} on stream {stream!r}")
+    if is_marker_line(stream, type_):
+        raise OperationDenied(f"{IMPORTS_STREAM} records are written only by `gormes import` (decision 0087); "
                               f"`append` refuses type {type_!r} on stream {stream!r}")
     if nesting_depth_over(data.encode("utf-8", "surrogateescape")):
         raise UserError(f"--data is nested deeper than {MAX_NESTING} levels; refused unread")
@@ -126,10 +135,13 @@ class EventsImportInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     live_work: bool = False  # jobs not ended, cron schedules not removed: refused without it
 
 
-class EventsImported(msgspec.Struct, kw_only=True):
+class EventsImported(msgspec.Struct, kw_only=True, omit_defaults=True):
     imported: int
     first_position: int
     last_position: int
+    recorded_at: int = 0  # the position of the import's `log.imported` record
+    sha256: str | None = None  # of the file's bytes
+    left_out: int = 0  # the file's own `log.imported` lines, not brought in
 
 
 def _checked_records(records: list[ImportRecord]) -> list[Any]:
@@ -160,40 +172,73 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
         if not value.live_work and (found := watch.found(tx)):
             raise UserError(refusal(name, found))  # undoes the whole import
 
+    def record(tx: Any, result: Any, days: dict[str, int], name: str | None) -> int:
+        """The import's `log.imported`, in its transaction, before its audit record."""
+        marker = LogImported(
+            first_position=result.first_position, last_position=result.last_position, imported=result.imported,
+            name=name, sha256=result.sha256, caller=ctx.caller.id, trust=ctx.caller.trust, at=tx.now,
+            # each day as it was placed: its own stream, or a copy (decision 0091)
+            audit_days=tuple(_audit_day(tx, result.placed.get(stream, stream), n)
+                             for stream, n in sorted(days.items())),
+            left_out=result.left_out)
+        return tx.append(IMPORTS_STREAM, [marker]).first_position
+
     if value.path is not None:
         if value.records:
             raise UserError("an import takes records or a path, not both")
         path, name = value.path, value.name or value.path
 
         def streamed(tx: Any) -> Any:
-            watch = LiveWorkWatch()
+            watch, days = LiveWorkWatch(), {}
+
+            def seen(line: Any) -> None:
+                watch.see(tx, line)
+                _count_audit(days, line)
+
             try:
-                result = jsonl.import_file_in(tx, path, check_versions=check_versions,
-                                              seen=lambda line: watch.see(tx, line))
+                result = jsonl.import_file_in(tx, path, check_versions=check_versions, seen=seen)
             except UserError as exc:
                 if path not in str(exc):
                     raise
                 raise UserError(str(exc).replace(path, name)) from None
             refuse_live_work(tx, watch, name)
+            marker = record(tx, result, days, name)
             ctx.seal_into(tx)  # the change and its audit record commit together
-            return result
+            return result, marker
 
         result = await ctx.store.transact(streamed)
     else:
         lines = _checked_records(value.records)
 
         def parsed(tx: Any) -> Any:
-            watch = LiveWorkWatch()
+            watch, days = LiveWorkWatch(), {}
             for line in lines:
-                watch.see(tx, line)
+                if not jsonl.marker_line(line):
+                    watch.see(tx, line)
+                    _count_audit(days, line)
             result = jsonl.import_lines_in(tx, lines, check_versions=check_versions)
             refuse_live_work(tx, watch, value.name or "the import")
+            marker = record(tx, result, days, value.name)
             ctx.seal_into(tx)  # the change and its audit record commit together
-            return result
+            return result, marker
 
         result = await ctx.store.transact(parsed)
+    result, marker = result
     return EventsImported(imported=result.imported, first_position=result.first_position,
-                          last_position=result.last_position)
+                          last_position=result.last_position, recorded_at=marker, sha256=result.sha256,
+                          left_out=result.left_out)
+
+
+def _count_audit(days: dict[str, int], line: Any) -> None:
+    if line.stream.startswith(AUDIT_STREAM_PREFIX):
+        days[line.stream] = days.get(line.stream, 0) + 1
+
+
+def _audit_day(tx: Any, stream: str, records: int) -> AuditDay:
+    """The versions an import's `records` on `stream` took: its last ones, as the
+    import appended them (its own audit record is sealed after this is read)."""
+    last = tx.stream_version(stream)
+    return AuditDay(stream=stream, records=records, first_version=last - records + 1, last_version=last)
 
 
 def _write(name: str, description: str, handler: Any, input_type: type, output_type: type,

@@ -105,7 +105,7 @@ async def redact(ctx: OperationContext, value: RedactInput) -> Redaction:
     if value.stream is not None:
         stream = value.stream
         if not redactable(stream):
-            raise UserError(f"stream {stream!r} holds audit or redaction records, which are never redacted")
+            raise UserError(f"stream {stream!r} holds audit, redaction or import records, which are never redacted")
         positions = await store.read_sql(lambda conn: stream_positions(conn, stream))
         if not positions:
             raise UserError(f"no events on stream {stream!r}")

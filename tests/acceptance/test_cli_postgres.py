@@ -9,6 +9,7 @@ the reason, only when the server cannot be reached.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -109,7 +110,8 @@ def test_run_an_agent_then_list_show_replay_export_import_and_fork(url: str, tmp
     with fresh_schema() as other:
         other_url = url_for_schema(other)
         imported = json.loads(ok(gormes(other_url, tmp_path, "import", str(out), "--json")))
-        assert imported == {"imported": len(lines), "first_position": 1, "last_position": len(lines)}
+        assert imported == {"imported": len(lines), "first_position": 1, "last_position": len(lines),
+                            "recorded_at": len(lines) + 1, "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
         assert ok(gormes(other_url, tmp_path, "replay", run_id)) == f"exact: {events} events reproduced\n"
         again = gormes(other_url, tmp_path, "import", str(out))  # the versions say: already there
         assert again.returncode != 0 and "already imported?" in again.stderr

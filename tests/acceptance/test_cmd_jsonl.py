@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -14,9 +15,10 @@ from gormes.events.sqlite_log import SQLiteLog
 def events_of(db: Path) -> list[tuple[int, str, int, object]]:
     log = SQLiteLog(db, readonly=True)
     try:
-        # Each import is also one audit event (audit-* streams), written after it.
+        # Each import is also one audit event (audit-* streams) and one log.imported
+        # (log-imports, decision 0087), written after it.
         return [(r.position, r.stream, r.version, r.event) for r in log.read_all()
-                if not r.stream.startswith("audit-")]
+                if not r.stream.startswith("audit-") and r.stream != "log-imports"]
     finally:
         log.close()
 
@@ -55,7 +57,10 @@ def test_export_then_import_round_trips(db: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy.db"
     imported = run_gormes(copy, "import", str(dump), "--json")
     assert imported.returncode == 0, imported.stderr
-    assert json_lines(imported.stdout) == [{"imported": 4, "first_position": 1, "last_position": 4}]
+    sha256 = hashlib.sha256(dump.read_bytes()).hexdigest()
+    # the import's own record (decision 0087) goes after the lines, at position 5
+    assert json_lines(imported.stdout) == [{"imported": 4, "first_position": 1, "last_position": 4,
+                                            "recorded_at": 5, "sha256": sha256}]
     assert events_of(copy) == events_of(db)
 
 
@@ -148,7 +153,7 @@ def test_a_large_import_is_one_transaction(tmp_path: Path) -> None:
         log.close()
     exported = run_gormes(db, "export", "--after", "4990")
     assert [line["data"]["text"] for line in json_lines(exported.stdout)
-            if not line["stream"].startswith("audit-")] == [
+            if not line["stream"].startswith("audit-") and line["stream"] != "log-imports"] == [
         f"n{i}" for i in range(4990, 5000)
     ]
     assert NoteAdded(text="n0") == records[0][3]

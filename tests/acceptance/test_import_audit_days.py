@@ -28,7 +28,9 @@ def ok(result):
 def events(db: Path) -> list[tuple]:
     conn = sqlite3.connect(db)
     try:
-        return conn.execute("SELECT stream, version, type, data FROM events ORDER BY position").fetchall()
+        # the imports' own records of themselves (`log.imported`, decision 0087) left out
+        return conn.execute("SELECT stream, version, type, data FROM events WHERE stream != 'log-imports'"
+                            " ORDER BY position").fetchall()
     finally:
         conn.close()
 
@@ -63,6 +65,12 @@ def test_a_restore_retried_after_a_refusal_imports_and_the_audit_verifies(tmp_pa
     file_audit = [r for r in source if r[0].startswith("audit-")]
     assert [(s.removesuffix("~1"), v, t, d) for s, v, t, d in restored if s == refusal_stream + "~1"] == file_audit
     assert [r for r in restored if not r[0].startswith("audit-")] == [r for r in source if not r[0].startswith("audit-")]
+    # the import's own record names the day where its records went: the copy (0087 with 0091)
+    with sqlite3.connect(db) as conn:
+        [(marker,)] = conn.execute("SELECT data FROM events WHERE type = 'log.imported'").fetchall()
+    [day] = json.loads(marker)["audit_days"]
+    assert (day["stream"], day["first_version"], day["last_version"]) == (refusal_stream + "~1", 1, len(file_audit))
+    assert [d["origin"] for d in days] == ["here", "imported"], days  # verify names the copy imported
 
     again = run_gormes(db, "import", str(out), "--live-work")
     assert again.returncode == 2 and "already imported?" in assert_one_line_error(again)

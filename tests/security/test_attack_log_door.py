@@ -17,9 +17,17 @@ def events(db: Path) -> list[dict]:
 
 
 def split(db: Path) -> tuple[list[dict], list[dict]]:
+    """The log's events and its audit records, without the imports' own records
+    (`log-imports`, decision 0087: `imported_by` reads those)."""
     everything = events(db)
     audit = [e for e in everything if e["stream"].startswith("audit-")]
-    return [e for e in everything if e not in audit], audit
+    return [e for e in everything if e not in audit and e["stream"] != "log-imports"], audit
+
+
+def imported_by(db: Path | str) -> list[tuple[int, int, str, str]]:
+    """Each import's record: the positions it took, its caller and trust."""
+    return [(e["data"]["first_position"], e["data"]["last_position"], e["data"]["caller"], e["data"]["trust"])
+            for e in events(db) if e["stream"] == "log-imports"]
 
 
 def checks_pass(db: Path) -> None:
@@ -44,6 +52,8 @@ def test_append_and_import_each_leave_one_audit_record(db: Path, tmp_path: Path)
     assert [(a["data"]["operation"], a["data"]["trust"], a["data"]["caller"], a["data"]["outcome"])
             for a in audit] == [("events.append", "operator", "cli", "ok"),
                                 ("events.import", "operator", "cli", "ok")]
+    [note] = [e for e in split(db)[0] if e["stream"] == "t"]
+    assert imported_by(db) == [(note["position"], note["position"], "cli", "operator")]
     checks_pass(db)
 
 
@@ -88,6 +98,7 @@ def test_the_same_door_on_postgres(tmp_path: Path) -> None:
         assert run_gormes(url, "import", str(source)).returncode == 0
         logged, audit = split(url)
         assert [e["data"]["text"] for e in logged] == ["x", "z"]
+        assert imported_by(url) == [(logged[1]["position"], logged[1]["position"], "cli", "operator")]
         assert [(a["data"]["operation"], a["data"]["trust"], a["data"]["outcome"]) for a in audit] == [
             ("events.append", "operator", "ok"), ("events.append", "operator", "denied"),
             ("events.import", "operator", "ok")]
