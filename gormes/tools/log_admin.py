@@ -14,6 +14,10 @@ its input; the rules are here:
   the path of a JSONL file it streams, and appends them all or none. Audit records in an import are accepted as they are:
   restoring an export restores its audit trail, and a forged or edited record
   breaks the hash chain, which `gormes audit verify` reports;
+- import and append refuse an event off its type's family of streams (a
+  `memory.*` event not on a `memory-<scope>` stream, a `run.*` not on a `run-<id>`:
+  gormes/events/families.py, decision 0086), live work or not: the checks below
+  and the readers look for each kind of record on its family's streams only;
 - import and append refuse live work unless `live_work` is set (a job not ended,
   a cron schedule not removed, a record for a run running here, a decision on an
   approval requested here, a memory or skill record that vouches for itself): it
@@ -32,6 +36,7 @@ from gormes.errors import UserError
 from gormes.events.audit import AUDIT_STREAM_PREFIX
 from gormes.events.base import Event
 from gormes.events.codec import default_codec
+from gormes.events.families import off_family
 from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec
 
 OPERATOR = frozenset({"operator"})
@@ -67,6 +72,8 @@ def event_from(type_: str, stream: str, data: str) -> Event:
     if stream.startswith(AUDIT_STREAM_PREFIX) or cls.__struct_config__.tag.startswith("audit."):
         raise OperationDenied("audit records are written only by the operation executor; "
                               f"`append` refuses type {type_!r} on stream {stream!r}")
+    if (why := off_family(stream, cls.__struct_config__.tag)) is not None:
+        raise UserError(f"{why}; nothing written")
     if nesting_depth_over(data.encode("utf-8", "surrogateescape")):
         raise UserError(f"--data is nested deeper than {MAX_NESTING} levels; refused unread")
     try:
@@ -145,8 +152,24 @@ def _checked_records(records: list[ImportRecord]) -> list[Any]:
             # JSON through `gormes ops call` decodes to dicts: the CLI parses the lines.
             raise UserError(f"record {record.number}: not a parsed event of a registered type "
                             "(`gormes import` parses the lines)")
-        lines.append(ParsedLine(record.number, record.stream, event, record.version))
+        line = ParsedLine(record.number, record.stream, event, record.version)
+        check_family(line)
+        lines.append(line)
     return lines
+
+
+def check_family(line: Any) -> None:
+    """Refuse a parsed line whose event is off its type's family of streams."""
+    if (why := off_family(line.stream, line.event.type)) is not None:
+        raise UserError(f"line {line.number}: {why}; nothing was imported")
+
+
+def _seen_by(tx: Any, watch: Any) -> Any:
+    def seen(line: Any) -> None:
+        check_family(line)
+        watch.see(tx, line)
+
+    return seen
 
 
 async def events_import(ctx: OperationContext, value: EventsImportInput) -> EventsImported:
@@ -169,7 +192,7 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
             watch = LiveWorkWatch()
             try:
                 result = jsonl.import_file_in(tx, path, check_versions=check_versions,
-                                              seen=lambda line: watch.see(tx, line))
+                                              seen=_seen_by(tx, watch))
             except UserError as exc:
                 if path not in str(exc):
                     raise
