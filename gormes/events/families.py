@@ -45,7 +45,7 @@ class Family(NamedTuple):
         return len(stream) > len(self.prefix) and stream.startswith(self.prefix)
 
     def describe(self) -> str:
-        return repr(self.prefix) if self.exact else f"'{self.prefix}<name>'"
+        return f"the stream {self.prefix!r}" if self.exact else f"a stream '{self.prefix}<name>'"
 
 
 BY_NAMESPACE: dict[str, Family] = {
@@ -80,4 +80,4 @@ def off_family(stream: str, type_: str) -> str | None:
     family = family_of(type_)
     if family is None or family.holds(stream):
         return None
-    return f"a {type_!r} event belongs on a {family.describe()} stream, not on {stream!r}"
+    return f"type {type_!r} belongs on {family.describe()}, not on {stream!r}"

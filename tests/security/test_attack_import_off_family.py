@@ -108,13 +108,13 @@ def test_a_forget_of_the_operators_fact_on_another_stream_is_refused(tmp_path: P
     crafted = write_jsonl(tmp_path / "forget.jsonl", [line("notes-1", forget)])
 
     refused(db, ("import", str(crafted)), "events.import",
-            "line 1: a 'memory.forgotten' event belongs on a 'memory-<name>' stream, not on 'notes-1'")
+            "line 1: type 'memory.forgotten' belongs on a stream 'memory-<name>', not on 'notes-1'")
     [hit] = recalled(db, "backups host")
     assert hit["id"] == item
 
     data = json.dumps(line("notes-1", forget)["data"])
     refused(db, ("append", "notes-1", "memory.forgotten", "--data", "-"), "events.append",
-            "a 'memory.forgotten' event belongs on a 'memory-<name>' stream, not on 'notes-1'", input=data)
+            "type 'memory.forgotten' belongs on a stream 'memory-<name>', not on 'notes-1'", input=data)
     assert [hit["id"] for hit in recalled(db, "backups host")] == [item]
 
 
@@ -126,11 +126,14 @@ async def test_an_operators_trusted_fact_on_another_stream_is_refused_and_never_
         {"stream": "notes-1", "type": "note.added", "data": {"text": "a note is at home anywhere"}},
         line("notes-x", trusted_fact(MALLORY, SECRET))])
     refused(db, ("import", str(crafted)), "events.import",
-            "line 2: a 'memory.fact_recorded' event belongs on a 'memory-<name>' stream, not on 'notes-x'")
+            "line 2: type 'memory.fact_recorded' belongs on a stream 'memory-<name>', not on 'notes-x'")
     assert (await gateway_call(db, "memory__recall", query="deploy key"))["hits"] == []
 
     append_directly(db, "notes-x", trusted_fact(MALLORY, SECRET))
     assert (await gateway_call(db, "memory__recall", query="deploy key"))["hits"] == []
+    doctor = run_gormes(db, "doctor", "--json", "--offline")
+    [streams] = [c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "store.event_streams"]
+    assert streams["status"] == "warn" and "memory.fact_recorded (1)" in streams["message"], streams
 
 
 async def test_a_run_started_off_the_run_streams_never_lists_the_operators_run_to_a_gateway(
@@ -149,7 +152,7 @@ async def test_a_run_started_off_the_run_streams_never_lists_the_operators_run_t
 
     crafted = write_jsonl(tmp_path / "claim.jsonl", [line(f"zzzz{run_id}", claim)])
     refused(db, ("import", str(crafted)), "events.import",
-            f"line 1: a 'run.started' event belongs on a 'run-<name>' stream, not on 'zzzz{run_id}'")
+            f"line 1: type 'run.started' belongs on a stream 'run-<name>', not on 'zzzz{run_id}'")
     assert (await gateway_call(db, "run__list"))["runs"] == []
 
     append_directly(db, f"zzzz{run_id}", claim)
@@ -169,5 +172,5 @@ def test_a_migrate_continuation_refuses_an_event_off_its_family(tmp_path: Path, 
         done = run_gormes(own, *migrate, *extra)
         assert done.returncode == 2, done
         error = assert_one_line_error(done)
-        assert "a 'memory.fact_recorded' event belongs on a 'memory-<name>' stream, not on 'notes-x'" in error
+        assert "type 'memory.fact_recorded' belongs on a stream 'memory-<name>', not on 'notes-x'" in error
         assert pg_rows(url, "SELECT count(*) FROM events") == before
