@@ -14,7 +14,8 @@ A target that already holds events is accepted only if they are an exact prefix
 of the source (a migration that was interrupted, or is run again): the copy then
 continues after them. Anything else is refused before a row is written. Such a
 continuation writes into a log that may have been run since, and what it adds is
-checked as an import of it would be (gormes/tools/import_live_work.py): live
+checked as an import of it would be: an event off its type's family of streams
+is refused (gormes/events/families.py, decision 0086), and live
 work (a job not ended, a schedule not removed, a record for a run the target holds
 running or a budget it holds, a decision that would let a call run, a memory or
 skill record that vouches for itself: decision 0071) is refused unless
@@ -43,6 +44,7 @@ import psycopg
 from gormes.errors import StoreError, UserError
 from gormes.events import audit_open
 from gormes.events.approvals import Approval
+from gormes.events.families import off_family
 from gormes.events.jsonl import ParsedLine
 from gormes.events.postgres_log import PostgresLog, PostgresWriteBatch
 from gormes.events.postgres_schema import (
@@ -144,6 +146,7 @@ class Migration:
                 migration = cls(source, PostgresLog(conn), str(source_path), target_url)
                 migration.check_target_is_a_prefix()
                 migration.check_postgresql_holds_the_names()
+                migration.check_no_event_off_its_family()
                 if not live_work:
                     migration.check_no_live_work_added()
                 yield migration
@@ -186,6 +189,20 @@ class Migration:
                 "(NUL), which PostgreSQL cannot store; nothing was copied. The log stays usable on SQLite; "
                 "an export of it without that stream (`gormes export --stream`) can be imported"
             )
+
+    def check_no_event_off_its_family(self) -> None:
+        """Refuse a continuation that adds an event off its type's family of streams
+        (what `events.import` refuses, live work or not: decision 0086). A migration
+        into an empty target moves the log whole, as stored."""
+        if self.already_present == 0 or self.remaining == 0:
+            return
+        rows = self.source.conn.execute(
+            "SELECT position, stream, type FROM events WHERE position > ? AND position <= ? ORDER BY position",
+            (self.target_head, self.source_head))
+        for position, stream, type_ in rows:
+            if (why := off_family(stream, type_)) is not None:
+                raise UserError(f"{self.source_name}: the event at position {position}: {why}; nothing was "
+                                "copied. A migration into an empty target moves the log whole")
 
     def check_no_live_work_added(self) -> None:
         """Refuse a continuation whose events leave live work in the target (what

@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from gormes.events import kept_fold
+from gormes.events.families import off_family
 from gormes.events.runs import OBSERVATION_TYPES, TERMINAL_TYPES
 
 TABLE = "doctor_scan"
@@ -98,6 +99,10 @@ class LogSummary(msgspec.Struct, kw_only=True):
     integrity_at: float | None = None  # when the last full PRAGMA quick_check ran
     integrity: list[str] = []  # what it found
     model_days: dict[str, ModelDay] = {}  # "YYYY-MM-DD" -> that day's turns, the last MODEL_DAYS
+    # Events off their type's family of streams (an older gormes imported them;
+    # decision 0086): type -> events, and the first few positions.
+    off_family: dict[str, int] = {}
+    off_family_first: list[int] = []
 
 
 def type_key(type_: str, type_version: int) -> str:
@@ -153,6 +158,10 @@ class Folder:
             s.high = max(s.high, position)
             key = type_key(type_, tv)
             types[key] = types.get(key, 0) + 1
+            if off_family(stream, type_) is not None:
+                s.off_family[type_] = s.off_family.get(type_, 0) + 1
+                if len(s.off_family_first) < 3:
+                    s.off_family_first.append(position)
             if stream.startswith("run-"):
                 self._run(stream[4:], version, type_, tv, key, data, recorded_at)
             elif type_.startswith("memory.") and data is not None:

@@ -170,6 +170,21 @@ def check_event_types(ctx: DoctorContext) -> Verdict:
     )
 
 
+def check_event_streams(ctx: DoctorContext) -> Verdict:
+    found = ctx.log.off_family
+    if not found:
+        return ok("every event is on a stream of its type's family")
+    total = sum(found.values())
+    positions = ", ".join(str(p) for p in ctx.log.off_family_first)
+    return warn(
+        f"{total} event(s) off their type's family of streams, not read as what they say "
+        f"(decision 0086): {listing([f'{t} ({n})' for t, n in sorted(found.items())])}; "
+        f"first at position(s) {positions}",
+        "an older gormes imported or appended them (this one refuses to): see what they are "
+        "with `gormes events --json`, and `gormes redact` them if they should not stay",
+    )
+
+
 CHECKS = [
     Check(name="store.wal", category="store", run=check_wal, backend="sqlite",
           elsewhere="SQLite's journal mode; PostgreSQL keeps its own WAL (see store.server)"),
@@ -177,4 +192,5 @@ CHECKS = [
           elsewhere="PRAGMA quick_check is SQLite's; on PostgreSQL run pg_amcheck on the server"),
     Check(name="store.positions", category="store", run=check_positions),
     Check(name="store.event_types", category="store", run=check_event_types),
+    Check(name="store.event_streams", category="store", run=check_event_streams),
 ]

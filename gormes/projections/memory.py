@@ -1,4 +1,5 @@
-"""The `memory` projection: the memory graph, folded from `memory.*` events.
+"""The `memory` projection: the memory graph, folded from `memory.*` events of
+`memory-<scope>` streams (an event on another stream is not folded: decision 0086).
 
     memory_entities(scope, entity_id, name, kind, aliases, first_seen, last_seen,
                     provenance_kind, origin, forgotten)                 pk (scope, entity_id)
@@ -44,6 +45,7 @@ from gormes.events.memory import (
     MemoryRelationshipObserved,
     MemoryRelationshipReviewed,
     Provenance,
+    memory_stream,
 )
 from gormes.projections.schema import Index, Schema, Table
 
@@ -222,9 +224,16 @@ def _provenance_values(p: Provenance) -> tuple[object, ...]:
     )
 
 
+MEMORY_STREAM_PREFIX = memory_stream("")
+
+
 class MemoryProjection:
+    """Folds `memory.*` events of `memory-<scope>` streams only: one on another
+    stream (an older gormes imported it; decision 0086) passed none of the
+    import's checks on memory claims, and is not believed."""
+
     name = "memory"
-    version = 1
+    version = 2  # 2: only memory-<scope> streams
     tables = (FACTS_FTS, ENTITIES_FTS, ENTITIES, RELATIONSHIPS, FACTS)
     types = ("memory.*",)
     schema = SCHEMA  # on PostgreSQL: its tables plus the GIN indexes (no _fts tables)
@@ -240,6 +249,8 @@ class MemoryProjection:
     def apply(self, conn: sqlite3.Connection, records: list[Recorded]) -> None:
         upsert_entity, upsert_relationship, upsert_fact = upserts(dialect_of(conn))
         for r in records:
+            if not r.stream.startswith(MEMORY_STREAM_PREFIX):
+                continue
             e = r.event
             if isinstance(e, MemoryEntityObserved):
                 conn.execute(upsert_entity, (

@@ -19,6 +19,10 @@ its input; the rules are here:
   it touched; `gormes audit verify` and the doctor name those records as
   imported, never as sealed here. A file's own `log.imported` lines are left
   out, any other line on `log-imports` refused, and append refuses both;
+- import and append refuse an event off its type's family of streams (a
+  `memory.*` event not on a `memory-<scope>` stream, a `run.*` not on a `run-<id>`:
+  gormes/events/families.py, decision 0086), live work or not: the checks below
+  and the readers look for each kind of record on its family's streams only;
 - import and append refuse live work unless `live_work` is set (a job not ended,
   a cron schedule not removed, a record for a run running here, a decision on an
   approval requested here, a memory or skill record that vouches for itself): it
@@ -38,6 +42,7 @@ from gormes.events.audit import AUDIT_STREAM_PREFIX
 from gormes.events.base import Event
 from gormes.events.codec import default_codec
 from gormes.events.imports import IMPORTS_STREAM, AuditDay, LogImported, is_marker_line
+from gormes.events.families import off_family
 from gormes.ops.spec import OperationContext, OperationDenied, OperationSpec
 
 OPERATOR = frozenset({"operator"})
@@ -76,6 +81,8 @@ def event_from(type_: str, stream: str, data: str) -> Event:
     if is_marker_line(stream, type_):
         raise OperationDenied(f"{IMPORTS_STREAM} records are written only by `gormes import` (decision 0087); "
                               f"`append` refuses type {type_!r} on stream {stream!r}")
+    if (why := off_family(stream, cls.__struct_config__.tag)) is not None:
+        raise UserError(f"{why}; nothing written")
     if nesting_depth_over(data.encode("utf-8", "surrogateescape")):
         raise UserError(f"--data is nested deeper than {MAX_NESTING} levels; refused unread")
     try:
@@ -161,6 +168,24 @@ def _checked_records(records: list[ImportRecord]) -> list[Any]:
     return lines
 
 
+def check_family(line: Any) -> None:
+    """Refuse a parsed line whose event is off its type's family of streams."""
+    if (why := off_family(line.stream, line.event.type)) is not None:
+        raise UserError(f"line {line.number}: {why}; nothing was imported")
+
+
+def _seen_by(tx: Any, watch: Any, days: dict[str, int]) -> Any:
+    """What an import does with each line it brings (a file's own `log.imported`
+    lines are left out before): its family checked, its live work watched, its
+    audit day counted."""
+    def seen(line: Any) -> None:
+        check_family(line)
+        watch.see(tx, line)
+        _count_audit(days, line)
+
+    return seen
+
+
 async def events_import(ctx: OperationContext, value: EventsImportInput) -> EventsImported:
     # Lazy for start-up time: loaded on first use, not with the registry.
     from gormes.events import jsonl
@@ -190,13 +215,9 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
 
         def streamed(tx: Any) -> Any:
             watch, days = LiveWorkWatch(), {}
-
-            def seen(line: Any) -> None:
-                watch.see(tx, line)
-                _count_audit(days, line)
-
             try:
-                result = jsonl.import_file_in(tx, path, check_versions=check_versions, seen=seen)
+                result = jsonl.import_file_in(tx, path, check_versions=check_versions,
+                                              seen=_seen_by(tx, watch, days))
             except UserError as exc:
                 if path not in str(exc):
                     raise
@@ -212,10 +233,10 @@ async def events_import(ctx: OperationContext, value: EventsImportInput) -> Even
 
         def parsed(tx: Any) -> Any:
             watch, days = LiveWorkWatch(), {}
+            seen = _seen_by(tx, watch, days)
             for line in lines:
                 if not jsonl.marker_line(line):
-                    watch.see(tx, line)
-                    _count_audit(days, line)
+                    seen(line)
             result = jsonl.import_lines_in(tx, lines, check_versions=check_versions)
             refuse_live_work(tx, watch, value.name or "the import")
             marker = record(tx, result, days, value.name)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from gormes.events.store import EventStore
 
 SEES_EVERY_RUN = frozenset({"operator", "system"})
+RUN_STREAM_PREFIX = run_stream("")
 
 
 def acts_for(caller: Caller, started: RunStarted) -> bool:
@@ -58,13 +59,17 @@ async def require_acts_for(caller: Caller, store: EventStore, run_id: str, what:
 
 def own_runs_filter(conn: Any, caller: Caller) -> tuple[str, list[Any]] | None:
     """A SQL condition on `run_id` keeping the runs that act for `caller`, with its
-    parameters; None for a caller that sees every run."""
+    parameters; None for a caller that sees every run. As `require_acts_for`, from
+    a run stream's first event: a `run.started` anywhere else (on a stream not
+    named `run-…`, as an older gormes imported; appended to an ended run's stream
+    by an import that ignored versions) is not that run's (decision 0086)."""
     from gormes.tools.memory import bound_scope
 
     if caller.trust in SEES_EVERY_RUN:
         return None
     condition = (
         "run_id IN (SELECT substr(stream, 5) FROM events WHERE type = 'run.started'"
+        f" AND version = 1 AND substr(stream, 1, 4) = '{RUN_STREAM_PREFIX}'"
         f" AND {json_text(conn, '$.trust')} = ? AND {json_text(conn, '$.scope')} = ?)"
     )
     return condition, [caller.trust, bound_scope(caller, None)]

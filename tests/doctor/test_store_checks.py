@@ -12,7 +12,8 @@ from gormes.health.store import integrity_verdict, parse_quick_check
 
 def test_a_fresh_database_passes_every_store_check(db_path: Path):
     report = doctor(fresh(db_path), offline=True)
-    for name in ("store.schema", "store.wal", "store.integrity", "store.positions", "store.event_types"):
+    for name in ("store.schema", "store.wal", "store.integrity", "store.positions", "store.event_types",
+                 "store.event_streams"):
         assert check(report, name).status == "ok", check(report, name)
 
 
@@ -50,6 +51,21 @@ def test_unknown_event_types_are_counted_by_type(db_path: Path):
     assert "alien.landed (2)" in result.message
     assert "note.added v9 (1)" in result.message
     assert "3 event(s)" in result.message
+
+
+def test_events_off_their_family_of_streams_are_counted_by_type(db_path: Path):
+    """What an older gormes imported (decision 0086): a memory claim on a notes
+    stream, a run's start on a stream not a run's; a note is at home anywhere."""
+    notes(db_path, 2)
+    for stream, type_ in (("notes-x", "memory.forgotten"), ("zzzz1", "run.started"), ("run-", "run.started"),
+                          ("run-1", "note.added")):
+        sql(db_path, "INSERT INTO events(stream, version, type, data, recorded_at) VALUES (?, 1, ?, '{}', 0)",
+            (stream, type_))
+    result = check(doctor(db_path), "store.event_streams")
+    assert result.status == "warn"
+    assert "3 event(s) off their type's family" in result.message
+    assert "memory.forgotten (1)" in result.message and "run.started (2)" in result.message
+    assert "first at position(s) 3, 4, 5" in result.message
 
 
 def test_a_database_not_in_wal_mode_is_a_warning(db_path: Path):

@@ -61,7 +61,7 @@ async def test_status_and_rebuild_on_postgres(store, backend):
     assert done.returncode == 0, done.stderr
     assert "SQLite only" not in done.stderr
     # 11, 12: the first rebuild's audit records; 13: this one's `started`
-    assert "memory: rebuilt (version 1) up to position 13" in done.stdout
+    assert "memory: rebuilt (version 2) up to position 13" in done.stdout
     assert f"ledger: rebuilt (version {ledger.VERSION}) up to position 13" in done.stdout  # 3: stall deaths reworded, 4: keys
 
 
