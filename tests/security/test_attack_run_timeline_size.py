@@ -16,11 +16,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
+import pytest
 import trio
 from cli_helpers import run_gormes
 from mcp_helpers import CLIENT_NAME, call_ok, call_refused, gormes_mcp
+from pg_helpers import backend_store
 
 from gormes.events.runs import InboxItem, RunInboxRead, RunStarted, run_stream
+from gormes.ops.executor import Executor
+from gormes.ops.spec import Caller
+from gormes.tools.builtin import default_registry
 from gormes.tools.jobs import LIST_PAGE_BYTES
 from gormes.tools.memory import own_scope
 
@@ -78,3 +84,20 @@ async def test_limit_cuts_a_page_of_small_entries(db_path: Path, store):
     assert [e["position"] for p in (first, second, third) for e in p["timeline"]] == [
         e["position"] for e in whole["timeline"]]
     assert whole.get("next") is None and len(whole["timeline"]) == 7
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_pages_on_either_backend_and_for_the_operator(backend: str, db_path: Path):
+    """The page's rows are read by a statement of its own: on PostgreSQL too; and the
+    operator's calls of the operation are paged the same (only `runs show` is whole)."""
+    async with backend_store(backend, db_path) as store:
+        await _gateways_run_read_big_messages(store, "r-big")
+        executor = Executor(default_registry(), store)
+        for caller in (Caller(trust="gateway", id=GATEWAY_ID), Caller(trust="operator", id="cli")):
+            pages = [await executor.call("run.timeline", {"run_id": "r-big"}, caller)]
+            while pages[-1].next is not None:
+                pages.append(await executor.call("run.timeline", {"run_id": "r-big", "after": pages[-1].next}, caller))
+            assert [len(p.timeline) for p in pages] == [4, 4, 4]
+            assert all(len(msgspec.json.encode(p)) <= LIST_PAGE_BYTES + SLACK for p in pages)
+            got = await executor.call("run.get", {"run_id": "r-big"}, caller)
+            assert (got.status, got.iterations, got.input) == ("running", 0, {"prompt": "go"})
