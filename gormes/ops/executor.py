@@ -7,8 +7,7 @@ asks its `call_limit`, when it has one and the limit counts the caller, for room
 in the caller's class's call rate (-> `CallRateLimited`, an `OperationDenied`;
 decision 0072); validates the input with msgspec (-> `InvalidOperationInput`) and holds
 it to the spec's `check_input`, the caps the caller's class has on it (decision 0088);
-asks the spec
-whether it can run here (`available`, -> `OperationUnavailable`); runs the handler
+asks the spec whether it can run here (`available`, -> `OperationUnavailable`); runs the handler
 under the spec's timeout (-> `OperationTimeout`); and appends one
 `OperationAudited` event (gormes/events/audit.py) whatever happened, even when the
 handler raised or the call was cancelled. The original error always propagates.

@@ -158,7 +158,7 @@ class RunTimelineInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     run_id: RunId
     limit: Annotated[int, msgspec.Meta(ge=1, le=500, description="At most this many entries, oldest first.")] = 100
     after: Annotated[int, msgspec.Meta(
-        ge=0, description="The `next` of the page before (an entry's position): the entries after it.",
+        ge=0, le=2**63 - 1, description="The `next` of the page before (an entry's position): the entries after it.",
     )] | None = None
 
 

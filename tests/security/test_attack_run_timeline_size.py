@@ -57,12 +57,13 @@ async def test_a_runs_timeline_is_read_a_bounded_page_at_a_time(db_path: Path, s
                 pages.append(await call_ok(client, "run__timeline", run_id="r-big", after=pages[-1]["next"]))
             short = await call_ok(client, "run__timeline", run_id="r-big", limit=5)
             refused = await call_refused(client, "run__timeline", run_id="r-big", after=-1)
+            too_far = await call_refused(client, "run__timeline", run_id="r-big", after=2**63)
     assert [len(p["timeline"]) for p in pages] == [4, 4, 4]
     read = [m["id"] for p in pages for e in p["timeline"] for m in e["messages"]]
     assert read == [f"m{n}" for n in range(READS)]  # each entry once, oldest first
     assert all(p["run_id"] == "r-big" and p["status"] == "running" for p in pages)
     assert len(short["timeline"]) == 4 and short["next"] == first["next"]  # the bytes cut before `limit`
-    assert refused.startswith("InvalidOperationInput: ")
+    assert refused.startswith("InvalidOperationInput: ") and too_far.startswith("InvalidOperationInput: ")
     # The operator's own read of its log is not the operation: it shows the whole run.
     shown = run_gormes(db_path, "runs", "show", "r-big", "--json")
     assert shown.returncode == 0, shown.stderr
