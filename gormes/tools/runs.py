@@ -21,7 +21,8 @@ or jump the queue: gormes/tools/job_trust.py.
 
 Reading, listing and messaging a run (run.get, run.timeline, run.list, run.send)
 is for the caller it acts for, an operator or the system only:
-gormes/tools/run_trust.py. run.send writes to a run's own inbox
+gormes/tools/run_trust.py. run.timeline answers a page of the run's timeline, as
+job.list and job.inbox do (decision 0088). run.send writes to a run's own inbox
 (`run.message_sent`), signed with the caller's sender name; the agent reads it at
 its next turn.
 """
