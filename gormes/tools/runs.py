@@ -181,7 +181,7 @@ async def _run_view(ctx: OperationContext, run_id: str, page: Any = None) -> dic
 
 
 async def run_get(ctx: OperationContext, value: RunIdInput) -> RunSummary:
-    from gormes.actors.runs.timeline import NO_ENTRIES  # its timeline's events are not even read
+    from gormes.actors.runs.timeline import NO_ENTRIES  # lazy for start-up time, as _run_view
 
     await require_acts_for(ctx.caller, _store(ctx), value.run_id, "read")
     return msgspec.convert(await _run_view(ctx, value.run_id, NO_ENTRIES), RunSummary)
@@ -191,7 +191,7 @@ async def run_timeline(ctx: OperationContext, value: RunTimelineInput) -> RunTim
     """A page of the run's timeline, for every caller (decision 0088): a gateway fed its
     own run 1 MiB messages, and one call answered 124 MB. `gormes runs show`, the
     operator's read of its own log, is not the operation and shows the whole run."""
-    from gormes.actors.runs.timeline import TimelinePage
+    from gormes.actors.runs.timeline import TimelinePage  # lazy for start-up time, as _run_view
 
     await require_acts_for(ctx.caller, _store(ctx), value.run_id, "read")
     page = TimelinePage(after=value.after, limit=value.limit, max_bytes=LIST_PAGE_BYTES)
