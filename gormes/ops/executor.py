@@ -1,12 +1,14 @@
 """The executor: the one door through which any entry point runs an operation.
 
 For every call (the CLI, an agent's tool call, a gateway, cron) it, in order:
-finds the operation (unknown -> `UnknownOperation`, a denial); checks the caller's
-trust class against the spec BEFORE anything else runs (-> `OperationDenied`);
 asks its `call_limit`, when it has one and the limit counts the caller, for room
 in the caller's class's call rate (-> `CallRateLimited`, an `OperationDenied`;
-decision 0072); validates the input with msgspec (-> `InvalidOperationInput`); asks the spec
-whether it can run here (`available`, -> `OperationUnavailable`); runs the handler
+decision 0072 and its addendum: a call of no operation is audited too, so it takes
+room); finds the operation (unknown -> `UnknownOperation`, a denial); checks the
+caller's trust class against the spec BEFORE anything of the operation runs
+(-> `OperationDenied`); validates the input with msgspec (-> `InvalidOperationInput`) and holds
+it to the spec's `check_input`, the caps the caller's class has on it (decision 0088);
+asks the spec whether it can run here (`available`, -> `OperationUnavailable`); runs the handler
 under the spec's timeout (-> `OperationTimeout`); and appends one
 `OperationAudited` event (gormes/events/audit.py) whatever happened, even when the
 handler raised or the call was cancelled. The original error always propagates.
@@ -23,7 +25,7 @@ the caller appends it together with its own record, in one transaction (sealed
 onto the day's hash chain with `gormes.events.audit_chain.append_sealed`).
 
 An executor given `approvals` (the MCP server's) asks it about every call made
-outside a run, once the caller's class and the input are checked: a call that
+outside a run, once the caller's class and the input (its caps included) are checked: a call that
 needs a person's approval waits for it there, and a refusal is `ApprovalDenied`,
 audited as denied. A run's calls pass its own gate (gormes/actors/runs/approvals.py).
 
@@ -170,7 +172,7 @@ class Executor:
                     f"{spec.name} may not be run by a {caller.trust!r} caller"
                     f" (allowed: {', '.join(t for t in TRUST_CLASSES if spec.allows(t))})"
                 )
-            value = decode_input(spec, raw_input)
+            value = self.admitted_input(spec, raw_input, caller)
             record.input_sha256 = _checked_digest(spec, value)
             ctx = self.context_for(caller)
             if spec.available is not None:
@@ -203,6 +205,17 @@ class Executor:
         # An unaudited success is not a success: an append error propagates.
         await self._append(record, audit, result, None)
         return result
+
+    def admitted_input(self, spec: OperationSpec, raw_input: RawInput, caller: Caller) -> Any:
+        """The input decoded (`decode_input`) and held to the spec's `check_input`
+        for `caller`, or the refusal raised. A run asks it before its approval gate
+        records a request (gormes/actors/runs/live.py), as `call` does before its own:
+        what the caller's class may not send is refused before it is recorded anywhere
+        but in the refusal's audit record (decision 0088)."""
+        value = decode_input(spec, raw_input)
+        if spec.check_input is not None:
+            spec.check_input(caller, value)
+        return value
 
     def refusal(
         self, name: str, raw_input: RawInput, caller: Caller, reason: str,

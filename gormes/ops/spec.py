@@ -209,6 +209,13 @@ class OperationSpec:
     # (switched off, not configured). The executor asks it before any `started`
     # record, so such a refusal stays one record. None: always available.
     available: Callable[[OperationContext], None] | None = None
+    # check_input(caller, value): the caps the caller's class has on the call's input
+    # (sizes, shapes, what it may ask for), pure and cheap, raising the refusal
+    # (`InvalidOperationInput`, `OperationDenied`). The executor runs it right after
+    # the input is decoded, before `available`, an approval request or any other record
+    # of the call but its refusal (decision 0088); a run asks it before its own gate.
+    # The handler runs only after it, so it need not check again. None: no such caps.
+    check_input: Callable[[Caller, Any], None] | None = None
 
     def allows(self, trust: str) -> bool:
         return trust in self.trust

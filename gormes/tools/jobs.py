@@ -19,6 +19,7 @@ it: gormes/tools/job_trust.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -109,12 +110,20 @@ def _in_range(options: JobOptions) -> JobOptions:
         raise InvalidOperationInput(str(exc)) from None
 
 
+def job_submit_caps(caller: Caller, value: JobSubmitInput) -> None:
+    """job.submit's `check_input` (decision 0088): its options in range, and what a
+    gateway or child agent may not submit (gormes/tools/job_trust.py: an `agent` job,
+    a negative priority, data over its cap, a concurrency key too long, a queue the
+    operator does not list), refused before an approval request records the input."""
+    options = own_options(caller, _in_range(value.options or JobOptions()))
+    check_job_submit(caller, value.name, value.data, options.priority)
+
+
 async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary:
     """Submit as the caller (its Submitter is recorded); see gormes/tools/job_trust.py
-    for what a gateway or child agent may not submit."""
+    for what a gateway or child agent may not submit (held to it by `job_submit_caps`)."""
     queue = queue_of(ctx)
     options = own_options(ctx.caller, _in_range(value.options or JobOptions()))
-    check_job_submit(ctx.caller, value.name, value.data, options.priority)
     if options.parent_id is not None and not privileged(ctx.caller):
         parent = await queue.get(options.parent_id)
         if parent is not None:  # an unknown parent: the queue refuses it
@@ -169,8 +178,13 @@ class MessageSent(msgspec.Struct, kw_only=True):
     sent_at: int
 
 
+def message_caps(caller: Caller, value: Any) -> None:
+    """job.send's and run.send's `check_input` (decision 0088): a gateway's or child
+    agent's message is at most its cap of JSON."""
+    check_size(caller, value.payload, "the message")
+
+
 async def job_send(ctx: OperationContext, value: JobSendInput) -> MessageSent:
-    check_size(ctx.caller, value.payload, "the message")
     try:
         message = await queue_of(ctx).send(value.id, value.payload, sender=ctx.caller.sender)
     except SendRefused as exc:  # a refusal, audited `denied` as every other
@@ -294,13 +308,15 @@ async def job_inbox(ctx: OperationContext, value: JobInboxInput) -> JobInbox:
 
 
 def steering_spec(name: str, description: str, input_type: type, output_type: type, handler: Any, *,
-          writes: bool, audit_kind: str, checks: tuple[str, ...]) -> OperationSpec:
+          writes: bool, audit_kind: str, checks: tuple[str, ...],
+          check_input: Callable[[Caller, Any], None] | None = None) -> OperationSpec:
     """A prompt-visible operation open to the steering classes (not to child agents);
     a reader is idempotent, a writer is not. tools/runs.py builds its specs with it too."""
     return OperationSpec(
         name=name, description=description, input_type=input_type, output_type=output_type,
         handler=handler, trust=STEERING, audit_kind=audit_kind, mutating=writes,
         idempotent=not writes, prompt_visible=True, timeout=10.0, doctor_checks=checks,
+        check_input=check_input,
     )
 
 
@@ -312,7 +328,7 @@ SPECS = (
         name="job.submit", description="Submit a durable job to the queue; returns the job.",
         input_type=JobSubmitInput, output_type=JobSummary, handler=job_submit, trust=_EVERYONE,
         audit_kind="job.write", mutating=True, idempotent=False, prompt_visible=True,
-        timeout=10.0, doctor_checks=("job-queue",),
+        timeout=10.0, doctor_checks=("job-queue",), check_input=job_submit_caps,
     ),
     OperationSpec(
         name="job.get", description="Get a job's status, result or error by id.",
@@ -323,7 +339,7 @@ SPECS = (
         name="job.send", description="Send a message to a job's inbox (you must be its parent).",
         input_type=JobSendInput, output_type=MessageSent, handler=job_send, trust=_EVERYONE,
         audit_kind="job.write", mutating=True, idempotent=False, prompt_visible=True,
-        timeout=10.0, doctor_checks=("job-queue",),
+        timeout=10.0, doctor_checks=("job-queue",), check_input=message_caps,
     ),
     OperationSpec(
         # Not for child agents: a subagent must not cancel work it does not own.

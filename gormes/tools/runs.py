@@ -21,7 +21,8 @@ or jump the queue: gormes/tools/job_trust.py.
 
 Reading, listing and messaging a run (run.get, run.timeline, run.list, run.send)
 is for the caller it acts for, an operator or the system only:
-gormes/tools/run_trust.py. run.send writes to a run's own inbox
+gormes/tools/run_trust.py. run.timeline answers a page of the run's timeline, as
+job.list and job.inbox do (decision 0088). run.send writes to a run's own inbox
 (`run.message_sent`), signed with the caller's sender name; the agent reads it at
 its next turn.
 """
@@ -33,11 +34,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gormes.events.jobs import MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, JobOptions, Tokens
-from gormes.ops.spec import OperationContext, OperationDenied, OperationUnavailable
+from gormes.ops.spec import Caller, OperationContext, OperationDenied, OperationUnavailable
 from gormes.tools.job_trust import (
     GATEWAY_QUEUES_ENV, check_model, check_priority, check_size, data_cap, live_jobs_check, own_queue, submitter_of,
 )
-from gormes.tools.jobs import JobSummary, Limit, queue_of, steering_spec, summary
+from gormes.tools.jobs import LIST_PAGE_BYTES, JobSummary, Limit, message_caps, queue_of, steering_spec, summary
 from gormes.tools.run_trust import own_runs_filter, require_acts_for
 
 RunId = Annotated[str, msgspec.Meta(min_length=1, description="The run's id.")]
@@ -94,19 +95,31 @@ def tools_for(trust: str, asked: list[str] | None) -> list[str]:
     return list(asked)
 
 
-async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary:
-    """The one route into a run for every caller: its tools, model, queue and
-    priority are checked against its trust class (gormes/tools/job_trust.py) before
-    anything is recorded or read, and the job records the caller as its submitter."""
-    caller = ctx.caller
-    check_model(caller, value.model)
-    check_priority(caller, value.priority)
-    queue_name = own_queue(caller, value.queue)
+def _run_data(caller: Caller, value: RunSubmitInput) -> dict[str, Any]:
+    """The data of the `agent` job run.submit records."""
     data: dict[str, Any] = {"handler": AGENT_JOB, "prompt": value.prompt, "tools": tools_for(caller.trust, value.tools)}
     for key in ("system", "model", "max_iterations", "deadline_s"):
         if getattr(value, key) is not None:
             data[key] = getattr(value, key)
-    check_size(caller, data, "the run's job data")  # a gateway's allowlist repeated, two huge prompts
+    return data
+
+
+def run_submit_caps(caller: Caller, value: RunSubmitInput) -> None:
+    """run.submit's `check_input` (decision 0088): its tools, model, queue and
+    priority against the caller's trust class, and its job's data against a gateway's
+    cap (gormes/tools/job_trust.py), before an approval request records the input."""
+    check_model(caller, value.model)
+    check_priority(caller, value.priority)
+    own_queue(caller, value.queue)
+    check_size(caller, _run_data(caller, value), "the run's job data")  # an allowlist repeated, two huge prompts
+
+
+async def run_submit(ctx: OperationContext, value: RunSubmitInput) -> JobSummary:
+    """The one route into a run for every caller: held to `run_submit_caps` before
+    anything is recorded or read, and the job records the caller as its submitter."""
+    caller = ctx.caller
+    queue_name = own_queue(caller, value.queue)
+    data = _run_data(caller, value)
     options = JobOptions(queue=queue_name, priority=value.priority, idempotency_key=value.idempotency_key)
     queue, submitter = queue_of(ctx), submitter_of(caller)
     check = live_jobs_check(caller)
@@ -140,27 +153,49 @@ class RunSummary(msgspec.Struct, kw_only=True):
     children: list[str]  # child run ids
 
 
+class RunTimelineInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A page of a run's timeline, oldest first."""
+
+    run_id: RunId
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500, description="At most this many entries, oldest first.")] = 100
+    after: Annotated[int, msgspec.Meta(
+        ge=0, le=2**63 - 1, description="The `next` of the page before (an entry's position): the entries after it.",
+    )] | None = None
+
+
 class RunTimeline(RunSummary, kw_only=True):
-    # One entry per model turn, tool call, inbox read, message, child, log line
-    # and the end; every entry has position, type and seq (see `gormes runs show`).
+    # A page of its entries, oldest first: one per model turn, tool call, inbox read,
+    # message, child, log line and the end; every entry has position, type and seq
+    # (see `gormes runs show`). At most `limit` of them and, past the first,
+    # LIST_PAGE_BYTES of their JSON (decision 0088).
     timeline: list[dict[str, Any]]
+    # Where the next page starts (pass it as `after`); None: no entry is left out.
+    next: int | None = None
 
 
-async def _run_view(ctx: OperationContext, run_id: str) -> dict[str, Any]:
+async def _run_view(ctx: OperationContext, run_id: str, page: Any = None) -> dict[str, Any]:
     # The read model `gormes runs show` prints, folded from the run's own stream.
     from gormes.actors.runs.timeline import run_view
 
-    return await run_view(_store(ctx), run_id, tree=False)
+    return await run_view(_store(ctx), run_id, tree=False, page=page)
 
 
 async def run_get(ctx: OperationContext, value: RunIdInput) -> RunSummary:
+    from gormes.actors.runs.timeline import NO_ENTRIES  # lazy for start-up time, as _run_view
+
     await require_acts_for(ctx.caller, _store(ctx), value.run_id, "read")
-    return msgspec.convert(await _run_view(ctx, value.run_id), RunSummary)
+    return msgspec.convert(await _run_view(ctx, value.run_id, NO_ENTRIES), RunSummary)
 
 
-async def run_timeline(ctx: OperationContext, value: RunIdInput) -> RunTimeline:
+async def run_timeline(ctx: OperationContext, value: RunTimelineInput) -> RunTimeline:
+    """A page of the run's timeline, for every caller (decision 0088): a gateway fed its
+    own run 1 MiB messages, and one call answered 124 MB. `gormes runs show`, the
+    operator's read of its own log, is not the operation and shows the whole run."""
+    from gormes.actors.runs.timeline import TimelinePage  # lazy for start-up time, as _run_view
+
     await require_acts_for(ctx.caller, _store(ctx), value.run_id, "read")
-    return msgspec.convert(await _run_view(ctx, value.run_id), RunTimeline)
+    page = TimelinePage(after=value.after, limit=value.limit, max_bytes=LIST_PAGE_BYTES)
+    return msgspec.convert(await _run_view(ctx, value.run_id, page), RunTimeline)
 
 
 class RunListInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -234,8 +269,7 @@ async def run_send(ctx: OperationContext, value: RunSendInput) -> RunMessage:
 
     from gormes.actors.runs.actor import InboxFull
 
-    await require_acts_for(ctx.caller, _store(ctx), value.run_id, "message")
-    check_size(ctx.caller, value.payload, "the message")
+    await require_acts_for(ctx.caller, _store(ctx), value.run_id, "message")  # its size: message_caps
     sender = ctx.caller.sender
     try:
         # A gateway's unread messages to a run hold at most its cap on job data: the
@@ -253,13 +287,16 @@ _QUEUE = ("job-queue",)
 
 SPECS = (
     steering_spec("run.submit", "Start an agent run as a durable job; returns the job (its result names the run).",
-          RunSubmitInput, JobSummary, run_submit, writes=True, audit_kind="job.write", checks=_QUEUE),
+          RunSubmitInput, JobSummary, run_submit, writes=True, audit_kind="job.write", checks=_QUEUE,
+          check_input=run_submit_caps),
     steering_spec("run.get", "Get a run's status, result or error, tokens and cost by run id.",
           RunIdInput, RunSummary, run_get, writes=False, audit_kind="run.read", checks=()),
     steering_spec("run.list", "List runs, newest first (filter by job id or status).",
           RunListInput, RunList, run_list, writes=False, audit_kind="run.read", checks=()),
-    steering_spec("run.timeline", "A run's timeline: model turns, tool calls, inbox, children, its end.",
-          RunIdInput, RunTimeline, run_timeline, writes=False, audit_kind="run.read", checks=()),
+    steering_spec("run.timeline", "A run's timeline (model turns, tool calls, inbox, children, its end), a page"
+          " at a time: at most `limit` entries and 4 MiB of them; `next` continues it.",
+          RunTimelineInput, RunTimeline, run_timeline, writes=False, audit_kind="run.read", checks=()),
     steering_spec("run.send", "Send a message to a running run's inbox; the agent reads it at its next turn.",
-          RunSendInput, RunMessage, run_send, writes=True, audit_kind="run.write", checks=()),
+          RunSendInput, RunMessage, run_send, writes=True, audit_kind="run.write", checks=(),
+          check_input=message_caps),
 )

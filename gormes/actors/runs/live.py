@@ -497,10 +497,19 @@ class LiveRunContext(RunIdentity, RunContext):
             earlier = self.tool_resumption.take(operation, args_hash)
             if earlier is not None:
                 return await self._served_again(earlier)
+        caller = self._caller()
+        try:  # the caps its class has on the input hold before a request records it (decision 0088)
+            if spec.check_input is not None:  # (most have none: no second decode on a run's step)
+                executor.admitted_input(spec, args_text, caller)  # type: ignore[arg-type]
+        except UserError as exc:  # bad input or a refusal, recorded as the executor records either
+            denied = isinstance(exc, OperationDenied)
+            return await self._tool_failed(
+                operation, args_text, args_hash, "denied" if denied else "error", error_text(exc),
+                type(exc).__name__, 0, audit_outcome="denied" if denied else "invalid",
+            )
         refused = await self._manager.approvals.gate(self, spec, args_text, args_hash)  # type: ignore[arg-type]
         if refused is not None:  # denied, or timed out: a denied call (decision 0033)
             return await self._tool_failed(operation, args_text, args_hash, "denied", refused, "ApprovalDenied", 0)
-        caller = self._caller()
         started = trio.current_time()
         recorded: list[RunToolCalled] = []
 

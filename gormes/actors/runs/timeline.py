@@ -48,6 +48,7 @@ from gormes.events.runs import (
     tokens_of,
     turn_usage,
 )
+from gormes.events.log_sql import COLUMNS
 from gormes.events.store import EventStore
 from gormes.providers.pricing import PricingTable, format_cost, load_table
 
@@ -108,21 +109,93 @@ def _entry(r: Any, table: PricingTable) -> dict[str, Any] | None:
     return base
 
 
-async def run_view(store: EventStore, run_id: str, *, tree: bool, table: PricingTable | None = None) -> dict[str, Any]:
+class TimelinePage(msgspec.Struct, frozen=True, kw_only=True):
+    """Which of a run's timeline entries a view holds (the `run.timeline` operation's
+    page, decision 0088): those past position `after`, at most `limit` of them and,
+    past the first, `max_bytes` of their JSON."""
+
+    after: int | None = None
+    limit: int
+    max_bytes: int
+
+
+NO_ENTRIES = TimelinePage(limit=0, max_bytes=0)  # the view without its timeline (run.get)
+
+# What the fold of a run's status, totals and children reads when its entries are
+# read a page at a time: the other events (inbox reads, messages, tool calls, log
+# lines: what a caller can make large) are left unread, not even fetched.
+FOLD_TYPES = tuple(t.__struct_config__.tag for t in (  # type: ignore[attr-defined]
+    RunStarted, RunLlmTurn, RunLlmFailed, RunLlmCut, RunTokensAdded, RunChildSpawned, RunChildFinished,
+    RunCompleted, RunFailed, RunCancelled,
+))
+PAGE_ROWS = 16  # the stream's rows read at a time for a page's entries
+_ROWS_AFTER = f"SELECT {COLUMNS} FROM events WHERE stream = ? AND position > ? ORDER BY version LIMIT ?"
+
+
+class _Pager:
+    """Takes a page's entries in order; `next`, once one is left out: the position of
+    the page's last entry, where the next page starts."""
+
+    def __init__(self, page: TimelinePage) -> None:
+        self.page = page
+        self.taken: list[dict[str, Any]] = []
+        self.size = 0
+        self.next: int | None = None
+
+    def offer(self, entry: dict[str, Any]) -> None:
+        size = len(msgspec.json.encode(entry))
+        if self.taken and (len(self.taken) >= self.page.limit or self.size + size > self.page.max_bytes):
+            self.next = self.taken[-1]["position"]
+            return
+        self.taken.append(entry)
+        self.size += size
+
+
+async def _page_of(store: EventStore, stream: str, page: TimelinePage, table: PricingTable,
+                   ) -> tuple[list[dict[str, Any]], int | None]:
+    """(the page's entries, its `next`), read `PAGE_ROWS` rows at a time past
+    `page.after`: no more of the stream than the page and the row that ends it."""
+    if page.limit == 0:
+        return [], None
+    pager, after = _Pager(page), page.after or 0
+    while pager.next is None:
+        rows = await store.read_with(
+            lambda log, after=after: log.decode(log.sql.execute(_ROWS_AFTER, (stream, after, PAGE_ROWS)).fetchall()))
+        for r in rows:
+            entry = _entry(r, table)  # None for its run.started, and for what is not an entry
+            if entry is not None:
+                pager.offer(entry)
+            if pager.next is not None:
+                break
+        if len(rows) < PAGE_ROWS:
+            break
+        after = rows[-1].position
+    return pager.taken, pager.next
+
+
+async def run_view(store: EventStore, run_id: str, *, tree: bool, table: PricingTable | None = None,
+                   page: TimelinePage | None = None) -> dict[str, Any]:
     """The run as `gormes runs show --json` prints it, priced with `table`, with its
     `tree_tokens` and `tree_cost`: every run of its tree, the price of every model
-    turn in it (None when one has no price); with `tree`, its children's views in it."""
-    view, _, _ = await _view(store, run_id, tree, load_table() if table is None else table)
+    turn in it (None when one has no price); with `tree`, its children's views in it.
+    With `page`, its timeline is that page of it, and `next` says where the next
+    starts (None: no entry is left out); the rest of the view is the whole run's,
+    folded from the events that make it (`FOLD_TYPES`) alone."""
+    view, _, _ = await _view(store, run_id, tree, load_table() if table is None else table, page)
     return view
 
 
 Turns = list[tuple[str, Tokens]]  # (model, usage) of model turns
 
 
-async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
+async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable, page: TimelinePage | None = None,
                 ) -> tuple[dict[str, Any], Turns, Tokens]:
     """(the view, the model turns of its tree, the own tokens of every run in its tree)."""
-    records = await store.read_stream(run_stream(run_id))
+    stream = run_stream(run_id)
+    if page is None:
+        records = await store.read_stream(stream)
+    else:
+        records = await store.read_with(lambda log: log.read_stream(stream, types=FOLD_TYPES))
     if records and isinstance(records[0].event, RedactedEvent):
         raise RedactedRun(run_id)
     if not records or not isinstance(records[0].event, RunStarted):
@@ -144,7 +217,7 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
     children: list[str] = []
     for r in records[1:]:
         e = r.event
-        entry = _entry(r, table)
+        entry = None if page is not None else _entry(r, table)
         if entry is not None:
             view["timeline"].append(entry)
         if isinstance(e, RunLlmTurn):
@@ -169,6 +242,8 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
             view["status"] = {RunCompleted: "completed", RunFailed: "failed", RunCancelled: "cancelled"}[type(e)]
             view["result"] = e.result if isinstance(e, RunCompleted) else None
             view["error"] = e.error if isinstance(e, RunFailed) else e.reason if isinstance(e, RunCancelled) else None
+    if page is not None:
+        view["timeline"], view["next"] = await _page_of(store, stream, page, table)
     view["tokens"] = msgspec.to_builtins(tokens)
     view["own_tokens"] = msgspec.to_builtins(own)
     view["cost"] = table.total(turns) if turns else None
@@ -181,7 +256,8 @@ async def _view(store: EventStore, run_id: str, tree: bool, table: PricingTable
     child_views, in_tree, tree_tokens = [], list(turns), own
     for child in children:  # every child, whatever its end (or none: cut off)
         try:
-            child_view, child_turns, child_tokens = await _view(store, child, True, table)
+            child_view, child_turns, child_tokens = await _view(
+                store, child, True, table, None if page is None else NO_ENTRIES)  # a page: its totals only
         except RedactedRun:  # erased (decision 0026): what it was and spent is gone
             child_view, child_turns, child_tokens = _redacted_view(child), [("", Tokens())], Tokens()
         child_views.append(child_view)

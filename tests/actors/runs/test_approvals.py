@@ -270,3 +270,26 @@ async def test_a_decision_recorded_before_claims_existed_is_not_used_again(
     [tool] = [e for e in events if isinstance(e, RunToolCalled)]
     assert tool.outcome == "denied"
     assert len([e for e in events if isinstance(e, RunApprovalRequested)]) == 2
+
+
+async def test_a_gated_call_over_its_classs_caps_is_refused_before_the_run_asks(store, db_path, executor, script) -> None:
+    """A gateway's run whose model submits job data over its class's cap under a gate:
+    the refusal is its tool call's record, and no request holds the data (decision
+    0088); before, the run recorded a 2 MiB `approval.requested` and waited."""
+    big = "y" * (2 * 1024 * 1024)
+    model = script({"replies": [{"tool_calls": [{"name": "job.submit", "arguments": {"name": "echo", "data": big}}]}, {"text": "done"}]})
+    policy = ApprovalPolicy(require=("job.submit",), timeout_s=0.5, on_timeout="deny")
+    async with RunManager.open(store, executor=executor, approvals=policy) as runs:
+        outcome = await runs.run("agent", {"prompt": "submit it"}, model=model, tools=["job.submit"],
+                                 trust="gateway")
+    assert outcome.status == "completed", outcome.error
+    events = await run_events(store, outcome.run_id)
+    assert not [e for e in events if isinstance(e, (RunApprovalRequested, RunApprovalDecided))]
+    assert await store.read_all(types=["approval.requested"]) == []
+    [tool] = [e for e in events if isinstance(e, RunToolCalled)]
+    assert (tool.outcome, tool.error_type) == ("error", "InvalidOperationInput")
+    assert tool.error.startswith("job data is 2097154 bytes of JSON; a 'gateway' caller may send at most")
+    audits = [r.event for r in await store.read_all(types=["audit.operation"])]
+    assert [(a.operation, a.outcome, a.allowed) for a in audits if a.operation == "job.submit"] == [
+        ("job.submit", "invalid", False)]
+    await _replays_exactly(db_path, outcome.run_id)

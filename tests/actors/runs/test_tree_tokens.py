@@ -8,7 +8,7 @@ import trio
 
 from gormes.actors.runs.context import RunHandlerRegistry
 from gormes.actors.runs.manager import RunManager
-from gormes.actors.runs.timeline import run_view
+from gormes.actors.runs.timeline import NO_ENTRIES, TimelinePage, run_view
 from gormes.providers.base import Message, ModelReply, ModelRequest, Usage
 from gormes.providers.pricing import Price, PricingTable
 
@@ -74,3 +74,13 @@ async def test_every_child_s_tokens_are_in_the_tree_whatever_its_end(store) -> N
     flat = await run_view(store, outcome.run_id, tree=False, table=TABLE)
     assert flat["tree_tokens"] == view["tree_tokens"] and flat["tree_cost"] == view["tree_cost"]
     assert sorted(flat["children"]) == sorted(c["run_id"] for c in view["children"])
+    # A page (run.timeline) and no entries (run.get) fold the run from its status
+    # events alone (decision 0088): the same view but for the timeline.
+    whole = {k: v for k, v in flat.items() if k != "timeline"}
+    for page in (NO_ENTRIES, TimelinePage(limit=2, max_bytes=1 << 20)):
+        paged = await run_view(store, outcome.run_id, tree=False, table=TABLE, page=page)
+        assert {k: v for k, v in paged.items() if k not in ("timeline", "next")} == whole
+    first = await run_view(store, outcome.run_id, tree=False, table=TABLE, page=TimelinePage(limit=2, max_bytes=1 << 20))
+    rest = await run_view(store, outcome.run_id, tree=False, table=TABLE,
+                          page=TimelinePage(after=first["next"], limit=500, max_bytes=1 << 20))
+    assert first["timeline"] + rest["timeline"] == flat["timeline"] and rest["next"] is None
