@@ -40,3 +40,61 @@ def test_a_user_operation_that_raises_is_one_line_naming_it_and_audited_as_an_er
     [(outcome, error)] = rows(db, "SELECT json_extract(data, '$.outcome'), json_extract(data, '$.error')"
                                   " FROM events WHERE type = 'audit.operation'")
     assert (outcome, error) == ("error", "RuntimeError: kaboom 1")
+
+
+FAST = [{"tool_calls": [{"name": "time.now", "arguments": {}}]}, {"text": "fast done"}]
+
+
+def recorded_run(db: Path, tmp_path: Path) -> str:
+    script = tmp_path / "fast.json"
+    script.write_text(json.dumps(FAST))
+    done = run_gormes(db, "run", "agent", "--prompt", "hi", "--model", f"scripted:{script}",
+                      "--workspace", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["run_id"]
+
+
+def run_count(db: Path) -> int:
+    [(count,)] = rows(db, "SELECT count(*) FROM events WHERE type = 'run.started'")
+    return count
+
+
+def test_replay_until_outside_the_run_is_refused_with_its_range(tmp_path: Path):
+    db = tmp_path / "g.db"
+    recorded_run(db, tmp_path)
+    run_id = recorded_run(db, tmp_path)  # the second run starts well after position 1
+    [(first, last)] = rows(db, f"SELECT min(position), max(position) FROM events WHERE stream = 'run-{run_id}'")
+    assert first > 5
+    for until in ("5", str(last + 1), "99999"):
+        refused = run_gormes(db, "replay", run_id, "--until", until)
+        line = assert_one_line_error(refused)
+        assert refused.returncode == 2
+        assert line == (f"gormes: error: --until {until} is not in run {run_id} "
+                        f"(its events are at positions {first}..{last})")
+    inside = run_gormes(db, "replay", run_id, "--until", str(first))
+    assert inside.returncode == 0, inside.stderr
+    assert f"up to position {first}:" in inside.stdout
+
+
+def test_fork_and_eval_refuse_an_unknown_set_key_and_a_bad_model_before_asking_or_recording(tmp_path: Path):
+    db = tmp_path / "g.db"
+    run_id = recorded_run(db, tmp_path)
+    [(first,)] = rows(db, f"SELECT min(position) FROM events WHERE stream = 'run-{run_id}'")
+    before = run_count(db)
+    unknown = "Object contains unknown field `tempreature`"
+    # without --yes the fork of a run offered every tool asks for --yes: the bad input is said first
+    for args, said in (
+        (["fork", run_id, "--at", str(first), "--set", "tempreature=0.2", "--yes"], unknown),
+        (["fork", run_id, "--at", str(first), "--set", "tempreature=0.2"], unknown),
+        (["fork", run_id, "--at", str(first), "--model", "claude:x"], "unknown model provider 'claude:x'"),
+        (["eval", "runs", run_id, "--set", "tempreature=0.2", "--yes"], unknown),
+        (["eval", "runs", run_id, "--set", "tempreature=0.2"], unknown),
+        (["eval", "runs", run_id, "--model", "claude:x"], "unknown model provider 'claude:x'"),
+    ):
+        refused = run_gormes(db, *args)
+        assert said in assert_one_line_error(refused), args
+        assert refused.returncode == 2, args
+    assert run_count(db) == before
+    fine = run_gormes(db, "fork", run_id, "--at", str(first), "--set", "prompt=bye", "--yes")
+    assert fine.returncode == 0, fine.stderr
+    assert run_count(db) == before + 1
