@@ -98,3 +98,57 @@ def test_fork_and_eval_refuse_an_unknown_set_key_and_a_bad_model_before_asking_o
     fine = run_gormes(db, "fork", run_id, "--at", str(first), "--set", "prompt=bye", "--yes")
     assert fine.returncode == 0, fine.stderr
     assert run_count(db) == before + 1
+
+
+LISTING = [{"tool_calls": [{"name": "fs.list", "arguments": {"path": "."}}]}, {"text": "done listing"}]
+
+
+def test_a_misspelled_tool_is_refused_before_the_run_is_recorded(tmp_path: Path):
+    db = tmp_path / "g.db"
+    script = tmp_path / "s1.json"
+    script.write_text(json.dumps(LISTING))
+    base = ["run", "agent", "--prompt", "hi", "--model", f"scripted:{script}", "--workspace", str(tmp_path)]
+    refused = run_gormes(db, *base, "--tools", "fs.lst")
+    assert assert_one_line_error(refused) == "gormes: error: tools: unknown tool 'fs.lst' (did you mean fs.list?)"
+    assert refused.returncode == 2
+    nowhere = run_gormes(db, *base, "--tools", "fs.list,zzqqy")
+    assert "unknown tool 'zzqqy' (`gormes ops list` lists them)" in assert_one_line_error(nowhere)
+    assert not db.exists() or run_count(db) == 0
+    listed = run_gormes(db, *base, "--tools", "fs.list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[-1] == "done listing"
+    assert run_count(db) == 1
+    # the gateways' door: run.submit says the name is unknown (not that it is denied)
+    via_op = run_gormes(db, "ops", "call", "run.submit",
+                        json.dumps({"prompt": "hi", "model": f"scripted:{script}", "tools": ["fs.lst"]}))
+    assert "unknown tool 'fs.lst'" in assert_one_line_error(via_op)
+    [(jobs,)] = rows(db, "SELECT count(*) FROM events WHERE type = 'job.submitted'")
+    assert jobs == 0
+
+
+def test_an_agent_job_that_can_never_run_is_refused_at_submission(tmp_path: Path):
+    db = tmp_path / "g.db"
+    script = tmp_path / "s1.json"
+    script.write_text(json.dumps(LISTING))
+    model = f"scripted:{script}"
+    cases = (
+        ({"prompt": "list"}, "agent job data: run handler 'agent' needs a model"),
+        ({"handler": "nosuch", "input": {}, "model": model}, "agent job data: no run handler named 'nosuch'"),
+        ({"prompt": "list", "model": "claude:x"}, "agent job data: unknown model provider 'claude:x'"),
+        ({"prompt": "list", "model": model, "tools": ["fs.lst"]},
+         "agent job data: tools: unknown tool 'fs.lst' (did you mean fs.list?)"),
+    )
+    for data, said in cases:
+        refused = run_gormes(db, "jobs", "submit", "agent", "--data", json.dumps(data))
+        assert said in assert_one_line_error(refused), data
+        assert refused.returncode == 2
+        # the job.submit operation (what a gateway or the MCP server calls) refuses the same
+        via_op = run_gormes(db, "ops", "call", "job.submit", json.dumps({"name": "agent", "data": data}))
+        assert said in assert_one_line_error(via_op), data
+        assert via_op.returncode == 2
+    [(jobs,)] = rows(db, "SELECT count(*) FROM events WHERE type = 'job.submitted'")
+    assert jobs == 0
+    fine = run_gormes(db, "jobs", "submit", "agent", "--data",
+                      json.dumps({"prompt": "list", "model": model, "tools": ["fs.list", "mcp.files.read"]}))
+    assert fine.returncode == 0, fine.stderr  # an MCP server's tool is the worker's to know
+    assert rows(db, "SELECT count(*) FROM events WHERE type = 'job.submitted'") == [(1,)]
