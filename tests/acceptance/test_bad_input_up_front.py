@@ -146,9 +146,23 @@ def test_an_agent_job_that_can_never_run_is_refused_at_submission(tmp_path: Path
         via_op = run_gormes(db, "ops", "call", "job.submit", json.dumps({"name": "agent", "data": data}))
         assert said in assert_one_line_error(via_op), data
         assert via_op.returncode == 2
+        # a schedule's fires go straight into the queue: its data is checked when it is added
+        scheduled = run_gormes(db, "cron", "add", "nightly", "--schedule", "@daily", "--job", "agent",
+                               "--data", json.dumps(data))
+        assert said in assert_one_line_error(scheduled), data
     [(jobs,)] = rows(db, "SELECT count(*) FROM events WHERE type = 'job.submitted'")
     assert jobs == 0
+    assert run_gormes(db, "cron", "list", "--json").stdout.strip() == "[]"
     fine = run_gormes(db, "jobs", "submit", "agent", "--data",
                       json.dumps({"prompt": "list", "model": model, "tools": ["fs.list", "mcp.files.read"]}))
     assert fine.returncode == 0, fine.stderr  # an MCP server's tool is the worker's to know
     assert rows(db, "SELECT count(*) FROM events WHERE type = 'job.submitted'") == [(1,)]
+    # a handler the worker imports is named at submission by importing it there too
+    handler = tmp_path / "trip.py"
+    handler.write_text("import gormes\n\n@gormes.run_handler('trip')\nasync def trip(ctx, input):\n"
+                       "    return input\n")
+    trip = json.dumps({"handler": "trip", "input": {"km": 1}})
+    assert "no run handler named 'trip'" in assert_one_line_error(
+        run_gormes(db, "jobs", "submit", "agent", "--data", trip))
+    imported = run_gormes(db, "jobs", "submit", "agent", "--data", trip, "--import", str(handler))
+    assert imported.returncode == 0, imported.stderr
