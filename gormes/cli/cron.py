@@ -22,8 +22,10 @@ import trio
 from gormes.actors.cron.rules import next_due
 from gormes.actors.cron.scheduler import CronBook
 from gormes.cli.derive import OperatorCall, Shown, operation_command, spec_named
+from gormes.cli.imports import import_option
 from gormes.events.open import open_store
 from gormes.tools import cron as cron_ops
+from gormes.tools.imports import load_imports
 
 
 def _read(db: Any, work: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
@@ -64,8 +66,13 @@ def cron() -> None:
     "queue": Shown(metavar="Q"),
 })
 @json_option
-def add(call: OperatorCall, as_json: bool) -> None:
-    """Add schedule NAME."""
+@import_option
+def add(call: OperatorCall, as_json: bool, imports: tuple[str, ...]) -> None:
+    """Add schedule NAME.
+
+    An `agent` job's data is checked as `jobs submit` checks it (decision 0090):
+    --import the handlers and operations the daemon imports."""
+    load_imports(imports)
     added = call.run()
     if as_json:
         _echo_json(added)

@@ -144,7 +144,7 @@ def runs(obj: Any, run_ids: tuple[str, ...], handler: str | None, status: str | 
     import time
     from pathlib import Path
 
-    from gormes.actors.runs.evaluate import EvalRefused, eval_risks, eval_runs, eval_sources
+    from gormes.actors.runs.evaluate import EvalRefused, check_reruns, eval_risks, eval_runs, eval_sources
     from gormes.audit_export import parse_time
     from gormes.cli.eval_runs_view import print_eval_report
     from gormes.cli.foreground import drive_runs, start_and_wait
@@ -176,6 +176,7 @@ def runs(obj: Any, run_ids: tuple[str, ...], handler: str | None, status: str | 
         try:
             sources = await eval_sources(door.store, run_ids=run_ids, handler=handler, status=status,
                                          since=since_s, limit=limit)
+            check_reruns(sources, door.executor.runs.manager, model, overrides)
             risks = eval_risks(sources, door.executor.registry)
             if risks and not yes:
                 raise ForkUnconfirmed(risks)

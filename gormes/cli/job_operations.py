@@ -24,6 +24,7 @@ import msgspec
 
 from gormes.actors.jobs.vocabulary import OPTION_BOUNDS
 from gormes.cli.derive import DURATION_MS, OperatorCall, Shown, operation_command, spec_named
+from gormes.cli.imports import import_option
 from gormes.cli.jobs import emit_json, job_json, jobs, require_job
 from gormes.ops.spec import OperationSpec
 from gormes.tools import jobs as job_ops
@@ -102,12 +103,21 @@ SUBMIT = {
 
 @operation_command(jobs, "submit", spec_named(job_ops.SPECS, "job.submit"), arguments=("name",), shown=SUBMIT)
 @json_option
-def submit(call: OperatorCall, as_json: bool) -> None:
-    """Submit a job NAME; prints its id."""
-    if call.value.name == "agent":  # data the agent job cannot run is refused before it is queued
-        from gormes.actors.agent_jobs.handler import check_job_data  # lazy: the runs load only for it
+@import_option
+def submit(call: OperatorCall, as_json: bool, imports: tuple[str, ...]) -> None:
+    """Submit a job NAME; prints its id.
 
-        check_job_data(call.value.data)
+    An `agent` job's data is checked as `gormes run` checks the same input (its
+    handler, model, input and tools exist) before it is queued: --import the
+    modules that declare the handlers and operations a worker's --import gives it."""
+    if call.value.name == "agent":  # data the agent job cannot run is refused before it is queued
+        # Lazy: the runs and the registry load only for it.
+        from gormes.tools.agent_job_data import check_submission
+        from gormes.tools.builtin import default_registry
+        from gormes.tools.imports import load_imports
+
+        load_imports(imports)
+        check_submission(call.value.data, default_registry())
 
     async def go(door: OperatorDoor) -> Any:
         job = await call.on(door)

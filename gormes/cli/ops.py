@@ -24,12 +24,16 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import traceback
+
 import click
 import trio
 
 from gormes.actors.jobs.queue import JobQueue
 from gormes.cli.imports import import_option, mcp_config_option, warn
+from gormes.errors import GormesError
 from gormes.events.open import open_store
+from gormes.ops.declared import declared
 from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry
 from gormes.ops.spec import TRUST_CLASSES, Caller
@@ -200,9 +204,45 @@ def call(obj: Any, name: str, input_json: str, workspace: str, imports: tuple[st
          mcp_config: str | None) -> None:
     """Run operation NAME with INPUT (a JSON object) as the operator; print its JSON output.
 
-    The call is audited like any other (an audit.operation event)."""
+    The call is audited like any other (an audit.operation event). A user's
+    operation that raises is one error line (the operation, the error, where it
+    was raised) and exit 1; the call is audited as an error."""
     import msgspec
 
     load_imports(imports)
-    output = operator_call(obj, name, input_json, workspace=workspace, mcp_config=mcp_config)
+    try:
+        output = operator_call(obj, name, input_json, workspace=workspace, mcp_config=mcp_config)
+    except Exception as exc:
+        failed = user_operation_failure(name, exc)
+        if failed is None:
+            raise
+        raise OperationFailed(failed) from None
     click.echo(msgspec.json.format(msgspec.json.encode(output)).decode())
+
+
+class OperationFailed(GormesError):
+    """A user's operation raised: the call failed (audited as an error), gormes did not."""
+
+    exit_code = 1
+
+
+def user_operation_failure(name: str, exc: BaseException) -> str | None:
+    """One line for an error a user's operation (`@gormes.operation`) raised from
+    its own function, None for anything else: an error of gormes's own is already
+    one line, and any other is a bug of gormes's and keeps its traceback (decision
+    0090). The line names the operation, the error and where it was raised, as the
+    traceback's last line and last frame would."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    found = declared.snapshot().get(name)
+    if found is None or isinstance(exc, GormesError) or not isinstance(exc, Exception):
+        return None
+    code = getattr(found.spec.handler, "__code__", None)
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    if code is None or not any(frame.f_code is code for frame, _ in frames):
+        return None
+    frame, line = frames[-1]
+    text = " ".join(str(exc).split())
+    kind = type(exc).__name__
+    return (f"operation {name} failed: {kind}{': ' + text if text else ''} "
+            f"(raised at {frame.f_code.co_filename}:{line})")

@@ -41,6 +41,7 @@ __all__ = [
     "ToolSpec",
     "UnknownProvider",
     "Usage",
+    "check_model_spec",
     "open_provider",
     "parse_tool_arguments",
     "request_hash",
@@ -53,14 +54,9 @@ class UnknownProvider(UserError):
     """A provider spec whose scheme gormes does not know, or that names nothing."""
 
 
-def open_provider(spec: str, **config: Any) -> Provider:
-    """Open the provider a spec names: `scripted:PATH`, `openai:MODEL` or
-    `anthropic:MODEL`.
-
-    `config` goes to the provider (for `openai`: `base_url`, `api_key`, `stream`,
-    `timeout`, `env`; for `anthropic` the same and `max_tokens`). A `timeout` of
-    None means the default (`GORMES_MODEL_TIMEOUT`, else 120 s).
-    """
+def check_model_spec(spec: str) -> tuple[str, str]:
+    """(scheme, the rest) of a model spec, or UnknownProvider: what can be told of it
+    without opening it (a script's path is read where the run runs)."""
     scheme, sep, rest = spec.partition(":")
     if not sep or scheme not in SCHEMES:
         raise UnknownProvider(
@@ -69,6 +65,18 @@ def open_provider(spec: str, **config: Any) -> Provider:
         )
     if not rest:
         raise UnknownProvider(f"model provider {spec!r} names no {'script' if scheme == 'scripted' else 'model'}")
+    return scheme, rest
+
+
+def open_provider(spec: str, **config: Any) -> Provider:
+    """Open the provider a spec names: `scripted:PATH`, `openai:MODEL` or
+    `anthropic:MODEL`.
+
+    `config` goes to the provider (for `openai`: `base_url`, `api_key`, `stream`,
+    `timeout`, `env`; for `anthropic` the same and `max_tokens`). A `timeout` of
+    None means the default (`GORMES_MODEL_TIMEOUT`, else 120 s).
+    """
+    scheme, rest = check_model_spec(spec)
     # Imported on use: the scripted provider must not need an HTTP client installed.
     if scheme == "scripted":
         from gormes.providers.scripted import ScriptedProvider

@@ -16,6 +16,7 @@ import msgspec
 from gormes.actors.cron.rules import ScheduleState, next_due, parse_expression, validate_name
 from gormes.actors.cron.scheduler import CronBook
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
+from gormes.tools.agent_job_data import AGENT_JOB, check_submission
 
 OPERATOR = frozenset({"operator"})
 
@@ -73,6 +74,11 @@ def _view(ctx: OperationContext, state: ScheduleState) -> Schedule:
 
 
 async def cron_add(ctx: OperationContext, value: CronAddInput) -> Schedule:
+    if value.job == AGENT_JOB:  # its fires queue straight into the queue: checked once, here (0090)
+        # Lazy: builtin lists this module's operations.
+        from gormes.tools.builtin import default_registry
+
+        check_submission(value.data, default_registry())
     return _view(ctx, await _book(ctx).add(value.name, value.schedule, value.job, value.data, value.queue))
 
 

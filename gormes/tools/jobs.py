@@ -27,6 +27,7 @@ import msgspec
 from gormes.actors.jobs.rules import validate_options
 from gormes.actors.jobs.state import InvalidJob, JobNotFound, SendRefused
 from gormes.events.jobs import MAX_NAME_LENGTH, STATUSES, JobOptions, Submitter, Tokens
+from gormes.tools.agent_job_data import AGENT_JOB, check_submission
 from gormes.tools.job_trust import (
     check_job_submit, check_size, data_cap, key_as_given, live_jobs_check, own_options, owner_key, privileged,
     require_may_act_on, submitter_of,
@@ -124,6 +125,11 @@ async def job_submit(ctx: OperationContext, value: JobSubmitInput) -> JobSummary
     for what a gateway or child agent may not submit (held to it by `job_submit_caps`)."""
     queue = queue_of(ctx)
     options = own_options(ctx.caller, _in_range(value.options or JobOptions()))
+    if value.name == AGENT_JOB:  # refused here, not left to die in a worker (decision 0090)
+        # Lazy: builtin lists this module's operations.
+        from gormes.tools.builtin import default_registry
+
+        check_submission(value.data, default_registry())
     if options.parent_id is not None and not privileged(ctx.caller):
         parent = await queue.get(options.parent_id)
         if parent is not None:  # an unknown parent: the queue refuses it

@@ -38,6 +38,7 @@ from gormes.actors.runs.fork_replace import (
 )
 from gormes.events.audit_seal import take_seal
 from gormes.ops.spec import OperationContext, OperationSpec, OperationUnavailable
+from gormes.ops.tool_names import check_tools
 
 OPERATOR = frozenset({"operator"})
 
@@ -149,6 +150,9 @@ class StartedRun(msgspec.Struct, kw_only=True):
 
 async def run_start(ctx: OperationContext, value: RunStartInput) -> StartedRun:
     starter = run_starter(ctx)
+    executor = starter.manager.executor
+    if executor is not None:  # the tools its runs may call: a name none of them has is refused
+        check_tools(value.tools, (spec.name for spec in executor.registry.list()), "tools")
     handle = await starter.manager.start(
         value.handler, value.input, model=value.model, tools=value.tools,
         max_iterations=value.max_iterations, deadline_s=value.deadline_s,

@@ -35,6 +35,8 @@ import msgspec
 
 from gormes.events.jobs import MAX_DELAY_MS, MAX_KEY_LENGTH, MAX_NAME_LENGTH, PRIORITY_RANGE, JobOptions, Tokens
 from gormes.ops.spec import Caller, OperationContext, OperationDenied, OperationUnavailable
+from gormes.ops.tool_names import check_tools
+from gormes.tools.agent_job_data import WORKER_TOOLS
 from gormes.tools.job_trust import (
     GATEWAY_QUEUES_ENV, check_model, check_priority, check_size, data_cap, live_jobs_check, own_queue, submitter_of,
 )
@@ -86,9 +88,12 @@ def tools_for(trust: str, asked: list[str] | None) -> list[str]:
     them, else a refusal; without `asked`, every tool the class may use."""
     from gormes.tools.builtin import default_registry
 
-    allowed = [tool.name for tool in default_registry().tool_schemas(trust)]
+    registry = default_registry()
+    allowed = [tool.name for tool in registry.tool_schemas(trust)]
     if asked is None:
         return allowed
+    # a name no operation has is bad input, said as such, before the trust check
+    check_tools(asked, (spec.name for spec in registry.list()), "tools", unchecked_prefixes=WORKER_TOOLS)
     refused = sorted(set(asked) - set(allowed))
     if refused:
         raise OperationDenied(f"a {trust!r} caller may not give a run the tools {', '.join(refused)}")

@@ -6,7 +6,8 @@ its subagents use are also added to the job (ctx.tokens), so they roll up to the
 job's parent when the job completes. Messages sent to the job reach the agent's
 inbox. The job's result is the run's result; a failed run fails the attempt.
 
-Job data: the agent's input plus where it runs:
+Job data: the agent's input plus where it runs (gormes/tools/agent_job_data.py,
+which also checks it at submission):
 
     {"prompt": "...", "system": "...", "model": "scripted:demo.json",
      "tools": ["fs.read"], "max_iterations": 8, "deadline_s": 60,
@@ -74,11 +75,11 @@ from gormes.ops.executor import Executor
 from gormes.ops.registry import Registry
 from gormes.ops.declared import declared
 from gormes.providers import Provider, open_provider
+from gormes.tools.agent_job_data import AgentJobData, InvalidAgentJobData, check_job_data
 from gormes.tools.builtin import default_registry
 from gormes.tools.memory import NAMES_ITS_SCOPE, own_scope
 
 WORKSPACE_ENV = "GORMES_WORKSPACE"
-RUN_OPTIONS = ("model", "tools", "max_iterations", "deadline_s")
 # The class a job with no recorded submitter acts with (decision 0016).
 UNATTRIBUTED_TRUST = "child-agent"
 
@@ -99,44 +100,6 @@ def run_identity(job_id: str, submitter: Submitter | None) -> ActsFor:
     if submitter.trust in NAMES_ITS_SCOPE:
         return ActsFor(trust=submitter.trust, scope=submitter.scope)
     return ActsFor(trust=submitter.trust, scope=submitter.scope or own_scope(submitter.caller))
-
-
-class AgentJobData(msgspec.Struct, frozen=True, kw_only=True):
-    handler: str = "agent"
-    input: Any = None
-    model: str | None = None
-    tools: list[str] | None = None
-    max_iterations: int | None = None
-    deadline_s: float | None = None
-
-
-class InvalidAgentJobData(UserError):
-    """Data the `agent` job cannot run: retrying it would fail the same way."""
-
-
-def check_job_data(data: Any) -> tuple[AgentJobData, Any]:
-    """(run options, the handler's input), or InvalidAgentJobData saying what is
-    wrong. For "agent" without "input", the data itself (minus the run options) is
-    the agent's input, checked against `AgentInput` here (an unknown field, no
-    prompt), before any run is recorded; another handler checks its own input."""
-    if not isinstance(data, dict):
-        raise InvalidAgentJobData(f"agent job data must be a JSON object, got {type(data).__name__}")
-    try:
-        options = msgspec.convert(
-            {k: v for k, v in data.items() if k in ("handler", "input", *RUN_OPTIONS)}, AgentJobData
-        )
-    except msgspec.ValidationError as exc:
-        raise InvalidAgentJobData(f"agent job data: {exc}") from None
-    if "input" in data:
-        run_input = options.input
-    else:
-        run_input = {k: v for k, v in data.items() if k not in ("handler", "deadline_s")}
-    if options.handler == "agent":
-        try:
-            msgspec.convert(run_input, AgentInput)
-        except msgspec.ValidationError as exc:
-            raise InvalidAgentJobData(f"agent job data: {exc}") from None
-    return options, run_input
 
 
 def parse_job_data(data: Any) -> tuple[AgentJobData, Any]:

@@ -391,16 +391,23 @@ class UnknownRunHandler(UserError):
     """No run handler has that name."""
 
 
+class InvalidRunInput(UserError):
+    """Input the handler's declared input type refuses (an unknown field, a missing one)."""
+
+
 class RunHandlerRegistry:
     """Run handler names mapped to their functions. The built-in "agent" is
     registered when gormes.actors.runs.agent is imported (on first lookup)."""
 
     def __init__(self, handlers: dict[str, RunHandler] | None = None,
-                 need_a_model: frozenset[str] | set[str] = frozenset()) -> None:
+                 need_a_model: frozenset[str] | set[str] = frozenset(),
+                 input_types: dict[str, type] | None = None) -> None:
         self._handlers: dict[str, RunHandler] = dict(handlers or {})
         self._need_a_model: set[str] = set(need_a_model)
+        self._input_types: dict[str, type] = dict(input_types or {})
 
-    def register(self, name: str, fn: RunHandler, *, needs_model: bool = False) -> RunHandler:
+    def register(self, name: str, fn: RunHandler, *, needs_model: bool = False,
+                 input_type: type | None = None) -> RunHandler:
         if not name or not name.strip():
             raise UserError("a run handler needs a non-empty name")
         if not inspect.iscoroutinefunction(fn):
@@ -410,7 +417,23 @@ class RunHandlerRegistry:
             self._need_a_model.add(name)
         else:
             self._need_a_model.discard(name)
+        if input_type is not None:
+            self._input_types[name] = input_type
+        else:
+            self._input_types.pop(name, None)
         return fn
+
+    def check_input(self, name: str, input: Any, what: str = "input") -> None:
+        """Refuse `input` its handler's declared input type would refuse when the run
+        starts (InvalidRunInput); a handler that declares none takes any JSON."""
+        _load_builtins()
+        input_type = self._input_types.get(name)
+        if input_type is None:
+            return
+        try:
+            msgspec.convert(input, input_type)
+        except msgspec.ValidationError as exc:
+            raise InvalidRunInput(f"run handler {name!r} {what}: {exc}") from None
 
     def needs_model(self, name: str) -> bool:
         """Whether the handler called `name` cannot run without a model: a run of it
@@ -434,7 +457,7 @@ class RunHandlerRegistry:
 
     def copy(self) -> RunHandlerRegistry:
         _load_builtins()
-        return RunHandlerRegistry(self._handlers, self._need_a_model)
+        return RunHandlerRegistry(self._handlers, self._need_a_model, self._input_types)
 
     def __contains__(self, name: object) -> bool:
         _load_builtins()
@@ -449,13 +472,17 @@ run_handlers = RunHandlerRegistry()
 
 def run_handler(
     name: str, *, registry: RunHandlerRegistry | None = None, needs_model: bool = False,
+    input_type: type | None = None,
 ) -> Callable[[RunHandler], RunHandler]:
     """Decorator: register an async `(ctx, input) -> result` run handler.
     `needs_model`: it calls `ctx.llm`, so a run started without a model is refused
-    before anything is recorded (instead of failing at its first model turn)."""
+    before anything is recorded (instead of failing at its first model turn).
+    `input_type`: a msgspec type its input must convert to; a fork's or an eval's
+    `--set` and an agent job's data are checked against it before anything is
+    recorded (decision 0090)."""
 
     def decorate(fn: RunHandler) -> RunHandler:
-        return (registry or run_handlers).register(name, fn, needs_model=needs_model)
+        return (registry or run_handlers).register(name, fn, needs_model=needs_model, input_type=input_type)
 
     return decorate
 
@@ -464,3 +491,8 @@ def _load_builtins() -> None:
     # agent.py registers the built-in "agent" here when imported, and imports this
     # module to do so: it is loaded on the first lookup, not at this module's import.
     import gormes.actors.runs.agent  # noqa: F401
+
+    # The agent's input type is declared here, not in agent.py: that file's whole
+    # source is the agent's handler version, which every recorded run of it names.
+    if "agent" not in run_handlers._input_types:
+        run_handlers._input_types["agent"] = gormes.actors.runs.agent.AgentInput

@@ -183,6 +183,20 @@ def apply_overrides(input: Any, overrides: dict[str, Any]) -> Any:
     return {**input, **overrides}
 
 
+def check_rerun(manager: RunManager, started: RunStarted, model: str | None,
+                overrides: dict[str, Any] | None) -> Any:
+    """The input a fork of the run `started` begins continues with; refused first
+    (decision 0090), before a confirmation is asked and before anything is recorded:
+    overrides its handler's input type refuses (`--set tempreature=0.2`) and a model
+    spec no provider opens. A fork without overrides keeps its recorded input unchecked."""
+    new_input = apply_overrides(started.input, overrides or {})
+    if overrides:
+        manager.handlers.check_input(started.handler, new_input, "input with --set")
+    if model:
+        manager.provider(model)
+    return new_input
+
+
 def prefix_of(recorded: RecordedRun, at: int) -> tuple[Recorded, ...]:
     """The observations up to `at`, refusing a cut through a child's life."""
     last = recorded.records[-1].position
@@ -241,6 +255,8 @@ async def fork_run(
                               "give the position of the model reply or tool call to replace")
         event, replaced = replace_observation(prefix[-1], replace)
         prefix = (*prefix[:-1], msgspec.structs.replace(prefix[-1], event=event))
+    started = source.started
+    new_input = check_rerun(manager, started, model, overrides)
     registry = manager.executor.registry if manager.executor is not None else None
     if not confirmed:
         risks = non_idempotent_operations(registry, source.started.trust, source.started.tools)
@@ -251,12 +267,11 @@ async def fork_run(
     if check.divergence is not None:
         raise ForkRefused(f"cannot fork: the code no longer matches run {source_run_id}: {check.divergence.line()}")
 
-    started = source.started
     fn = manager.handlers.get(started.handler)
     new_model = model or started.model
     run = LiveRun(
         run_id=run_id or manager.new_id(), handler=started.handler,
-        input=apply_overrides(started.input, overrides or {}), depth=started.depth,
+        input=new_input, depth=started.depth,
         max_depth=started.max_depth, max_children=_children_cap(started, manager),
         max_tree_runs=_tree_cap(started, manager), trust=started.trust,
         memory_scope=started.scope, tools=started.tools,

@@ -133,6 +133,20 @@ async def eval_sources(
     return found
 
 
+def check_reruns(sources: Sequence[RecordedRun], manager: Any, model: str | None,
+                 overrides: dict[str, Any]) -> None:
+    """Refuse, before any re-run and before a confirmation is asked, what a fork of
+    one of the runs would refuse as input (continuation.check_rerun: an override
+    its handler's input type refuses, a model spec no provider opens; decision 0090)."""
+    from gormes.actors.runs.continuation import check_rerun  # lazy: it loads the replayer
+
+    for run in sources:
+        try:
+            check_rerun(manager, run.started, model, overrides)
+        except UserError as exc:
+            raise EvalRefused(f"run {run.run_id}: {exc}") from None
+
+
 def eval_risks(sources: Sequence[RecordedRun], registry: Any) -> list[LiveRisk]:
     """The mutating, non-idempotent operations the re-runs may call, once each."""
     seen: dict[str, LiveRisk] = {}

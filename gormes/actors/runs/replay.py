@@ -54,7 +54,7 @@ from gormes.actors.runs.recorded import RecordedRun, RunSource, TamperedRecordin
 from gormes.actors.runs.replay_report import Divergence, RunReplay, describe, redacted_note
 from gormes.actors.runs.context import RunHandlerRegistry, handler_version, run_handlers
 from gormes.actors.runs.live import error_text
-from gormes.errors import GormesError
+from gormes.errors import GormesError, UserError
 from gormes.events.base import RedactedEvent
 from gormes.events.runs import RecordedTool, RunCancelled, RunChildSpawned, RunCompleted, RunFailed, RunStarted
 from gormes.ops.registry import Registry
@@ -80,12 +80,27 @@ async def replay(
     no tools, as a run without an executor)."""
     source = CheckedTree(source, run_id, children=children)
     recorded = source.load(run_id)
+    if until is not None:
+        check_until(recorded, until)
     async with trio.open_nursery() as tree:
         replayer = Replayer(source, tree, children=children, until=until, registry=registry, handlers=handlers)
         await replayer.replay_run(recorded)
     if replayer.errors:
         raise replayer.errors[0]
     return replayer.report(run_id)
+
+
+class UntilOutsideRun(UserError):
+    """`until` names no position of the run: before its start or after its last event."""
+
+
+def check_until(recorded: RecordedRun, until: int) -> None:
+    """Refuse an `until` outside the run's positions, as a fork's `at` is refused
+    (decision 0090): taken as the nearest end, it replayed what was not asked for."""
+    last = recorded.records[-1].position
+    if not recorded.started_position <= until <= last:
+        raise UntilOutsideRun(f"--until {until} is not in run {recorded.run_id} (its events are at "
+                              f"positions {recorded.started_position}..{last})")
 
 
 class CheckedTree:
