@@ -200,9 +200,14 @@ def call(obj: Any, name: str, input_json: str, workspace: str, imports: tuple[st
          mcp_config: str | None) -> None:
     """Run operation NAME with INPUT (a JSON object) as the operator; print its JSON output.
 
-    The call is audited like any other (an audit.operation event)."""
+    The call is audited like any other (an audit.operation event). An operation
+    that writes nothing to the log creates no database: on a --db with none it
+    says so, as every read does (decision 0089)."""
     import msgspec
 
     load_imports(imports)
-    output = operator_call(obj, name, input_json, workspace=workspace, mcp_config=mcp_config)
+    # An external MCP tool is known only once its server runs: it may create, as before.
+    spec = default_registry().get(name)
+    create = spec.creates_database if spec is not None else mcp_config is not None
+    output = operator_call(obj, name, input_json, workspace=workspace, mcp_config=mcp_config, create=create)
     click.echo(msgspec.json.format(msgspec.json.encode(output)).decode())

@@ -209,6 +209,17 @@ class OperationSpec:
     # (switched off, not configured). The executor asks it before any `started`
     # record, so such a refusal stays one record. None: always available.
     available: Callable[[OperationContext], None] | None = None
+    # A mutating operation whose change is made from what the log holds (the memory
+    # mirror: its pages, and the stale ones it removes): on a database that is not
+    # there it is refused like a read, never run against an empty one (decision 0089).
+    needs_database: bool = False
+
+    @property
+    def creates_database(self) -> bool:
+        """Whether a call may make the database it is given when there is none: only
+        a write of the log does; a read (and an operation made from what the log
+        holds) on a mistyped `--db` says `no gormes database at ...` (decision 0089)."""
+        return self.mutating and not self.needs_database
 
     def allows(self, trust: str) -> bool:
         return trust in self.trust
