@@ -181,7 +181,7 @@ class OperatorCall:
         where there is none it says so (a mistyped `--db` is not an empty ledger)."""
         from gormes.cli.ops import operator_call  # lazy: the executor and registry load only to run one
 
-        door_options.setdefault("create", self.spec.mutating)
+        door_options.setdefault("create", self.spec.creates_database)
         return operator_call(self.obj, self.spec.name, self.value, **door_options)
 
     async def on(self, door: Any) -> Any:

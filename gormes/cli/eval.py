@@ -150,7 +150,7 @@ def runs(obj: Any, run_ids: tuple[str, ...], handler: str | None, status: str | 
     from gormes.cli.foreground import drive_runs, start_and_wait
     from gormes.cli.fork import echo_unconfirmed, parse_setting
     from gormes.events.catalog import load_all
-    from gormes.events.open import is_postgres_url
+    from gormes.events.open import require_database
     from gormes.errors import UserError
     from gormes.actors.runs.fork_replace import ForkUnconfirmed
     from gormes.providers.pricing import load_table
@@ -169,8 +169,7 @@ def runs(obj: Any, run_ids: tuple[str, ...], handler: str | None, status: str | 
     load_all()
     load_imports(imports)
     target = obj.target
-    if not is_postgres_url(target) and not Path(target).exists():
-        raise UserError(f"no database at {target}")
+    require_database(target)
 
     async def evaluate(door: Any) -> Any:
         try:

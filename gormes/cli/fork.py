@@ -35,7 +35,7 @@ from gormes.cli.foreground import (
 )
 from gormes.errors import UserError
 from gormes.events.catalog import load_all
-from gormes.events.open import is_postgres_url
+from gormes.events.open import require_database
 from gormes.tools import run_admin
 from gormes.tools.imports import load_imports
 
@@ -111,8 +111,7 @@ def fork(call: OperatorCall, settings: tuple[str, ...], workspace: str | None, i
     if settings:
         value = msgspec.structs.replace(value, overrides={**value.overrides, **dict(map(parse_setting, settings))})
     target = call.obj.target
-    if not is_postgres_url(target) and not Path(target).exists():
-        raise UserError(f"no database at {target}")
+    require_database(target)  # the run to fork is read first: a missing database is not made
 
     try:
         forked, signals = drive_runs(target, workspace, lambda door: start_and_wait(door, call.spec.name, value),

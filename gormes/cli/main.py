@@ -78,13 +78,32 @@ class LazyGroup(click.Group):
 class Config:
     """What every command gets from the global options."""
 
-    def __init__(self, db: str | None) -> None:
-        # Lazy for start-up time: `gormes --help` loads click and this module only.
-        from gormes.events.sqlite_schema import default_db_path
+    def __init__(self, db: str | None, option: str = "--db") -> None:
+        self._given = db
+        self._option = option  # what a refusal names: --db, or GORMES_DB when it came from there
+        self._resolved: str | Path | None = None
 
-        # A postgresql:// URL is kept as given (a Path would fold its `//`).
-        self.url = db if db and db.startswith(("postgresql://", "postgres://")) else None
-        self._path = Path(db) if db else default_db_path()
+    def _target(self) -> str | Path:
+        """The URL as given (a Path would fold its `//`), or the SQLite path; read
+        when a command first asks, so `gormes --db ... CMD --help` still helps.
+        `store_target` refuses whatever is neither (decision 0089)."""
+        if self._resolved is None:
+            # Lazy for start-up time: `gormes --help` loads click and this module only.
+            from gormes.events.open import is_postgres_url, store_target
+            from gormes.events.sqlite_schema import default_db_path
+
+            if not self._given:
+                self._resolved = default_db_path()
+            else:
+                target = store_target(self._given, self._option)
+                self._resolved = target if is_postgres_url(target) else Path(target)
+        return self._resolved
+
+    @property
+    def url(self) -> str | None:
+        """The PostgreSQL URL, or None for an SQLite file."""
+        target = self._target()
+        return target if isinstance(target, str) else None
 
     @property
     def db(self) -> Path:
@@ -92,7 +111,8 @@ class Config:
 
         With a PostgreSQL URL this refuses in one line: taken for a path, the URL
         would become a new SQLite file under a directory named `postgresql:`."""
-        if self.url is not None:
+        target = self._target()
+        if isinstance(target, str):
             # Lazy for start-up time: `gormes --help` loads click and this module only.
             from gormes.errors import UserError
 
@@ -102,21 +122,22 @@ class Config:
                 f"`{command}` runs on an SQLite file only, not on PostgreSQL yet "
                 "(docs/postgres.md lists what does); give --db a file path"
             )
-        return self._path
+        return target
 
     @property
     def target(self) -> str | Path:
         """What `gormes.events.open.open_store` takes: the URL, or the SQLite path
         (for the commands that run on either backend: jobs, worker, daemon)."""
-        return self.url if self.url is not None else self._path
+        return self._target()
 
 
 @click.group(cls=LazyGroup)
 @click.option(
     "--db",
     envvar="GORMES_DB",
-    metavar="PATH",
-    help="Database file (env GORMES_DB; default $XDG_DATA_HOME/gormes/gormes.db).",
+    metavar="PATH|URL",
+    help="SQLite file (or sqlite:PATH) or postgresql:// URL (env GORMES_DB; "
+    "default $XDG_DATA_HOME/gormes/gormes.db).",
 )
 @click.option(
     "--durability",
@@ -136,7 +157,8 @@ def cli(ctx: click.Context, db: str | None, durability: str | None) -> None:
     if durability:
         # every store this process opens picks it up (see sqlite_log.default_durability)
         os.environ["GORMES_DURABILITY"] = durability
-    ctx.obj = Config(db)
+    from_env = ctx.get_parameter_source("db") is click.core.ParameterSource.ENVIRONMENT
+    ctx.obj = Config(db, "GORMES_DB" if from_env else "--db")
 
 
 # OS errors that say the disk or the file system refused, not that gormes is wrong.

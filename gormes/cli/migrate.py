@@ -36,14 +36,17 @@ def migrate(source: str, target: str, batch: int, live_work: bool, as_json: bool
     import msgspec
 
     from gormes.errors import UserError
-    from gormes.events.open import is_postgres_url, sqlite_path
+    from gormes.events.open import is_postgres_url, store_target
     from gormes.migrate import Migration
 
+    # Each read as --db is (decision 0089): a mistyped URL or a keyword string is refused.
+    source = store_target(source, "--from")
+    target = store_target(target, "--to")
     if is_postgres_url(source):
         raise UserError("--from must be an SQLite database (sqlite:PATH), not a PostgreSQL URL")
     if not is_postgres_url(target):
-        raise UserError(f"--to must be a postgresql:// URL, not {target!r}")
-    with Migration.open(sqlite_path(source), target, live_work=live_work) as migration:
+        raise UserError(f"--to must be a postgresql:// URL, not the SQLite path {target!r}")
+    with Migration.open(source, target, live_work=live_work) as migration:
         show_progress = not as_json and sys.stderr.isatty() and migration.remaining > 0
         if show_progress:
             with click.progressbar(length=migration.remaining, label="copying events",

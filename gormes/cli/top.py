@@ -17,11 +17,6 @@ from gormes.cli.pricing import pricing_option, pricing_table
 from gormes.errors import UserError
 
 
-def _require_db(target: Path | str) -> None:
-    if isinstance(target, Path) and not target.exists():
-        raise UserError(f"no database at {target}")
-
-
 def snapshot_once(target: Path | str, pricing: Any) -> Any:
     import trio
 
@@ -48,7 +43,9 @@ def snapshot_once(target: Path | str, pricing: Any) -> Any:
 @click.pass_obj
 def top(obj: Any, once: bool, as_json: bool, fps: float, pricing: str | None) -> None:
     """A live view of jobs, runs, workers and the governor; keys steer the selected job."""
-    _require_db(obj.target)
+    from gormes.events.open import require_database  # lazy
+
+    require_database(obj.target)
     if as_json and not once:
         raise UserError("--json needs --once (the live view is for people)")
     table = pricing_table(pricing)

@@ -51,9 +51,10 @@ _UNREADABLE = "(a connection string gormes cannot read)"
 
 def redact(url: str) -> str:
     """The URL or keyword connection string with every password masked, fit for
-    messages and logs: `user:pass@`, `?password=` and `?sslpassword=` in a URL,
-    `password=...` in `host=... password=...`."""
-    if url.startswith(("postgresql://", "postgres://")):
+    messages and logs: `user:pass@`, `?password=` and `?sslpassword=` in a URL
+    (of any scheme: a mistyped one is shown in its refusal), `password=...` in
+    `host=... password=...`."""
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", url):
         return _redact_uri(url)
     try:
         params = psycopg.conninfo.conninfo_to_dict(url)

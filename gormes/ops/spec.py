@@ -216,6 +216,17 @@ class OperationSpec:
     # of the call but its refusal (decision 0088); a run asks it before its own gate.
     # The handler runs only after it, so it need not check again. None: no such caps.
     check_input: Callable[[Caller, Any], None] | None = None
+    # A mutating operation whose change is made from what the log holds (the memory
+    # mirror: its pages, and the stale ones it removes): on a database that is not
+    # there it is refused like a read, never run against an empty one (decision 0089).
+    needs_database: bool = False
+
+    @property
+    def creates_database(self) -> bool:
+        """Whether a call may make the database it is given when there is none: only
+        a write of the log does; a read (and an operation made from what the log
+        holds) on a mistyped `--db` says `no gormes database at ...` (decision 0089)."""
+        return self.mutating and not self.needs_database
 
     def allows(self, trust: str) -> bool:
         return trust in self.trust

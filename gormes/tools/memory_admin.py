@@ -265,11 +265,11 @@ async def mirror(ctx: OperationContext, value: MirrorInput) -> MirrorResult:
 
 
 def _spec(name: str, description: str, handler: Any, input_type: type, output_type: type,
-          timeout: float = 30.0, write_ahead: bool = False) -> OperationSpec:
+          timeout: float = 30.0, write_ahead: bool = False, needs_database: bool = False) -> OperationSpec:
     return OperationSpec(
         name=name, description=description, input_type=input_type, output_type=output_type, handler=handler,
         trust=OPERATOR, audit_kind="memory.write", mutating=True, idempotent=True, timeout=timeout,
-        write_ahead=write_ahead,
+        write_ahead=write_ahead, needs_database=needs_database,
     )
 
 
@@ -284,6 +284,9 @@ SPECS = (
     _spec("memory.forget", "Forget a fact, relationship or entity, and erase what recorded it from the log.",
           forget, ForgetInput, Forgotten, timeout=600.0),
     # A mirror of a large memory is many pages: minutes, not the seconds of one write.
+    # Made from the log (and it removes the pages of entities not there): a mistyped
+    # --db would empty the directory, so a missing database is refused.
     _spec("memory.mirror", "Write memory as markdown into a directory: USER.md and one page per entity.",
-          mirror, MirrorInput, MirrorResult, timeout=600.0, write_ahead=True),  # files, no transaction
+          mirror, MirrorInput, MirrorResult, timeout=600.0, write_ahead=True,  # files, no transaction
+          needs_database=True),
 )

@@ -34,13 +34,15 @@ def cli_env() -> dict[str, str]:
 
 
 def run_gormes(
-    db: Path | str, *args: str, input: str | bytes | None = None, timeout: float = 60
+    db: Path | str, *args: str, input: str | bytes | None = None, timeout: float = 60,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """`cwd` (default the repository) is where a relative --db lands."""
     if isinstance(input, bytes):
         input = input.decode()
     return subprocess.run(
         gormes_command(db, *args), input=input, capture_output=True, text=True,
-        env=cli_env(), timeout=timeout, cwd=REPO,
+        env=cli_env(), timeout=timeout, cwd=cwd or REPO,
     )
 
 

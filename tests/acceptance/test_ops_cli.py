@@ -8,14 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_one_line_error, run_gormes
+from cli_helpers import assert_one_line_error, create_database, run_gormes
 
 EVERYONE_BUT_OPERATOR = ["gateway", "child-agent", "system"]
 
 
 @pytest.fixture
 def fresh_db(tmp_path: Path) -> Path:
-    return tmp_path / "gormes.db"
+    # An empty database: a call of an operation that writes nothing to the log
+    # makes none where there is none (decision 0089; tests/acceptance/test_db_door.py).
+    db = tmp_path / "gormes.db"
+    create_database(db)
+    return db
 
 
 def audit_rows(db: Path) -> list[dict]:

@@ -80,5 +80,6 @@ def test_live_view_without_a_terminal_is_one_clear_line(tmp_path: Path):
 
 def test_a_missing_database_is_not_created(tmp_path: Path):
     db = tmp_path / "nowhere.db"
-    assert "no database at" in one_line_error(gormes(db, "top", "--once"))
+    done = gormes(db, "top", "--once")
+    assert one_line_error(done) == f"gormes: error: no gormes database at {db}\n" and done.returncode == 1
     assert not db.exists()

@@ -33,7 +33,7 @@ from gormes.events.base import Recorded, RedactedEvent, UnknownEvent
 from gormes.events.catalog import load_all
 from gormes.events.codec import default_codec
 from gormes.events.jsonl import open_lines
-from gormes.events.open import is_postgres_url
+from gormes.events.open import is_postgres_url, require_database
 from gormes.events.run_export import UnknownRun, run_stream_name
 from gormes.events.runs import (
     OBSERVATION_TYPES,
@@ -171,9 +171,8 @@ class DatabaseRuns:
         load_all()
         self._sqlite = not is_postgres_url(path)
         if self._sqlite:
+            require_database(path)
             path = Path(path)
-            if not path.exists():
-                raise UserError(f"no database at {path}")
             self._log: Any = SQLiteLog(path, readonly=True, create=False)
         else:
             self._log = _postgres_log(str(path))
