@@ -17,29 +17,18 @@ import psycopg
 import pytest
 from doctor_helpers import T0, check, doctor
 from pg_helpers import PG_URL, admin, backend_store, fresh_schema, url_for_schema
+from test_doctor_postgres import Clock, _started
 
 from gormes.events.base import UnknownEvent
 from gormes.events.memory import Origin, Provenance, evidence_hash, fact_id
 from gormes.events.memory import MemoryFactRecorded as Fact
 from gormes.events.notes import NoteAdded
 from gormes.events.postgres_sql import PortableConnection
-from gormes.events.runs import RunClockRead, RunCompleted, RunStarted
+from gormes.events.runs import RunClockRead, RunCompleted
 from gormes.health import module_exists, scan
 
 SCOPE = "project:default"
 VARY = {"store.server", "disk.database_size"}  # connections in use, bytes: not the log's
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _started(run_id: str, handler: str = "agent") -> RunStarted:
-    return RunStarted(run_id=run_id, handler=handler, handler_version="x")
 
 
 def _fact(run_id: str, text: str) -> Fact:
