@@ -206,15 +206,16 @@ def call(obj: Any, name: str, input_json: str, workspace: str, imports: tuple[st
 
     The call is audited like any other (an audit.operation event). A user's
     operation that raises is one error line (the operation, the error, where it
-    was raised) and exit 1; the call is audited as an error. An operation that
-    writes nothing to the log creates no database: on a --db with none it says
-    so, as every read does (decision 0089)."""
+    was raised) and exit 1; the call is audited as an error. A call writes its
+    audit record, so it makes the database when there is none, except a call of
+    an operation made from what the log holds (`needs_database`: memory.recall,
+    memory.mirror), which says `no gormes database at ...` as every read does
+    (decision 0089's addendum)."""
     import msgspec
 
     load_imports(imports)
-    # An external MCP tool is known only once its server runs: it may create, as before.
-    spec = default_registry().get(name)
-    create = spec.creates_database if spec is not None else mcp_config is not None
+    spec = default_registry().get(name)  # None: an external MCP tool, known once its server runs
+    create = spec is None or not spec.needs_database
     try:
         output = operator_call(obj, name, input_json, workspace=workspace, mcp_config=mcp_config, create=create)
     except Exception as exc:

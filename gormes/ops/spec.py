@@ -216,9 +216,9 @@ class OperationSpec:
     # of the call but its refusal (decision 0088); a run asks it before its own gate.
     # The handler runs only after it, so it need not check again. None: no such caps.
     check_input: Callable[[Caller, Any], None] | None = None
-    # A mutating operation whose change is made from what the log holds (the memory
-    # mirror: its pages, and the stale ones it removes): on a database that is not
-    # there it is refused like a read, never run against an empty one (decision 0089).
+    # An operation made from what the log holds (memory.recall's answer, the memory
+    # mirror's pages and the stale ones it removes): on a database that is not there
+    # it is refused like a read, never run against an empty one (decision 0089).
     needs_database: bool = False
 
     @property

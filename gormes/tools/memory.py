@@ -244,7 +244,7 @@ SPECS = (
         description="Recall what memory holds about a query (facts and relationships), each with its score "
         "per mode and why it was selected. Recall stays in your scope.",
         input_type=RecallInput, output_type=RecallResult, handler=memory_recall, trust=EVERYONE,
-        audit_kind="memory.read", prompt_visible=True, timeout=30.0,
+        audit_kind="memory.read", prompt_visible=True, timeout=30.0, needs_database=True,
     ),
     OperationSpec(
         name="memory.remember",
