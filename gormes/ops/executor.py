@@ -172,8 +172,10 @@ class Executor:
                     f"{spec.name} may not be run by a {caller.trust!r} caller"
                     f" (allowed: {', '.join(t for t in TRUST_CLASSES if spec.allows(t))})"
                 )
-            value = self.admitted_input(spec, raw_input, caller)
-            record.input_sha256 = _checked_digest(spec, value)
+            value = decode_input(spec, raw_input)
+            record.input_sha256 = _checked_digest(spec, value)  # what no event can record, first
+            if spec.check_input is not None:
+                spec.check_input(caller, value)
             ctx = self.context_for(caller)
             if spec.available is not None:
                 spec.available(ctx)
