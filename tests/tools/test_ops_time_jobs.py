@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ops_helpers import audit_events
-from gormes.actors.jobs.state import InvalidJob, JobNotFound
+from gormes.actors.jobs.state import JobNotFound
 from gormes.actors.jobs.queue import JobQueue
 from gormes.tools.builtin import default_registry
 from gormes.ops.executor import Executor
@@ -93,7 +93,7 @@ async def test_job_send_signs_the_message_with_the_caller(executor, queue):
 async def test_job_send_from_a_stranger_is_refused_by_the_queue(executor, queue):
     job = await executor.call("job.submit", {"name": "echo"}, OPERATOR)
     stranger = Caller(trust="gateway", id="gw-9")
-    with pytest.raises(InvalidJob, match="not 'gw-9'"):
+    with pytest.raises(OperationDenied, match="not 'gw-9'"):  # a refusal, audited denied (0072's addendum)
         await executor.call("job.send", {"id": job.id, "payload": "hi"}, stranger)
     assert await queue.inbox(job.id) == []
 
