@@ -22,7 +22,10 @@ from gormes.events.skills import skill_stream
 
 def test_every_type_of_gormes_has_a_family_or_is_declared_at_home_anywhere() -> None:
     load_all()
-    placed_nowhere = [t for t in default_codec.types() if family_of(t) is None and t not in ANY_STREAM]
+    # gormes's own: other tests register types of their own in the same codec (test.actor.*)
+    ours = [t for t in default_codec.types() if default_codec.class_for(t).__module__.startswith("gormes.")]
+    assert len(ours) > 50
+    placed_nowhere = [t for t in ours if family_of(t) is None and t not in ANY_STREAM]
     assert placed_nowhere == []
 
 
